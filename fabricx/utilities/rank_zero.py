@@ -1,0 +1,63 @@
+"""Helpers that make something happen on the global rank zero process only."""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_RANK_ENV_VARS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def _rank_from_environment() -> int:
+    # A process started by a launcher knows its rank before any process group exists.
+    for name in _RANK_ENV_VARS:
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return 0
+
+
+def rank_zero_only(fn: Callable[..., T]) -> Callable[..., T | None]:
+    """Run ``fn`` only where ``rank_zero_only.rank == 0``; elsewhere return ``None``.
+
+    Example::
+
+        @rank_zero_only
+        def write_summary(path): ...
+    """
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> T | None:
+        if rank_zero_only.rank == 0:
+            return fn(*args, **kwargs)
+        return None
+
+    return wrapped
+
+
+rank_zero_only.rank = _rank_from_environment()  # type: ignore[attr-defined]
+
+
+def set_global_rank(rank: int) -> None:
+    """Tell the rank-zero helpers which global rank this process has."""
+    rank_zero_only.rank = rank  # type: ignore[attr-defined]
+
+
+@rank_zero_only
+def rank_zero_print(*args: Any, **kwargs: Any) -> None:
+    print(*args, **kwargs)
+
+
+@rank_zero_only
+def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 3) -> None:
+    warnings.warn(message, category, stacklevel=stacklevel)
+
+
+@rank_zero_only
+def rank_zero_info(message: str) -> None:
+    print(message, flush=True)
