@@ -1,0 +1,39 @@
+"""NVIDIA (and ROCm) GPUs through ``torch.cuda``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fabricx.accelerators.accelerator import Accelerator
+
+
+class CUDAAccelerator(Accelerator):
+    """CUDA GPUs. ``devices`` is a count or a list of indices.
+
+    Example::
+
+        Fabric(accelerator="cuda", devices=[0, 1])
+    """
+
+    name = "cuda"
+
+    @staticmethod
+    def is_available() -> bool:
+        return torch.cuda.is_available()
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return torch.cuda.device_count()
+
+    @staticmethod
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        indices = range(devices) if isinstance(devices, int) else devices
+        return [torch.device("cuda", i) for i in indices]
+
+    def setup_device(self, device: torch.device) -> None:
+        torch.cuda.set_device(device)
+
+    def teardown(self) -> None:
+        torch.cuda.empty_cache()

@@ -1,0 +1,145 @@
+"""Turning what a user passes to ``fabric.save``/``fabric.load`` into checkpoint contents and back.
+
+The on-disk layout belongs to :mod:`fabricx.checkpoint.format`; this module decides which entries
+are shared by every rank (model, optimizer, plain values) and which belong to one rank (data
+loader positions, random generators), and applies a loaded checkpoint to live objects.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.checkpoint.format import read_checkpoint, write_checkpoint
+from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.strategies.strategy import Strategy
+
+#: Keys fabricx adds to every checkpoint for its own state.
+RESERVED_PREFIX = "__fabricx_"
+
+
+def is_per_rank(obj: Any) -> bool:
+    return bool(getattr(obj, "_fabricx_per_rank", False))
+
+
+def unwrap_object(obj: Any) -> Any:
+    """The user's own module or optimizer behind a fabricx wrapper (others unchanged)."""
+    inner = getattr(obj, "_fabricx_unwrapped", None)
+    return inner if inner is not None else obj
+
+
+def object_state(strategy: Strategy, obj: Any) -> Any:
+    """What to store for one entry of the user's state dict."""
+    obj = unwrap_object(obj)
+    if isinstance(obj, Module):
+        return strategy.get_module_state_dict(obj)
+    if isinstance(obj, Optimizer):
+        return strategy.get_optimizer_state(obj)
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        return obj.state_dict()
+    if isinstance(obj, dict):
+        return {key: object_state(strategy, value) for key, value in obj.items()}
+    return obj
+
+
+def split_state(
+    strategy: Strategy, state: dict[str, Any], filter: dict[str, Callable] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split the user's state into (shared, per-rank) checkpoint contents."""
+    shared: dict[str, Any] = {}
+    per_rank: dict[str, Any] = {}
+    for key, obj in state.items():
+        target = per_rank if is_per_rank(obj) else shared
+        value = object_state(strategy, obj)
+        if filter and key in filter:
+            if not isinstance(value, dict):
+                raise TypeError(f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter.")
+            keep = filter[key]
+            value = {name: item for name, item in value.items() if keep(name, item)}
+        target[key] = value
+    return shared, per_rank
+
+
+def save_fabric_checkpoint(
+    strategy: Strategy, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None
+) -> None:
+    """Write ``state`` to ``path`` as a fabricx checkpoint directory, every rank taking part."""
+    shared, per_rank = split_state(strategy, state, filter)
+    token = strategy.broadcast(uuid.uuid4().hex) if strategy.world_size > 1 else None
+    write_checkpoint(
+        path,
+        shared if strategy.is_global_zero else None,
+        per_rank,
+        rank=strategy.global_rank,
+        world_size=strategy.world_size,
+        barrier=strategy.barrier if strategy.world_size > 1 else None,
+        token=token,
+    )
+
+
+def apply_loaded_state(
+    strategy: Strategy, state: dict[str, Any], shared: dict[str, Any], per_rank: dict[str, Any] | None, strict: bool
+) -> dict[str, Any]:
+    """Load checkpoint contents into the objects of ``state``; return what was not restored."""
+    remaining = dict(shared)
+    rank_remaining = dict(per_rank or {})
+    missing = []
+    for key, obj in list(state.items()):
+        source = rank_remaining if is_per_rank(obj) else remaining
+        if key not in source:
+            # a per-rank entry saved by fewer ranks falls back to nothing; reserved keys are optional
+            if not key.startswith(RESERVED_PREFIX):
+                missing.append(key)
+            continue
+        value = source.pop(key)
+        _load_into(strategy, state, key, obj, value, strict)
+    if missing and strict:
+        raise KeyError(
+            f"The checkpoint has no entries for {missing}; it holds {sorted(k for k in shared if not k.startswith(RESERVED_PREFIX))}. "
+            "Pass strict=False to load what is there, or remove those keys from the state you load into."
+        )
+    return {key: value for key, value in remaining.items() if not key.startswith(RESERVED_PREFIX)}
+
+
+def _load_into(strategy: Strategy, state: dict[str, Any], key: str, obj: Any, value: Any, strict: bool) -> None:
+    target = unwrap_object(obj)
+    if isinstance(target, Module):
+        result = strategy.load_module_state_dict(target, value, strict=strict)
+        del result
+    elif isinstance(target, Optimizer):
+        strategy.load_optimizer_state(target, value)
+    elif hasattr(target, "load_state_dict") and callable(target.load_state_dict):
+        target.load_state_dict(value)
+    elif isinstance(target, dict) and isinstance(value, dict) and _holds_stateful(target):
+        for sub_key, sub_obj in list(target.items()):
+            if sub_key in value:
+                _load_into(strategy, target, sub_key, sub_obj, value[sub_key], strict)
+            elif strict:
+                raise KeyError(f"The checkpoint entry {key!r} has no {sub_key!r}; it holds {sorted(value)}.")
+    else:
+        state[key] = value
+
+
+def _holds_stateful(container: dict[str, Any]) -> bool:
+    return any(hasattr(unwrap_object(v), "load_state_dict") or isinstance(v, dict) for v in container.values())
+
+
+def load_fabric_checkpoint(
+    strategy: Strategy, path: str, state: dict[str, Any] | None = None, strict: bool = True
+) -> dict[str, Any]:
+    """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None)."""
+    loaded = read_checkpoint(path, rank=strategy.global_rank)
+    if state is None:
+        merged = dict(loaded.shared)
+        merged.update({k: v for k, v in (loaded.per_rank or {}).items()})
+        return {key: value for key, value in merged.items() if not key.startswith(RESERVED_PREFIX)}
+    return apply_loaded_state(strategy, state, loaded.shared, loaded.per_rank, strict)
+
+
+__all__ = ["CheckpointError", "load_fabric_checkpoint", "save_fabric_checkpoint"]

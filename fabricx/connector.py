@@ -1,0 +1,191 @@
+"""Turning ``Fabric(...)`` flags into an Accelerator, a Precision and a Strategy; all validation here."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fabricx.accelerators.accelerator import Accelerator
+from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER
+from fabricx.precision.precision import Precision
+from fabricx.precision.registry import normalize_precision
+from fabricx.strategies.registry import STRATEGIES, create_strategy
+from fabricx.strategies.single_device import SingleDeviceStrategy
+from fabricx.strategies.strategy import Strategy
+from fabricx.utilities.exceptions import MisconfigurationError
+
+#: Environment variables through which ``fabricx run`` passes its flags to ``Fabric()``.
+CLI_FLAG_ENV = {
+    "accelerator": "FABRICX_ACCELERATOR",
+    "strategy": "FABRICX_STRATEGY",
+    "devices": "FABRICX_DEVICES",
+    "num_nodes": "FABRICX_NUM_NODES",
+    "precision": "FABRICX_PRECISION",
+}
+_DEFAULTS = {"accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None}
+
+
+class Connector:
+    """Resolves and validates the flags once; the results are plain objects.
+
+    Example::
+
+        connector = Connector(accelerator="cpu", devices=2, precision="bf16-mixed")
+        connector.strategy  # DDPStrategy(...)
+    """
+
+    def __init__(
+        self,
+        accelerator: str | Accelerator = "auto",
+        strategy: str | Strategy = "auto",
+        devices: Any = "auto",
+        num_nodes: int = 1,
+        precision: str | int | None = None,
+        plugins: Any = None,
+    ) -> None:
+        flags = _apply_cli_flags(
+            {"accelerator": accelerator, "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
+             "precision": precision}
+        )
+        accelerator, strategy, devices = flags["accelerator"], flags["strategy"], flags["devices"]
+        num_nodes, precision = flags["num_nodes"], flags["precision"]
+
+        precision_plugin, environment, checkpoint_io = _sort_plugins(plugins)
+        if precision_plugin is not None and precision is not None:
+            raise MisconfigurationError(
+                f"Both precision={precision!r} and a precision plugin ({type(precision_plugin).__name__}) were "
+                "given. Pass only one of them."
+            )
+        if isinstance(strategy, Strategy) and strategy._precision is not None and precision_plugin is None:
+            precision_plugin = strategy._precision
+        if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
+            raise MisconfigurationError(f"num_nodes={num_nodes!r} must be an int >= 1.")
+
+        self.accelerator = _select_accelerator(accelerator, strategy)
+        self.devices = self.accelerator.parse_devices(devices)
+        self.parallel_devices = self.accelerator.get_parallel_devices(self.devices)
+        self.num_nodes = num_nodes
+        self.strategy = _select_strategy(strategy, self.accelerator, self.parallel_devices, num_nodes)
+        self.strategy.accelerator = self.accelerator
+        if precision_plugin is None:
+            precision_plugin = self.strategy.build_precision(normalize_precision(precision),
+                                                             self.parallel_devices[0].type)
+        else:
+            self.strategy.validate_precision(precision_plugin)
+        self.precision = precision_plugin
+        self.strategy.precision = precision_plugin
+        if getattr(self.strategy, "is_parallel", False):
+            self.strategy.configure(
+                parallel_devices=self.parallel_devices,
+                num_nodes=num_nodes,
+                cluster_environment=environment,
+            )
+        elif environment is not None and num_nodes == 1 and len(self.parallel_devices) == 1:
+            pass  # a single process ignores the cluster layout
+        if checkpoint_io is not None:
+            self.strategy.checkpoint_io = checkpoint_io
+
+
+def _apply_cli_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """Take flags from ``fabricx run``; refuse a value in code that contradicts the command line."""
+    resolved = dict(flags)
+    for name, env_name in CLI_FLAG_ENV.items():
+        cli_value = os.environ.get(env_name)
+        if cli_value is None:
+            continue
+        code_value = flags[name]
+        parsed: Any = int(cli_value) if name == "num_nodes" else cli_value
+        if code_value != _DEFAULTS[name] and str(code_value) != str(parsed):
+            if name == "precision" and normalize_precision(code_value) == normalize_precision(parsed):
+                continue
+            if name == "strategy" and isinstance(code_value, Strategy):
+                continue
+            raise MisconfigurationError(
+                f"Fabric({name}={code_value!r}) conflicts with `fabricx run --{name.replace('_', '-')} {cli_value}`. "
+                f"Remove {name}= from the Fabric(...) call or change the command line."
+            )
+        resolved[name] = parsed
+    return resolved
+
+
+def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
+    from fabricx.environments.base import ClusterEnvironment
+
+    if plugins is None:
+        return None, None, None
+    items = plugins if isinstance(plugins, list | tuple) else [plugins]
+    precision = environment = checkpoint_io = None
+    for plugin in items:
+        if isinstance(plugin, Precision):
+            if precision is not None:
+                raise MisconfigurationError(
+                    f"Two precision plugins were given ({type(precision).__name__}, {type(plugin).__name__}); "
+                    "pass one."
+                )
+            precision = plugin
+        elif isinstance(plugin, ClusterEnvironment):
+            if environment is not None:
+                raise MisconfigurationError("Two cluster environments were given in plugins; pass one.")
+            environment = plugin
+        elif hasattr(plugin, "save_checkpoint") and hasattr(plugin, "load_checkpoint"):
+            checkpoint_io = plugin
+        else:
+            raise MisconfigurationError(
+                f"plugins got {plugin!r} of type {type(plugin).__name__}; allowed are a Precision, a "
+                "ClusterEnvironment or a checkpoint I/O object (with save_checkpoint/load_checkpoint)."
+            )
+    return precision, environment, checkpoint_io
+
+
+def _select_accelerator(accelerator: str | Accelerator, strategy: Any) -> Accelerator:
+    if isinstance(accelerator, Accelerator):
+        return accelerator
+    if isinstance(strategy, Strategy) and strategy.accelerator is not None and accelerator == "auto":
+        return strategy.accelerator
+    if not isinstance(accelerator, str) or (accelerator not in ACCELERATORS and accelerator != "auto"):
+        raise MisconfigurationError(
+            f"accelerator={accelerator!r} is not supported. Choose one of "
+            f"{['auto', *ACCELERATORS]} or pass an Accelerator instance."
+        )
+    if accelerator == "auto":
+        for name in AUTO_ORDER:
+            if ACCELERATORS[name].is_available():
+                return ACCELERATORS[name]()
+    cls = ACCELERATORS[accelerator]
+    if not cls.is_available():
+        available = [name for name in AUTO_ORDER if ACCELERATORS[name].is_available()]
+        raise MisconfigurationError(
+            f"accelerator={accelerator!r} was asked for but is not available on this machine. "
+            f"Available here: {available}. Use accelerator='auto' to pick the best one."
+        )
+    return cls()
+
+
+def _select_strategy(
+    strategy: str | Strategy, accelerator: Accelerator, parallel_devices: list, num_nodes: int
+) -> Strategy:
+    if isinstance(strategy, Strategy):
+        if isinstance(strategy, SingleDeviceStrategy) and (len(parallel_devices) > 1 or num_nodes > 1):
+            raise MisconfigurationError(
+                f"A SingleDeviceStrategy cannot use devices={len(parallel_devices)}, num_nodes={num_nodes}. "
+                "Use strategy='ddp' (or another parallel strategy) for several devices."
+            )
+        return strategy
+    if not isinstance(strategy, str) or (strategy != "auto" and strategy not in STRATEGIES):
+        raise MisconfigurationError(
+            f"strategy={strategy!r} is not a known strategy. Choose one of {['auto', *sorted(STRATEGIES)]} "
+            "or pass a Strategy instance."
+        )
+    if strategy == "auto":
+        if len(parallel_devices) > 1 or num_nodes > 1:
+            strategy = "ddp"
+        else:
+            return SingleDeviceStrategy(device=parallel_devices[0], accelerator=accelerator)
+    if strategy == "single_device":
+        if len(parallel_devices) > 1 or num_nodes > 1:
+            raise MisconfigurationError(
+                f"strategy='single_device' cannot use {len(parallel_devices)} devices on {num_nodes} node(s). "
+                "Use strategy='ddp' or devices=1."
+            )
+        return SingleDeviceStrategy(device=parallel_devices[0], accelerator=accelerator)
+    return create_strategy(strategy)

@@ -1,0 +1,683 @@
+"""The ``Fabric`` façade: one object that runs a user's own loop on any hardware and strategy."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import torch
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import Tensor, nn
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from fabricx.connector import Connector
+from fabricx.data.loader import FabricDataLoader, build_stateful_loader
+from fabricx.utilities import seed as _seed
+from fabricx.utilities.apply import move_data_to_device
+from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.rank_zero import set_global_rank
+from fabricx.utilities.rng import RNGStates
+from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
+
+_RNG_KEY = "__fabricx_rng__"
+_PRECISION_KEY = "__fabricx_precision__"
+
+
+class Fabric:
+    """Run your own PyTorch loop on CPU, CUDA, MPS or TPU, on one device or many, in any precision.
+
+    Args:
+        accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``/``"gpu"``, ``"mps"``, ``"tpu"`` or an Accelerator.
+        strategy: ``"auto"``, a registry name (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...) or a Strategy.
+        devices: ``"auto"``, a count (processes on CPU), a list of indices, ``"0,1"`` or ``-1``.
+        num_nodes: how many machines take part.
+        precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
+        plugins: a Precision, ClusterEnvironment or checkpoint-I/O object, or a list of them.
+        callbacks: objects whose methods :meth:`call` invokes by name.
+        loggers: a logger or a list of loggers for :meth:`log` and :meth:`log_dict`.
+        grad_accum_steps: micro-batches per optimizer step inside :meth:`accumulate`.
+        save_rng_states: store every rank's random generator states in checkpoints and restore them.
+
+    Example::
+
+        fabric = Fabric(accelerator="cpu", devices=2, precision="bf16-mixed")
+        fabric.launch()
+        model, optimizer = fabric.setup(model, optimizer)
+        loader = fabric.setup_dataloaders(loader)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            fabric.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+
+    def __init__(
+        self,
+        *,
+        accelerator: Any = "auto",
+        strategy: Any = "auto",
+        devices: Any = "auto",
+        num_nodes: int = 1,
+        precision: str | int | None = None,
+        plugins: Any = None,
+        callbacks: Any = None,
+        loggers: Any = None,
+        grad_accum_steps: int = 1,
+        save_rng_states: bool = True,
+    ) -> None:
+        connector = Connector(
+            accelerator=accelerator,
+            strategy=strategy,
+            devices=devices,
+            num_nodes=num_nodes,
+            precision=precision,
+            plugins=plugins,
+        )
+        if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
+            raise ValueError(f"grad_accum_steps={grad_accum_steps!r} must be an int >= 1.")
+        self._connector = connector
+        self._strategy = connector.strategy
+        self._accelerator = connector.accelerator
+        self._precision = connector.precision
+        self._callbacks = _as_list(callbacks)
+        self._loggers = _as_list(loggers)
+        self._grad_accum_steps = grad_accum_steps
+        self._save_rng_states = save_rng_states
+        self._accumulation = _AccumulationState()
+        self._launched = False
+        self._setup_module_ids: set[int] = set()
+        self._models_setup = 0
+        if self._strategy.world_size == 1 or self._strategy.launcher is None:
+            # One process, or processes started by an outside launcher: nothing to spawn.
+            self._prepare_process()
+
+    # -- properties -------------------------------------------------------------------------------
+    @property
+    def accelerator(self) -> Any:
+        return self._accelerator
+
+    @property
+    def strategy(self) -> Any:
+        return self._strategy
+
+    @property
+    def precision(self) -> Any:
+        return self._precision
+
+    @property
+    def device(self) -> torch.device:
+        """The device this process computes on."""
+        return self._strategy.root_device
+
+    @property
+    def global_rank(self) -> int:
+        return self._strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self._strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self._strategy.node_rank
+
+    @property
+    def world_size(self) -> int:
+        return self._strategy.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self._strategy.is_global_zero
+
+    @property
+    def loggers(self) -> list[Any]:
+        return self._loggers
+
+    @property
+    def logger(self) -> Any:
+        """The first logger (or ``None``)."""
+        return self._loggers[0] if self._loggers else None
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self._grad_accum_steps
+
+    @property
+    def sync_gradients(self) -> bool:
+        """Whether the current micro-batch ends an accumulation window (optimizer steps happen)."""
+        return self._accumulation.sync_gradients
+
+    # -- launching --------------------------------------------------------------------------------
+    def launch(self, function: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        """Start the processes this configuration needs and run ``function(fabric, *args)`` in each.
+
+        With a subprocess launcher (``strategy="ddp"``) the script itself is re-run per rank and
+        ``function`` is optional; spawn/fork launchers need ``function``. For one process this only
+        calls ``function``.
+
+        Example::
+
+            fabric.launch(train, config)  # train(fabric, config) on every rank
+        """
+        if function is not None and not callable(function):
+            raise TypeError(f"launch() expects a function, got {type(function).__name__}.")
+        launcher = self._strategy.launcher
+        if launcher is not None and not self._launched:
+            if self._strategy.world_size > 1 and _process_group_initialized():
+                raise FabricxError(
+                    "A torch.distributed process group is already initialised in this process; fabricx "
+                    "cannot launch processes inside it. Run the script without your own init_process_group, "
+                    "or start it with `fabricx run`/torchrun and let Fabric join that group."
+                )
+            if function is None and launcher.requires_function:
+                raise FabricxError(
+                    f"strategy={self._strategy.strategy_name!r} starts processes with a function: call "
+                    "fabric.launch(train_fn) where train_fn(fabric, ...) holds your training code."
+                )
+            return launcher.launch(self._run_in_process, function, *args, **kwargs)
+        if not self._launched:
+            self._prepare_process()
+        return function(self, *args, **kwargs) if function is not None else None
+
+    def _run_in_process(self, function: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
+        self._prepare_process()
+        return function(self, *args, **kwargs) if function is not None else None
+
+    def _prepare_process(self) -> None:
+        self._strategy.setup_environment()
+        set_global_rank(self._strategy.global_rank)
+        self._launched = True
+
+    def _require_launched(self, what: str) -> None:
+        if not self._launched:
+            raise FabricxError(
+                f"{what} needs the processes of this {self._strategy.world_size}-process configuration to exist. "
+                "Call fabric.launch() first (or pass your training function to fabric.launch(fn))."
+            )
+
+    # -- setup --------------------------------------------------------------------------------------
+    def setup(
+        self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None, move_to_device: bool = True
+    ) -> Any:
+        """Set up a model and its optimizers (and optionally an LR scheduler) for this strategy.
+
+        Returns the wrapped model, then the optimizers, then the scheduler if one was given.
+
+        Example::
+
+            model, optimizer = fabric.setup(model, optimizer)
+        """
+        self._require_launched("setup()")
+        self._check_module_not_setup(module)
+        for optimizer in optimizers:
+            self._check_optimizer(optimizer, module)
+        original = module
+        if move_to_device:
+            self._move_module(module)
+        module = self._precision.convert_module(module)
+        forward_module, optimizers_out, scheduler = self._strategy.setup_module_and_optimizers(
+            module, list(optimizers), scheduler
+        )
+        wrapped = self._wrap_module(forward_module, original)
+        wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
+        if scheduler is not None:
+            scheduler = wrap_scheduler_step(scheduler, self._accumulation)
+        outputs: list[Any] = [wrapped, *wrapped_optimizers]
+        if scheduler is not None:
+            outputs.append(scheduler)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def setup_module(self, module: nn.Module, move_to_device: bool = True) -> FabricModule:
+        """Set up a model alone (then create the optimizer and call :meth:`setup_optimizers`).
+
+        Example::
+
+            model = fabric.setup_module(model)
+            optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters()))
+        """
+        self._require_launched("setup_module()")
+        self._check_module_not_setup(module)
+        original = module
+        if move_to_device:
+            self._move_module(module)
+        module = self._precision.convert_module(module)
+        forward_module = self._strategy.setup_module(module)
+        return self._wrap_module(forward_module, original)
+
+    def setup_optimizers(self, *optimizers: Optimizer) -> Any:
+        """Set up optimizers created over an already set-up model's parameters.
+
+        Example::
+
+            optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
+        """
+        wrapped = [
+            FabricOptimizer(self._strategy.setup_optimizer(opt), self._strategy, self._accumulation)
+            for opt in optimizers
+        ]
+        return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
+
+    def setup_dataloaders(
+        self, *dataloaders: DataLoader, use_distributed_sampler: bool = True, move_to_device: bool = True
+    ) -> Any:
+        """Make data loaders stateful, give each rank its share, and move batches to the device.
+
+        Example::
+
+            train_loader, val_loader = fabric.setup_dataloaders(train_loader, val_loader)
+        """
+        if not dataloaders:
+            raise ValueError("setup_dataloaders() needs at least one DataLoader.")
+        kwargs = self._strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
+        loaders = []
+        for loader in dataloaders:
+            stateful = build_stateful_loader(
+                loader,
+                num_replicas=kwargs["num_replicas"],
+                rank=kwargs["rank"],
+                use_distributed_sampler=use_distributed_sampler,
+            )
+            stateful = self._strategy.process_dataloader(stateful)
+            device = self.device if move_to_device else None
+            loaders.append(FabricDataLoader(stateful, device, self._accumulation))
+        return loaders[0] if len(loaders) == 1 else tuple(loaders)
+
+    def _move_module(self, module: nn.Module) -> None:
+        if any(t.is_meta for t in _module_tensors(module)):
+            return  # materialised by the strategy after sharding
+        self._strategy.module_to_device(module)
+
+    def _wrap_module(self, forward_module: nn.Module, original: nn.Module) -> FabricModule:
+        self._strategy.materialize_module(forward_module)
+        self._setup_module_ids.add(id(original))
+        self._models_setup += 1
+        return FabricModule(forward_module, self._precision, original)
+
+    def _check_module_not_setup(self, module: Any) -> None:
+        if isinstance(module, FabricModule) or id(module) in self._setup_module_ids:
+            raise FabricxError(
+                f"The module {type(unwrap(module)).__name__} was already set up by this Fabric. "
+                "Call setup() once per model and keep using the object it returned."
+            )
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"setup() expects a torch.nn.Module first, got {type(module).__name__}.")
+
+    @staticmethod
+    def _check_optimizer(optimizer: Any, module: nn.Module) -> None:
+        if isinstance(optimizer, FabricOptimizer):
+            raise FabricxError("The optimizer was already set up; pass the user's optimizer once.")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(
+                f"setup() got {type(optimizer).__name__} where an optimizer was expected. Pass the "
+                "scheduler as setup(model, optimizer, scheduler=scheduler)."
+            )
+        module_params = {id(p) for p in module.parameters()}
+        foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in module_params]
+        if foreign:
+            raise FabricxError(
+                f"The optimizer holds {len(foreign)} parameter(s) that are not in the module "
+                f"{type(module).__name__} given to setup(). Build the optimizer from model.parameters() of "
+                "the same model, or set up each model with its own optimizer."
+            )
+
+    # -- the step -----------------------------------------------------------------------------------
+    def backward(self, tensor: Tensor, *args: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
+        """Backward through the strategy and precision (loss scaling, DeepSpeed engine, ...).
+
+        Inside :meth:`accumulate`, the loss is divided by the length of the current window.
+
+        Example::
+
+            fabric.backward(loss)
+        """
+        if not self._launched:
+            self._require_launched("backward()")
+        accumulation = self._accumulation
+        if accumulation.in_window and self._grad_accum_steps > 1:
+            tensor = tensor / accumulation.window_length
+        self._strategy.backward(tensor, model, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, module: nn.Module) -> Generator[None, None, None]:
+        """One micro-batch of gradient accumulation (``Fabric(grad_accum_steps=N)``).
+
+        Off a window boundary, gradient sync is off and ``optimizer.step()``, ``zero_grad()`` and a
+        set-up scheduler's ``step()`` do nothing. The last window of an epoch may be shorter; the
+        loss is divided by the window's real length.
+
+        Example::
+
+            for batch in loader:
+                with fabric.accumulate(model):
+                    fabric.backward(loss_fn(model(batch)))
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """
+        accumulation = self._accumulation
+        steps = self._grad_accum_steps
+        if steps == 1:
+            accumulation.sync_gradients = True
+            yield
+            return
+        accumulation.counter += 1
+        if accumulation.counter == 1:
+            accumulation.window_length = steps
+            loader = accumulation.active_loader
+            if loader is not None:
+                with contextlib.suppress(TypeError):
+                    remaining = len(loader) - loader.batches_consumed + 1
+                    if 0 < remaining < steps:
+                        accumulation.window_length = remaining
+        boundary = accumulation.counter >= accumulation.window_length
+        accumulation.sync_gradients = boundary
+        accumulation.in_window = True
+        try:
+            if boundary:
+                yield
+            else:
+                with self.no_backward_sync(module):
+                    yield
+        finally:
+            accumulation.in_window = False
+            if boundary:
+                accumulation.counter = 0
+
+    @contextlib.contextmanager
+    def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> Generator[None, None, None]:
+        """Skip gradient synchronisation in ``backward`` while inside (for manual accumulation).
+
+        Example::
+
+            with fabric.no_backward_sync(model, enabled=not is_last_micro_batch):
+                fabric.backward(loss)
+        """
+        if not isinstance(module, FabricModule):
+            raise TypeError(
+                f"no_backward_sync() needs the model returned by fabric.setup(), got {type(module).__name__}."
+            )
+        if not enabled:
+            yield
+            return
+        with self._strategy.no_backward_sync(module._forward_module, enabled):
+            yield
+
+    def clip_gradients(
+        self,
+        module: nn.Module,
+        optimizer: Optimizer,
+        clip_val: float | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> Tensor | None:
+        """Clip gradients by value (``clip_val``) or by total norm (``max_norm``; returns the norm).
+
+        Gradients are unscaled first under ``"16-mixed"``; sharded gradients are clipped globally.
+
+        Example::
+
+            total_norm = fabric.clip_gradients(model, optimizer, max_norm=1.0)
+        """
+        if (clip_val is None) == (max_norm is None):
+            raise ValueError(
+                f"clip_gradients() takes exactly one of clip_val or max_norm; got clip_val={clip_val!r}, "
+                f"max_norm={max_norm!r}."
+            )
+        inner_module = module._forward_module if isinstance(module, FabricModule) else module
+        inner_optimizer = unwrap(optimizer)
+        if max_norm is not None:
+            return self._strategy.clip_gradients_norm(
+                inner_module, inner_optimizer, max_norm=max_norm, norm_type=norm_type,
+                error_if_nonfinite=error_if_nonfinite,
+            )
+        self._strategy.clip_gradients_value(inner_module, inner_optimizer, clip_val=clip_val)
+        return None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision's forward context, for computation outside the model's ``forward``.
+
+        Example::
+
+            with fabric.autocast():
+                loss = criterion(model(x), y)
+        """
+        return self._precision.forward_context()
+
+    # -- tensors and devices --------------------------------------------------------------------------
+    def to_device(self, obj: Any) -> Any:
+        """Move a module, a tensor or a nested collection of tensors to this process's device.
+
+        Example::
+
+            batch = fabric.to_device(batch)
+        """
+        if isinstance(obj, nn.Module):
+            self._strategy.module_to_device(obj)
+            return obj
+        return move_data_to_device(obj, self.device)
+
+    def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
+        """Context to build a model on the right device and dtype; ``empty_init=True`` builds it on the
+        meta device (no memory, no init) and it is materialised after :meth:`setup`.
+
+        Example::
+
+            with fabric.init_module(empty_init=True):
+                model = BigModel()
+            model = fabric.setup_module(model)
+            fabric.load("ckpt", {"model": model})
+        """
+        return self._strategy.module_init_context(empty_init=empty_init)
+
+    def init_tensor(self) -> contextlib.AbstractContextManager:
+        """Context in which new tensors are created on the device in the precision's dtype.
+
+        Example::
+
+            with fabric.init_tensor():
+                buffer = torch.zeros(10)
+        """
+        return self._strategy.tensor_init_context()
+
+    # -- processes and collectives ----------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the global rank zero only."""
+        if self.is_global_zero:
+            print(*args, **kwargs)
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point."""
+        self._require_launched("barrier()")
+        self._strategy.barrier(name=name)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send a picklable object (or tensor) from rank ``src`` to every rank.
+
+        Example::
+
+            run_name = fabric.broadcast(run_name)
+        """
+        self._require_launched("broadcast()")
+        return self._strategy.broadcast(obj, src=src)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather tensors (or nested collections of them) from every rank; shapes may differ in the
+        first dimension across ranks only if all other dimensions agree (padded, then trimmed).
+
+        Returns tensors with a new leading dimension of size ``world_size`` (a list where shapes differ).
+
+        Example::
+
+            all_predictions = fabric.all_gather(predictions)
+        """
+        self._require_launched("all_gather()")
+        return apply_to_collection(
+            data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads
+        )
+
+    def all_reduce(self, data: Any, group: Any = None, reduce_op: str = "mean") -> Any:
+        """Reduce tensors (or nested collections, or numbers) across ranks: mean, sum, min or max.
+
+        Example::
+
+            mean_loss = fabric.all_reduce(loss, reduce_op="mean")
+        """
+        self._require_launched("all_reduce()")
+        if reduce_op not in ("mean", "sum", "min", "max", "avg"):
+            raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
+        data = apply_to_collection(data, (int, float), lambda x: torch.tensor(x, device=self.device))
+        return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
+
+    @contextlib.contextmanager
+    def rank_zero_first(self, local: bool = False) -> Generator[None, None, None]:
+        """Run the block on rank zero first (e.g. to download or prepare data), then on the others.
+
+        Example::
+
+            with fabric.rank_zero_first():
+                dataset = prepare_dataset()
+        """
+        first = self.local_rank == 0 if local else self.is_global_zero
+        if not first:
+            self.barrier("rank_zero_first")
+        try:
+            yield
+        finally:
+            if first:
+                self.barrier("rank_zero_first")
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+        """Save models, optimizers, schedulers, data loaders and plain values; every rank must call it.
+
+        The checkpoint is a directory written atomically: a failed save never damages a previous one.
+        Every rank's random generator states and the grad scaler are stored too.
+
+        Example::
+
+            fabric.save("ckpt/step_100", {"model": model, "optimizer": optimizer, "loader": loader, "step": 100})
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"save() expects a dict of things to save, got {type(state).__name__}.")
+        if self._accumulation.counter != 0:
+            raise FabricxError(
+                f"save() was called inside a gradient-accumulation window ({self._accumulation.counter} of "
+                f"{self._accumulation.window_length} micro-batches done): the accumulated gradients are not "
+                "part of a checkpoint, so a resumed run would differ. Save after the optimizer step."
+            )
+        self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter)
+
+    def load(
+        self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True
+    ) -> dict[str, Any]:
+        """Restore a checkpoint into the objects of ``state`` (in place); return what was not restored.
+
+        Without ``state``, return the whole checkpoint's contents. Plain values in ``state`` are
+        replaced by the loaded ones. Loading never executes code stored in the file.
+
+        Example::
+
+            remainder = fabric.load("ckpt/step_100", state)
+            step = state["step"]
+        """
+        path = os.fspath(path)
+        if state is None:
+            return self._strategy.load_checkpoint(path, None, strict=strict)
+        internal = self._with_internal_state(state)
+        remainder = self._strategy.load_checkpoint(path, internal, strict=strict)
+        for key in state:
+            if key in internal and internal[key] is not state[key]:
+                state[key] = internal[key]
+        return remainder
+
+    def load_raw(self, path: str | os.PathLike, obj: nn.Module | Optimizer, strict: bool = True) -> None:
+        """Load a plain state dict (e.g. written by ``torch.save(model.state_dict())``) into one object.
+
+        Example::
+
+            fabric.load_raw("pretrained.pt", model)
+        """
+        from fabricx.checkpoint.format import read_checkpoint
+
+        loaded = read_checkpoint(os.fspath(path), rank=self.global_rank)
+        contents = loaded.shared
+        target = unwrap(obj)
+        if isinstance(target, nn.Module):
+            self._strategy.load_module_state_dict(target, contents, strict=strict)
+        else:
+            self._strategy.load_optimizer_state(target, contents)
+
+    def _with_internal_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        internal = dict(state)
+        if self._save_rng_states:
+            internal[_RNG_KEY] = RNGStates()
+        internal[_PRECISION_KEY] = self._precision
+        return internal
+
+    # -- callbacks and logging ----------------------------------------------------------------------------
+    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+        """Call ``hook_name(*args, **kwargs)`` on every callback that has such a method.
+
+        Example::
+
+            fabric = Fabric(callbacks=[MyCallback()])
+            fabric.call("on_train_epoch_end", results=results)
+        """
+        for callback in self._callbacks:
+            method = getattr(callback, hook_name, None)
+            if callable(method):
+                method(*args, **kwargs)
+
+    def log(self, name: str, value: Any, step: int | None = None) -> None:
+        """Log one metric to every logger (on rank zero).
+
+        Example::
+
+            fabric.log("loss", loss, step=step)
+        """
+        self.log_dict({name: value}, step=step)
+
+    def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Log several metrics to every logger (on rank zero)."""
+        if not self._loggers:
+            return
+        metrics = apply_to_collection(metrics, Tensor, lambda t: t.item() if t.numel() == 1 else t)
+        for logger in self._loggers:
+            logger.log_metrics(metrics=metrics, step=step)
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    @staticmethod
+    def seed_everything(seed: int | None = None, workers: bool | None = None) -> int:
+        """Seed every random generator; ``workers=True`` seeds dataloader workers too."""
+        return _seed.seed_everything(seed, workers=bool(workers))
+
+    @staticmethod
+    def unwrap(obj: Any) -> Any:
+        """The user's own module/optimizer/loader behind a fabricx wrapper."""
+        return unwrap(obj)
+
+    def _teardown(self) -> None:
+        self._strategy.teardown()
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+def _module_tensors(module: nn.Module) -> Iterable[Tensor]:
+    yield from module.parameters()
+    yield from module.buffers()
+
+
+def _process_group_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+__all__ = ["Fabric"]

@@ -1,0 +1,77 @@
+"""Whole-model precisions: ``"64-true"``, ``"16-true"`` and ``"bf16-true"``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.nn import Module
+
+from fabricx.precision.precision import Precision, convert_floating_tensors, default_dtype
+
+
+class TrueDtypePrecision(Precision):
+    """Parameters, inputs and computation all in one dtype (no autocast, no master weights).
+
+    Example::
+
+        Fabric(precision="bf16-true")  # parameters become torch.bfloat16
+    """
+
+    needs_forward_context = True
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        names = {torch.float64: "64-true", torch.float16: "16-true", torch.bfloat16: "bf16-true"}
+        if dtype not in names:
+            raise ValueError(f"TrueDtypePrecision supports {list(names)} dtypes, got {dtype}.")
+        self.dtype = dtype
+        self.precision = names[dtype]
+
+    def convert_module(self, module: Module) -> Module:
+        return module.to(dtype=self.dtype)
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager:
+        return default_dtype(self.dtype)
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return default_dtype(self.dtype)
+
+    def convert_input(self, data: Any) -> Any:
+        return convert_floating_tensors(data, self.dtype)
+
+    def convert_output(self, data: Any) -> Any:
+        return convert_floating_tensors(data, torch.get_default_dtype())
+
+
+class DoublePrecision(TrueDtypePrecision):
+    """``"64-true"``: everything in float64.
+
+    Example::
+
+        Fabric(precision="64-true")
+    """
+
+    def __init__(self) -> None:
+        super().__init__(torch.float64)
+
+    def convert_output(self, data: Any) -> Any:
+        # float64 outputs are what the user asked for; casting down would lose the point of it.
+        return data
+
+
+class HalfPrecision(TrueDtypePrecision):
+    """``"16-true"`` or ``"bf16-true"``: everything in a 16-bit dtype.
+
+    Pure float16 with Adam's default ``eps=1e-8`` rounds eps to 0; prefer ``eps>=1e-4`` or bf16.
+
+    Example::
+
+        Fabric(precision="bf16-true")
+    """
+
+    def __init__(self, precision: str = "bf16-true") -> None:
+        dtypes = {"16-true": torch.float16, "bf16-true": torch.bfloat16}
+        if precision not in dtypes:
+            raise ValueError(f"HalfPrecision takes one of {list(dtypes)}, got {precision!r}.")
+        super().__init__(dtypes[precision])

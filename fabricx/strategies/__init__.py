@@ -1,0 +1,39 @@
+"""Strategies: how processes and parameters are laid out (single device, DDP, FSDP2, DeepSpeed, TP)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabricx.strategies.registry import STRATEGIES, available_strategy_names
+from fabricx.strategies.single_device import SingleDeviceStrategy
+from fabricx.strategies.strategy import Strategy
+
+_LAZY = {
+    "DDPStrategy": "fabricx.strategies.ddp",
+    "ParallelStrategy": "fabricx.strategies.parallel",
+    "FSDPStrategy": "fabricx.strategies.fsdp",
+    "DeepSpeedStrategy": "fabricx.strategies.deepspeed",
+    "ModelParallelStrategy": "fabricx.strategies.model_parallel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Parallel strategies import torch.distributed pieces; load them when first named.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fabricx.strategies' has no attribute {name!r}")
+
+
+__all__ = [
+    "STRATEGIES",
+    "DDPStrategy",
+    "DeepSpeedStrategy",
+    "FSDPStrategy",
+    "ModelParallelStrategy",
+    "ParallelStrategy",
+    "SingleDeviceStrategy",
+    "Strategy",
+    "available_strategy_names",
+]

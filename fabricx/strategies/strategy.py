@@ -1,0 +1,256 @@
+"""The strategy interface: how processes and parameters are laid out."""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.accelerators.accelerator import Accelerator
+from fabricx.precision.precision import Precision
+from fabricx.utilities.apply import move_data_to_device
+
+if TYPE_CHECKING:
+    from fabricx.strategies.launchers.launcher import Launcher
+
+
+class Strategy(ABC):
+    """How work is spread over processes and devices.
+
+    A strategy is handed an :class:`Accelerator`, a :class:`Precision` and (for several processes)
+    a cluster environment; it launches processes, wraps modules and optimizers, runs backward and
+    optimizer steps, implements collectives, and decides how a checkpoint is laid out on disk.
+    Single-process defaults live here; parallel strategies override what differs.
+
+    Example::
+
+        from fabricx.strategies import SingleDeviceStrategy
+        Fabric(strategy=SingleDeviceStrategy(device="cpu"))
+    """
+
+    #: Name in the strategy registry (set by subclasses).
+    strategy_name: str = ""
+    #: Whether ``loss.backward()`` cannot replace ``fabric.backward(loss)`` (e.g. DeepSpeed).
+    requires_fabric_backward: bool = False
+    #: Whether the optimizer must be created after the module was set up (sharding).
+    requires_optimizer_after_module: bool = False
+
+    def __init__(self, accelerator: Accelerator | None = None, precision: Precision | None = None) -> None:
+        self.accelerator = accelerator
+        self._precision = precision
+        self._launcher: Launcher | None = None
+
+    # -- objects handed in by the connector -------------------------------------------------
+    @property
+    def precision(self) -> Precision:
+        return self._precision if self._precision is not None else Precision()
+
+    @precision.setter
+    def precision(self, precision: Precision | None) -> None:
+        self._precision = precision
+
+    def build_precision(self, name: str, device_type: str) -> Precision:
+        """The precision plugin for a canonical precision name (strategies may substitute their own)."""
+        from fabricx.precision.registry import build_precision
+
+        return build_precision(name, device_type)
+
+    def validate_precision(self, precision: Precision) -> None:
+        """Refuse a precision plugin this strategy cannot run (clear message)."""
+
+    @property
+    def launcher(self) -> Launcher | None:
+        return self._launcher
+
+    # -- where this process is ----------------------------------------------------------------
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device this process computes on."""
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def num_processes(self) -> int:
+        return 1
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return False
+
+    def _configure_launcher(self) -> None:
+        """Choose a launcher for this strategy (single-process strategies need none)."""
+
+    def setup_environment(self) -> None:
+        """Prepare devices and, for several processes, the process group."""
+        if self.accelerator is not None:
+            self.accelerator.setup_device(self.root_device)
+
+    # -- modules and optimizers ---------------------------------------------------------------
+    def setup_module_and_optimizers(
+        self, module: Module, optimizers: list[Optimizer], scheduler: Any = None
+    ) -> tuple[Module, list[Optimizer], Any]:
+        """Wrap a module and its optimizers together (strategies that need both at once)."""
+        module = self.setup_module(module)
+        optimizers = [self.setup_optimizer(optimizer) for optimizer in optimizers]
+        return module, optimizers, scheduler
+
+    def setup_module(self, module: Module) -> Module:
+        """Wrap the module for this strategy (DDP, FSDP, ...); the identity on one device."""
+        return module
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        return optimizer
+
+    def module_to_device(self, module: Module) -> None:
+        module.to(self.root_device)
+
+    def module_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
+        """Context in which a model is instantiated (device, dtype, and optionally on ``meta``)."""
+        stack = contextlib.ExitStack()
+        if empty_init:
+            stack.enter_context(torch.device("meta"))
+        else:
+            stack.enter_context(self.root_device)
+        stack.enter_context(self.precision.module_init_context())
+        return stack
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.root_device)
+        stack.enter_context(self.precision.tensor_init_context())
+        return stack
+
+    def materialize_module(self, module: Module) -> None:
+        """Give real storage to parameters created on the meta device, then reset them."""
+        if not any(t.is_meta for t in _tensors(module)):
+            return
+        module.to_empty(device=self.root_device)
+        for submodule in module.modules():
+            reset = getattr(submodule, "reset_parameters", None)
+            if callable(reset):
+                reset()
+
+    # -- data -----------------------------------------------------------------------------------
+    def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
+        return move_data_to_device(batch, device or self.root_device)
+
+    def process_dataloader(self, dataloader: Any) -> Any:
+        """A last change to a set-up data loader (identity for most strategies)."""
+        return dataloader
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas`` and ``rank`` for a distributed sampler, or ``None`` for one process."""
+        return None
+
+    # -- backward and steps ---------------------------------------------------------------------
+    def backward(self, tensor: Tensor, module: Module | None, *args: Any, **kwargs: Any) -> None:
+        precision = self.precision
+        tensor = precision.pre_backward(tensor, module)
+        precision.backward(tensor, module, *args, **kwargs)
+        precision.post_backward(tensor, module)
+
+    def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
+        return self.precision.optimizer_step(optimizer, **kwargs)
+
+    def no_backward_sync(self, module: Module, enabled: bool = True) -> contextlib.AbstractContextManager:
+        """Context that skips gradient synchronisation in ``backward`` (no-op for one process)."""
+        return contextlib.nullcontext()
+
+    def clip_gradients_norm(
+        self,
+        module: Module,
+        optimizer: Optimizer,
+        max_norm: float,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> Tensor:
+        self.precision.unscale_gradients(optimizer)
+        parameters = _optimizer_parameters(optimizer)
+        return torch.nn.utils.clip_grad_norm_(
+            parameters, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
+        )
+
+    def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float) -> None:
+        self.precision.unscale_gradients(optimizer)
+        torch.nn.utils.clip_grad_value_(_optimizer_parameters(optimizer), clip_value=clip_val)
+
+    # -- collectives (identity for one process) -----------------------------------------------------
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process gets here."""
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
+        """Stack each rank's tensor along a new first dimension."""
+        return tensor.unsqueeze(0)
+
+    def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: str = "mean") -> Tensor:
+        return tensor
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def get_module_state_dict(self, module: Module) -> dict[str, Any]:
+        """The module's full state dict as the user's module would give it."""
+        return module.state_dict()
+
+    def load_module_state_dict(self, module: Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        return module.load_state_dict(state_dict, strict=strict)
+
+    def get_optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: Optimizer, state_dict: dict[str, Any]) -> None:
+        optimizer.load_state_dict(state_dict)
+
+    def save_checkpoint(self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+        from fabricx.checkpoint.fabric_state import save_fabric_checkpoint
+
+        save_fabric_checkpoint(self, path, state, filter)
+
+    def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
+        from fabricx.checkpoint.fabric_state import load_fabric_checkpoint
+
+        return load_fabric_checkpoint(self, path, state, strict)
+
+    def teardown(self) -> None:
+        self.precision.teardown()
+        if self.accelerator is not None:
+            self.accelerator.teardown()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _optimizer_parameters(optimizer: Optimizer) -> Iterable[Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _tensors(module: Module) -> Iterable[Tensor]:
+    yield from module.parameters()
+    yield from module.buffers()

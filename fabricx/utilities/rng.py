@@ -1,0 +1,46 @@
+"""Capturing and restoring every random number generator of a process."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def capture_rng_states() -> dict[str, Any]:
+    """The state of Python's ``random``, NumPy's global generator, torch's CPU and CUDA generators."""
+    states: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`capture_rng_states` returned (entries it lacks are left alone)."""
+    if "python" in states:
+        version, internal, gauss = states["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in states:
+        np.random.set_state(tuple(states["numpy"]))
+    if "torch" in states:
+        torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class RNGStates:
+    """Checkpointable handle on this process's random generators (one per rank)."""
+
+    _fabricx_per_rank = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return capture_rng_states()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        restore_rng_states(state_dict)

@@ -1,0 +1,181 @@
+"""Wrappers that keep the user's module, optimizer and data loader looking like themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+from torch.optim import Optimizer
+
+if TYPE_CHECKING:
+    from fabricx.precision.precision import Precision
+    from fabricx.strategies.strategy import Strategy
+
+
+class _AccumulationState:
+    """Whether the current micro-batch ends an accumulation window (shared by all wrappers)."""
+
+    __slots__ = ("active_loader", "counter", "in_window", "sync_gradients", "window_length")
+
+    def __init__(self) -> None:
+        self.active_loader: Any = None
+        self.sync_gradients = True
+        self.in_window = False
+        self.counter = 0
+        self.window_length = 1
+
+
+class FabricModule(nn.Module):
+    """The user's module after ``fabric.setup``: forward runs under the precision context and
+    through the strategy's wrapper (DDP, FSDP, ...); everything else reaches the user's module.
+
+    ``state_dict()`` keys are the user's own; ``.module`` is the user's module.
+
+    Example::
+
+        model = fabric.setup_module(MyNet())
+        model.my_custom_method()  # passes through
+    """
+
+    def __init__(self, forward_module: nn.Module, precision: Precision, original_module: nn.Module) -> None:
+        super().__init__()
+        self._forward_module = forward_module
+        # Stored outside nn.Module's registries so parameters are not listed twice.
+        self.__dict__["_original_module"] = original_module
+        self.__dict__["_fabricx_unwrapped"] = original_module
+        self.__dict__["_precision"] = precision
+        self.__dict__["_needs_context"] = precision.needs_forward_context
+
+    @property
+    def module(self) -> nn.Module:
+        return self._original_module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._needs_context:
+            return self._forward_module(*args, **kwargs)
+        precision = self._precision
+        args, kwargs = precision.convert_input((args, kwargs))
+        with precision.forward_context():
+            output = self._forward_module(*args, **kwargs)
+        return precision.convert_output(output)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._original_module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self._original_module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
+        return self._original_module.named_parameters(*args, **kwargs)
+
+    def parameters(self, recurse: bool = True) -> Any:
+        return self._original_module.parameters(recurse)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_original_module"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        original = self.__dict__.get("_original_module")
+        if original is not None and not name.startswith("_") and hasattr(original, name):
+            setattr(original, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def __repr__(self) -> str:
+        return f"FabricModule({self._original_module!r})"
+
+
+class FabricOptimizer:
+    """The user's optimizer after ``fabric.setup``: still an instance of its class, stepping
+    through the strategy and precision (grad scaler, DeepSpeed engine, ...), and doing nothing
+    off an accumulation boundary.
+
+    Example::
+
+        model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        isinstance(optimizer, torch.optim.SGD)  # True
+    """
+
+    def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: _AccumulationState) -> None:
+        # Share param_groups/state with the user's optimizer; keep our own step/zero_grad.
+        self.__dict__ = {
+            k: v for k, v in optimizer.__dict__.items() if k not in ("step", "zero_grad", "state_dict", "__del__")
+        }
+        self.__class__ = type("Fabric" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {})
+        self._optimizer = optimizer
+        self._fabricx_unwrapped = optimizer
+        self._strategy = strategy
+        self._accumulation = accumulation
+        self._step_fn = _direct_step(optimizer, strategy)
+
+    @property
+    def optimizer(self) -> Optimizer:
+        return self._optimizer
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        if not self._accumulation.sync_gradients:
+            return None
+        if closure is not None:
+            kwargs["closure"] = closure
+        return self._step_fn(**kwargs)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._accumulation.sync_gradients:
+            self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._strategy.get_optimizer_state(self._optimizer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._strategy.load_optimizer_state(self._optimizer, state_dict)
+
+
+def _direct_step(optimizer: Optimizer, strategy: Strategy) -> Callable[..., Any]:
+    """The cheapest correct step call: the optimizer's own when nothing needs to intervene."""
+    from fabricx.strategies.strategy import Strategy as BaseStrategy
+
+    plain = type(strategy).optimizer_step is BaseStrategy.optimizer_step and not strategy.precision.needs_optimizer_step
+    if plain:
+        return optimizer.step
+
+    def step(**kwargs: Any) -> Any:
+        return strategy.optimizer_step(optimizer, **kwargs)
+
+    return step
+
+
+def wrap_scheduler_step(scheduler: Any, accumulation: _AccumulationState) -> Any:
+    """Make ``scheduler.step()`` a no-op off an accumulation boundary.
+
+    The scheduler keeps its class (through a subclass) and its ``state_dict`` stays clean.
+    """
+    if getattr(scheduler, "_fabricx_scheduler", False):
+        return scheduler
+    cls = scheduler.__class__
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if accumulation.sync_gradients:
+            return cls.step(self, *args, **kwargs)
+        return None
+
+    scheduler.__class__ = type(cls.__name__, (cls,), {"step": step, "_fabricx_scheduler": True})
+    return scheduler
+
+
+def unwrap(obj: Any) -> Any:
+    """The user's own object behind a fabricx wrapper (the object itself otherwise).
+
+    Example::
+
+        plain_model = fabricx.unwrap(model)
+    """
+    inner = getattr(obj, "_fabricx_unwrapped", None)
+    return inner if inner is not None else obj
+
+
+def is_wrapped(obj: Any) -> bool:
+    return getattr(obj, "_fabricx_unwrapped", None) is not None
