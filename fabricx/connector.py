@@ -49,6 +49,7 @@ class Connector:
         )
         accelerator, strategy, devices = flags["accelerator"], flags["strategy"], flags["devices"]
         num_nodes, precision = flags["num_nodes"], flags["precision"]
+        devices, num_nodes = _layout_from_external_launcher(devices, num_nodes)
 
         precision_plugin, environment, checkpoint_io = _sort_plugins(plugins)
         if precision_plugin is not None and precision is not None:
@@ -106,6 +107,18 @@ def _apply_cli_flags(flags: dict[str, Any]) -> dict[str, Any]:
             )
         resolved[name] = parsed
     return resolved
+
+
+def _layout_from_external_launcher(devices: Any, num_nodes: int) -> tuple[Any, int]:
+    """Under torchrun with ``devices="auto"``, use the layout torchrun created."""
+    local_world = os.environ.get("LOCAL_WORLD_SIZE")
+    world = os.environ.get("WORLD_SIZE")
+    if devices != "auto" or local_world is None or world is None or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return devices, num_nodes
+    local_world_size, world_size = int(local_world), int(world)
+    if world_size <= 1:
+        return devices, num_nodes
+    return local_world_size, max(num_nodes, world_size // max(1, local_world_size))
 
 
 def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:

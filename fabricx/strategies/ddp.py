@@ -1,0 +1,64 @@
+"""Distributed data parallel: a full model copy per process, gradients all-reduced in backward."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch.nn import Module
+from torch.nn.parallel import DistributedDataParallel
+
+from fabricx.accelerators.accelerator import Accelerator
+from fabricx.precision.precision import Precision
+from fabricx.strategies.parallel import ParallelStrategy
+
+
+class DDPStrategy(ParallelStrategy):
+    """``torch.nn.parallel.DistributedDataParallel`` over gloo (CPU) or NCCL (CUDA).
+
+    Args:
+        start_method: ``"popen"`` re-runs the script per rank (like torchrun); ``"spawn"``/``"fork"``
+            start processes running the function given to ``fabric.launch``.
+        process_group_backend: ``"gloo"``, ``"nccl"`` or ``None`` for the device's default.
+        timeout: how long a collective may wait before the job fails.
+        **ddp_kwargs: passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``...).
+
+    Example::
+
+        Fabric(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn", timeout=60))
+    """
+
+    strategy_name = "ddp"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | float | None = timedelta(minutes=30),
+        start_method: str = "popen",
+        **ddp_kwargs: Any,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            precision=precision,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+        )
+        self._ddp_kwargs = ddp_kwargs
+
+    def setup_module(self, module: Module) -> DistributedDataParallel:
+        device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
+        return DistributedDataParallel(module, device_ids=device_ids, **self._ddp_kwargs)
+
+    def no_backward_sync(self, module: Module, enabled: bool = True) -> contextlib.AbstractContextManager:
+        if not enabled or not isinstance(module, DistributedDataParallel):
+            return contextlib.nullcontext()
+        return module.no_sync()

@@ -1,0 +1,237 @@
+"""Shared machinery of every multi-process strategy: process group, ranks, collectives."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from fabricx.accelerators.accelerator import Accelerator
+from fabricx.precision.precision import Precision
+from fabricx.strategies.strategy import Strategy
+from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.rank_zero import set_global_rank
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
+_START_METHODS = ("popen", "spawn", "fork", "forkserver")
+
+
+class ParallelStrategy(Strategy):
+    """Base of strategies that run one process per device: process-group set-up, ranks from the
+    cluster environment, collectives over ``torch.distributed``, the launcher choice.
+
+    Example::
+
+        class MyStrategy(ParallelStrategy):
+            def setup_module(self, module): ...
+    """
+
+    is_parallel = True
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        precision: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | float | None = timedelta(minutes=30),
+        start_method: str = "popen",
+    ) -> None:
+        super().__init__(accelerator=accelerator, precision=precision)
+        if start_method not in _START_METHODS:
+            raise MisconfigurationError(f"start_method={start_method!r}; choose one of {list(_START_METHODS)}.")
+        self.parallel_devices = parallel_devices or []
+        self.cluster_environment = cluster_environment
+        self.num_nodes = 1
+        self._process_group_backend = process_group_backend
+        self._timeout = timeout if isinstance(timeout, timedelta) or timeout is None else timedelta(seconds=timeout)
+        self._start_method = start_method
+
+    def configure(self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any) -> None:
+        """Receive the layout chosen by the connector and pick a launcher."""
+        from fabricx.environments.detect import detect_cluster_environment
+
+        self.parallel_devices = parallel_devices
+        self.num_nodes = num_nodes
+        if cluster_environment is not None:
+            self.cluster_environment = cluster_environment
+        if self.cluster_environment is None:
+            self.cluster_environment = detect_cluster_environment()
+        self.cluster_environment.validate_settings(len(parallel_devices), num_nodes)
+        self._configure_launcher()
+
+    def _configure_launcher(self) -> None:
+        from fabricx.strategies.launchers.multiprocessing import MultiprocessingLauncher
+        from fabricx.strategies.launchers.subprocess_script import SubprocessScriptLauncher
+
+        if self.cluster_environment.creates_processes_externally:
+            self._launcher = None
+        elif self._start_method == "popen":
+            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+        else:
+            self._launcher = MultiprocessingLauncher(self, start_method=self._start_method)
+
+    # -- where this process is --------------------------------------------------------------------
+    @property
+    def num_processes(self) -> int:
+        return len(self.parallel_devices) if self.parallel_devices else 1
+
+    @property
+    def _layout_is_ours(self) -> bool:
+        # fabricx's own launcher: ranks follow from devices x nodes. Other launchers dictate them.
+        from fabricx.environments.local import LocalEnvironment
+
+        return self.cluster_environment is None or isinstance(self.cluster_environment, LocalEnvironment)
+
+    @property
+    def world_size(self) -> int:
+        if self._layout_is_ours:
+            return self.num_processes * self.num_nodes
+        return self.cluster_environment.world_size()
+
+    @property
+    def global_rank(self) -> int:
+        if self._layout_is_ours:
+            return self.node_rank * self.num_processes + self.local_rank
+        return self.cluster_environment.global_rank()
+
+    @property
+    def local_rank(self) -> int:
+        env = self.cluster_environment
+        return env.local_rank() if env is not None else 0
+
+    @property
+    def node_rank(self) -> int:
+        env = self.cluster_environment
+        return env.node_rank() if env is not None else 0
+
+    @property
+    def root_device(self) -> torch.device:
+        if not self.parallel_devices:
+            return torch.device("cpu")
+        return self.parallel_devices[self.local_rank % len(self.parallel_devices)]
+
+    @property
+    def is_distributed(self) -> bool:
+        return True
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @property
+    def process_group_backend(self) -> str:
+        if self._process_group_backend is not None:
+            return self._process_group_backend
+        return "nccl" if self.root_device.type == "cuda" else "gloo"
+
+    # -- process group ---------------------------------------------------------------------------------
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        self._init_process_group()
+
+    def _init_process_group(self) -> None:
+        env = self.cluster_environment
+        env.set_world_size(self.world_size)
+        env.set_global_rank(self.global_rank)
+        set_global_rank(self.global_rank)
+        if dist.is_initialized():
+            return
+        os.environ["MASTER_ADDR"] = env.main_address
+        os.environ["MASTER_PORT"] = str(env.main_port)
+        kwargs: dict[str, Any] = {}
+        if self._timeout is not None:
+            kwargs["timeout"] = self._timeout
+        if self.root_device.type == "cuda":
+            kwargs["device_id"] = self.root_device
+        dist.init_process_group(
+            self.process_group_backend, rank=self.global_rank, world_size=self.world_size, **kwargs
+        )
+
+    def teardown(self) -> None:
+        super().teardown()
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        if self.cluster_environment is not None:
+            self.cluster_environment.teardown()
+
+    # -- collectives -------------------------------------------------------------------------------------
+    def barrier(self, name: str | None = None) -> None:
+        if not dist.is_initialized():
+            return
+        if self.process_group_backend == "nccl":
+            dist.barrier(device_ids=[self.root_device.index])
+        else:
+            dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not dist.is_initialized():
+            return obj
+        if isinstance(obj, Tensor):
+            tensor = obj.detach().clone().to(self.root_device).contiguous()
+            dist.broadcast(tensor, src=src)
+            return tensor
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=src, device=self._object_device())
+        return holder[0]
+
+    def _object_device(self) -> torch.device | None:
+        return self.root_device if self.process_group_backend == "nccl" else None
+
+    def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: str = "mean") -> Tensor:
+        if not dist.is_initialized():
+            return tensor
+        if reduce_op in ("mean", "avg"):
+            result = tensor.detach().clone()
+            if not torch.is_floating_point(result):
+                result = result.float()
+            dist.all_reduce(result, op=dist.ReduceOp.SUM, group=group)
+            return result / dist.get_world_size(group)
+        result = tensor.detach().clone()
+        dist.all_reduce(result, op=_REDUCE_OPS[reduce_op], group=group)
+        return result
+
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor | list[Tensor]:
+        """Gather from every rank. Equal shapes give a stacked tensor; unequal shapes a list."""
+        if not dist.is_initialized():
+            return tensor.unsqueeze(0)
+        world = dist.get_world_size(group)
+        tensor = tensor.contiguous()
+        shape = torch.tensor(list(tensor.shape) or [1], device=self.root_device, dtype=torch.long)
+        ndim = torch.tensor([tensor.dim()], device=self.root_device)
+        ndims = [torch.zeros_like(ndim) for _ in range(world)]
+        dist.all_gather(ndims, ndim, group=group)
+        if len({int(n) for n in ndims}) != 1:
+            raise ValueError(
+                f"all_gather got tensors with different numbers of dimensions across ranks ({[int(n) for n in ndims]})."
+            )
+        shapes = [torch.zeros_like(shape) for _ in range(world)]
+        dist.all_gather(shapes, shape, group=group)
+        if all(torch.equal(s, shape) for s in shapes):
+            if sync_grads:
+                from torch.distributed.nn.functional import all_gather as differentiable_all_gather
+
+                return torch.stack(differentiable_all_gather(tensor, group=group or dist.group.WORLD))
+            gathered = [torch.empty_like(tensor) for _ in range(world)]
+            dist.all_gather(gathered, tensor, group=group)
+            return torch.stack(gathered)
+        # Unequal shapes: pad every dimension to the largest, gather, trim each back.
+        max_shape = torch.stack(shapes).max(dim=0).values.tolist()
+        if tensor.dim() == 0:
+            max_shape = []
+        padded = tensor.new_zeros(max_shape)
+        padded[tuple(slice(0, n) for n in tensor.shape)] = tensor
+        gathered = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(gathered, padded, group=group)
+        return [g[tuple(slice(0, int(n)) for n in s[: tensor.dim()])] for g, s in zip(gathered, shapes, strict=True)]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(devices={len(self.parallel_devices)}, num_nodes={self.num_nodes}, "
+            f"start_method={self._start_method!r})"
+        )
