@@ -1,0 +1,95 @@
+"""The interface every cluster environment implements: where this process sits in the job."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+
+from fabricx.utilities.exceptions import MisconfigurationError
+
+
+class ClusterEnvironment(ABC):
+    """Reads rank, world size and the rendezvous address from whatever launched this process.
+
+    A strategy is handed one of these; it never reads launcher variables itself.
+
+    Example::
+
+        env = detect_cluster_environment()
+        env.validate_settings(num_devices=2, num_nodes=1)
+        print(env.global_rank(), env.world_size(), env.main_address, env.main_port)
+    """
+
+    @property
+    @abstractmethod
+    def creates_processes_externally(self) -> bool:
+        """True when a launcher outside fabricx started every process of the job."""
+
+    @property
+    @abstractmethod
+    def main_address(self) -> str:
+        """Host name or IP address of the process with global rank 0."""
+
+    @property
+    @abstractmethod
+    def main_port(self) -> int:
+        """Port on the main address used for the process-group rendezvous."""
+
+    @staticmethod
+    @abstractmethod
+    def detect() -> bool:
+        """Whether the current process was started by this environment's launcher."""
+
+    @abstractmethod
+    def world_size(self) -> int:
+        """Number of processes in the job."""
+
+    @abstractmethod
+    def set_world_size(self, size: int) -> None:
+        """Record the world size chosen by the strategy (ignored where the launcher fixes it)."""
+
+    @abstractmethod
+    def global_rank(self) -> int:
+        """Rank of this process among all processes of the job."""
+
+    @abstractmethod
+    def set_global_rank(self, rank: int) -> None:
+        """Record the global rank chosen by the strategy (ignored where the launcher fixes it)."""
+
+    @abstractmethod
+    def local_rank(self) -> int:
+        """Rank of this process among the processes on its node."""
+
+    @abstractmethod
+    def node_rank(self) -> int:
+        """Index of this process's node among the nodes of the job."""
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:  # noqa: B027 (optional hook)
+        """Raise ``MisconfigurationError`` when the requested layout differs from what was allocated."""
+
+    def teardown(self) -> None:  # noqa: B027 (optional hook)
+        """Undo any process-wide changes this environment made."""
+
+
+def _int_env(name: str, default: int | None = None) -> int:
+    # One place for the "variable missing or not a number" message, shared by the environments.
+    value = os.environ.get(name)
+    if value is None:
+        if default is None:
+            raise MisconfigurationError(
+                f"The environment variable {name} is not set, but the launcher that started this process"
+                " should have set it. Start the script through that launcher, or set the variable."
+            )
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise MisconfigurationError(f"The environment variable {name}={value!r} is not an integer.") from None
+
+
+def _port_from_job_id(job_id: str | None, default: int) -> int:
+    # Jobs sharing a node get different ports as long as their ids differ in the last four digits.
+    digits = "".join(ch for ch in (job_id or "") if ch.isdigit())
+    if not digits:
+        return default
+    return 10000 + int(digits[-4:])

@@ -1,0 +1,128 @@
+"""The environment for processes started by IBM LSF's ``jsrun``."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from fabricx.environments.base import ClusterEnvironment, _int_env, _port_from_job_id
+from fabricx.utilities.exceptions import MisconfigurationError
+
+_DEFAULT_PORT = 12910
+
+
+class LSFEnvironment(ClusterEnvironment):
+    """Reads ``JSM_NAMESPACE_RANK``/``SIZE``/``LOCAL_RANK`` and the job's hosts.
+
+    Hosts come from the file named by ``LSB_DJOB_RANKFILE`` (one line per slot) or from
+    ``LSB_HOSTS``. LSF lists the launch (batch) host first; it runs no training process, so
+    it is skipped. The main address is the first compute host and the node rank is this
+    host's position among the compute hosts. ``MASTER_ADDR``/``MASTER_PORT`` override.
+
+    Example::
+
+        # bsub -nnodes 2 ... ; jsrun -n 2 -a 4 python train.py
+        env = LSFEnvironment()
+        env.node_rank()
+    """
+
+    def __init__(self) -> None:
+        self._hosts: list[str] | None = None
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    @property
+    def main_address(self) -> str:
+        if "MASTER_ADDR" in os.environ:
+            return os.environ["MASTER_ADDR"]
+        return self.compute_hosts()[0]
+
+    @property
+    def main_port(self) -> int:
+        if "MASTER_PORT" in os.environ:
+            return _int_env("MASTER_PORT")
+        return _port_from_job_id(os.environ.get("LSB_JOBID"), _DEFAULT_PORT)
+
+    @staticmethod
+    def detect() -> bool:
+        required = ("LSB_JOBID", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK")
+        has_hosts = "LSB_DJOB_RANKFILE" in os.environ or "LSB_HOSTS" in os.environ
+        return has_hosts and all(name in os.environ for name in required)
+
+    def world_size(self) -> int:
+        return _int_env("JSM_NAMESPACE_SIZE")
+
+    def set_world_size(self, size: int) -> None:
+        # jsrun fixed the world size; validate_settings reports a mismatch.
+        pass
+
+    def global_rank(self) -> int:
+        return _int_env("JSM_NAMESPACE_RANK")
+
+    def set_global_rank(self, rank: int) -> None:
+        pass
+
+    def local_rank(self) -> int:
+        return _int_env("JSM_NAMESPACE_LOCAL_RANK")
+
+    def node_rank(self) -> int:
+        hosts = self.compute_hosts()
+        here = socket.gethostname()
+        for index, host in enumerate(hosts):
+            if _same_host(host, here):
+                return index
+        raise MisconfigurationError(
+            f"This host ({here!r}) is not among the LSF compute hosts {hosts}; cannot work out its node rank."
+            " Check LSB_DJOB_RANKFILE / LSB_HOSTS, or launch with jsrun."
+        )
+
+    def compute_hosts(self) -> list[str]:
+        """The job's distinct compute hosts in LSF's order, without the launch host."""
+        if self._hosts is None:
+            slots = _read_host_slots()
+            # The first slot is the launch host; a one-host list has nothing else to offer.
+            rest = slots[1:] or slots
+            self._hosts = list(dict.fromkeys(rest))
+        return self._hosts
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        hosts = self.compute_hosts()
+        if len(hosts) != num_nodes:
+            raise MisconfigurationError(
+                f"LSF gave this job {len(hosts)} compute hosts ({', '.join(hosts)}) but fabricx was given"
+                f" num_nodes={num_nodes}. Set num_nodes={len(hosts)}, or request {num_nodes} nodes from bsub."
+            )
+        world_size = self.world_size()
+        if world_size != num_devices * num_nodes:
+            raise MisconfigurationError(
+                f"jsrun started {world_size} processes (JSM_NAMESPACE_SIZE={world_size}) but fabricx was"
+                f" given devices={num_devices} x num_nodes={num_nodes} = {num_devices * num_nodes}."
+                f" Make jsrun start {num_devices} processes per host, or set"
+                f" devices={world_size // max(num_nodes, 1)}."
+            )
+
+
+def _read_host_slots() -> list[str]:
+    rankfile = os.environ.get("LSB_DJOB_RANKFILE")
+    if rankfile:
+        try:
+            with open(rankfile) as handle:
+                slots = [line.strip() for line in handle if line.strip()]
+        except OSError as err:
+            raise MisconfigurationError(
+                f"Cannot read the LSF rank file LSB_DJOB_RANKFILE={rankfile!r}: {err}."
+            ) from err
+    else:
+        slots = os.environ.get("LSB_HOSTS", "").split()
+    if not slots:
+        raise MisconfigurationError(
+            "LSF lists no hosts for this job: LSB_DJOB_RANKFILE is empty or missing and LSB_HOSTS is empty."
+        )
+    return slots
+
+
+def _same_host(listed: str, here: str) -> bool:
+    # Rank files may hold short names while gethostname() returns a fully qualified one, or the reverse.
+    return listed == here or listed.split(".")[0] == here.split(".")[0]

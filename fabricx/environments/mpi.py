@@ -1,0 +1,112 @@
+"""The environment for processes started by ``mpirun``/``mpiexec``, read through mpi4py."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from fabricx.environments.base import ClusterEnvironment, _int_env
+from fabricx.environments.local import find_free_port
+from fabricx.utilities.exceptions import MisconfigurationError
+
+
+def _import_mpi() -> Any | None:
+    # Imported on demand: loading mpi4py.MPI initialises the MPI library, which costs time.
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI
+
+
+class MPIEnvironment(ClusterEnvironment):
+    """Ranks from ``MPI.COMM_WORLD``; local and node rank from grouping the ranks by host name.
+
+    Needs ``mpi4py`` (``pip install mpi4py``). The main address is rank 0's host name and the
+    port a free port found on rank 0, both broadcast to every rank; ``MASTER_ADDR`` and
+    ``MASTER_PORT`` override them.
+
+    Example::
+
+        # mpirun -np 4 python train.py
+        env = MPIEnvironment()
+        env.local_rank(), env.node_rank()
+    """
+
+    def __init__(self) -> None:
+        mpi = _import_mpi()
+        if mpi is None:
+            raise ModuleNotFoundError(
+                "MPIEnvironment needs the `mpi4py` package, which is not installed. Install it with"
+                " `pip install mpi4py`, or pick another cluster environment."
+            )
+        self._comm = mpi.COMM_WORLD
+        self._layout: tuple[int, int] | None = None
+        self._main_address: str | None = None
+        self._main_port: int | None = None
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    @property
+    def main_address(self) -> str:
+        if "MASTER_ADDR" in os.environ:
+            return os.environ["MASTER_ADDR"]
+        if self._main_address is None:
+            self._main_address = self._comm.bcast(socket.gethostname(), root=0)
+        return self._main_address
+
+    @property
+    def main_port(self) -> int:
+        if "MASTER_PORT" in os.environ:
+            return _int_env("MASTER_PORT")
+        if self._main_port is None:
+            # Only rank 0 can tell which port is free on its own host.
+            port = find_free_port() if self._comm.Get_rank() == 0 else None
+            self._main_port = int(self._comm.bcast(port, root=0))
+        return self._main_port
+
+    @staticmethod
+    def detect() -> bool:
+        mpi = _import_mpi()
+        return mpi is not None and mpi.COMM_WORLD.Get_size() > 1
+
+    def world_size(self) -> int:
+        return int(self._comm.Get_size())
+
+    def set_world_size(self, size: int) -> None:
+        # mpirun fixed the world size; validate_settings reports a mismatch.
+        pass
+
+    def global_rank(self) -> int:
+        return int(self._comm.Get_rank())
+
+    def set_global_rank(self, rank: int) -> None:
+        pass
+
+    def local_rank(self) -> int:
+        return self._local_and_node_rank()[0]
+
+    def node_rank(self) -> int:
+        return self._local_and_node_rank()[1]
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        world_size = self.world_size()
+        if world_size != num_devices * num_nodes:
+            raise MisconfigurationError(
+                f"mpirun started {world_size} processes but fabricx was given devices={num_devices} x"
+                f" num_nodes={num_nodes} = {num_devices * num_nodes}. Start mpirun with"
+                f" -np {num_devices * num_nodes}, or change devices and num_nodes to match."
+            )
+
+    def _local_and_node_rank(self) -> tuple[int, int]:
+        if self._layout is None:
+            hosts: list[str] = list(self._comm.allgather(socket.gethostname()))
+            rank = self.global_rank()
+            here = hosts[rank]
+            # Nodes are numbered in order of their lowest rank, so rank 0 is always on node 0.
+            node_order = list(dict.fromkeys(hosts))
+            self._layout = (hosts[:rank].count(here), node_order.index(here))
+        return self._layout

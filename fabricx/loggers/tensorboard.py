@@ -1,0 +1,194 @@
+"""A logger that writes TensorBoard event files; tensorboard itself is imported only when used."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from argparse import Namespace
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from fabricx.loggers._utils import (
+    add_prefix,
+    flatten_dict,
+    metric_value,
+    next_version,
+    params_to_dict,
+    version_dir_name,
+    write_hparams_yaml,
+)
+from fabricx.loggers.base import Logger
+from fabricx.utilities.rank_zero import rank_zero_only, rank_zero_warn
+
+HPARAMS_FILE = "hparams.yaml"
+_MISSING_MESSAGE = (
+    "TensorBoardLogger needs the `tensorboard` package, which is not installed."
+    " Install it with `pip install 'fabricx[tensorboard]'`, or use CSVLogger instead."
+)
+
+
+def _summary_writer_class() -> type:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as err:  # torch raises a plain ImportError when tensorboard is absent
+        raise ModuleNotFoundError(_MISSING_MESSAGE) from err
+    return SummaryWriter
+
+
+class _NoOpExperiment:
+    """Stands in for the SummaryWriter on ranks other than 0, so user calls on it do nothing there."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _NoOpExperiment:
+        return self
+
+
+class TensorBoardLogger(Logger):
+    """Log to TensorBoard event files in ``{root_dir}/{name}/version_{n}[/{sub_dir}]``.
+
+    Args:
+        root_dir: Folder holding every experiment.
+        name: Experiment name, a sub-folder of ``root_dir`` (``""`` writes the versions in ``root_dir``).
+        version: An int gives ``version_{version}``, a string is the folder name itself, ``None``
+            takes the next free ``version_{n}``.
+        default_hp_metric: Log a placeholder ``hp_metric`` with the hyperparameters, so that
+            TensorBoard's HPARAMS tab shows the run even before a real metric is attached.
+        prefix: Put ``f"{prefix}-"`` in front of every metric name.
+        sub_dir: An extra folder below the version folder.
+        **summary_writer_kwargs: Passed on to ``torch.utils.tensorboard.SummaryWriter``.
+
+    Example::
+
+        logger = TensorBoardLogger("logs", name="mnist")
+        logger.log_metrics({"train/loss": 0.25}, step=10)
+        logger.experiment.add_histogram("weights", model.fc.weight, 10)
+        logger.finalize("success")
+    """
+
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike,
+        name: str | None = "fabricx_logs",
+        version: int | str | None = None,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike | None = None,
+        **summary_writer_kwargs: Any,
+    ) -> None:
+        # Checked without importing, so a missing package is reported where the logger is created.
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ModuleNotFoundError(_MISSING_MESSAGE)
+        self._root_dir = os.fspath(root_dir)
+        self._name = name or ""
+        # Chosen now, before any rank writes, so every process agrees on the folder.
+        self._version = next_version(os.path.join(self._root_dir, self._name)) if version is None else version
+        self._default_hp_metric = default_hp_metric
+        self._prefix = prefix
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
+        self._kwargs = summary_writer_kwargs
+        self._experiment: Any = None
+        self.hparams: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        return self._version
+
+    @property
+    def root_dir(self) -> str:
+        return self._root_dir
+
+    @property
+    def log_dir(self) -> str:
+        path = os.path.join(self._root_dir, self._name, version_dir_name(self._version))
+        if self._sub_dir is not None:
+            path = os.path.join(path, self._sub_dir)
+        return os.path.expandvars(os.path.expanduser(path))
+
+    @property
+    def experiment(self) -> Any:
+        """The ``SummaryWriter`` on global rank 0 (created on first use); a do-nothing object elsewhere."""
+        if self._experiment is not None:
+            return self._experiment
+        if rank_zero_only.rank != 0:
+            return _NoOpExperiment()
+        self._experiment = _summary_writer_class()(log_dir=self.log_dir, **self._kwargs)
+        return self._experiment
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float | torch.Tensor], step: int | None = None) -> None:
+        for key, value in add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR).items():
+            if isinstance(value, Mapping):
+                scalars = {name: metric_value(f"{key}/{name}", v) for name, v in value.items()}
+                self.experiment.add_scalars(key, scalars, step)
+            else:
+                self.experiment.add_scalar(key, metric_value(key, value), step)
+
+    @rank_zero_only
+    def log_hyperparams(
+        self, params: dict[str, Any] | Namespace, metrics: Mapping[str, float] | None = None
+    ) -> None:
+        """Record hyperparameters for the HPARAMS tab; ``metrics`` are shown next to them."""
+        from torch.utils.tensorboard.summary import hparams
+
+        params = params_to_dict(params)
+        self.hparams.update(params)
+        if metrics is None and self._default_hp_metric:
+            metrics = {"hp_metric": -1}
+        if metrics:
+            self.log_metrics(metrics, 0)
+        flat = {key: _hparam_value(value) for key, value in flatten_dict(params).items()}
+        writer = self.experiment._get_file_writer()
+        for summary in hparams(flat, dict(metrics or {})):
+            writer.add_summary(summary)
+
+    @rank_zero_only
+    def log_graph(self, model: nn.Module, input_array: torch.Tensor | None = None) -> None:
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None:
+            rank_zero_warn(
+                "log_graph needs an example input: pass `input_array` or set `model.example_input_array`."
+                " The graph was not logged."
+            )
+            return
+        self.experiment.add_graph(model, input_array)
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.flush()
+        if self.hparams:
+            os.makedirs(self.log_dir, exist_ok=True)
+            write_hparams_yaml(os.path.join(self.log_dir, HPARAMS_FILE), self.hparams)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.save()
+        if self._experiment is not None:
+            self._experiment.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A SummaryWriter holds threads and open files; a copy sent to another process opens its own.
+        state = self.__dict__.copy()
+        state["_experiment"] = None
+        return state
+
+
+def _hparam_value(value: Any) -> Any:
+    # TensorBoard's HPARAMS tab takes numbers, strings, booleans; anything else is shown as its text.
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return str(value)
