@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterator
+import random
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -30,11 +33,16 @@ _LOADER_SETTINGS = (
     "persistent_workers",
     "pin_memory_device",
     "in_order",
+    "snapshot_every_n_steps",
 )
+_STATE_VERSION = 1
 
 
 def _has_default_batch_sampler(loader: DataLoader) -> bool:
-    return loader.batch_size is not None and type(loader.batch_sampler) in (BatchSampler, StatefulBatchSampler)
+    default_types = (BatchSampler, StatefulBatchSampler)
+    if loader.batch_size is None and loader.batch_sampler is None:
+        return True  # batch_size=None: the dataset yields whole batches, sampled one index at a time
+    return loader.batch_size is not None and type(loader.batch_sampler) in default_types
 
 
 def build_stateful_loader(
@@ -43,6 +51,14 @@ def build_stateful_loader(
     """A ``StatefulDataLoader`` with the same settings as ``loader`` (and per-rank sampling).
 
     A ``StatefulDataLoader`` passed in without the need for a distributed sampler is kept as it is.
+    A rebuilt loader hands worker state to the main process after every batch
+    (``snapshot_every_n_steps=1``) unless the given loader chose otherwise, so a checkpoint holds
+    the exact position without replaying batches.
+
+    Example::
+
+        plain = DataLoader(dataset, batch_size=8, shuffle=True)
+        stateful = build_stateful_loader(plain, num_replicas=2, rank=0)
     """
     if not isinstance(loader, DataLoader):
         raise TypeError(
@@ -60,7 +76,7 @@ def build_stateful_loader(
             )
         if isinstance(loader, StatefulDataLoader):
             return loader
-        return StatefulDataLoader(dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **_settings(loader))
+        return StatefulDataLoader(dataset, **_batching(loader), **_settings(loader))
     if not distributed and isinstance(loader, StatefulDataLoader):
         return loader
     if not _has_default_batch_sampler(loader):
@@ -75,20 +91,23 @@ def build_stateful_loader(
     kwargs = _settings(loader)
     if distributed:
         sampler = distributed_sampler_for(sampler, dataset, num_replicas, rank, seed=global_seed())
-        return StatefulDataLoader(
-            dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=sampler, **kwargs
-        )
+        return StatefulDataLoader(dataset, **_batching(loader), sampler=sampler, **kwargs)
     if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
         # torchdata's own RandomSampler records its generator, so the shuffle order resumes too.
         kwargs["generator"] = sampler.generator
-        return StatefulDataLoader(dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, shuffle=True, **kwargs)
+        return StatefulDataLoader(dataset, **_batching(loader), shuffle=True, **kwargs)
     if type(sampler) is SequentialSampler:
-        return StatefulDataLoader(dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **kwargs)
-    return StatefulDataLoader(dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=sampler, **kwargs)
+        return StatefulDataLoader(dataset, **_batching(loader), **kwargs)
+    return StatefulDataLoader(dataset, **_batching(loader), sampler=sampler, **kwargs)
+
+
+def _batching(loader: DataLoader) -> dict[str, Any]:
+    return {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
 
 
 def _settings(loader: DataLoader) -> dict[str, Any]:
     kwargs = {name: getattr(loader, name) for name in _LOADER_SETTINGS if hasattr(loader, name)}
+    kwargs.setdefault("snapshot_every_n_steps", 1)
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
         if kwargs.get("worker_init_fn") is None and seed_workers_requested():
@@ -96,12 +115,39 @@ def _settings(loader: DataLoader) -> dict[str, Any]:
     return kwargs
 
 
+def _loader_generators(loader: DataLoader) -> list[torch.Generator]:
+    """The CPU generators whose draws decide the order and worker seeds (deduplicated, fixed order)."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    holders = (loader, loader.sampler, batch_sampler, getattr(batch_sampler, "sampler", None))
+    found: list[torch.Generator] = []
+    for holder in holders:
+        generator = getattr(holder, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+def _capture_global_rng() -> dict[str, Any]:
+    # CUDA generators are not involved in building a loader iterator.
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _restore_global_rng(states: dict[str, Any]) -> None:
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np.random.set_state(tuple(states["numpy"]))
+    torch.set_rng_state(states["torch"])
+
+
 class FabricDataLoader:
     """A data loader that moves each batch to the device and can save and restore its exact
-    position: epoch, batches consumed, shuffle generator and worker states (per rank).
+    position: epoch, batches consumed, shuffle generators and worker states (per rank).
 
     ``state_dict()``/``load_state_dict()`` make the next ``iter()`` continue with the next unseen
     batch; put the loader into ``fabric.save(path, {"loader": loader, ...})`` to checkpoint it.
+    The random state at the start of the current epoch is part of the state, so samplers that draw
+    their order from the global generators (custom samplers, ``WeightedRandomSampler``) resume with
+    the same order, and resuming draws nothing from the generators the training loop uses.
 
     Example::
 
@@ -113,16 +159,27 @@ class FabricDataLoader:
     _fabricx_per_rank = True
 
     def __init__(
-        self, loader: StatefulDataLoader, device: torch.device | None, accumulation: _AccumulationState | None = None
+        self,
+        loader: StatefulDataLoader,
+        device: torch.device | None,
+        accumulation: _AccumulationState | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self._loader = loader
         self._device = device if device is not None and device.type != "cpu" else None
         self._accumulation = accumulation
+        self._rank = rank
+        self._world_size = world_size
+        self._generators = _loader_generators(loader)
         self._epoch = 0
         self._started = False
         self._finished = False
         self._resume_pending = False
         self._yielded = 0
+        # Random state just before this epoch's iterator was built (replayed when resuming it).
+        self._epoch_start: dict[str, Any] | None = None
         self._fabricx_unwrapped = loader
 
     # -- what the user's loader had -------------------------------------------------------------
@@ -154,49 +211,135 @@ class FabricDataLoader:
         self._started = False
         self._resume_pending = False
 
+    def _set_sampler_epoch(self) -> None:
+        for holder in (self._loader.sampler, getattr(self._loader.batch_sampler, "sampler", None)):
+            set_epoch = getattr(holder, "set_epoch", None)
+            if set_epoch is not None:
+                set_epoch(self._epoch)
+
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        if self._resume_pending:
-            self._resume_pending = False
-        else:
+        resuming = self._resume_pending
+        self._resume_pending = False
+        if not resuming:
             if self._started:
                 self._epoch += 1
             self._yielded = 0
         self._started = True
         self._finished = False
-        for holder in (self._loader.sampler, getattr(self._loader.batch_sampler, "sampler", None)):
-            set_epoch = getattr(holder, "set_epoch", None)
-            if set_epoch is not None:
-                set_epoch(self._epoch)
+        self._set_sampler_epoch()
         if self._accumulation is not None:
             self._accumulation.active_loader = self
-        return self._iterate()
+        if not resuming:
+            self._epoch_start = {
+                "rng": _capture_global_rng(),
+                "generators": [g.get_state() for g in self._generators],
+            }
+        # Built now (not at the first next()) so the draws it makes happen at a well-defined point;
+        # when resuming, load_state_dict() already built it and this reuses it.
+        return self._iterate(iter(self._loader))
 
-    def _iterate(self) -> Iterator[Any]:
+    def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:
         device = self._device
-        for batch in self._loader:
+        for batch in iterator:
             self._yielded += 1
             yield batch if device is None else move_data_to_device(batch, device)
         self._finished = True
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Epoch, position and random state of this rank's loader (plain values and tensors)."""
+        try:
+            num_batches: int | None = len(self._loader)
+        except TypeError:
+            num_batches = None
         return {
+            "version": _STATE_VERSION,
             "epoch": self._epoch,
             "started": self._started,
             "finished": self._finished,
             "batches_consumed": self._yielded,
-            "loader": self._loader.state_dict(),
+            "num_batches": num_batches,
+            "rank": self._rank,
+            "world_size": self._world_size,
+            "epoch_start": self._epoch_start,
+            "generators": [g.get_state() for g in self._generators],
+            # Asking an unstarted StatefulDataLoader for its state builds an iterator, which draws
+            # from the random generators; a save must not change the run, so nothing is asked then.
+            "loader": self._loader.state_dict() if self._started else None,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`; the next ``iter()`` continues with the next unseen batch."""
+        if "loader" not in state_dict or "epoch" not in state_dict:
+            raise FabricxError(
+                f"This is not a fabricx data loader state (keys: {sorted(state_dict)}). Pass what "
+                "FabricDataLoader.state_dict() returned, or load the checkpoint through fabric.load()."
+            )
         self._epoch = int(state_dict["epoch"])
         self._started = bool(state_dict["started"])
         self._finished = bool(state_dict["finished"])
         self._yielded = int(state_dict.get("batches_consumed", 0))
-        self._loader.load_state_dict(state_dict["loader"])
+        self._epoch_start = state_dict.get("epoch_start")
+        self._resume_pending = False
+        saved_world = int(state_dict.get("world_size", self._world_size))
+        if saved_world != self._world_size:
+            self._adapt_to_new_world_size(state_dict, saved_world)
+            return
+        inner = state_dict["loader"]
+        if not self._started or inner is None:
+            return
+        saved_generators = list(state_dict.get("generators") or [])
+        if len(saved_generators) != len(self._generators):
+            raise FabricxError(
+                f"The saved loader state has {len(saved_generators)} random generator(s) but this loader has "
+                f"{len(self._generators)}: it was built differently (shuffle, sampler or generator changed). "
+                "Build the loader with the same settings as the run that saved it."
+            )
+        self._set_sampler_epoch()
+        self._loader.load_state_dict(inner)
+        with self._replaying_epoch_start(saved_generators):
+            # state_dict() builds the restored iterator now; the next iter() reuses it.
+            self._loader.state_dict()
         # Mid-epoch: the next iter() continues this epoch; otherwise it starts the next one.
-        self._resume_pending = self._started and not self._finished
+        self._resume_pending = not self._finished
+
+    @contextlib.contextmanager
+    def _replaying_epoch_start(self, saved_generators: list[Any]) -> Generator[None, None, None]:
+        """Rebuild this epoch's iterator under the random state it was first built with, then put the
+        global generators back as they are now and the loader's own as they were when saved."""
+        current = _capture_global_rng()
+        start = self._epoch_start
+        if start is not None:
+            _restore_global_rng(start["rng"])
+            for generator, state in zip(self._generators, start["generators"], strict=False):
+                generator.set_state(state)
+        try:
+            yield
+        finally:
+            _restore_global_rng(current)
+            for generator, state in zip(self._generators, saved_generators, strict=True):
+                generator.set_state(state)
+
+    def _adapt_to_new_world_size(self, state_dict: dict[str, Any], saved_world: int) -> None:
+        num_batches = state_dict.get("num_batches")
+        at_boundary = (
+            not self._started
+            or self._finished
+            or (num_batches is not None and self._yielded >= int(num_batches))
+        )
+        if not at_boundary:
+            raise FabricxError(
+                f"This loader state was saved by rank {state_dict.get('rank')} of {saved_world} processes "
+                f"in the middle of epoch {self._epoch} (batch {self._yielded} of {num_batches}); this run "
+                f"has {self._world_size} processes, which split the data differently, so the exact next "
+                f"sample cannot be found. Resume with {saved_world} processes, or resume on "
+                f"{self._world_size} from a checkpoint saved at the end of an epoch."
+            )
+        # At an epoch end nothing but the epoch carries over: the next iter() starts the next epoch,
+        # whose order depends only on the seed and the epoch number.
+        self._finished = self._started
+        self._epoch_start = None
 
     def __repr__(self) -> str:
         return f"FabricDataLoader({self._loader!r}, epoch={self._epoch})"
