@@ -16,7 +16,10 @@ def tiny_mlp() -> nn.Module:
 
 def tiny_data(steps: int, batch: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(0)
-    return [(torch.randn(batch, 32, generator=generator), torch.randn(batch, 1, generator=generator)) for _ in range(steps)]
+    return [
+        (torch.randn(batch, 32, generator=generator), torch.randn(batch, 1, generator=generator))
+        for _ in range(steps)
+    ]
 
 
 def interleaved(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:

@@ -6,10 +6,28 @@ Example::
     fabric = Fabric(accelerator="cpu", devices=2, precision="bf16-mixed")
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from fabricx.fabric import Fabric
 from fabricx.utilities.seed import seed_everything
 from fabricx.wrappers import unwrap
 
 __version__ = "0.1.0"
 
-__all__ = ["Fabric", "__version__", "seed_everything", "unwrap"]
+# Heavier pieces load on first use so that `import fabricx` stays light.
+_LAZY = {
+    "Trainer": "fabricx.train",
+    "TrainModule": "fabricx.train",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fabricx' has no attribute {name!r}")
+
+
+__all__ = ["Fabric", "TrainModule", "Trainer", "__version__", "seed_everything", "unwrap"]

@@ -44,8 +44,13 @@ class Connector:
         plugins: Any = None,
     ) -> None:
         flags = _apply_cli_flags(
-            {"accelerator": accelerator, "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
-             "precision": precision}
+            {
+                "accelerator": accelerator,
+                "strategy": strategy,
+                "devices": devices,
+                "num_nodes": num_nodes,
+                "precision": precision,
+            }
         )
         accelerator, strategy, devices = flags["accelerator"], flags["strategy"], flags["devices"]
         num_nodes, precision = flags["num_nodes"], flags["precision"]
@@ -69,8 +74,9 @@ class Connector:
         self.strategy = _select_strategy(strategy, self.accelerator, self.parallel_devices, num_nodes)
         self.strategy.accelerator = self.accelerator
         if precision_plugin is None:
-            precision_plugin = self.strategy.build_precision(normalize_precision(precision),
-                                                             self.parallel_devices[0].type)
+            precision_plugin = self.strategy.build_precision(
+                normalize_precision(precision), self.parallel_devices[0].type
+            )
         else:
             self.strategy.validate_precision(precision_plugin)
         self.precision = precision_plugin

@@ -76,7 +76,11 @@ class Fabric:
             precision=precision,
             plugins=plugins,
         )
-        if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
+        if (
+            not isinstance(grad_accum_steps, int)
+            or isinstance(grad_accum_steps, bool)
+            or grad_accum_steps < 1
+        ):
             raise ValueError(f"grad_accum_steps={grad_accum_steps!r} must be an int >= 1.")
         self._connector = connector
         self._strategy = connector.strategy
@@ -222,7 +226,9 @@ class Fabric:
             module, list(optimizers), scheduler
         )
         wrapped = self._wrap_module(forward_module, original)
-        wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
+        wrapped_optimizers = [
+            FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out
+        ]
         if scheduler is not None:
             scheduler = wrap_scheduler_step(scheduler, self._accumulation)
         outputs: list[Any] = [wrapped, *wrapped_optimizers]
@@ -282,7 +288,10 @@ class Fabric:
             )
             stateful = self._strategy.process_dataloader(stateful)
             device = self.device if move_to_device else None
-            loaders.append(FabricDataLoader(stateful, device, self._accumulation))
+            wrapped = FabricDataLoader(
+                stateful, device, self._accumulation, rank=kwargs["rank"], world_size=kwargs["num_replicas"]
+            )
+            loaders.append(wrapped)
         return loaders[0] if len(loaders) == 1 else tuple(loaders)
 
     def _move_module(self, module: nn.Module) -> None:
@@ -430,7 +439,10 @@ class Fabric:
         inner_optimizer = unwrap(optimizer)
         if max_norm is not None:
             return self._strategy.clip_gradients_norm(
-                inner_module, inner_optimizer, max_norm=max_norm, norm_type=norm_type,
+                inner_module,
+                inner_optimizer,
+                max_norm=max_norm,
+                norm_type=norm_type,
                 error_if_nonfinite=error_if_nonfinite,
             )
         self._strategy.clip_gradients_value(inner_module, inner_optimizer, clip_val=clip_val)
@@ -550,7 +562,9 @@ class Fabric:
                 self.barrier("rank_zero_first")
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+    def save(
+        self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None
+    ) -> None:
         """Save models, optimizers, schedulers, data loaders and plain values; every rank must call it.
 
         The checkpoint is a directory written atomically: a failed save never damages a previous one.

@@ -103,9 +103,13 @@ class FabricOptimizer:
     def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: _AccumulationState) -> None:
         # Share param_groups/state with the user's optimizer; keep our own step/zero_grad.
         self.__dict__ = {
-            k: v for k, v in optimizer.__dict__.items() if k not in ("step", "zero_grad", "state_dict", "__del__")
+            k: v
+            for k, v in optimizer.__dict__.items()
+            if k not in ("step", "zero_grad", "state_dict", "__del__")
         }
-        self.__class__ = type("Fabric" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {})
+        self.__class__ = type(
+            "Fabric" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {}
+        )
         self._optimizer = optimizer
         self._fabricx_unwrapped = optimizer
         self._strategy = strategy
@@ -138,7 +142,10 @@ def _direct_step(optimizer: Optimizer, strategy: Strategy) -> Callable[..., Any]
     """The cheapest correct step call: the optimizer's own when nothing needs to intervene."""
     from fabricx.strategies.strategy import Strategy as BaseStrategy
 
-    plain = type(strategy).optimizer_step is BaseStrategy.optimizer_step and not strategy.precision.needs_optimizer_step
+    plain = (
+        type(strategy).optimizer_step is BaseStrategy.optimizer_step
+        and not strategy.precision.needs_optimizer_step
+    )
     if plain:
         return optimizer.step
 

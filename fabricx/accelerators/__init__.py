@@ -7,4 +7,11 @@ from fabricx.accelerators.mps import MPSAccelerator
 from fabricx.accelerators.registry import ACCELERATORS
 from fabricx.accelerators.xla import XLAAccelerator
 
-__all__ = ["ACCELERATORS", "Accelerator", "CPUAccelerator", "CUDAAccelerator", "MPSAccelerator", "XLAAccelerator"]
+__all__ = [
+    "ACCELERATORS",
+    "Accelerator",
+    "CPUAccelerator",
+    "CUDAAccelerator",
+    "MPSAccelerator",
+    "XLAAccelerator",
+]

@@ -42,10 +42,10 @@ class Accelerator(ABC):
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """The ``torch.device`` of each local process for a parsed ``devices`` value."""
 
-    def setup_device(self, device: torch.device) -> None:  # noqa: B027 - optional hook
+    def setup_device(self, device: torch.device) -> None:
         """Prepare ``device`` for use by this process (e.g. make it the current CUDA device)."""
 
-    def teardown(self) -> None:  # noqa: B027 - optional hook
+    def teardown(self) -> None:
         """Release what ``setup_device`` took."""
 
     def __repr__(self) -> str:
@@ -75,7 +75,9 @@ def _parse_gpu_ids(devices: Any, name: str, available: int) -> list[int]:
     if isinstance(devices, int):
         if devices == -1:
             if available == 0:
-                raise MisconfigurationError(f"devices={given!r} asks for every {name} device but none exists.")
+                raise MisconfigurationError(
+                    f"devices={given!r} asks for every {name} device but none exists."
+                )
             return list(range(available))
         if devices <= 0:
             raise MisconfigurationError(

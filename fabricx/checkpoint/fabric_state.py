@@ -29,9 +29,12 @@ def is_per_rank(obj: Any) -> bool:
 
 
 def unwrap_object(obj: Any) -> Any:
-    """The user's own module or optimizer behind a fabricx wrapper (others unchanged)."""
+    """The user's own module or optimizer behind a fabricx wrapper (others unchanged).
+
+    A data loader wrapper stays itself: its own state (epoch, position, random state) is what resumes.
+    """
     inner = getattr(obj, "_fabricx_unwrapped", None)
-    return inner if inner is not None else obj
+    return inner if isinstance(inner, Module | Optimizer) else obj
 
 
 def object_state(strategy: Strategy, obj: Any) -> Any:
@@ -59,7 +62,9 @@ def split_state(
         value = object_state(strategy, obj)
         if filter and key in filter:
             if not isinstance(value, dict):
-                raise TypeError(f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter.")
+                raise TypeError(
+                    f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter."
+                )
             keep = filter[key]
             value = {name: item for name, item in value.items() if keep(name, item)}
         target[key] = value
@@ -84,7 +89,11 @@ def save_fabric_checkpoint(
 
 
 def apply_loaded_state(
-    strategy: Strategy, state: dict[str, Any], shared: dict[str, Any], per_rank: dict[str, Any] | None, strict: bool
+    strategy: Strategy,
+    state: dict[str, Any],
+    shared: dict[str, Any],
+    per_rank: dict[str, Any] | None,
+    strict: bool,
 ) -> dict[str, Any]:
     """Load checkpoint contents into the objects of ``state``; return what was not restored."""
     remaining = dict(shared)
@@ -101,13 +110,16 @@ def apply_loaded_state(
         _load_into(strategy, state, key, obj, value, strict)
     if missing and strict:
         raise KeyError(
-            f"The checkpoint has no entries for {missing}; it holds {sorted(k for k in shared if not k.startswith(RESERVED_PREFIX))}. "
+            f"The checkpoint has no entries for {missing}; it holds "
+            f"{sorted(k for k in shared if not k.startswith(RESERVED_PREFIX))}. "
             "Pass strict=False to load what is there, or remove those keys from the state you load into."
         )
     return {key: value for key, value in remaining.items() if not key.startswith(RESERVED_PREFIX)}
 
 
-def _load_into(strategy: Strategy, state: dict[str, Any], key: str, obj: Any, value: Any, strict: bool) -> None:
+def _load_into(
+    strategy: Strategy, state: dict[str, Any], key: str, obj: Any, value: Any, strict: bool
+) -> None:
     target = unwrap_object(obj)
     if isinstance(target, Module):
         result = strategy.load_module_state_dict(target, value, strict=strict)
@@ -127,7 +139,9 @@ def _load_into(strategy: Strategy, state: dict[str, Any], key: str, obj: Any, va
 
 
 def _holds_stateful(container: dict[str, Any]) -> bool:
-    return any(hasattr(unwrap_object(v), "load_state_dict") or isinstance(v, dict) for v in container.values())
+    return any(
+        hasattr(unwrap_object(v), "load_state_dict") or isinstance(v, dict) for v in container.values()
+    )
 
 
 def load_fabric_checkpoint(
@@ -139,7 +153,32 @@ def load_fabric_checkpoint(
         merged = dict(loaded.shared)
         merged.update({k: v for k, v in (loaded.per_rank or {}).items()})
         return {key: value for key, value in merged.items() if not key.startswith(RESERVED_PREFIX)}
-    return apply_loaded_state(strategy, state, loaded.shared, loaded.per_rank, strict)
+    per_rank = loaded.per_rank
+    if per_rank is None and any(
+        is_per_rank(obj) and not key.startswith(RESERVED_PREFIX) for key, obj in state.items()
+    ):
+        per_rank = _borrowed_rank_state(loaded.path)
+    return apply_loaded_state(strategy, state, loaded.shared, per_rank, strict)
+
+
+def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
+    """Rank 0's per-rank entries for a rank the saving run did not have (more processes now).
+
+    Random states are left out (each rank keeps its own); a data loader receives a state that names
+    the world size it was saved with and decides whether it can continue from it.
+    """
+    from pathlib import Path
+
+    from fabricx.checkpoint.format import rank_stem
+    from fabricx.checkpoint.serialization import json_path, load
+
+    directory = Path(path)
+    if not directory.is_dir() or not json_path(directory, rank_stem(0)).exists():
+        return None
+    entries = load(directory, rank_stem(0))
+    if not isinstance(entries, dict):
+        return None
+    return {key: value for key, value in entries.items() if not key.startswith(RESERVED_PREFIX)}
 
 
 __all__ = ["CheckpointError", "load_fabric_checkpoint", "save_fabric_checkpoint"]

@@ -76,10 +76,10 @@ class Precision:
         """State to store in checkpoints (the grad scaler's)."""
         return {}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: B027 - stateless by default
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
 
-    def teardown(self) -> None:  # noqa: B027 - nothing to release by default
+    def teardown(self) -> None:
         """Undo global changes the plugin made."""
 
     def __repr__(self) -> str:

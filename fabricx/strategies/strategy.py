@@ -228,12 +228,16 @@ class Strategy(ABC):
     def load_optimizer_state(self, optimizer: Optimizer, state_dict: dict[str, Any]) -> None:
         optimizer.load_state_dict(state_dict)
 
-    def save_checkpoint(self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+    def save_checkpoint(
+        self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None
+    ) -> None:
         from fabricx.checkpoint.fabric_state import save_fabric_checkpoint
 
         save_fabric_checkpoint(self, path, state, filter)
 
-    def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: str, state: dict[str, Any] | None = None, strict: bool = True
+    ) -> dict[str, Any]:
         from fabricx.checkpoint.fabric_state import load_fabric_checkpoint
 
         return load_fabric_checkpoint(self, path, state, strict)

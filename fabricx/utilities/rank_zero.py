@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_RANK_ENV_VARS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+_RANK_ENV_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "SLURM_PROCID",
+    "JSM_NAMESPACE_RANK",
+    "PMI_RANK",
+    "OMPI_COMM_WORLD_RANK",
+)
 
 
 def _rank_from_environment() -> int:

@@ -54,7 +54,10 @@ def test_devices_on_cpu_means_processes():
         ({"precision": "17"}, ["'17'", "bf16-mixed", "32-true"]),
         ({"strategy": "ddp_turbo"}, ["'ddp_turbo'", "fsdp", "deepspeed_stage_3"]),
         ({"plugins": [Precision(), DoublePrecision()]}, ["Two precision plugins"]),
-        ({"precision": "bf16-mixed", "plugins": DoublePrecision()}, ["precision='bf16-mixed'", "DoublePrecision"]),
+        (
+            {"precision": "bf16-mixed", "plugins": DoublePrecision()},
+            ["precision='bf16-mixed'", "DoublePrecision"],
+        ),
         ({"plugins": object()}, ["plugins got", "Precision", "ClusterEnvironment"]),
         ({"num_nodes": 0}, ["num_nodes=0"]),
         ({"strategy": "single_device", "devices": 2}, ["single_device", "ddp"]),

@@ -27,7 +27,10 @@ class Net(nn.Module):
 
 def _batches(steps=20, batch=8):
     generator = torch.Generator().manual_seed(1)
-    return [(torch.randn(batch, 8, generator=generator), torch.randn(batch, 1, generator=generator)) for _ in range(steps)]
+    return [
+        (torch.randn(batch, 8, generator=generator), torch.randn(batch, 1, generator=generator))
+        for _ in range(steps)
+    ]
 
 
 def _train_plain(clip):
@@ -131,7 +134,14 @@ def test_save_load_round_trip(tmp_path):
         scheduler.step()
         optimizer.zero_grad()
     fabric.precision.scaler.update(1234.0)
-    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "step": 3, "name": "run", "nested": {"a": [1, 2.5]}}
+    state = {
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "step": 3,
+        "name": "run",
+        "nested": {"a": [1, 2.5]},
+    }
     fabric.save(tmp_path / "ckpt", state)
     expected_model = {k: v.clone() for k, v in model.state_dict().items()}
     expected_optimizer = optimizer.state_dict()
@@ -143,7 +153,14 @@ def test_save_load_round_trip(tmp_path):
     optimizer2 = torch.optim.AdamW(model2.parameters(), lr=0.01)
     scheduler2 = torch.optim.lr_scheduler.StepLR(optimizer2, step_size=2, gamma=0.5)
     model2, optimizer2, scheduler2 = fabric2.setup(model2, optimizer2, scheduler=scheduler2)
-    state2 = {"model": model2, "optimizer": optimizer2, "scheduler": scheduler2, "step": 0, "name": None, "nested": None}
+    state2 = {
+        "model": model2,
+        "optimizer": optimizer2,
+        "scheduler": scheduler2,
+        "step": 0,
+        "name": None,
+        "nested": None,
+    }
     remainder = fabric2.load(tmp_path / "ckpt", state2)
     assert remainder == {}
     for key, value in expected_model.items():
@@ -168,7 +185,10 @@ def test_load_returns_unrestored_entries_and_honours_strict(tmp_path):
     assert remainder == {"epoch": 4, "extra": [1, 2]}
     with pytest.raises(KeyError, match="missing_key"):
         fabric.load(tmp_path / "ckpt", {"model": model, "missing_key": 0})
-    assert fabric.load(tmp_path / "ckpt", {"model": model, "missing_key": 0}, strict=False) == {"epoch": 4, "extra": [1, 2]}
+    assert fabric.load(tmp_path / "ckpt", {"model": model, "missing_key": 0}, strict=False) == {
+        "epoch": 4,
+        "extra": [1, 2],
+    }
 
 
 def test_save_filter(tmp_path):
@@ -246,9 +266,8 @@ def test_call_logs_and_launch_single_process(tmp_path):
 
 def test_no_backward_sync_needs_setup_module():
     fabric = Fabric(accelerator="cpu")
-    with pytest.raises(TypeError, match="fabric.setup"):
-        with fabric.no_backward_sync(Net()):
-            pass
+    with pytest.raises(TypeError, match="fabric.setup"), fabric.no_backward_sync(Net()):
+        pass
     model = fabric.setup(Net())
     with fabric.no_backward_sync(model):
         fabric.backward(model(torch.randn(1, 8)).sum())
@@ -268,13 +287,17 @@ def test_collectives_are_identity_on_one_process():
 def test_import_is_light():
     script = (
         "import sys, fabricx\n"
-        "heavy = [m for m in ('torch._dynamo', 'deepspeed', 'tensorboard', 'rich', 'torchmetrics') if m in sys.modules]\n"
+        "names = ('torch._dynamo', 'deepspeed', 'tensorboard', 'rich', 'torchmetrics')\n"
+        "heavy = [m for m in names if m in sys.modules]\n"
         "print(heavy)\n"
     )
     output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
     importtime = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import fabricx"], capture_output=True, text=True, check=True
+        [sys.executable, "-X", "importtime", "-c", "import fabricx"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stderr
     for heavy in ("torch._dynamo", "deepspeed", "tensorboard", "rich", "torchmetrics"):
         assert f"| {heavy}\n" not in importtime and f" {heavy}." not in importtime.replace("torch.", "")

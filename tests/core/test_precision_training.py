@@ -58,6 +58,7 @@ def test_mixed_precision_autocasts_and_keeps_fp32_weights():
     model = fabric.setup(nn.Linear(4, 2))
     assert model.weight.dtype == torch.float32
     seen = {}
+
     def record(module, inputs, output):
         seen["dtype"] = output.dtype
 
