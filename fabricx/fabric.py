@@ -18,6 +18,7 @@ from fabricx.data.loader import FabricDataLoader, build_stateful_loader
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 from fabricx.utilities.rank_zero import set_global_rank
 from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
@@ -40,6 +41,8 @@ class Fabric:
         loggers: a logger or a list of loggers for :meth:`log` and :meth:`log_dict`.
         grad_accum_steps: micro-batches per optimizer step inside :meth:`accumulate`.
         save_rng_states: store every rank's random generator states in checkpoints and restore them.
+        preemption_signals: ``True`` (SIGTERM and SIGUSR1) or a list of signals that a scheduler sends before
+            stopping the job; :attr:`preemption_requested` then turns true at the next check.
 
     Example::
 
@@ -67,6 +70,7 @@ class Fabric:
         loggers: Any = None,
         grad_accum_steps: int = 1,
         save_rng_states: bool = True,
+        preemption_signals: Any = None,
     ) -> None:
         connector = Connector(
             accelerator=accelerator,
@@ -76,11 +80,7 @@ class Fabric:
             precision=precision,
             plugins=plugins,
         )
-        if (
-            not isinstance(grad_accum_steps, int)
-            or isinstance(grad_accum_steps, bool)
-            or grad_accum_steps < 1
-        ):
+        if not isinstance(grad_accum_steps, int) or isinstance(grad_accum_steps, bool) or grad_accum_steps < 1:
             raise ValueError(f"grad_accum_steps={grad_accum_steps!r} must be an int >= 1.")
         self._connector = connector
         self._strategy = connector.strategy
@@ -90,6 +90,8 @@ class Fabric:
         self._loggers = _as_list(loggers)
         self._grad_accum_steps = grad_accum_steps
         self._save_rng_states = save_rng_states
+        self._preemption_signals = resolve_signals(preemption_signals) if preemption_signals else []
+        self._preemption_watcher: PreemptionWatcher | None = None
         self._accumulation = _AccumulationState()
         self._launched = False
         self._setup_module_ids: set[int] = set()
@@ -193,7 +195,37 @@ class Fabric:
     def _prepare_process(self) -> None:
         self._strategy.setup_environment()
         set_global_rank(self._strategy.global_rank)
+        if self._preemption_signals and self._preemption_watcher is None:
+            self._preemption_watcher = PreemptionWatcher(self._preemption_signals)
         self._launched = True
+
+    @property
+    def preemption_requested(self) -> bool:
+        """Whether any rank received a preemption signal (agreed across ranks; a collective call).
+
+        Check it at step boundaries, then save and call :meth:`exit_for_requeue`.
+
+        Example::
+
+            fabric = Fabric(preemption_signals=True)
+            for step, batch in enumerate(loader):
+                ...
+                if fabric.preemption_requested:
+                    fabric.save(manager.next_path(), state)
+                    fabric.exit_for_requeue()
+        """
+        watcher = self._preemption_watcher
+        local = watcher is not None and watcher.received is not None
+        if self.world_size == 1 or not self._launched:
+            return local
+        flag = torch.tensor(1.0 if local else 0.0, device=self.device)
+        return bool(self._strategy.all_reduce(flag, reduce_op="max").item() > 0)
+
+    def exit_for_requeue(self, code: int = REQUEUE_EXIT_CODE) -> None:
+        """Wait for every rank, release the process group and exit with ``code`` so a scheduler can requeue."""
+        self.barrier("exit_for_requeue")
+        self._teardown()
+        raise SystemExit(code)
 
     def _require_launched(self, what: str) -> None:
         if not self._launched:
@@ -226,9 +258,7 @@ class Fabric:
             module, list(optimizers), scheduler
         )
         wrapped = self._wrap_module(forward_module, original)
-        wrapped_optimizers = [
-            FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out
-        ]
+        wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
         if scheduler is not None:
             scheduler = wrap_scheduler_step(scheduler, self._accumulation)
         outputs: list[Any] = [wrapped, *wrapped_optimizers]
@@ -526,9 +556,7 @@ class Fabric:
             all_predictions = fabric.all_gather(predictions)
         """
         self._require_launched("all_gather()")
-        return apply_to_collection(
-            data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads
-        )
+        return apply_to_collection(data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads)
 
     def all_reduce(self, data: Any, group: Any = None, reduce_op: str = "mean") -> Any:
         """Reduce tensors (or nested collections, or numbers) across ranks: mean, sum, min or max.
@@ -562,9 +590,7 @@ class Fabric:
                 self.barrier("rank_zero_first")
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def save(
-        self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None
-    ) -> None:
+    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
         """Save models, optimizers, schedulers, data loaders and plain values; every rank must call it.
 
         The checkpoint is a directory written atomically: a failed save never damages a previous one.
@@ -584,9 +610,7 @@ class Fabric:
             )
         self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter)
 
-    def load(
-        self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True
-    ) -> dict[str, Any]:
+    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
         """Restore a checkpoint into the objects of ``state`` (in place); return what was not restored.
 
         Without ``state``, return the whole checkpoint's contents. Plain values in ``state`` are

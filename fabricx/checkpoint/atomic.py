@@ -1,0 +1,242 @@
+"""Crash-safe writing of files and directories.
+
+A reader must always find either the previous complete checkpoint or the new complete one, never a
+half-written mix. Directories are written under a temporary sibling name and renamed into place;
+replacing an existing directory goes through a short-lived ``<name>.old-<token>`` sibling, which
+:func:`resolve_directory` falls back to if a crash happened in the middle of the swap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = [
+    "abort_directory",
+    "atomic_directory",
+    "atomic_write_file",
+    "commit_directory",
+    "fsync_tree",
+    "prepare_directory",
+    "resolve_directory",
+]
+
+_TMP_MARK = ".tmp-"
+_OLD_MARK = ".old-"
+
+
+def _new_token() -> str:
+    return secrets.token_hex(4)
+
+
+def _check_token(token: str) -> str:
+    if not token or not all(ch.isalnum() or ch in "-_" for ch in token):
+        raise ValueError(f"token must be a non-empty string of letters, digits, '-' or '_'; got {token!r}.")
+    return token
+
+
+def _fsync_dir(path: Path) -> None:
+    # Directory fsync makes a rename durable; some file systems (and Windows) cannot open a directory.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def fsync_tree(path: str | os.PathLike[str]) -> None:
+    """Flush every file and directory under ``path`` to stable storage.
+
+    Example::
+
+        fsync_tree("run/checkpoints/checkpoint_3.tmp-ab12")
+    """
+    root = Path(path)
+    if root.is_file():
+        _fsync_file(root)
+        return
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            file_path = Path(dirpath, name)
+            if not file_path.is_symlink():
+                _fsync_file(file_path)
+        _fsync_dir(Path(dirpath))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def prepare_directory(path: str | os.PathLike[str], token: str | None = None) -> Path:
+    """Create and return the empty temporary sibling ``<name>.tmp-<token>`` that will become ``path``.
+
+    Pass the same ``token`` on every rank so all of them compute the same temporary name; only one
+    process should call this. A left-over directory with the same temporary name is discarded.
+
+    Example::
+
+        tmp = prepare_directory("ckpt", token="step100")   # rank 0
+        # barrier, every rank writes into tmp, barrier
+        commit_directory(tmp, "ckpt")                      # rank 0
+    """
+    target = Path(path)
+    tmp = temporary_name(target, token)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if tmp.exists() or tmp.is_symlink():
+        _remove(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def temporary_name(path: str | os.PathLike[str], token: str | None = None) -> Path:
+    """The temporary sibling name :func:`prepare_directory` uses for ``path`` and ``token``.
+
+    Example::
+
+        temporary_name("out/ckpt", "7")  # Path("out/ckpt.tmp-7")
+    """
+    target = Path(path)
+    token = _new_token() if token is None else _check_token(token)
+    return target.with_name(f"{target.name}{_TMP_MARK}{token}")
+
+
+def commit_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Make the fully written ``tmp`` directory visible as ``path``, replacing what was there.
+
+    Files are flushed first. An existing ``path`` is first renamed to ``<name>.old-<random>``, then
+    ``tmp`` is renamed into place, then the old copy is deleted, so at any instant one complete
+    version can be found (see :func:`resolve_directory`).
+
+    Example::
+
+        commit_directory("ckpt.tmp-step100", "ckpt")
+    """
+    tmp_path, target = Path(tmp), Path(path)
+    if not tmp_path.is_dir():
+        raise FileNotFoundError(f"Cannot commit {tmp_path}: it is not a directory (was it prepared?).")
+    fsync_tree(tmp_path)
+    parent = target.parent
+    if target.exists() or target.is_symlink():
+        old = target.with_name(f"{target.name}{_OLD_MARK}{_new_token()}")
+        os.rename(target, old)
+        _fsync_dir(parent)
+        try:
+            os.rename(tmp_path, target)
+        except BaseException:
+            # Put the previous version back; if even that fails, readers still find it as .old-*.
+            with contextlib.suppress(OSError):
+                os.rename(old, target)
+            raise
+        _fsync_dir(parent)
+        _remove(old)
+    else:
+        os.rename(tmp_path, target)
+        _fsync_dir(parent)
+
+
+def abort_directory(tmp: str | os.PathLike[str]) -> None:
+    """Throw away an unfinished temporary directory; missing is fine.
+
+    Example::
+
+        abort_directory("ckpt.tmp-step100")
+    """
+    _remove(Path(tmp))
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike[str], token: str | None = None) -> Iterator[Path]:
+    """Write a directory that appears at ``path`` only once complete.
+
+    Yields a temporary sibling to fill. On a clean exit it is flushed and renamed to ``path`` (an
+    existing ``path`` is swapped out safely); on an exception it is removed and ``path`` is untouched.
+
+    Example::
+
+        with atomic_directory("out/weights") as tmp:
+            (tmp / "a.txt").write_text("hello")
+    """
+    tmp = prepare_directory(path, token)
+    try:
+        yield tmp
+    except BaseException:
+        abort_directory(tmp)
+        raise
+    try:
+        commit_directory(tmp, path)
+    except BaseException:
+        abort_directory(tmp)
+        raise
+
+
+def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO], None]) -> None:
+    """Write one file atomically: ``write_fn(handle)`` fills a temporary file that then replaces ``path``.
+
+    Example::
+
+        atomic_write_file("meta.json", lambda f: f.write(b"{}"))
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}{_TMP_MARK}{_new_token()}")
+    try:
+        with open(tmp, "wb") as handle:
+            write_fn(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(target.parent)
+
+
+def resolve_directory(path: str | os.PathLike[str]) -> Path | None:
+    """Where the complete contents of ``path`` are: ``path`` itself, or a swap left-over if a crash hit.
+
+    A crash between the two renames of :func:`commit_directory` leaves only ``<name>.old-<token>``;
+    that previous version is complete and is returned. ``None`` when neither exists.
+
+    Example::
+
+        found = resolve_directory("ckpt")
+    """
+    target = Path(path)
+    if target.exists():
+        return target
+    prefix = f"{target.name}{_OLD_MARK}"
+    try:
+        candidates = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return None
+    if not candidates:
+        return None
+    # Several left-overs only happen after repeated crashes; the most recent one is the newest version.
+    return max(candidates, key=_mtime)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return float("-inf")

@@ -1,0 +1,458 @@
+"""The on-disk layout of a fabricx checkpoint.
+
+A checkpoint is a directory::
+
+    meta.json                          format version, fabricx version, world size, keys, extras
+    shared.json / shared.safetensors   state every rank shares (written by rank 0)
+    rank_<r>.json / rank_<r>.safetensors   state of rank r (RNG, data position, ...)
+    <anything a strategy adds>         e.g. a torch.distributed.checkpoint folder of shards
+
+It is written under a temporary name and renamed into place once complete (``meta.json`` last).
+A regular file at the checkpoint path is read as a single-file ``torch.save`` checkpoint
+(Lightning Fabric style), with ``weights_only=True`` so it cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import secrets
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fabricx.checkpoint.atomic import (
+    abort_directory,
+    atomic_write_file,
+    commit_directory,
+    prepare_directory,
+    resolve_directory,
+    temporary_name,
+)
+from fabricx.checkpoint.serialization import dump, json_path, load
+from fabricx.utilities.exceptions import CheckpointError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "META_FILE",
+    "CheckpointWriter",
+    "LoadedCheckpoint",
+    "is_checkpoint",
+    "read_checkpoint",
+    "read_meta",
+    "write_checkpoint",
+    "write_single_file",
+]
+
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+SHARED_STEM = "shared"
+_FORMAT_NAME = "fabricx-checkpoint"
+# Token every rank agrees on without talking; one save to a given path runs at a time.
+_DEFAULT_DISTRIBUTED_TOKEN = "save"
+
+
+def rank_stem(rank: int) -> str:
+    """The file stem holding rank ``rank``'s own state."""
+    return f"rank_{rank}"
+
+
+def _fabricx_version() -> str:
+    try:
+        import fabricx
+
+        version = getattr(fabricx, "__version__", None)
+        if isinstance(version, str):
+            return version
+        from importlib.metadata import version as package_version
+
+        return package_version("fabricx")
+    except Exception:
+        return "unknown"
+
+
+def _key_names(state: dict | None) -> list[str] | None:
+    if state is None:
+        return None
+    return [key if isinstance(key, str) else repr(key) for key in state]
+
+
+@dataclass
+class LoadedCheckpoint:
+    """What :func:`read_checkpoint` found: the shared state, this rank's state (or ``None``), the metadata."""
+
+    shared: dict
+    per_rank: dict | None
+    meta: dict
+    path: Path
+    legacy: bool = field(default=False)
+
+
+class CheckpointWriter:
+    """Write a checkpoint in steps, so a strategy can add its own files before it is committed.
+
+    Every rank creates a writer with the same ``path`` and ``token``; ``barrier`` synchronizes them
+    (``None`` for a single process). Rank 0 prepares the temporary directory, all ranks write, rank 0
+    writes ``meta.json`` and renames the directory into place.
+
+    Example::
+
+        writer = CheckpointWriter("ckpt", rank=rank, world_size=world, barrier=dist.barrier, token="step100")
+        tmp = writer.begin()
+        writer.write_shared({"step": 100})
+        writer.write_rank({"rng": torch.get_rng_state()})
+        dcp.save(sharded_state, checkpoint_id=tmp / "model")   # strategy's own files, every rank
+        writer.commit()
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        barrier: Callable[[], Any] | None = None,
+        token: str | None = None,
+        extra_meta: dict | None = None,
+    ) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size); got rank={rank}, world_size={world_size}.")
+        if world_size > 1 and barrier is None:
+            raise ValueError(
+                f"Writing a checkpoint from {world_size} processes needs `barrier`, a callable that "
+                "waits for all ranks (e.g. torch.distributed.barrier)."
+            )
+        if extra_meta is not None:
+            try:
+                json.dumps(extra_meta, allow_nan=False)
+            except (TypeError, ValueError) as error:
+                raise CheckpointError(
+                    f"extra_meta must be JSON-serializable (str, numbers, bools, None, lists, dicts): {error}"
+                ) from None
+        self.path = Path(path)
+        self.rank = rank
+        self.world_size = world_size
+        self._barrier = barrier
+        if token is None:
+            token = _DEFAULT_DISTRIBUTED_TOKEN if world_size > 1 else secrets.token_hex(4)
+        self._token = token
+        self.tmp = temporary_name(self.path, token)
+        self._extra_meta = extra_meta
+        self._shared_keys: list[str] | None = None
+        self._rank_keys: list[str] | None = None
+        self._state = "new"
+
+    def _sync(self) -> None:
+        if self._barrier is not None:
+            self._barrier()
+
+    def _expect(self, state: str, action: str) -> None:
+        if self._state != state:
+            raise RuntimeError(f"CheckpointWriter.{action}() called while the writer is {self._state!r}.")
+
+    def begin(self) -> Path:
+        """Create the temporary directory (rank 0), wait for all ranks, and return its path."""
+        self._expect("new", "begin")
+        if self.rank == 0:
+            prepare_directory(self.path, self._token)
+        self._sync()
+        self._state = "open"
+        return self.tmp
+
+    def write_shared(self, state: dict) -> None:
+        """Write the state all ranks share; only rank 0 writes, other ranks return at once."""
+        self._expect("open", "write_shared")
+        _require_dict(state, "shared")
+        if self.rank == 0:
+            dump(state, self.tmp, SHARED_STEM)
+            self._shared_keys = _key_names(state)
+
+    def write_rank(self, state: dict) -> None:
+        """Write this rank's own state as ``rank_<rank>``."""
+        self._expect("open", "write_rank")
+        _require_dict(state, "per_rank")
+        dump(state, self.tmp, rank_stem(self.rank))
+        self._rank_keys = _key_names(state)
+
+    def commit(self) -> Path:
+        """Wait for all ranks, write ``meta.json`` and move the directory into place (rank 0), wait again."""
+        self._expect("open", "commit")
+        self._sync()
+        if self.rank == 0:
+            try:
+                if self._shared_keys is None:
+                    dump({}, self.tmp, SHARED_STEM)
+                    self._shared_keys = []
+                meta = {
+                    "format": _FORMAT_NAME,
+                    "format_version": FORMAT_VERSION,
+                    "fabricx_version": _fabricx_version(),
+                    "world_size": self.world_size,
+                    "created": time.time(),
+                    "created_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "shared_keys": self._shared_keys,
+                    "per_rank_keys": self._rank_keys,
+                    "extra_meta": self._extra_meta,
+                }
+                text = json.dumps(meta, indent=2, allow_nan=False)
+                (self.tmp / META_FILE).write_text(text, encoding="utf-8")
+                commit_directory(self.tmp, self.path)
+            except BaseException:
+                abort_directory(self.tmp)
+                self._state = "aborted"
+                raise
+        self._sync()
+        self._state = "committed"
+        return self.path
+
+    def abort(self) -> None:
+        """Give up: rank 0 removes the temporary directory; the previous checkpoint stays as it was."""
+        if self.rank == 0 and self._state != "committed":
+            abort_directory(self.tmp)
+        self._state = "aborted"
+
+    def __enter__(self) -> CheckpointWriter:
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def _require_dict(state: Any, what: str) -> None:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"The {what} checkpoint state must be a dict; got {type(state).__name__}.")
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    shared: dict | None,
+    per_rank: dict | None,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    barrier: Callable[[], Any] | None = None,
+    token: str | None = None,
+    extra_meta: dict | None = None,
+) -> Path:
+    """Write a complete checkpoint directory at ``path`` in one call (see :class:`CheckpointWriter`).
+
+    Example::
+
+        shared = {"model": model.state_dict(), "step": 10}
+        write_checkpoint("run/ckpt", shared, {"rng": torch.get_rng_state()})
+    """
+    writer = CheckpointWriter(
+        path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=extra_meta
+    )
+    writer.begin()
+    try:
+        if shared is not None:
+            writer.write_shared(shared)
+        if per_rank is not None:
+            writer.write_rank(per_rank)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.commit()
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_meta(directory: str | os.PathLike[str]) -> dict:
+    """Read and check ``meta.json`` of a checkpoint directory.
+
+    Example::
+
+        read_meta("run/ckpt")["world_size"]
+    """
+    meta_file = Path(directory) / META_FILE
+    try:
+        meta = json.loads(meta_file.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{Path(directory)} is not a fabricx checkpoint: it has no {META_FILE} (an interrupted save, or "
+            "a directory written by another tool)."
+        ) from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise CheckpointError(f"Cannot read {meta_file} (truncated or damaged?): {error}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_file} is damaged: expected a JSON object, found {type(meta).__name__}.")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+        raise CheckpointError(
+            f"{meta_file} declares checkpoint format version {version!r}; this fabricx "
+            f"({_fabricx_version()}) supports format versions 1 to {FORMAT_VERSION}. "
+            "Load it with the fabricx version that wrote it, or upgrade fabricx."
+        )
+    world_size = meta.get("world_size")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise CheckpointError(f"{meta_file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+    return meta
+
+
+def read_checkpoint(path: str | os.PathLike[str], rank: int = 0) -> LoadedCheckpoint:
+    """Load a checkpoint directory (or a single-file checkpoint) onto the CPU without running code.
+
+    ``per_rank`` is ``None`` when the checkpoint has no file for ``rank`` (e.g. it was written by
+    fewer processes). Every problem raises :class:`CheckpointError` naming the file.
+
+    Example::
+
+        loaded = read_checkpoint("run/ckpt", rank=fabric.global_rank)
+        model.load_state_dict(loaded.shared["model"])
+    """
+    target = Path(path)
+    if target.is_file():
+        return _read_single_file(target)
+    found = resolve_directory(target)
+    if found is None:
+        leftovers = (
+            sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*"))
+            if target.parent.is_dir()
+            else []
+        )
+        hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
+        raise CheckpointError(f"No checkpoint found at {target}.{hint}")
+    if found.is_file():
+        return _read_single_file(found)
+    meta = read_meta(found)
+    shared = load(found, SHARED_STEM)
+    if not isinstance(shared, dict):
+        raise CheckpointError(f"{json_path(found, SHARED_STEM)} is damaged: it does not hold a dict.")
+    per_rank = None
+    if json_path(found, rank_stem(rank)).exists():
+        per_rank = load(found, rank_stem(rank))
+        if not isinstance(per_rank, dict):
+            raise CheckpointError(f"{json_path(found, rank_stem(rank))} is damaged: it does not hold a dict.")
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found)
+
+
+def _read_single_file(file: Path) -> LoadedCheckpoint:
+    try:
+        with warnings.catch_warnings():
+            # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
+            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
+            state = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        detail = _unpickling_detail(str(error))
+        if "global" in detail.lower():
+            raise CheckpointError(
+                f"Refusing to load {file}: {detail}. Reading it would need unsafe unpickling, which can run "
+                "arbitrary code, so nothing was executed. If you trust the file, load it yourself with "
+                "torch.load(path, weights_only=False) and save plain tensors/containers instead."
+            ) from None
+        raise CheckpointError(
+            f"Cannot load {file}: the weights-only reader rejected it ({detail}). It is damaged, not a "
+            "torch.save file, or would need unsafe unpickling (which fabricx never does)."
+        ) from None
+    except Exception as error:
+        raise CheckpointError(
+            f"Cannot load {file} as a torch.save checkpoint (truncated or damaged?): "
+            f"{type(error).__name__}: {str(error)[:300]}"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{file} holds a {type(state).__name__}; a single-file checkpoint must hold a dict."
+        )
+    meta = {"format_version": 0, "legacy": True, "world_size": 1}
+    return LoadedCheckpoint(shared=state, per_rank=None, meta=meta, path=file, legacy=True)
+
+
+def _unpickling_detail(message: str) -> str:
+    # torch's message is mostly boilerplate; keep the line that says what was refused.
+    for line in message.splitlines():
+        if line.strip().lower().startswith(("unsupported", "trying to load")):
+            return line.strip().rstrip(".")
+    return message.splitlines()[0].strip().rstrip(".") if message else "unknown reason"
+
+
+def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` looks like something :func:`read_checkpoint` can load (without loading it).
+
+    Example::
+
+        if is_checkpoint(ckpt_path): state = read_checkpoint(ckpt_path)
+    """
+    target = Path(path)
+    if target.is_file():
+        return _looks_like_torch_file(target)
+    found = resolve_directory(target)
+    if found is None:
+        return False
+    if found.is_file():
+        return _looks_like_torch_file(found)
+    return (found / META_FILE).is_file()
+
+
+def _looks_like_torch_file(file: Path) -> bool:
+    try:
+        with open(file, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
+
+# ------------------------------------------------------------------------------------------- single file
+
+# Exact types (not subclasses: a subclass is pickled by reference and needs unsafe unpickling to load).
+_SINGLE_FILE_LEAVES = frozenset(
+    {str, int, float, bool, bytes, torch.dtype, torch.Size, torch.device, type(None)}
+)
+
+
+def _check_weights_only(value: Any, path: str) -> None:
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise CheckpointError(
+                f"Cannot save {path or 'the state'} to a single file: tensor subclass "
+                f"{type(value).__qualname__} is not loadable without unsafe unpickling. "
+                "Convert it to a plain tensor."
+            )
+        return
+    if type(value) in _SINGLE_FILE_LEAVES:
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            _check_weights_only(key, path)
+            _check_weights_only(item, f"{path}[{key!r}]")
+        return
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            _check_weights_only(item, f"{path}[{i}]")
+        return
+    raise CheckpointError(
+        f"Cannot save {path or 'the state'} to a single file: "
+        f"{type(value).__module__}.{type(value).__qualname__} could only be read back with unsafe "
+        "unpickling. Convert it to tensors/lists/dicts of plain values (NumPy arrays: "
+        "torch.from_numpy), or save a checkpoint directory instead of a single file."
+    )
+
+
+def write_single_file(path: str | os.PathLike[str], state: dict) -> Path:
+    """Atomically write ``state`` with ``torch.save`` so it loads with ``weights_only=True``.
+
+    Example::
+
+        write_single_file("model.ckpt", {"model": model.state_dict(), "step": 3})
+    """
+    _require_dict(state, "single-file")
+    try:
+        _check_weights_only(state, "")
+    except RecursionError:
+        raise CheckpointError("Cannot save the state: it is nested too deeply.") from None
+    target = Path(path)
+    atomic_write_file(target, lambda handle: torch.save(state, handle))
+    return target
