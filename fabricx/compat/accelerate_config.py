@@ -1,0 +1,156 @@
+"""Accelerate-style configuration objects and the mapping of Accelerate flags onto ``Fabric`` flags."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from fabricx.utilities.exceptions import MisconfigurationError
+
+__all__ = ["DataLoaderConfiguration", "DistributedType", "ProjectConfiguration", "fabric_precision"]
+
+#: Accelerate's ``mixed_precision`` values and the fabricx precision each one means.
+_PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+@dataclass
+class ProjectConfiguration:
+    """Where an :class:`~fabricx.compat.accelerate.Accelerator` writes checkpoints and logs.
+
+    Args:
+        project_dir: Folder of the project; checkpoints go to ``project_dir/checkpoints/checkpoint_{n}``
+            with ``automatic_checkpoint_naming=True``.
+        logging_dir: Folder for trackers (``log_with``); defaults to ``project_dir``.
+        automatic_checkpoint_naming: Let ``save_state()`` choose the next ``checkpoint_{n}`` and
+            ``load_state()`` find the newest one.
+        total_limit: Keep only the newest ``total_limit`` automatic checkpoints.
+        iteration: The smallest number the next automatic checkpoint may get. The number actually used
+            is also at least one past the highest ``checkpoint_{n}`` on disk, so it keeps counting
+            after a restart.
+        save_on_each_node: Accepted for compatibility; every process writes its own part of a checkpoint
+            into the same folder (a file system shared by all nodes is assumed).
+
+    Example::
+
+        config = ProjectConfiguration("runs/exp1", automatic_checkpoint_naming=True, total_limit=3)
+        accelerator = Accelerator(project_config=config)
+    """
+
+    project_dir: str | os.PathLike[str] | None = None
+    logging_dir: str | os.PathLike[str] | None = None
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None
+    iteration: int = 0
+    save_on_each_node: bool = False
+
+    def __post_init__(self) -> None:
+        if self.logging_dir is None:
+            self.logging_dir = self.project_dir
+        if self.total_limit is not None and (
+            isinstance(self.total_limit, bool) or not isinstance(self.total_limit, int) or self.total_limit < 1
+        ):
+            raise ValueError(f"total_limit={self.total_limit!r}; give None (keep all) or an int >= 1.")
+
+    def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
+        """Set ``project_dir`` (and ``logging_dir`` when it was not chosen separately).
+
+        Example::
+
+            config.set_directories("runs/exp2")
+        """
+        if self.logging_dir is None or self.logging_dir == self.project_dir:
+            self.logging_dir = project_dir
+        self.project_dir = project_dir
+
+
+@dataclass
+class DataLoaderConfiguration:
+    """How an :class:`~fabricx.compat.accelerate.Accelerator` prepares data loaders.
+
+    Args:
+        use_stateful_dataloader: ``save_state()``/``load_state()`` also store and restore each prepared
+            loader's exact position (epoch, batch, shuffle order), so a resumed run continues mid-epoch
+            with the next unseen batch. Without it loaders restart their epoch after ``load_state()``
+            (use :meth:`Accelerator.skip_first_batches` then, as with Accelerate).
+        split_batches: Only ``False`` is supported: every process gets whole batches of ``batch_size``.
+        even_batches: Only ``True`` is supported: the last batches are evened out by repeating samples
+            (``gather_for_metrics`` drops the repeats).
+        dispatch_batches, use_seedable_sampler, data_seed, non_blocking: accepted for compatibility;
+            fabricx's loaders always resume their shuffle order exactly and read data on every process.
+
+    Example::
+
+        Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
+    """
+
+    split_batches: bool = False
+    dispatch_batches: bool | None = None
+    even_batches: bool = True
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+    use_stateful_dataloader: bool = False
+
+    def __post_init__(self) -> None:
+        if self.split_batches:
+            raise MisconfigurationError(
+                "split_batches=True (one batch split across processes) is not supported by fabricx's "
+                "Accelerator. Divide your DataLoader's batch_size by the number of processes and keep "
+                "split_batches=False."
+            )
+        if not self.even_batches:
+            raise MisconfigurationError(
+                "even_batches=False is not supported by fabricx's Accelerator: the last batch is always "
+                "evened out across processes. Keep even_batches=True and use gather_for_metrics(), which "
+                "drops the repeated samples."
+            )
+
+
+class DistributedType(str, enum.Enum):
+    """What kind of distributed run this is (compare with ``accelerator.distributed_type``).
+
+    Example::
+
+        if accelerator.distributed_type == DistributedType.MULTI_GPU: ...
+    """
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    MULTI_MPS = "MULTI_MPS"
+    FSDP = "FSDP"
+    DEEPSPEED = "DEEPSPEED"
+    XLA = "XLA"
+
+
+def fabric_precision(mixed_precision: str | None) -> str | None:
+    """The fabricx ``precision=`` flag for Accelerate's ``mixed_precision`` (``None`` leaves it to the
+    environment: ``ACCELERATE_MIXED_PRECISION``, ``fabricx run --precision``, else full precision).
+
+    Example::
+
+        fabric_precision("bf16")  # "bf16-mixed"
+    """
+    if mixed_precision is None:
+        mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")
+        if mixed_precision is None:
+            return None
+    key = str(mixed_precision).lower()
+    if key not in _PRECISIONS:
+        raise MisconfigurationError(
+            f"mixed_precision={mixed_precision!r} is not supported. Choose one of {[None, *_PRECISIONS]} "
+            "(fp8 has no fabricx equivalent)."
+        )
+    return _PRECISIONS[key]
+
+
+def accelerate_precision_name(precision: Any) -> str:
+    """Accelerate's name (``"no"``, ``"fp16"``, ``"bf16"``) for a fabricx precision plugin."""
+    name = getattr(precision, "precision", None)
+    if name in ("16-mixed", "16-true"):
+        return "fp16"
+    if name in ("bf16-mixed", "bf16-true"):
+        return "bf16"
+    return "no"

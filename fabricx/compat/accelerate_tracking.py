@@ -1,0 +1,65 @@
+"""``log_with=`` for the Accelerate adapter: Accelerate's tracker names mapped onto fabricx loggers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fabricx.utilities.exceptions import MisconfigurationError
+
+__all__ = ["build_trackers", "normalize_log_with"]
+
+_SUPPORTED = ("csv", "tensorboard")
+
+
+def normalize_log_with(log_with: Any) -> list[Any]:
+    """``None``, ``"csv"``, ``"tensorboard"``, ``"all"``, a fabricx ``Logger``, or a list of them."""
+    from fabricx.loggers.base import Logger
+
+    if log_with is None:
+        return []
+    items = list(log_with) if isinstance(log_with, list | tuple) else [log_with]
+    result: list[Any] = []
+    for item in items:
+        if isinstance(item, Logger):
+            result.append(item)
+            continue
+        name = str(getattr(item, "value", item)).lower()
+        if name == "all":
+            result.extend(n for n in _SUPPORTED if n not in result)
+        elif name in _SUPPORTED:
+            if name not in result:
+                result.append(name)
+        else:
+            raise MisconfigurationError(
+                f"log_with={item!r} is not available in fabricx. Use one of {[*_SUPPORTED, 'all']} or pass "
+                "a fabricx.loggers.Logger instance."
+            )
+    return result
+
+
+def build_trackers(
+    names: list[Any], logging_dir: str | os.PathLike[str] | None, project_name: str, init_kwargs: dict[str, Any]
+) -> list[Any]:
+    """Create the loggers for ``init_trackers(project_name, ...)``; ``init_kwargs`` maps a tracker name
+    to extra constructor arguments (``{"tensorboard": {"flush_secs": 5}}``)."""
+    trackers = []
+    for item in names:
+        if not isinstance(item, str):
+            trackers.append(item)
+            continue
+        if logging_dir is None:
+            raise MisconfigurationError(
+                f"log_with={item!r} writes files but no folder was given. Pass project_dir=... or "
+                "project_config=ProjectConfiguration(project_dir=..., logging_dir=...) to the Accelerator."
+            )
+        kwargs = dict(init_kwargs.get(item, {}))
+        if item == "csv":
+            from fabricx.loggers.csv_logs import CSVLogger
+
+            trackers.append(CSVLogger(logging_dir, name=project_name, **kwargs))
+        else:
+            from fabricx.loggers.tensorboard import TensorBoardLogger
+
+            trackers.append(TensorBoardLogger(logging_dir, name=project_name, **kwargs))
+    return trackers
