@@ -116,15 +116,24 @@ def _apply_cli_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _layout_from_external_launcher(devices: Any, num_nodes: int) -> tuple[Any, int]:
-    """Under torchrun with ``devices="auto"``, use the layout torchrun created."""
-    local_world = os.environ.get("LOCAL_WORLD_SIZE")
-    world = os.environ.get("WORLD_SIZE")
-    if devices != "auto" or local_world is None or world is None or "TORCHELASTIC_RUN_ID" not in os.environ:
+    """Under torchrun or ``srun`` with ``devices="auto"``, use the layout that launcher created."""
+    if devices != "auto":
         return devices, num_nodes
-    local_world_size, world_size = int(local_world), int(world)
+    world = os.environ.get("WORLD_SIZE")
+    local_world = os.environ.get("LOCAL_WORLD_SIZE")
+    if "TORCHELASTIC_RUN_ID" in os.environ and world is not None and local_world is not None:
+        world_size, local_world_size = int(world), int(local_world)
+    else:
+        from fabricx.environments.slurm import SLURMEnvironment
+
+        if not SLURMEnvironment.detect():
+            return devices, num_nodes
+        world_size = int(os.environ.get("SLURM_NTASKS", "1"))
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", os.environ.get("SLURM_NNODES", "1")))
+        local_world_size = max(1, world_size // max(1, nodes))
     if world_size <= 1:
         return devices, num_nodes
-    return local_world_size, max(num_nodes, world_size // max(1, local_world_size))
+    return local_world_size, max(num_nodes, world_size // local_world_size)
 
 
 def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:

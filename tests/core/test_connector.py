@@ -116,3 +116,19 @@ def test_fabric_exposes_resolved_objects():
     assert isinstance(fabric.precision, HalfPrecision)
     assert isinstance(fabric.strategy, SingleDeviceStrategy)
     assert isinstance(fabric.accelerator, CPUAccelerator)
+
+
+def test_srun_layout_is_used_when_devices_is_auto(monkeypatch):
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    monkeypatch.setenv("SLURM_NODELIST", "node[1-2]")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    monkeypatch.setenv("SLURM_JOB_ID", "1234")
+    strategy = Connector(accelerator="cpu").strategy
+    assert type(strategy).__name__ == "DDPStrategy"
+    assert (strategy.world_size, strategy.global_rank, strategy.local_rank, strategy.node_rank) == (4, 3, 1, 1)
+    assert strategy.launcher is None  # srun started every process
