@@ -1,0 +1,236 @@
+"""``RichProgressBar``: per-epoch training and validation bars with the loss and ``prog_bar`` metrics.
+
+Only global rank zero displays anything. On a terminal the bars are drawn with rich; when output
+goes to a file or a pipe, one plain line is printed per training epoch and per validation run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from fabricx.train.callbacks.base import Callback
+from fabricx.train.logging_result import to_float
+
+if TYPE_CHECKING:
+    from fabricx.train.module import TrainModule
+    from fabricx.train.trainer import Trainer
+
+
+class RichProgressBar(Callback):
+    """Show training progress: batches done, elapsed time, steps per second, loss and ``prog_bar`` metrics.
+
+    Args:
+        refresh_rate: Redraw every N batches (0 disables the bar).
+        leave: Keep each finished epoch's bar on screen instead of reusing one line.
+        console_kwargs: Arguments for ``rich.console.Console`` (e.g. ``{"file": f, "force_terminal": True}``).
+
+    Example::
+
+        Trainer(callbacks=[RichProgressBar(refresh_rate=10, leave=True)])
+    """
+
+    def __init__(
+        self, refresh_rate: int = 1, leave: bool = False, console_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise ValueError(f"RichProgressBar(refresh_rate={refresh_rate!r}); give an int >= 0.")
+        self.refresh_rate = refresh_rate
+        self.leave = leave
+        self.console_kwargs = console_kwargs or {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._enabled = False
+        self._console: Any = None
+        self._progress: Any = None
+        self._train_task: Any = None
+        self._eval_task: Any = None
+        self._train_done = 0
+        self._eval_done = 0
+        self._eval_total: float = 0
+        self._started_at = 0.0
+        self._first_done = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_console", "_progress", "_train_task", "_eval_task"):
+            state[key] = None
+        return state
+
+    @property
+    def is_terminal(self) -> bool:
+        return bool(self._console is not None and self._console.is_terminal)
+
+    # -- set-up -------------------------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._reset()
+        self._enabled = trainer.is_global_zero and self.refresh_rate > 0
+        if not self._enabled:
+            return
+        from rich.console import Console
+
+        self._console = Console(**self.console_kwargs)
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        if self._progress is not None:
+            self._progress.refresh()
+            self._progress.stop()
+        self._progress = None
+
+    def _ensure_progress(self) -> Any:
+        if self._progress is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[speed]}"),
+                TextColumn("{task.fields[metrics]}"),
+                console=self._console,
+                auto_refresh=False,
+            )
+            self._progress.start()
+        return self._progress
+
+    # -- training -----------------------------------------------------------------------------------------------
+    def _description(self, trainer: Trainer) -> str:
+        if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+            return f"Epoch {trainer.current_epoch}/{trainer.max_epochs - 1}"
+        return f"Epoch {trainer.current_epoch}"
+
+    def _start_train(self, trainer: Trainer, done: int) -> None:
+        self._train_done = self._first_done = done
+        self._started_at = time.perf_counter()
+        if self.is_terminal:
+            progress = self._ensure_progress()
+            if self._train_task is not None and not self.leave:
+                progress.remove_task(self._train_task)
+            total = trainer.num_training_batches
+            self._train_task = progress.add_task(
+                self._description(trainer),
+                total=None if math.isinf(total) else total,
+                completed=self._train_done,
+                speed="",
+                metrics="",
+            )
+        else:
+            self._train_task = True
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._enabled:
+            self._start_train(trainer, 0)
+
+    def on_train_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._enabled:
+            return
+        if self._train_task is None:  # resumed in the middle of an epoch
+            self._start_train(trainer, batch_idx)
+        self._train_done = batch_idx + 1
+        if self.is_terminal and (self._train_done % self.refresh_rate == 0 or trainer.is_last_batch):
+            self._progress.update(
+                self._train_task,
+                completed=self._train_done,
+                speed=self._speed(),
+                metrics=self._metrics_text(trainer, with_loss=True),
+            )
+            self._progress.refresh()
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if not self._enabled or self._train_task is None:
+            return
+        metrics = self._metrics_text(trainer, with_loss=True)
+        if self.is_terminal:
+            self._progress.update(self._train_task, completed=self._train_done, speed=self._speed(), metrics=metrics)
+            self._progress.refresh()
+        else:
+            total = trainer.num_training_batches
+            shown_total = "?" if math.isinf(total) else int(total)
+            self._console.print(
+                f"{self._description(trainer)}: {self._train_done}/{shown_total} {self._speed()} {metrics}".rstrip(),
+                highlight=False,
+                soft_wrap=True,
+            )
+            self._train_task = None
+
+    def _speed(self) -> str:
+        elapsed = time.perf_counter() - self._started_at
+        done = self._train_done - self._first_done
+        if elapsed <= 0 or done <= 0:
+            return ""
+        return f"{done / elapsed:.2f} it/s"
+
+    def _metrics_text(self, trainer: Trainer, with_loss: bool, only: Any = None) -> str:
+        parts = []
+        metrics = trainer.progress_bar_metrics
+        if with_loss and trainer._last_loss is not None and "loss" not in metrics:
+            parts.append(f"loss={trainer._last_loss.item():.4g}")
+        for name, value in metrics.items():
+            if only is not None and name not in only:
+                continue
+            value = to_float(value)
+            parts.append(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}")
+        return " ".join(parts)
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    def _start_eval(self, trainer: Trainer, description: str, totals: list[float]) -> None:
+        if not self._enabled:
+            return
+        self._eval_done = 0
+        self._eval_total = sum(totals)
+        if self.is_terminal:
+            progress = self._ensure_progress()
+            total = None if math.isinf(self._eval_total) else self._eval_total
+            self._eval_task = progress.add_task(description, total=total, speed="", metrics="")
+            progress.refresh()
+        else:
+            self._eval_task = description
+
+    def _advance_eval(self) -> None:
+        if not self._enabled or self._eval_task is None:
+            return
+        self._eval_done += 1
+        if self.is_terminal and (self._eval_done % self.refresh_rate == 0 or self._eval_done == self._eval_total):
+            self._progress.update(self._eval_task, completed=self._eval_done)
+            self._progress.refresh()
+
+    def _end_eval(self, trainer: Trainer, description: str) -> None:
+        if not self._enabled or self._eval_task is None:
+            return
+        if self.is_terminal:
+            self._progress.remove_task(self._eval_task)
+            self._progress.refresh()
+        elif not trainer.sanity_checking:
+            total = "?" if math.isinf(self._eval_total) else int(self._eval_total)
+            metrics = self._metrics_text(trainer, with_loss=False, only=trainer._results.entries)
+            self._console.print(
+                f"{description}: {self._eval_done}/{total} {metrics}".rstrip(), highlight=False, soft_wrap=True
+            )
+        self._eval_task = None
+
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        description = "Sanity check" if trainer.sanity_checking else "Validation"
+        limits = trainer.num_val_batches
+        if trainer.sanity_checking and trainer.num_sanity_val_steps >= 0:
+            limits = [min(limit, trainer.num_sanity_val_steps) for limit in limits]
+        self._start_eval(trainer, description, limits)
+
+    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, *args: Any) -> None:
+        self._advance_eval()
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._end_eval(trainer, "Validation")
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._start_eval(trainer, "Testing", [math.inf])
+
+    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, *args: Any) -> None:
+        self._advance_eval()
+
+    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._end_eval(trainer, "Testing")

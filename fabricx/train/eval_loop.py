@@ -1,0 +1,139 @@
+"""Validation, test and prediction passes: no gradients, eval mode, training mode restored after."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fabricx.train.logging_result import ResultCollection, to_float
+
+if TYPE_CHECKING:
+    from fabricx.train.trainer import Trainer
+
+_HOOK_PREFIX = {"validate": "validation", "test": "test", "predict": "predict"}
+
+
+@contextlib.contextmanager
+def evaluation_mode(module: torch.nn.Module) -> Generator[None, None, None]:
+    """Eval mode and no gradients inside; every submodule's own training flag restored after,
+    also when the block raises.
+
+    Example::
+
+        with evaluation_mode(model):
+            predictions = model(x)
+    """
+    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for submodule, mode in modes:
+            submodule.training = mode
+
+
+def run_evaluation(
+    trainer: Trainer,
+    stage: str,
+    results: ResultCollection,
+    loaders: Sequence[Any],
+    limits: Sequence[float],
+    sanity: bool = False,
+) -> list[dict[str, Any]]:
+    """One validation or test pass over ``loaders``; returns the epoch metrics per loader."""
+    prefix = _HOOK_PREFIX[stage]
+    hooks = trainer._hooks
+    step = trainer._step_function(f"{prefix}_step" if stage != "validate" else "validation_step")
+    previous = trainer._results
+    trainer._results = results
+    multiple = len(loaders) > 1
+    computed: dict[str, Any] = {}
+    try:
+        with evaluation_mode(trainer._module):
+            results.in_step = False
+            results.hook = f"on_{prefix}_epoch_start"
+            hooks.call(f"on_{prefix}_start")
+            hooks.call(f"on_{prefix}_epoch_start")
+            results.in_step = True
+            results.hook = f"{prefix}_step"
+            batch_start = f"on_{prefix}_batch_start"
+            batch_end = f"on_{prefix}_batch_end"
+            for dataloader_idx, loader in enumerate(loaders):
+                results.suffix = f"/dataloader_idx_{dataloader_idx}" if multiple else ""
+                extra = (dataloader_idx,) if multiple else ()
+                for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
+                    results.new_batch(batch)
+                    hooks.call(batch_start, batch, batch_idx, dataloader_idx)
+                    outputs = step(batch, batch_idx, *extra)
+                    hooks.call(batch_end, outputs, batch, batch_idx, dataloader_idx)
+            results.suffix = ""
+            results.in_step = False
+            results.hook = f"on_{prefix}_epoch_end"
+            hooks.call(f"on_{prefix}_epoch_end")
+            if sanity:
+                results.reset()
+            else:
+                computed = trainer._finish_epoch_metrics(results)
+            hooks.call(f"on_{prefix}_end")
+    finally:
+        results.suffix = ""
+        results.in_step = True
+        results.hook = f"{prefix}_step"
+        trainer._results = previous
+    return _per_loader({k: to_float(v) for k, v in computed.items()}, len(loaders))
+
+
+def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[float]) -> list[Any]:
+    """Collect ``predict_step`` outputs (one list per loader when several are given)."""
+    hooks = trainer._hooks
+    step = trainer._step_function("predict_step")
+    multiple = len(loaders) > 1
+    outputs: list[list[Any]] = []
+    with evaluation_mode(trainer._module):
+        hooks.call("on_predict_start")
+        hooks.call("on_predict_epoch_start")
+        for dataloader_idx, loader in enumerate(loaders):
+            extra = (dataloader_idx,) if multiple else ()
+            collected: list[Any] = []
+            for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
+                hooks.call("on_predict_batch_start", batch, batch_idx, dataloader_idx)
+                prediction = step(batch, batch_idx, *extra)
+                hooks.call("on_predict_batch_end", prediction, batch, batch_idx, dataloader_idx)
+                collected.append(prediction)
+            outputs.append(collected)
+        hooks.call("on_predict_epoch_end")
+        hooks.call("on_predict_end")
+    return outputs if multiple else outputs[0]
+
+
+def _limited(loader: Any, limit: float) -> Generator[tuple[int, Any], None, None]:
+    if limit <= 0:
+        return
+    iterator = iter(loader)
+    batch_idx = 0
+    while batch_idx < limit:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        yield batch_idx, batch
+        batch_idx += 1
+
+
+def _per_loader(metrics: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    if count <= 1:
+        return [metrics]
+    out: list[dict[str, Any]] = [{} for _ in range(count)]
+    for name, value in metrics.items():
+        for index in range(count):
+            if name.endswith(f"/dataloader_idx_{index}"):
+                out[index][name] = value
+                break
+        else:
+            for entry in out:
+                entry[name] = value
+    return out

@@ -1,0 +1,76 @@
+"""Finding and calling the hooks a module and its callbacks actually define (looked up once)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fabricx.train.callbacks.base import Callback
+from fabricx.train.module import TrainModule
+
+if TYPE_CHECKING:
+    from fabricx.train.trainer import Trainer
+
+
+class Hooks:
+    """Bound hook methods of a module and its callbacks, cached per hook name.
+
+    Hooks a class inherits unchanged from :class:`TrainModule`/:class:`Callback` are skipped, so an
+    unused hook costs one empty loop.
+
+    Example::
+
+        hooks = Hooks(trainer, module, callbacks)
+        hooks.call("on_train_epoch_start")
+    """
+
+    def __init__(self, trainer: Trainer, module: Any, callbacks: Sequence[Any]) -> None:
+        self.trainer = trainer
+        self.module = module
+        self.callbacks = list(callbacks)
+        self._callback_cache: dict[tuple[str, bool | None], tuple[Callable[..., Any], ...]] = {}
+        self._module_cache: dict[str, Callable[..., Any] | None] = {}
+
+    def callback_hooks(self, name: str, monitoring: bool | None = None) -> tuple[Callable[..., Any], ...]:
+        """Bound ``name`` methods of the callbacks that define it; ``monitoring`` filters by kind."""
+        key = (name, monitoring)
+        found = self._callback_cache.get(key)
+        if found is None:
+            methods = []
+            for callback in self.callbacks:
+                if monitoring is not None and bool(getattr(callback, "_monitoring", False)) != monitoring:
+                    continue
+                method = getattr(callback, name, None)
+                if not callable(method):
+                    continue
+                inherited = getattr(type(callback), name, None) is getattr(Callback, name, None)
+                if isinstance(callback, Callback) and inherited:
+                    continue
+                methods.append(method)
+            found = self._callback_cache[key] = tuple(methods)
+        return found
+
+    def module_hook(self, name: str) -> Callable[..., Any] | None:
+        """The module's bound ``name`` method, or ``None`` when it is TrainModule's empty default."""
+        if name in self._module_cache:
+            return self._module_cache[name]
+        method = getattr(self.module, name, None)
+        if not callable(method):
+            method = None
+        elif isinstance(self.module, TrainModule):
+            default = getattr(TrainModule, name, None)
+            if default is not None and getattr(type(self.module), name, None) is default:
+                method = None
+        self._module_cache[name] = method
+        return method
+
+    def call(self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True) -> Any:
+        """Call ``name`` on the callbacks (with trainer and module first), then on the module."""
+        trainer, target = self.trainer, self.module
+        for method in self.callback_hooks(name, monitoring):
+            method(trainer, target, *args)
+        if module:
+            method = self.module_hook(name)
+            if method is not None:
+                return method(*args)
+        return None

@@ -1,0 +1,217 @@
+"""ModelCheckpoint top-k and last, EarlyStopping, LearningRateMonitor, progress bar and model summary."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from _train_helpers import Regressor, loader, regression_data
+
+from fabricx.callbacks import (
+    Callback,
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    RichModelSummary,
+    RichProgressBar,
+)
+from fabricx.train import Trainer
+from fabricx.train.callbacks.model_summary import summarize
+
+
+class ScriptedScore(Regressor):
+    """Logs a made-up validation score per epoch, so the expected decisions are known in advance."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = scores
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", torch.tensor(self.scores[self.current_epoch]))
+
+
+def _trainer(tmp_path, **kwargs):
+    options = dict(
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        loggers=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    options.update(kwargs)
+    return Trainer(**options)
+
+
+def test_model_checkpoint_keeps_exactly_top_k_plus_last(tmp_path):
+    scores = [0.5, 0.2, 0.9, 0.1, 0.3, 0.15]
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="score", mode="min", save_top_k=3, save_last=True)
+    trainer = _trainer(tmp_path, max_epochs=len(scores), callbacks=[checkpoint])
+    trainer.fit(ScriptedScore(scores), loader(regression_data(32)), loader(regression_data(16), shuffle=False))
+
+    # the three lowest scores: epochs 3 (0.1), 5 (0.15) and 1 (0.2); each epoch is 4 steps
+    expected = {"epoch=3-step=16": 0.1, "epoch=5-step=24": 0.15, "epoch=1-step=8": 0.2}
+    on_disk = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert on_disk == sorted([*expected, "last"])
+    assert {Path(p).name: pytest.approx(s) for p, s in checkpoint.best_k_models.items()} == expected
+    assert Path(checkpoint.best_model_path).name == "epoch=3-step=16"
+    assert checkpoint.best_model_score == pytest.approx(0.1)
+    assert checkpoint.kth_value == pytest.approx(0.2)
+    assert Path(checkpoint.last_model_path).name == "last"
+    # the best checkpoint holds the weights of its moment and the callback state of that moment
+    contents = trainer.fabric.load(checkpoint.best_model_path)
+    state = contents["callbacks"][checkpoint.state_key]
+    assert Path(state["best_model_path"]).name == "epoch=3-step=16"
+    assert contents["trainer"]["global_step"] == 16
+
+
+def test_model_checkpoint_max_mode_and_every_n_train_steps(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1)
+    trainer = _trainer(tmp_path, max_epochs=2, callbacks=[checkpoint])
+    trainer.fit(Regressor(), loader(regression_data(64)))  # 8 steps per epoch
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names == sorted(f"epoch={(s - 1) // 8}-step={s}" for s in (3, 6, 9, 12, 15))
+
+    best = ModelCheckpoint(dirpath=tmp_path / "max", monitor="score", mode="max", save_top_k=1, filename="{score:.2f}")
+    trainer = _trainer(tmp_path, max_epochs=3, callbacks=[best])
+    trainer.fit(ScriptedScore([0.1, 0.7, 0.4]), loader(regression_data(32)), loader(regression_data(16)))
+    assert [p.name for p in (tmp_path / "max").iterdir()] == ["score=0.70"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "scores", "stop_epoch"),
+    [
+        ("min", [1.0, 0.8, 0.7, 0.75, 0.71, 0.9, 0.5, 0.4], 4),
+        ("max", [0.1, 0.2, 0.2, 0.3, 0.3, 0.3, 0.3, 0.3], 5),
+    ],
+)
+def test_early_stopping_stops_at_expected_epoch(tmp_path, mode, scores, stop_epoch):
+    early = EarlyStopping(monitor="score", mode=mode, patience=2)
+    trainer = _trainer(tmp_path, max_epochs=len(scores), callbacks=[early], enable_checkpointing=False)
+    trainer.fit(ScriptedScore(scores), loader(regression_data(32)), loader(regression_data(16)))
+    assert early.stopped_epoch == stop_epoch
+    assert trainer.current_epoch == stop_epoch + 1
+    assert early.wait_count == 2
+    assert trainer.should_stop
+
+
+def test_early_stopping_on_train_metric_without_validation(tmp_path):
+    class Rising(Regressor):
+        def on_train_epoch_end(self):
+            self.log("rising", float(self.current_epoch))
+
+    early = EarlyStopping(monitor="rising", patience=1)
+    trainer = _trainer(tmp_path, max_epochs=10, callbacks=[early], enable_checkpointing=False)
+    trainer.fit(Rising(), loader(regression_data(32)))
+    assert early.stopped_epoch == 1 and trainer.current_epoch == 2
+
+
+def test_learning_rate_monitor_logs_scheduled_rates(tmp_path):
+    from fabricx.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="lr")
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=1,
+        loggers=logger,
+        log_every_n_steps=2,
+        callbacks=[LearningRateMonitor()],
+        enable_checkpointing=False,
+    )
+    trainer.fit(Regressor(lr=1.0, scheduler="step"), loader(regression_data(64)))
+    with open(logger.metrics_file_path) as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("lr-SGD")]
+    assert [int(row["step"]) for row in rows] == [2, 4, 6, 8]
+    # StepLR(step_size=2, gamma=0.7) stepped once per optimizer step
+    assert [float(row["lr-SGD"]) for row in rows] == pytest.approx([0.7 ** (s // 2) for s in (2, 4, 6, 8)])
+    with open(logger.metrics_file_path) as handle:
+        assert any(row.get("train_loss_step") for row in csv.DictReader(handle))
+
+
+def test_progress_bar_renders_on_a_terminal(tmp_path):
+    buffer = io.StringIO()
+    bar = RichProgressBar(console_kwargs={"file": buffer, "force_terminal": True, "width": 160})
+    trainer = _trainer(tmp_path, max_epochs=2, callbacks=[bar], enable_progress_bar=True, enable_checkpointing=False)
+    trainer.fit(Regressor(), loader(regression_data(64)), loader(regression_data(16), shuffle=False))
+    text = buffer.getvalue()
+    assert "Epoch 1/1" in text and "8/8" in text
+    assert "train_loss=" in text and "val_loss=" in text
+    assert "it/s" in text
+    assert "\x1b[" in text  # drawn with terminal control codes
+
+
+def test_progress_bar_prints_plain_lines_when_not_a_terminal(tmp_path, capsys):
+    trainer = _trainer(tmp_path, max_epochs=2, enable_progress_bar=True, enable_checkpointing=False)
+    trainer.fit(Regressor(), loader(regression_data(64)), loader(regression_data(16), shuffle=False))
+    lines = capsys.readouterr().out.splitlines()
+    epoch_lines = [line for line in lines if line.startswith("Epoch")]
+    assert len(epoch_lines) == 2
+    assert epoch_lines[1].startswith("Epoch 1/1: 8/8 ") and "train_loss=" in epoch_lines[1]
+    assert "it/s" in epoch_lines[1]
+    assert sum(line.startswith("Validation: 2/2 val_loss=") for line in lines) == 2
+    assert not any("\x1b[" in line for line in lines)
+
+
+def test_progress_bar_and_summary_disabled_print_nothing(tmp_path, capsys):
+    trainer = _trainer(
+        tmp_path, max_epochs=1, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False
+    )
+    trainer.fit(Regressor(), loader(regression_data(32)), loader(regression_data(16)))
+    captured = capsys.readouterr()
+    assert captured.out == ""
+
+
+def test_model_summary_table(tmp_path, capsys):
+    module = Regressor()
+    module.net[0].weight.requires_grad_(False)
+    summary = summarize(module, max_depth=2)
+    assert summary.total_params == 32 * 64 + 64 + 64 + 1
+    assert summary.frozen_params == 32 * 64
+    assert summary.trainable_params == 64 + 64 + 1
+    assert summary.size_bytes == 4 * summary.total_params
+    assert [layer.name for layer in summary.layers] == ["net", "net.0", "net.1", "net.2"]
+
+    trainer = _trainer(tmp_path, max_epochs=1, enable_model_summary=True, enable_checkpointing=False)
+    trainer.fit(module, loader(regression_data(32)))
+    out = capsys.readouterr().out
+    assert "Sequential" in out and "Total params: 2.2 K" in out and "Frozen params: 2.0 K" in out
+    assert "Estimated size: 0.009 MB" in out
+    assert isinstance(RichModelSummary().max_depth, int)
+
+
+def test_callback_state_and_hook_order(tmp_path):
+    calls = []
+
+    class Spy(Callback):
+        def __init__(self):
+            self.count = 0
+
+        def on_fit_start(self, trainer, module):
+            calls.append("fit_start")
+
+        def on_train_epoch_start(self, trainer, module):
+            calls.append("epoch_start")
+
+        def on_validation_end(self, trainer, module):
+            calls.append("validation_end")
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self.count += 1
+            calls.append("batch_end")
+
+        def on_train_epoch_end(self, trainer, module):
+            calls.append("epoch_end")
+
+        def state_dict(self):
+            return {"count": self.count}
+
+    spy = Spy()
+    trainer = _trainer(tmp_path, max_epochs=1, callbacks=[spy], enable_checkpointing=False, limit_train_batches=2)
+    trainer.fit(Regressor(), loader(regression_data(32)), loader(regression_data(16)))
+    # validation at the end of the epoch runs before the last batch's on_train_batch_end
+    assert calls == ["fit_start", "epoch_start", "batch_end", "validation_end", "batch_end", "epoch_end"]
+    assert not math.isnan(float(trainer.callback_metrics["val_loss"]))

@@ -1,0 +1,279 @@
+"""configure_optimizers forms, self.log semantics, evaluation behaviour and the errors a user can act on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from _train_helpers import Regressor, loader, regression_data
+
+from fabricx.callbacks import EarlyStopping, ModelCheckpoint
+from fabricx.train import Trainer, TrainModule
+from fabricx.train.optimizers import parse_optimizers
+from fabricx.utilities.exceptions import MisconfigurationError
+
+
+def _trainer(tmp_path, **kwargs):
+    options = dict(
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        loggers=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        max_epochs=1,
+    )
+    options.update(kwargs)
+    return Trainer(**options)
+
+
+# -- configure_optimizers ---------------------------------------------------------------------------------
+def _opt():
+    return torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+
+
+def test_every_configure_optimizers_form_parses():
+    a, b = _opt(), _opt()
+    sa = torch.optim.lr_scheduler.StepLR(a, 1)
+    sb = torch.optim.lr_scheduler.ExponentialLR(b, 0.9)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(a)
+
+    assert parse_optimizers(a) == ([a], [])
+    assert parse_optimizers([a, b]) == ([a, b], [])
+    assert parse_optimizers((a,)) == ([a], [])
+    optimizers, configs = parse_optimizers(([a, b], [sa, sb]))
+    assert optimizers == [a, b] and [c.scheduler for c in configs] == [sa, sb]
+    assert all(c.interval == "epoch" and c.frequency == 1 for c in configs)
+    optimizers, [config] = parse_optimizers({"optimizer": a, "lr_scheduler": sa})
+    assert optimizers == [a] and config.scheduler is sa and config.interval == "epoch"
+    _, [config] = parse_optimizers(
+        {"optimizer": a, "lr_scheduler": {"scheduler": sa, "interval": "step", "frequency": 3, "name": "warm"}}
+    )
+    assert (config.interval, config.frequency, config.name) == ("step", 3, "warm")
+    _, [config] = parse_optimizers({"optimizer": a, "lr_scheduler": plateau, "monitor": "val_loss"})
+    assert config.reduce_on_plateau and config.monitor == "val_loss"
+    optimizers, configs = parse_optimizers([{"optimizer": a, "lr_scheduler": sa}, {"optimizer": b}])
+    assert optimizers == [a, b] and [c.scheduler for c in configs] == [sa]
+    optimizers, [config] = parse_optimizers(([a], [{"scheduler": sa, "interval": "step"}]))
+    assert config.interval == "step"
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (None, "it is a NoneType"),
+        ("sgd", "it is a str"),
+        ([], "it is empty"),
+        ({"lr_scheduler": None}, "no 'optimizer' key"),
+        ({"optimizer": "opt"}, "str is not a torch.optim.Optimizer"),
+        ("bad-interval", "interval='hourly'"),
+        ("bad-frequency", "frequency=0"),
+        ("bad-key", "unknown keys ['every']"),
+        ("plateau", "ReduceLROnPlateau without a metric"),
+        ("not-a-scheduler", "as an LR scheduler"),
+    ],
+)
+def test_wrong_configure_optimizers_returns_are_clear_errors(returned, message):
+    opt = _opt()
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    returned = (
+        {
+            "bad-interval": {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "hourly"}},
+            "bad-frequency": {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "frequency": 0}},
+            "bad-key": {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "every": 2}},
+            "plateau": {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(opt)},
+            "not-a-scheduler": ([opt], [object()]),
+        }.get(returned, returned)
+        if isinstance(returned, str)
+        else returned
+    )
+    with pytest.raises(MisconfigurationError, match="configure_optimizers") as info:
+        parse_optimizers(returned)
+    assert message in str(info.value)
+
+
+def test_wrong_configure_optimizers_in_fit_names_the_hook(tmp_path):
+    class NoOptimizer(Regressor):
+        def configure_optimizers(self):
+            return None
+
+    with pytest.raises(MisconfigurationError, match="configure_optimizers returned None"):
+        _trainer(tmp_path).fit(NoOptimizer(), loader(regression_data(32)))
+
+
+def test_reduce_on_plateau_steps_with_monitored_metric(tmp_path):
+    class Plateau(Regressor):
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", torch.tensor(1.0))  # never improves
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=1.0)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=0)
+            return {"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "val_loss"}
+
+    trainer = _trainer(tmp_path, max_epochs=3)
+    trainer.fit(Plateau(), loader(regression_data(16)), loader(regression_data(16)))
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.25)  # halved after epochs 1 and 2
+
+
+# -- errors that name the hook ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("returned", "shown"),
+    [
+        (None, "training_step returned None"),
+        ({"logits": 1}, "training_step returned a dict with keys ['logits']"),
+        ("detached", "does not require grad"),
+    ],
+)
+def test_training_step_without_loss_is_a_clear_error(tmp_path, returned, shown):
+    class NoLoss(Regressor):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            return loss.detach() if returned == "detached" else returned
+
+    with pytest.raises(MisconfigurationError) as info:
+        _trainer(tmp_path).fit(NoLoss(), loader(regression_data(32)))
+    assert shown in str(info.value)
+
+
+def test_monitoring_a_metric_never_logged_names_the_hook(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "c", monitor="val_acc")
+    with pytest.raises(MisconfigurationError) as info:
+        _trainer(tmp_path, callbacks=[checkpoint]).fit(
+            Regressor(), loader(regression_data(32)), loader(regression_data(16))
+        )
+    message = str(info.value)
+    assert "ModelCheckpoint(monitor='val_acc')" in message and "on_train_epoch_end" in message
+    assert "val_loss" in message  # lists what was logged
+
+    with pytest.raises(MisconfigurationError, match=r"EarlyStopping\(monitor='nope'\).*on_validation_end"):
+        _trainer(tmp_path, callbacks=[EarlyStopping("nope")]).fit(
+            Regressor(), loader(regression_data(32)), loader(regression_data(16))
+        )
+
+
+def test_missing_validation_step_is_a_clear_error(tmp_path):
+    class TrainOnly(TrainModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(32, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    with pytest.raises(NotImplementedError, match="no validation_step"):
+        _trainer(tmp_path).fit(TrainOnly(), loader(regression_data(32)), loader(regression_data(16)))
+
+
+def test_log_with_on_step_in_epoch_hook_is_an_error(tmp_path):
+    class Bad(Regressor):
+        def on_train_epoch_end(self):
+            self.log("x", 1.0, on_step=True)
+
+    with pytest.raises(MisconfigurationError, match="on_train_epoch_end"):
+        _trainer(tmp_path).fit(Bad(), loader(regression_data(32)))
+
+
+# -- evaluation ----------------------------------------------------------------------------------------------
+def test_validation_has_no_gradients_and_restores_modes_even_after_an_exception(tmp_path):
+    seen = {}
+
+    class Failing(Regressor):
+        def validation_step(self, batch, batch_idx):
+            seen["grad"] = torch.is_grad_enabled()
+            seen["training"] = self.training
+            raise ValueError("broken validation")
+
+    module = Failing()
+    module.net[0].eval()  # a submodule the user keeps in eval mode
+    with pytest.raises(ValueError, match="broken validation"):
+        _trainer(tmp_path).fit(module, loader(regression_data(32)), loader(regression_data(16)))
+    assert seen == {"grad": False, "training": False}
+    assert module.training and module.net[2].training
+    assert not module.net[0].training
+
+    trainer = _trainer(tmp_path)
+    module = Failing()
+    module.train()
+    with pytest.raises(ValueError):
+        trainer.validate(module, loader(regression_data(16)))
+    assert module.training
+
+
+def test_epoch_means_are_weighted_by_batch_size(tmp_path):
+    data = regression_data(20)
+    trainer = _trainer(tmp_path)
+    module = Regressor()
+    trainer.fit(module, loader(data, batch_size=8), loader(data, batch_size=8, shuffle=False))  # 8, 8, 4
+    [metrics] = trainer.validate(module, loader(data, batch_size=8, shuffle=False))
+    with torch.no_grad():
+        expected = torch.nn.functional.mse_loss(module(data.tensors[0]), data.tensors[1]).item()
+    assert metrics["val_loss"] == pytest.approx(expected, rel=1e-6)
+    assert set(trainer.callback_metrics) >= {"train_loss", "train_loss_step", "train_loss_epoch", "val_loss"}
+
+
+def test_reduce_fx_and_log_dict(tmp_path):
+    class Reductions(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.log_dict({"biggest": float(batch_idx), "total": 1.0}, on_step=False, on_epoch=True, reduce_fx="max")
+            self.log("count", 1.0, on_step=False, on_epoch=True, reduce_fx="sum")
+            return super().training_step(batch, batch_idx)
+
+    trainer = _trainer(tmp_path)
+    trainer.fit(Reductions(), loader(regression_data(40)))  # 5 batches
+    metrics = trainer.callback_metrics
+    assert float(metrics["biggest"]) == 4.0 and float(metrics["count"]) == 5.0 and float(metrics["total"]) == 1.0
+
+
+def test_test_and_predict(tmp_path):
+    class WithTest(Regressor):
+        def test_step(self, batch, batch_idx):
+            self.log("test_loss", torch.nn.functional.mse_loss(self(batch[0]), batch[1]))
+
+        def predict_step(self, batch, batch_idx):
+            return self(batch[0])
+
+    trainer = _trainer(tmp_path)
+    module = WithTest()
+    [metrics] = trainer.test(module, loader(regression_data(16)))
+    assert set(metrics) == {"test_loss"}
+    predictions = trainer.predict(module, loader(regression_data(16), shuffle=False))
+    assert [p.shape for p in predictions] == [torch.Size([8, 1])] * 2
+
+
+def test_steps_run_through_the_precision_context(tmp_path):
+    seen = []
+
+    class Probe(Regressor):
+        def training_step(self, batch, batch_idx):
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return super().training_step(batch, batch_idx)
+
+    _trainer(tmp_path, precision="bf16-mixed", max_steps=2).fit(Probe(), loader(regression_data(32)))
+    assert seen == [True, True]
+
+
+def test_module_properties(tmp_path):
+    module = Regressor()
+    with pytest.raises(Exception, match="not attached to a Trainer"):
+        _ = module.trainer
+    trainer = _trainer(tmp_path, max_steps=3)
+    trainer.fit(module, loader(regression_data(32)))
+    assert module.trainer is trainer and module.fabric is trainer.fabric
+    assert module.global_step == 3 and module.device == torch.device("cpu")
+    assert module.optimizers() is trainer.optimizers[0] and module.lr_schedulers() is None
+
+
+def test_importing_fabricx_train_is_cheap():
+    code = (
+        "import sys, fabricx.train, fabricx.callbacks; from fabricx.train import Trainer, TrainModule; "
+        "heavy = [m for m in ('rich', 'torchmetrics', 'tensorboard') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
