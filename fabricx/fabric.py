@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -94,11 +95,23 @@ class Fabric:
         self._preemption_watcher: PreemptionWatcher | None = None
         self._accumulation = _AccumulationState()
         self._launched = False
-        self._setup_module_ids: set[int] = set()
+        # Weak: an id() of a collected module can be reused by a new one, which was then refused.
+        self._setup_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._models_setup = 0
         if self._strategy.world_size == 1 or self._strategy.launcher is None:
             # One process, or processes started by an outside launcher: nothing to spawn.
             self._prepare_process()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned processes receive the Fabric by pickling; a WeakSet and signal handlers cannot travel.
+        state = dict(self.__dict__)
+        state["_setup_modules"] = list(self._setup_modules)
+        state["_preemption_watcher"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["_setup_modules"] = weakref.WeakSet(state["_setup_modules"])
+        self.__dict__.update(state)
 
     # -- properties -------------------------------------------------------------------------------
     @property
@@ -290,6 +303,7 @@ class Fabric:
 
             optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
         """
+        self._require_launched("setup_optimizers()")
         wrapped = [
             FabricOptimizer(self._strategy.setup_optimizer(opt), self._strategy, self._accumulation)
             for opt in optimizers
@@ -307,6 +321,7 @@ class Fabric:
         """
         if not dataloaders:
             raise ValueError("setup_dataloaders() needs at least one DataLoader.")
+        self._require_launched("setup_dataloaders()")
         kwargs = self._strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
         loaders = []
         for loader in dataloaders:
@@ -331,12 +346,12 @@ class Fabric:
 
     def _wrap_module(self, forward_module: nn.Module, original: nn.Module) -> FabricModule:
         self._strategy.materialize_module(forward_module)
-        self._setup_module_ids.add(id(original))
+        self._setup_modules.add(original)
         self._models_setup += 1
         return FabricModule(forward_module, self._precision, original)
 
     def _check_module_not_setup(self, module: Any) -> None:
-        if isinstance(module, FabricModule) or id(module) in self._setup_module_ids:
+        if isinstance(module, FabricModule) or module in self._setup_modules:
             raise FabricxError(
                 f"The module {type(unwrap(module)).__name__} was already set up by this Fabric. "
                 "Call setup() once per model and keep using the object it returned."
@@ -602,6 +617,7 @@ class Fabric:
         """
         if not isinstance(state, dict):
             raise TypeError(f"save() expects a dict of things to save, got {type(state).__name__}.")
+        self._require_launched("save()")
         if self._accumulation.counter != 0:
             raise FabricxError(
                 f"save() was called inside a gradient-accumulation window ({self._accumulation.counter} of "

@@ -89,6 +89,9 @@ class FabricModule(nn.Module):
         return f"FabricModule({self._original_module!r})"
 
 
+_NOT_SHARED = ("step", "zero_grad", "state_dict", "__del__", "param_groups", "state", "defaults")
+
+
 class FabricOptimizer:
     """The user's optimizer after ``fabric.setup``: still an instance of its class, stepping
     through the strategy and precision (grad scaler, DeepSpeed engine, ...), and doing nothing
@@ -102,11 +105,7 @@ class FabricOptimizer:
 
     def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: _AccumulationState) -> None:
         # Share param_groups/state with the user's optimizer; keep our own step/zero_grad.
-        self.__dict__ = {
-            k: v
-            for k, v in optimizer.__dict__.items()
-            if k not in ("step", "zero_grad", "state_dict", "__del__")
-        }
+        self.__dict__ = {k: v for k, v in optimizer.__dict__.items() if k not in _NOT_SHARED}
         self.__class__ = type(
             "Fabric" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {}
         )
@@ -119,6 +118,31 @@ class FabricOptimizer:
     @property
     def optimizer(self) -> Optimizer:
         return self._optimizer
+
+    # Read through to the user's optimizer: its load_state_dict replaces these objects.
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self._optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self._optimizer.param_groups = value
+
+    @property
+    def state(self) -> Any:
+        return self._optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self._optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self._optimizer.defaults = value
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         if not self._accumulation.sync_gradients:
