@@ -10,8 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
-from torchdata.stateful_dataloader import StatefulDataLoader
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    get_worker_info,
+)
+from torchdata.stateful_dataloader import Stateful, StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
 from fabricx.data.sampler import distributed_sampler_for
@@ -67,6 +75,8 @@ def build_stateful_loader(
         )
     distributed = num_replicas > 1 and use_distributed_sampler
     dataset = loader.dataset
+    # What the rebuilt loader reads: the dataset, seen through a view that records worker generators.
+    source = _with_worker_random_state(dataset, loader.num_workers)
     if isinstance(dataset, IterableDataset):
         if distributed:
             raise FabricxError(
@@ -76,7 +86,7 @@ def build_stateful_loader(
             )
         if isinstance(loader, StatefulDataLoader):
             return loader
-        return StatefulDataLoader(dataset, **_batching(loader), **_settings(loader))
+        return StatefulDataLoader(source, **_batching(loader), **_settings(loader))
     if not distributed and isinstance(loader, StatefulDataLoader):
         return loader
     if not _has_default_batch_sampler(loader):
@@ -86,19 +96,110 @@ def build_stateful_loader(
                 "fabricx cannot split across ranks. Give each rank its own batch sampler and pass "
                 "use_distributed_sampler=False."
             )
-        return StatefulDataLoader(dataset, batch_sampler=loader.batch_sampler, **_settings(loader))
+        return StatefulDataLoader(source, batch_sampler=loader.batch_sampler, **_settings(loader))
     sampler = loader.sampler
     kwargs = _settings(loader)
     if distributed:
         sampler = distributed_sampler_for(sampler, dataset, num_replicas, rank, seed=global_seed())
-        return StatefulDataLoader(dataset, **_batching(loader), sampler=sampler, **kwargs)
+        return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
     if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
         # torchdata's own RandomSampler records its generator, so the shuffle order resumes too.
         kwargs["generator"] = sampler.generator
-        return StatefulDataLoader(dataset, **_batching(loader), shuffle=True, **kwargs)
+        return StatefulDataLoader(source, **_batching(loader), shuffle=True, **kwargs)
     if type(sampler) is SequentialSampler:
-        return StatefulDataLoader(dataset, **_batching(loader), **kwargs)
-    return StatefulDataLoader(dataset, **_batching(loader), sampler=sampler, **kwargs)
+        return StatefulDataLoader(source, **_batching(loader), **kwargs)
+    return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
+
+
+class _WorkerRandomStateDataset(Dataset):
+    """A map-style dataset seen through a view that also records the worker's random generators.
+
+    torchdata stores a stateful dataset's ``state_dict()`` with each worker's snapshot and restores it
+    inside the worker on resume; recording Python/NumPy/torch generators there makes random
+    augmentation in ``__getitem__`` continue exactly where it stopped.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[Any]) -> Any:
+        getitems = getattr(self.dataset, "__getitems__", None)
+        return getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def state_dict(self) -> dict[str, Any]:
+        inner = self.dataset.state_dict() if isinstance(self.dataset, Stateful) else None
+        in_worker = get_worker_info() is not None
+        return {"dataset": inner, "worker_rng": _capture_flat_rng() if in_worker else None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("dataset") is not None and isinstance(self.dataset, Stateful):
+            self.dataset.load_state_dict(state_dict["dataset"])
+        if state_dict.get("worker_rng") is not None and get_worker_info() is not None:
+            _restore_flat_rng(state_dict["worker_rng"])
+
+
+def _capture_flat_rng() -> dict[str, Any]:
+    # Leaves only (no tuples holding arrays): torchdata diffs worker states leaf by leaf with ==.
+    version, internal, gauss = random.getstate()
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    return {
+        "python_version": version,
+        "python_state": torch.tensor(internal, dtype=torch.int64),
+        "python_gauss": gauss,
+        "numpy_name": name,
+        "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+        "numpy_pos": int(position),
+        "numpy_has_gauss": int(has_gauss),
+        "numpy_cached": float(cached),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def _restore_flat_rng(state: dict[str, Any]) -> None:
+    internal = tuple(int(v) for v in state["python_state"].tolist())
+    random.setstate((int(state["python_version"]), internal, state["python_gauss"]))
+    keys = state["numpy_keys"].numpy().astype(np.uint32)
+    np.random.set_state(
+        (state["numpy_name"], keys, state["numpy_pos"], state["numpy_has_gauss"], state["numpy_cached"])
+    )
+    torch.set_rng_state(state["torch"])
+
+
+class _WorkerRandomStateIterable(IterableDataset):
+    """The iterable-dataset counterpart of :class:`_WorkerRandomStateDataset` (for stateful ones)."""
+
+    def __init__(self, dataset: IterableDataset) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    __getattr__ = _WorkerRandomStateDataset.__getattr__
+    state_dict = _WorkerRandomStateDataset.state_dict
+    load_state_dict = _WorkerRandomStateDataset.load_state_dict
+
+
+def _with_worker_random_state(dataset: Any, num_workers: int) -> Any:
+    if num_workers == 0:
+        return dataset  # the process's own generators are in the checkpoint already
+    if isinstance(dataset, IterableDataset):
+        # One that is not stateful must stay so: torchdata then fast-forwards it to the position.
+        return _WorkerRandomStateIterable(dataset) if isinstance(dataset, Stateful) else dataset
+    return _WorkerRandomStateDataset(dataset)
 
 
 def _batching(loader: DataLoader) -> dict[str, Any]:
@@ -178,6 +279,8 @@ class FabricDataLoader:
         self._finished = False
         self._resume_pending = False
         self._yielded = 0
+        # Whether the inner loader holds an iterator of the current epoch (built or restored).
+        self._inner_live = False
         # Random state just before this epoch's iterator was built (replayed when resuming it).
         self._epoch_start: dict[str, Any] | None = None
         self._fabricx_unwrapped = loader
@@ -237,7 +340,9 @@ class FabricDataLoader:
             }
         # Built now (not at the first next()) so the draws it makes happen at a well-defined point;
         # when resuming, load_state_dict() already built it and this reuses it.
-        return self._iterate(iter(self._loader))
+        iterator = iter(self._loader)
+        self._inner_live = True
+        return self._iterate(iterator)
 
     def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:
         device = self._device
@@ -264,9 +369,9 @@ class FabricDataLoader:
             "world_size": self._world_size,
             "epoch_start": self._epoch_start,
             "generators": [g.get_state() for g in self._generators],
-            # Asking an unstarted StatefulDataLoader for its state builds an iterator, which draws
+            # Asking a StatefulDataLoader without an iterator for its state builds one, which draws
             # from the random generators; a save must not change the run, so nothing is asked then.
-            "loader": self._loader.state_dict() if self._started else None,
+            "loader": self._loader.state_dict() if self._inner_live else None,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -282,12 +387,10 @@ class FabricDataLoader:
         self._yielded = int(state_dict.get("batches_consumed", 0))
         self._epoch_start = state_dict.get("epoch_start")
         self._resume_pending = False
+        self._inner_live = False
         saved_world = int(state_dict.get("world_size", self._world_size))
         if saved_world != self._world_size:
             self._adapt_to_new_world_size(state_dict, saved_world)
-            return
-        inner = state_dict["loader"]
-        if not self._started or inner is None:
             return
         saved_generators = list(state_dict.get("generators") or [])
         if len(saved_generators) != len(self._generators):
@@ -296,11 +399,19 @@ class FabricDataLoader:
                 f"{len(self._generators)}: it was built differently (shuffle, sampler or generator changed). "
                 "Build the loader with the same settings as the run that saved it."
             )
+        inner = state_dict["loader"]
+        if not self._started or inner is None:
+            # No iterator to restore; the generators (e.g. a shuffle seed drawn when the loader was
+            # built) still decide the next epoch's order.
+            for generator, state in zip(self._generators, saved_generators, strict=True):
+                generator.set_state(state)
+            return
         self._set_sampler_epoch()
         self._loader.load_state_dict(inner)
         with self._replaying_epoch_start(saved_generators):
             # state_dict() builds the restored iterator now; the next iter() reuses it.
             self._loader.state_dict()
+        self._inner_live = True
         # Mid-epoch: the next iter() continues this epoch; otherwise it starts the next one.
         self._resume_pending = not self._finished
 
@@ -324,9 +435,7 @@ class FabricDataLoader:
     def _adapt_to_new_world_size(self, state_dict: dict[str, Any], saved_world: int) -> None:
         num_batches = state_dict.get("num_batches")
         at_boundary = (
-            not self._started
-            or self._finished
-            or (num_batches is not None and self._yielded >= int(num_batches))
+            not self._started or self._finished or (num_batches is not None and self._yielded >= int(num_batches))
         )
         if not at_boundary:
             raise FabricxError(

@@ -1,0 +1,105 @@
+"""Gradient accumulation in one process: window boundaries, real-length scaling, no-op steps, refused saves.
+
+Under DDP (no all-reduce off a boundary, equality with the large-batch step) it is checked in
+test_resume_ddp.py, inside the launch that file makes anyway.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from fabricx import Fabric
+from fabricx.utilities.exceptions import FabricxError
+
+FEATURES = 3
+
+
+def _data(samples: int):
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(samples, FEATURES, generator=generator)
+    y = torch.randn(samples, 1, generator=generator)
+    return torch.arange(samples), x, y
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def _reference_grads(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    """Gradients of ONE step on the window's samples as one large batch."""
+    reference = copy.deepcopy(module)
+    reference.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(reference(x), y).backward()
+    return [p.grad.clone() for p in reference.parameters()]
+
+
+def test_windows_of_four_over_ten_batches_match_large_batch_steps():
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=4)
+    ids, x_all, y_all = _data(40)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.9)
+    model, optimizer, scheduler = fabric.setup(model, optimizer, scheduler=scheduler)
+    loader = fabric.setup_dataloaders(DataLoader(TensorDataset(ids, x_all, y_all), batch_size=4))
+    window: list[int] = []
+    window_lengths: list[int] = []
+    parameter_changes = 0
+    for _ in range(2):  # the window count restarts with every epoch
+        for batch_ids, x, y in loader:
+            before = [p.detach().clone() for p in model.parameters()]
+            with fabric.accumulate(model):
+                fabric.backward(nn.functional.mse_loss(model(x), y))
+                window.extend(batch_ids.tolist())
+                if fabric.sync_gradients:
+                    expected = _reference_grads(model.module, x_all[window], y_all[window])
+                    for got, want in zip([p.grad for p in model.parameters()], expected, strict=True):
+                        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+                    window_lengths.append(len(window) // 4)
+                    window = []
+                optimizer.step()
+                optimizer.zero_grad()
+                scheduler.step()
+            after = list(model.parameters())
+            parameter_changes += any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    # 10 batches with N=4: steps after batches 4, 8 and 10; the last window holds 2 (scaled by 1/2).
+    assert window_lengths == [4, 4, 2, 4, 4, 2]
+    assert parameter_changes == 6
+    assert scheduler.last_epoch == 6
+
+
+def test_without_accumulate_context_every_step_counts():
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=4)
+    model = _model()
+    model, _ = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    _, x, y = _data(4)
+    fabric.backward(nn.functional.mse_loss(model(x), y))
+    grads = [p.grad.clone() for p in model.parameters()]
+    expected = _reference_grads(_model(), x, y)  # unscaled: outside accumulate() nothing is divided
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_save_inside_a_window_is_refused(tmp_path):
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=4)
+    model = _model()
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    _, x, y = _data(4)
+    with fabric.accumulate(model):
+        fabric.backward(nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+    with pytest.raises(FabricxError, match=r"inside a gradient-accumulation window \(1 of 4"):
+        fabric.save(tmp_path / "ckpt", {"model": model})
+    assert not (tmp_path / "ckpt").exists()
+    for _ in range(3):
+        with fabric.accumulate(model):
+            fabric.backward(nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    fabric.save(tmp_path / "ckpt", {"model": model})  # at a boundary it is allowed
+    assert (tmp_path / "ckpt").is_dir()
