@@ -6,6 +6,7 @@ import contextlib
 import os
 import weakref
 from collections.abc import Callable, Generator, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -395,12 +396,13 @@ class Fabric:
         self._strategy.backward(tensor, model, *args, **kwargs)
 
     @contextlib.contextmanager
-    def accumulate(self, module: nn.Module) -> Generator[None, None, None]:
+    def accumulate(self, module: nn.Module, epoch_length: int | None = None) -> Generator[None, None, None]:
         """One micro-batch of gradient accumulation (``Fabric(grad_accum_steps=N)``).
 
         Off a window boundary, gradient sync is off and ``optimizer.step()``, ``zero_grad()`` and a
         set-up scheduler's ``step()`` do nothing. The last window of an epoch may be shorter; the
-        loss is divided by the window's real length.
+        loss is divided by the window's real length. The epoch's length is that of the set-up loader
+        that yielded the current batch, or ``epoch_length`` when the loop stops an epoch early.
 
         Example::
 
@@ -422,7 +424,8 @@ class Fabric:
             loader = accumulation.active_loader
             if loader is not None:
                 with contextlib.suppress(TypeError):
-                    remaining = len(loader) - loader.batches_consumed + 1
+                    length = epoch_length if epoch_length is not None else len(loader)
+                    remaining = length - loader.batches_consumed + 1
                     if 0 < remaining < steps:
                         accumulation.window_length = remaining
         boundary = accumulation.counter >= accumulation.window_length
@@ -663,6 +666,60 @@ class Fabric:
             self._strategy.load_module_state_dict(target, contents, strict=strict)
         else:
             self._strategy.load_optimizer_state(target, contents)
+
+    def save_checkpoint(self, project: Any, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> Path:
+        """Save into a project's next ``checkpoints/checkpoint_{n}`` and apply its keep-last-k retention.
+
+        ``project`` is a :class:`~fabricx.checkpoint.CheckpointManager` or a project directory.
+        Older checkpoints are removed only after the new one is complete. Every rank must call it.
+
+        Example::
+
+            manager = CheckpointManager("runs/exp1", total_limit=3)
+            path = fabric.save_checkpoint(manager, state)
+        """
+        from fabricx.checkpoint.resume import save_checkpoint
+
+        return save_checkpoint(self, project, state, filter=filter)
+
+    def load_latest(self, project: Any, state: dict[str, Any], strict: bool = True) -> Path | None:
+        """Restore ``state`` from a project's newest complete checkpoint; return its path (``None`` if none).
+
+        Example::
+
+            resumed_from = fabric.load_latest("runs/exp1", state)  # None on the first run
+        """
+        from fabricx.checkpoint.resume import load_latest
+
+        return load_latest(self, project, state, strict=strict)
+
+    def save_weights(self, module: nn.Module, directory: str | os.PathLike, max_shard_size: int | str = "10GB") -> None:
+        """Export a model's full weights as safetensors (sharded with an index past ``max_shard_size``).
+
+        Tied weights are stored once and come back tied. Every rank must call it; rank zero writes.
+
+        Example::
+
+            fabric.save_weights(model, "export/", max_shard_size="2GB")
+        """
+        from fabricx.checkpoint.export import parse_size, save_weights
+
+        limit = parse_size(max_shard_size)
+        state_dict = self._strategy.get_module_state_dict(unwrap(module))
+        if self.is_global_zero:
+            save_weights(state_dict, directory, max_shard_size=limit)
+        self.barrier("save_weights")
+
+    def load_weights(self, module: nn.Module, path: str | os.PathLike, strict: bool = True) -> Any:
+        """Load weights exported by :meth:`save_weights` (or one ``.safetensors`` file) into ``module``.
+
+        Example::
+
+            fabric.load_weights(model, "export/")
+        """
+        from fabricx.checkpoint.export import load_weights
+
+        return self._strategy.load_module_state_dict(unwrap(module), load_weights(path), strict=strict)
 
     def _with_internal_state(self, state: dict[str, Any]) -> dict[str, Any]:
         internal = dict(state)

@@ -331,8 +331,6 @@ class FabricDataLoader:
         self._started = True
         self._finished = False
         self._set_sampler_epoch()
-        if self._accumulation is not None:
-            self._accumulation.active_loader = self
         if not resuming:
             self._epoch_start = {
                 "rng": _capture_global_rng(),
@@ -346,8 +344,13 @@ class FabricDataLoader:
 
     def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:
         device = self._device
+        accumulation = self._accumulation
         for batch in iterator:
             self._yielded += 1
+            if accumulation is not None:
+                # The loader that yielded the current batch measures accumulation windows (a
+                # validation loader iterated in between must not).
+                accumulation.active_loader = self
             yield batch if device is None else move_data_to_device(batch, device)
         self._finished = True
 

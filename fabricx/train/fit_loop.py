@@ -53,9 +53,8 @@ def run_train_epoch(trainer: Trainer) -> None:
     limit = trainer.num_training_batches
     limited = _is_limited(loader, limit)
     iterator = iter(loader)
-    if limited and fabric.grad_accum_steps > 1:
-        # The last window of a limited epoch ends at the limit, not at the loader's end.
-        fabric._accumulation.active_loader = _LimitedLength(loader, int(limit))
+    # The last window of a limited epoch ends at the limit, not at the loader's end.
+    epoch_length = int(limit) if limited else None
 
     # Everything the per-batch path touches, looked up once.
     batch_start_callbacks = hooks.callback_hooks("on_train_batch_start")
@@ -89,7 +88,7 @@ def run_train_epoch(trainer: Trainer) -> None:
         done = batch_idx + 1
         trainer.is_last_batch = done >= limit
         if accumulate:
-            with fabric.accumulate(model):
+            with fabric.accumulate(model, epoch_length=epoch_length):
                 outputs = one_step(batch, batch_idx)
                 stepped = fabric.sync_gradients
                 if stepped:
@@ -183,20 +182,3 @@ def _is_limited(loader: Any, limit: float) -> bool:
         return limit < len(loader)
     except TypeError:
         return not math.isinf(limit)
-
-
-class _LimitedLength:
-    """What ``fabric.accumulate`` reads of the active loader, with the epoch's limit as its length."""
-
-    __slots__ = ("_limit", "_loader")
-
-    def __init__(self, loader: Any, limit: int) -> None:
-        self._loader = loader
-        self._limit = limit
-
-    def __len__(self) -> int:
-        return self._limit
-
-    @property
-    def batches_consumed(self) -> int:
-        return self._loader.batches_consumed

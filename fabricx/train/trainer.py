@@ -647,14 +647,7 @@ class Trainer:
         return every is None or (self.current_epoch + 1) % every == 0
 
     def _run_validation_in_fit(self) -> None:
-        # Iterating a validation loader makes it the loader fabric.accumulate measures windows with;
-        # training continues with the training loader's windows afterwards.
-        accumulation = self._fabric._accumulation
-        active = accumulation.active_loader
-        try:
-            run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
-        finally:
-            accumulation.active_loader = active
+        run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
 
     def _run_sanity_check(self) -> None:
         steps = self.num_sanity_val_steps
