@@ -18,12 +18,16 @@ from fabricx.strategies.parallel import ParallelStrategy
 class DDPStrategy(ParallelStrategy):
     """``torch.nn.parallel.DistributedDataParallel`` over gloo (CPU) or NCCL (CUDA).
 
+    Registry names: ``"ddp"`` (popen), ``"ddp_spawn"``, ``"ddp_fork"`` / ``"ddp_notebook"`` (fork),
+    ``"ddp_find_unused_parameters_true"``.
+
     Args:
         start_method: ``"popen"`` re-runs the script per rank (like torchrun); ``"spawn"``/``"fork"``
             start processes running the function given to ``fabric.launch``.
-        process_group_backend: ``"gloo"``, ``"nccl"`` or ``None`` for the device's default.
-        timeout: how long a collective may wait before the job fails.
-        **ddp_kwargs: passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``...).
+        process_group_backend: ``"gloo"``, ``"nccl"``, or ``None``/``"auto"`` for the device's default.
+        timeout: how long a collective may wait (a ``timedelta`` or seconds) before the job fails.
+        **ddp_kwargs: passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``,
+            ``bucket_cap_mb``, ``gradient_as_bucket_view``...).
 
     Example::
 
@@ -58,7 +62,18 @@ class DDPStrategy(ParallelStrategy):
         device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
         return DistributedDataParallel(module, device_ids=device_ids, **self._ddp_kwargs)
 
+    @property
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """The arguments passed through to ``DistributedDataParallel``."""
+        return dict(self._ddp_kwargs)
+
     def no_backward_sync(self, module: Module, enabled: bool = True) -> contextlib.AbstractContextManager:
-        if not enabled or not isinstance(module, DistributedDataParallel):
+        """DDP's ``no_sync()``: gradients accumulate locally; the next synced backward averages them all."""
+        if not enabled:
             return contextlib.nullcontext()
+        if not isinstance(module, DistributedDataParallel):
+            raise TypeError(
+                "no_backward_sync() under DDP needs the model returned by fabric.setup(); its inner module "
+                f"is {type(module).__name__}, not DistributedDataParallel."
+            )
         return module.no_sync()

@@ -18,6 +18,23 @@ from fabricx.utilities.rank_zero import set_global_rank
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 _START_METHODS = ("popen", "spawn", "fork", "forkserver")
+_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
+
+
+class _TensorHeader:
+    """What a non-source rank needs to receive a broadcast tensor: its shape and dtype."""
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+
+    def __getstate__(self) -> tuple:
+        return self.shape, self.dtype
+
+    def __setstate__(self, state: tuple) -> None:
+        self.shape, self.dtype = state
 
 
 class ParallelStrategy(Strategy):
@@ -44,15 +61,28 @@ class ParallelStrategy(Strategy):
     ) -> None:
         super().__init__(accelerator=accelerator, precision=precision)
         if start_method not in _START_METHODS:
-            raise MisconfigurationError(f"start_method={start_method!r}; choose one of {list(_START_METHODS)}.")
+            raise MisconfigurationError(
+                f"start_method={start_method!r} is not supported; choose one of {list(_START_METHODS)}."
+            )
         self.parallel_devices = parallel_devices or []
         self.cluster_environment = cluster_environment
         self.num_nodes = 1
+        if process_group_backend == "auto":
+            process_group_backend = None
+        if process_group_backend is not None and process_group_backend not in _BACKENDS:
+            raise MisconfigurationError(
+                f"process_group_backend={process_group_backend!r} is not a torch.distributed backend. Use "
+                f"'auto' (gloo on CPU, nccl on CUDA) or one of {list(_BACKENDS)}."
+            )
         self._process_group_backend = process_group_backend
-        self._timeout = timeout if isinstance(timeout, timedelta) or timeout is None else timedelta(seconds=timeout)
+        if timeout is not None and not isinstance(timeout, timedelta):
+            timeout = timedelta(seconds=float(timeout))
+        self._timeout = timeout
         self._start_method = start_method
 
-    def configure(self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any) -> None:
+    def configure(
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any
+    ) -> None:
         """Receive the layout chosen by the connector and pick a launcher."""
         from fabricx.environments.detect import detect_cluster_environment
 
@@ -72,7 +102,9 @@ class ParallelStrategy(Strategy):
         if self.cluster_environment.creates_processes_externally:
             self._launcher = None
         elif self._start_method == "popen":
-            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
+            self._launcher = SubprocessScriptLauncher(
+                self.cluster_environment, self.num_processes, self.num_nodes
+            )
         else:
             self._launcher = MultiprocessingLauncher(self, start_method=self._start_method)
 
@@ -126,9 +158,15 @@ class ParallelStrategy(Strategy):
 
     @property
     def process_group_backend(self) -> str:
+        """The ``torch.distributed`` backend: the one given, else nccl on CUDA and gloo elsewhere."""
         if self._process_group_backend is not None:
             return self._process_group_backend
         return "nccl" if self.root_device.type == "cuda" else "gloo"
+
+    @property
+    def timeout(self) -> timedelta | None:
+        """How long a collective waits for the other ranks before the job fails."""
+        return self._timeout
 
     # -- process group ---------------------------------------------------------------------------------
     def setup_environment(self) -> None:
@@ -141,7 +179,21 @@ class ParallelStrategy(Strategy):
         env.set_global_rank(self.global_rank)
         set_global_rank(self.global_rank)
         if dist.is_initialized():
+            # Joining a group made elsewhere (a second Fabric, the user's own init): it must be ours in shape.
+            if dist.get_world_size() != self.world_size or dist.get_rank() != self.global_rank:
+                raise MisconfigurationError(
+                    f"A process group with world size {dist.get_world_size()} (this process: rank "
+                    f"{dist.get_rank()}) already exists, but this strategy expects world size "
+                    f"{self.world_size} and rank {self.global_rank}. Give Fabric the same devices and "
+                    "num_nodes as that group, "
+                    "or destroy it first (torch.distributed.destroy_process_group())."
+                )
             return
+        if self.process_group_backend == "nccl" and self.root_device.type != "cuda":
+            raise MisconfigurationError(
+                f"process_group_backend='nccl' needs CUDA devices, but this process runs on "
+                f"{self.root_device}. Use process_group_backend='gloo' (or 'auto') on CPU."
+            )
         os.environ["MASTER_ADDR"] = env.main_address
         os.environ["MASTER_PORT"] = str(env.main_port)
         kwargs: dict[str, Any] = {}
@@ -170,45 +222,72 @@ class ParallelStrategy(Strategy):
             dist.barrier()
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send ``obj`` from rank ``src`` to every rank. A tensor arrives on this rank's device with
+        the source's shape and dtype, whatever the other ranks passed in; anything else is pickled.
+        """
         if not dist.is_initialized():
             return obj
-        if isinstance(obj, Tensor):
-            tensor = obj.detach().clone().to(self.root_device).contiguous()
-            dist.broadcast(tensor, src=src)
-            return tensor
-        holder = [obj]
+        source = dist.get_rank() == src
+        # Only the source's argument counts, so the others learn first whether a tensor follows.
+        holder = [_TensorHeader(obj) if isinstance(obj, Tensor) else obj] if source else [None]
         dist.broadcast_object_list(holder, src=src, device=self._object_device())
-        return holder[0]
+        received = holder[0]
+        if not isinstance(received, _TensorHeader):
+            return received
+        if source:
+            tensor = obj.detach().to(self.root_device, memory_format=torch.contiguous_format, copy=True)
+        else:
+            tensor = torch.empty(received.shape, dtype=received.dtype, device=self.root_device)
+        dist.broadcast(tensor, src=src)
+        return tensor
 
     def _object_device(self) -> torch.device | None:
         return self.root_device if self.process_group_backend == "nccl" else None
 
     def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: str = "mean") -> Tensor:
+        """Reduce a tensor over ranks with ``"mean"`` (or ``"avg"``), ``"sum"``, ``"min"`` or ``"max"``.
+
+        The input is left unchanged; a mean of integers is a float tensor.
+        """
         if not dist.is_initialized():
             return tensor
+        if reduce_op not in _REDUCE_OPS and reduce_op not in ("mean", "avg"):
+            raise ValueError(f"reduce_op={reduce_op!r} is not supported; use 'mean', 'sum', 'min' or 'max'.")
+        result = self._to_comm_device(tensor).clone()
         if reduce_op in ("mean", "avg"):
-            result = tensor.detach().clone()
-            if not torch.is_floating_point(result):
+            if not torch.is_floating_point(result) and not torch.is_complex(result):
                 result = result.float()
             dist.all_reduce(result, op=dist.ReduceOp.SUM, group=group)
             return result / dist.get_world_size(group)
-        result = tensor.detach().clone()
         dist.all_reduce(result, op=_REDUCE_OPS[reduce_op], group=group)
         return result
 
-    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor | list[Tensor]:
-        """Gather from every rank. Equal shapes give a stacked tensor; unequal shapes a list."""
+    def _to_comm_device(self, tensor: Tensor) -> Tensor:
+        # NCCL reads only CUDA memory; gloo takes tensors where they are.
+        tensor = tensor.detach()
+        if self.process_group_backend == "nccl" and tensor.device != self.root_device:
+            tensor = tensor.to(self.root_device)
+        return tensor
+
+    def all_gather(
+        self, tensor: Tensor, group: Any = None, sync_grads: bool = False
+    ) -> Tensor | list[Tensor]:
+        """Gather from every rank. Equal shapes give a tensor stacked along a new first dimension;
+        shapes that differ across ranks (same number of dimensions) give a list with each rank's tensor.
+        ``sync_grads=True`` lets gradients flow back through an equal-shape gather.
+        """
         if not dist.is_initialized():
             return tensor.unsqueeze(0)
         world = dist.get_world_size(group)
-        tensor = tensor.contiguous()
+        tensor = (tensor if sync_grads else self._to_comm_device(tensor)).contiguous()
         shape = torch.tensor(list(tensor.shape) or [1], device=self.root_device, dtype=torch.long)
         ndim = torch.tensor([tensor.dim()], device=self.root_device)
         ndims = [torch.zeros_like(ndim) for _ in range(world)]
         dist.all_gather(ndims, ndim, group=group)
         if len({int(n) for n in ndims}) != 1:
             raise ValueError(
-                f"all_gather got tensors with different numbers of dimensions across ranks ({[int(n) for n in ndims]})."
+                "all_gather got tensors with different numbers of dimensions across ranks "
+                f"({[int(n) for n in ndims]}). Give every rank a tensor with the same number of dimensions."
             )
         shapes = [torch.zeros_like(shape) for _ in range(world)]
         dist.all_gather(shapes, shape, group=group)
@@ -220,15 +299,13 @@ class ParallelStrategy(Strategy):
             gathered = [torch.empty_like(tensor) for _ in range(world)]
             dist.all_gather(gathered, tensor, group=group)
             return torch.stack(gathered)
-        # Unequal shapes: pad every dimension to the largest, gather, trim each back.
+        # Unequal shapes: pad every dimension to the largest, gather, trim each back (no gradient flows).
         max_shape = torch.stack(shapes).max(dim=0).values.tolist()
-        if tensor.dim() == 0:
-            max_shape = []
         padded = tensor.new_zeros(max_shape)
-        padded[tuple(slice(0, n) for n in tensor.shape)] = tensor
+        padded[tuple(slice(0, n) for n in tensor.shape)] = tensor.detach()
         gathered = [torch.empty_like(padded) for _ in range(world)]
         dist.all_gather(gathered, padded, group=group)
-        return [g[tuple(slice(0, int(n)) for n in s[: tensor.dim()])] for g, s in zip(gathered, shapes, strict=True)]
+        return [g[tuple(slice(0, int(n)) for n in s)] for g, s in zip(gathered, shapes, strict=True)]
 
     def __repr__(self) -> str:
         return (

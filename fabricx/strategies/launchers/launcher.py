@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -21,3 +22,20 @@ class Launcher(ABC):
     @abstractmethod
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Start the processes and run ``function(*args, **kwargs)``; return rank 0's result."""
+
+
+def threads_per_process(num_processes: int) -> int:
+    """Intra-op threads for each of ``num_processes`` processes sharing this machine's cores.
+
+    ``OMP_NUM_THREADS`` wins when set; otherwise the cores are divided, so that N processes do not
+    each start one thread per core and slow each other down.
+
+    Example::
+
+        torch.set_num_threads(threads_per_process(4))
+    """
+    configured = os.environ.get("OMP_NUM_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, num_processes))

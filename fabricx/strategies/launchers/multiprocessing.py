@@ -11,18 +11,25 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.multiprocessing as mp
 
-from fabricx.strategies.launchers.launcher import Launcher
+from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
 
 if TYPE_CHECKING:
     from fabricx.strategies.parallel import ParallelStrategy
 
+_POLL_SECONDS = 0.05
+
 
 class MultiprocessingLauncher(Launcher):
-    """Runs ``function`` in ``num_processes`` new processes and returns rank 0's result.
+    """Runs ``function`` in ``num_processes`` new processes and returns global rank 0's result.
 
-    ``spawn`` pickles the function and its arguments (guard your script with
-    ``if __name__ == "__main__":``); ``fork`` is for notebooks and is refused where it would break.
+    ``spawn`` pickles the function and its arguments (define the function at module level and guard
+    your script with ``if __name__ == "__main__":``). ``fork`` is for notebooks; it is refused where
+    the platform has no fork or CUDA is already initialised in this process. Forked processes use one
+    intra-op thread each, because a thread pool the parent already started would hang them.
+
+    If any process raises, the others are stopped and the error, with that process's traceback,
+    is raised here.
 
     Example::
 
@@ -32,43 +39,92 @@ class MultiprocessingLauncher(Launcher):
     requires_function = True
 
     def __init__(self, strategy: ParallelStrategy, start_method: str = "spawn") -> None:
+        if start_method not in mp.get_all_start_methods():
+            raise FabricxError(
+                f"start_method={start_method!r} is not available on {sys.platform} (available: "
+                f"{mp.get_all_start_methods()}). Use strategy='ddp_spawn'."
+            )
         self._strategy = strategy
         self._start_method = start_method
 
+    @property
+    def start_method(self) -> str:
+        return self._start_method
+
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self._start_method in ("fork", "forkserver"):
-            _check_fork_is_safe(self._start_method)
+        if self._start_method == "fork":
+            _check_fork_is_safe()
         environment = self._strategy.cluster_environment
         os.environ["MASTER_ADDR"] = environment.main_address
         os.environ["MASTER_PORT"] = str(environment.main_port)
-        context = mp.get_context(self._start_method)
-        results = context.SimpleQueue()
-        mp.start_processes(
-            _run_rank,
-            args=(function, args, kwargs, results),
-            nprocs=self._strategy.num_processes,
-            start_method=self._start_method,
-            join=True,
-        )
-        # Bytes, so tensors are copied rather than shared through file descriptors of dead processes.
-        return pickle.loads(results.get()) if not results.empty() else None
+        nprocs = self._strategy.num_processes
+        results = mp.get_context(self._start_method).SimpleQueue()
+        try:
+            context = mp.start_processes(
+                _run_rank,
+                args=(self._strategy, function, args, kwargs, results, nprocs, self._start_method),
+                nprocs=nprocs,
+                start_method=self._start_method,
+                join=False,
+            )
+        except (pickle.PicklingError, AttributeError, TypeError) as error:
+            if "pickle" not in str(error).lower():
+                raise
+            raise FabricxError(
+                f"start_method={self._start_method!r} sends the function given to fabric.launch() and its "
+                f"arguments to new processes by pickling them, which failed: {error}. Define the function at "
+                "module level (not a lambda or a nested function) and pass picklable arguments, or use "
+                "strategy='ddp' to re-run the script instead."
+            ) from error
+        output: bytes | None = None
+        try:
+            # Read while waiting: a large result would fill the pipe and block rank 0 before it exits.
+            while not context.join(timeout=_POLL_SECONDS):
+                if output is None and not results.empty():
+                    output = results.get()
+        except BaseException:
+            for process in context.processes:
+                if process.is_alive():
+                    process.terminate()
+            for process in context.processes:
+                process.join(timeout=5)
+                if process.is_alive():
+                    process.kill()
+            raise
+        finally:
+            # A port picked for this launch is stale afterwards; the next launch picks a fresh one.
+            environment.teardown()
+        if output is None and not results.empty():
+            output = results.get()
+        return pickle.loads(output) if output is not None else None
 
 
-def _run_rank(process_index: int, function: Callable, args: tuple, kwargs: dict, results: Any) -> None:
+def _run_rank(
+    process_index: int,
+    strategy: ParallelStrategy,
+    function: Callable,
+    args: tuple,
+    kwargs: dict,
+    results: Any,
+    nprocs: int,
+    start_method: str,
+) -> None:
     os.environ["LOCAL_RANK"] = str(process_index)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    # A forked child inherits the parent's OpenMP pool state but not its threads: more than one
+    # intra-op thread would wait forever for them.
+    torch.set_num_threads(1 if start_method == "fork" else threads_per_process(nprocs))
     output = function(*args, **kwargs)
-    if int(os.environ.get("NODE_RANK", 0)) == 0 and process_index == 0:
+    if strategy.global_rank == 0:
+        # Bytes, so tensors are copied rather than shared through memory of a process about to exit.
         results.put(pickle.dumps(output))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
-def _check_fork_is_safe(start_method: str) -> None:
-    if start_method not in mp.get_all_start_methods():
-        raise FabricxError(
-            f"start_method={start_method!r} is not available on {sys.platform}. Use strategy='ddp_spawn'."
-        )
+def _check_fork_is_safe() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         raise FabricxError(
             "CUDA was already initialised in this process, and forked processes cannot use it. Use "
-            "strategy='ddp_spawn', or create no CUDA tensors before fabric.launch()."
+            "strategy='ddp_spawn', or create no CUDA tensors (and call no torch.cuda functions) before "
+            "fabric.launch()."
         )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -12,16 +14,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fabricx.strategies.launchers.launcher import Launcher
+import torch
+
+from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
 
 _POLL_SECONDS = 0.2
+_STOP_GRACE_SECONDS = 5.0
+# Main modules that are not the user's training script: re-running them would not start a rank.
+_NOT_A_SCRIPT = ("pytest", "py.test", "ipykernel_launcher", "ipykernel", "IPython", "ipython", "jupyter")
 
 
 class SubprocessScriptLauncher(Launcher):
     """Starts local ranks 1..N-1 as new interpreters running the same command; this process is rank 0.
 
-    If any rank exits with an error, the others are stopped and this process exits with that code.
+    The children get ``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``
+    and ``LOCAL_WORLD_SIZE``. If any rank exits with an error (or this one raises), the others are
+    stopped and this process exits non-zero; a child whose parent dies is stopped too (Linux).
 
     Example::
 
@@ -34,9 +43,10 @@ class SubprocessScriptLauncher(Launcher):
         self.num_nodes = num_nodes
         self.children: list[subprocess.Popen] = []
         self._stopping = False
+        self._lock = threading.Lock()
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not self.children:
+        if not self.children and self.num_processes > 1:
             self._start_children()
         try:
             return function(*args, **kwargs)
@@ -47,8 +57,17 @@ class SubprocessScriptLauncher(Launcher):
     def _command(self) -> list[str]:
         main = sys.modules.get("__main__")
         spec = getattr(main, "__spec__", None)
-        if spec is not None and spec.name and spec.name != "__main__":
-            return [sys.executable, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+        module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
+        program = os.path.basename(sys.argv[0]) if sys.argv else ""
+        runner = module.split(".")[0] if module is not None else program.removesuffix(".exe")
+        if runner in _NOT_A_SCRIPT or hasattr(sys, "ps1"):
+            raise FabricxError(
+                f"strategy='ddp' re-runs your script once per process, but this process runs "
+                f"{runner or 'an interactive session'}, not a training script. Use strategy='ddp_spawn' with "
+                "fabric.launch(fn), or strategy='ddp_notebook' in a notebook."
+            )
+        if module is not None and module != "__main__":
+            return [sys.executable, "-m", module, *sys.argv[1:]]
         script = sys.argv[0] if sys.argv else ""
         if not script or script == "-c" or not os.path.exists(script):
             raise FabricxError(
@@ -59,16 +78,24 @@ class SubprocessScriptLauncher(Launcher):
         return [sys.executable, os.path.abspath(script), *sys.argv[1:]]
 
     def _start_children(self) -> None:
+        command = self._command()
         env_base = os.environ.copy()
         env_base["MASTER_ADDR"] = self.cluster_environment.main_address
         env_base["MASTER_PORT"] = str(self.cluster_environment.main_port)
         env_base["NODE_RANK"] = str(self.cluster_environment.node_rank())
         env_base["WORLD_SIZE"] = str(self.num_processes * self.num_nodes)
         env_base["LOCAL_WORLD_SIZE"] = str(self.num_processes)
-        command = self._command()
+        threads = threads_per_process(self.num_processes)
+        env_base.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(threads)
+        _load_libc()
         for local_rank in range(1, self.num_processes):
             env = dict(env_base, LOCAL_RANK=str(local_rank))
             self.children.append(subprocess.Popen(command, env=env, preexec_fn=_die_with_parent))
+        # This process is local rank 0 now: a later Fabric(...) here joins the job instead of relaunching.
+        for name in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            os.environ[name] = env_base[name]
+        os.environ["LOCAL_RANK"] = "0"
         atexit.register(self._wait_for_children)
         previous_hook = sys.excepthook
 
@@ -81,29 +108,42 @@ class SubprocessScriptLauncher(Launcher):
 
     def _watch_children(self) -> None:
         while not self._stopping:
-            for local_rank, child in enumerate(self.children, start=1):
+            for child in self.children:
                 code = child.poll()
-                if code not in (None, 0):
-                    sys.stderr.write(
-                        f"\nfabricx: local rank {local_rank} (pid {child.pid}) exited with code {code}; "
-                        "stopping the other processes of this job.\n"
-                    )
-                    sys.stderr.flush()
-                    self._stop_children()
+                if code not in (None, 0) and not self._stopping:
+                    self._stop_children()  # says which rank failed
+                    with contextlib.suppress(Exception):
+                        sys.stdout.flush()  # os._exit skips the interpreter's own flushing
                     os._exit(code if code > 0 else 1)
             time.sleep(_POLL_SECONDS)
 
     def _stop_children(self) -> None:
-        self._stopping = True
-        for child in self.children:
-            if child.poll() is None:
-                child.terminate()
-        deadline = time.monotonic() + 5
-        for child in self.children:
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
+        with self._lock:
+            if not self._stopping:
+                # Name the rank that died (a SIGKILLed rank prints nothing itself), also when this
+                # process noticed first because a collective failed. The real stderr: torch's excepthook
+                # swaps sys.stderr for a buffer, which is lost if the watcher thread exits first.
+                stderr = sys.__stderr__ or sys.stderr
+                for local_rank, child in enumerate(self.children, start=1):
+                    code = child.poll()
+                    if code not in (None, 0):
+                        how = f" ({signal.Signals(-code).name})" if -code in signal.valid_signals() else ""
+                        stderr.write(
+                            f"\nfabricx: local rank {local_rank} (pid {child.pid}) exited with code "
+                            f"{code}{how}; stopping the other processes of this job.\n"
+                        )
+                stderr.flush()
+            self._stopping = True
+            for child in self.children:
+                if child.poll() is None:
+                    child.terminate()
+            deadline = time.monotonic() + _STOP_GRACE_SECONDS
+            for child in self.children:
+                try:
+                    child.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
 
     def _wait_for_children(self) -> None:
         failed = 0
@@ -113,14 +153,25 @@ class SubprocessScriptLauncher(Launcher):
                 failed = code if code > 0 else 1
         self._stopping = True
         if failed:
+            sys.stdout.flush()
             sys.stderr.flush()
             os._exit(failed)
 
 
-def _die_with_parent() -> None:
-    # Linux: a child whose parent is killed gets SIGTERM instead of becoming an orphan.
-    if sys.platform.startswith("linux"):
-        import ctypes
+_LIBC: Any = None
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)
+
+def _load_libc() -> None:
+    # Loaded before forking: a dlopen between fork and exec could wait on a lock held by another thread.
+    global _LIBC
+    if _LIBC is None and sys.platform.startswith("linux"):
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+        except OSError:
+            _LIBC = False
+
+
+def _die_with_parent() -> None:
+    # Linux: a child whose parent dies gets SIGTERM instead of living on as an orphan.
+    if _LIBC:
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

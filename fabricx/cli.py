@@ -1,0 +1,403 @@
+"""The ``fabricx`` command: ``run`` a script on several processes or nodes, ``env``, ``consolidate``.
+
+``fabricx run`` starts processes through PyTorch's own launcher (``torch.distributed.run``, the
+engine behind ``torchrun``) and hands its flags to ``Fabric()`` in the script through
+``FABRICX_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: Ports torchrun uses when none is given; a multi-node job needs the same port on every node.
+DEFAULT_MULTI_NODE_PORT = 29500
+_ACCELERATOR_CHOICES = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
+
+
+@dataclass
+class RunOptions:
+    """What ``fabricx run`` was asked for (``None``: not given on the command line).
+
+    Example::
+
+        RunOptions(script="train.py", devices="2", accelerator="cpu")
+    """
+
+    script: str
+    script_args: list[str] = field(default_factory=list)
+    accelerator: str | None = None
+    strategy: str | None = None
+    devices: str | None = None
+    num_nodes: int | None = None
+    node_rank: int = 0
+    main_address: str = "127.0.0.1"
+    main_port: int | None = None
+    precision: str | None = None
+    max_restarts: int = 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fabricx`` console script and of ``python -m fabricx``.
+
+    Example::
+
+        main(["run", "--devices", "2", "train.py", "--lr", "0.1"])
+    """
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "run":
+        options = RunOptions(
+            script=args.script,
+            script_args=list(args.script_args),
+            accelerator=args.accelerator,
+            strategy=args.strategy,
+            devices=args.devices,
+            num_nodes=args.num_nodes,
+            node_rank=args.node_rank,
+            main_address=args.main_address,
+            main_port=args.main_port,
+            precision=args.precision,
+            max_restarts=args.max_restarts,
+        )
+        try:
+            return run(options)
+        except _UsageError as error:
+            parser.error(str(error))
+    if args.command == "env":
+        print_environment()
+        return 0
+    if args.command == "consolidate":
+        return consolidate(args.checkpoint_dir, args.output)
+    parser.print_help()
+    return 2
+
+
+# -- run ----------------------------------------------------------------------------------------------
+class _UsageError(ValueError):
+    pass
+
+
+def run(options: RunOptions) -> int:
+    """Start ``options.script`` on this node's processes through ``torch.distributed.run``.
+
+    Returns the exit status: 0 when every process succeeded.
+
+    Example::
+
+        run(RunOptions(script="train.py", devices="2", accelerator="cpu"))
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main
+
+    from fabricx.strategies.launchers.launcher import threads_per_process
+
+    torchrun_args = build_torchrun_args(options)
+    os.environ.update(flag_environment(options))
+    # torchrun would set 1 thread per process with a warning; divide this node's cores instead.
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(processes_per_node(options))))
+    try:
+        torchrun_main(torchrun_args)
+    except ChildFailedError as error:
+        sys.stderr.write(f"\nfabricx run: a process of the job failed.\n{error}\n")
+        return 1
+    return 0
+
+
+def build_torchrun_args(options: RunOptions) -> list[str]:
+    """The argument list for ``torch.distributed.run`` that starts this node's share of the job.
+
+    Example::
+
+        build_torchrun_args(RunOptions(script="train.py", devices="2", accelerator="cpu", main_port=1234))
+        # ['--nproc-per-node=2', '--nnodes=1', '--node-rank=0', '--master-addr=127.0.0.1',
+        #  '--master-port=1234', 'train.py']
+    """
+    _validate(options)
+    num_nodes = options.num_nodes or 1
+    port = options.main_port
+    if port is None:
+        if num_nodes == 1:
+            from fabricx.environments.local import find_free_port
+
+            port = find_free_port()
+        else:
+            port = DEFAULT_MULTI_NODE_PORT
+    args = [
+        f"--nproc-per-node={processes_per_node(options)}",
+        f"--nnodes={num_nodes}",
+        f"--node-rank={options.node_rank}",
+        f"--master-addr={options.main_address}",
+        f"--master-port={port}",
+    ]
+    if options.max_restarts:
+        args.append(f"--max-restarts={options.max_restarts}")
+    return [*args, options.script, *options.script_args]
+
+
+def flag_environment(options: RunOptions) -> dict[str, str]:
+    """The ``FABRICX_*`` variables through which the given flags reach ``Fabric()`` in the script.
+
+    Example::
+
+        flag_environment(RunOptions(script="t.py", devices="2"))  # {'FABRICX_DEVICES': '2'}
+    """
+    from fabricx.connector import CLI_FLAG_ENV
+
+    values = {
+        "accelerator": options.accelerator,
+        "strategy": options.strategy,
+        "devices": options.devices,
+        "num_nodes": None if options.num_nodes is None else str(options.num_nodes),
+        "precision": options.precision,
+    }
+    return {CLI_FLAG_ENV[name]: value for name, value in values.items() if value is not None}
+
+
+def processes_per_node(options: RunOptions) -> int:
+    """How many processes ``--devices`` means on this node for the chosen accelerator.
+
+    Example::
+
+        processes_per_node(RunOptions(script="t.py", accelerator="cpu", devices="4"))  # 4
+    """
+    from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER
+    from fabricx.utilities.exceptions import MisconfigurationError
+
+    name = options.accelerator or "auto"
+    if name == "auto":
+        name = next(n for n in AUTO_ORDER if ACCELERATORS[n].is_available())
+    accelerator = ACCELERATORS[name]
+    if name != "cpu" and not accelerator.is_available():
+        raise _UsageError(f"--accelerator {name} was given, but no {name} device is available on this machine.")
+    try:
+        parsed = accelerator.parse_devices(options.devices if options.devices is not None else "auto")
+    except MisconfigurationError as error:
+        raise _UsageError(f"--devices {options.devices}: {error}") from None
+    return parsed if isinstance(parsed, int) else len(parsed)
+
+
+def _validate(options: RunOptions) -> None:
+    from fabricx.precision.registry import normalize_precision
+    from fabricx.strategies.registry import STRATEGIES
+    from fabricx.utilities.exceptions import MisconfigurationError
+
+    if not os.path.isfile(options.script):
+        raise _UsageError(f"the script {options.script!r} does not exist (looked in {os.getcwd()}).")
+    if options.accelerator is not None and options.accelerator not in _ACCELERATOR_CHOICES:
+        raise _UsageError(f"--accelerator {options.accelerator!r}; choose one of {list(_ACCELERATOR_CHOICES)}.")
+    if options.accelerator == "tpu":
+        raise _UsageError(
+            "--accelerator tpu: TPU processes are started by torch_xla, not torchrun. Run the script directly."
+        )
+    if options.strategy is not None and options.strategy != "auto" and options.strategy not in STRATEGIES:
+        raise _UsageError(f"--strategy {options.strategy!r}; choose one of {['auto', *sorted(STRATEGIES)]}.")
+    if options.precision is not None:
+        try:
+            normalize_precision(options.precision)
+        except MisconfigurationError as error:
+            raise _UsageError(str(error)) from None
+    num_nodes = options.num_nodes or 1
+    if num_nodes < 1:
+        raise _UsageError(f"--num-nodes {options.num_nodes}: give at least 1.")
+    if not 0 <= options.node_rank < num_nodes:
+        raise _UsageError(
+            f"--node-rank {options.node_rank} is outside 0..{num_nodes - 1} for --num-nodes {num_nodes}."
+        )
+    if options.max_restarts < 0:
+        raise _UsageError(f"--max-restarts {options.max_restarts}: give 0 or more.")
+    if options.main_port is not None and not 0 < options.main_port < 65536:
+        raise _UsageError(f"--main-port {options.main_port} is not a TCP port (1..65535).")
+
+
+# -- env ----------------------------------------------------------------------------------------------
+def collect_environment() -> dict[str, dict[str, str]]:
+    """What fabricx detects here: hardware, cluster environment and ranks, package versions.
+
+    Example::
+
+        collect_environment()["Versions"]["torch"]  # '2.13.0+cpu'
+    """
+    import platform
+
+    import torch
+    import torch.distributed as dist
+
+    from fabricx.accelerators.registry import ACCELERATORS
+    from fabricx.environments.detect import detect_cluster_environment
+
+    hardware: dict[str, str] = {}
+    cpu_cores = os.cpu_count() or 1
+    for name in ("cpu", "cuda", "mps", "tpu"):
+        accelerator = ACCELERATORS[name]
+        try:
+            available = accelerator.is_available()
+            count = cpu_cores if name == "cpu" else (accelerator.auto_device_count() if available else 0)
+        except Exception as error:  # a broken driver should not hide the rest of the report
+            hardware[name] = f"error: {error}"
+            continue
+        unit = "cores" if name == "cpu" else "devices"
+        hardware[name] = f"available, {count} {unit}" if available else "not available"
+    if torch.cuda.is_available():
+        hardware["cuda devices"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    backends = [name for name, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()),
+                                       ("mpi", dist.is_mpi_available())) if ok]
+    hardware["process-group backends"] = ", ".join(backends) or "none"
+
+    environment = detect_cluster_environment()
+    cluster = {"environment": type(environment).__name__}
+    if environment.creates_processes_externally:
+        for label, getter in (
+            ("global rank", environment.global_rank),
+            ("local rank", environment.local_rank),
+            ("node rank", environment.node_rank),
+            ("world size", environment.world_size),
+        ):
+            try:
+                cluster[label] = str(getter())
+            except Exception as error:
+                cluster[label] = f"unknown ({error})"
+    else:
+        cluster["processes"] = "not started by a launcher (ranks are assigned when Fabric launches)"
+    cluster["main address"] = _safe(lambda: environment.main_address)
+
+    versions = {"python": platform.python_version(), "platform": platform.platform()}
+    for package in ("torch", "fabricx", "lightning_utilities", "torchdata", "deepspeed"):
+        versions[package] = _package_version(package)
+    if torch.version.cuda:
+        versions["cuda (torch built with)"] = torch.version.cuda
+    return {"Hardware": hardware, "Cluster": cluster, "Versions": versions}
+
+
+def print_environment(file: object = None) -> None:
+    """Print :func:`collect_environment` as rich tables on a terminal, as plain lines otherwise."""
+    out = file if file is not None else sys.stdout
+    report = collect_environment()
+    if getattr(out, "isatty", lambda: False)():
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(file=out)
+        for section, rows in report.items():
+            table = Table(title=section, show_header=False, title_justify="left")
+            table.add_column(style="bold")
+            table.add_column()
+            for key, value in rows.items():
+                table.add_row(key, value)
+            console.print(table)
+        return
+    for section, rows in report.items():
+        print(f"{section}:", file=out)
+        for key, value in rows.items():
+            print(f"  {key}: {value}", file=out)
+
+
+def _package_version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    # Read from metadata: importing deepspeed itself is slow and noisy.
+    for name in (package, package.replace("_", "-")):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def _safe(getter: object) -> str:
+    try:
+        return str(getter())  # type: ignore[operator]
+    except Exception as error:
+        return f"unknown ({error})"
+
+
+# -- consolidate --------------------------------------------------------------------------------------
+def consolidate(checkpoint_dir: str, output: str | None = None) -> int:
+    """Turn a sharded checkpoint directory into one checkpoint (``<dir>.consolidated`` by default).
+
+    Returns the exit status. Example::
+
+        consolidate("checkpoints/step_100", "step_100_full")
+    """
+    if not os.path.exists(checkpoint_dir):
+        sys.stderr.write(f"fabricx consolidate: {checkpoint_dir!r} does not exist.\n")
+        return 2
+    try:
+        from fabricx.checkpoint.consolidate import consolidate_checkpoint
+    except ModuleNotFoundError as error:
+        if error.name not in ("fabricx.checkpoint.consolidate", "fabricx.checkpoint"):
+            raise
+        sys.stderr.write(
+            "fabricx consolidate: this fabricx has no fabricx.checkpoint.consolidate module, so sharded "
+            "checkpoints cannot be consolidated.\n"
+        )
+        return 1
+    from fabricx.utilities.exceptions import CheckpointError
+
+    try:
+        written = consolidate_checkpoint(checkpoint_dir, output)
+    except CheckpointError as error:
+        sys.stderr.write(f"fabricx consolidate: {error}\n")
+        return 1
+    print(f"Consolidated {checkpoint_dir} into {written if written is not None else output}")
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fabricx", description="Run and inspect fabricx training jobs.")
+    commands = parser.add_subparsers(dest="command", metavar="{run,env,consolidate}")
+
+    run_parser = commands.add_parser(
+        "run",
+        help="start a training script on several processes (and nodes) through torchrun",
+        description=(
+            "Start SCRIPT once per device on this node through torch.distributed.run. The flags reach "
+            "Fabric() in the script; a different value given in code is an error."
+        ),
+    )
+    run_parser.add_argument("--accelerator", default=None, help=f"one of {', '.join(_ACCELERATOR_CHOICES)}")
+    run_parser.add_argument("--strategy", default=None, help="a registry name such as ddp, fsdp, deepspeed")
+    run_parser.add_argument(
+        "--devices", default=None, help="processes per node: a count, 'auto', -1, or GPU indices like '0,1'"
+    )
+    run_parser.add_argument("--num-nodes", type=int, default=None, help="how many machines take part")
+    run_parser.add_argument("--node-rank", type=int, default=0, help="this machine's index (0 .. num-nodes - 1)")
+    run_parser.add_argument("--main-address", default="127.0.0.1", help="address of the node with rank 0")
+    run_parser.add_argument(
+        "--main-port",
+        type=int,
+        default=None,
+        help=f"rendezvous port (default: a free port on one node, {DEFAULT_MULTI_NODE_PORT} on several)",
+    )
+    run_parser.add_argument("--precision", default=None, help="32-true, bf16-mixed, 16-mixed, ...")
+    run_parser.add_argument(
+        "--max-restarts", type=int, default=0, help="restart the processes up to N times after a failure"
+    )
+    run_parser.add_argument("script", help="the training script")
+    run_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+    commands.add_parser("env", help="print the detected hardware, cluster environment and package versions")
+
+    consolidate_parser = commands.add_parser("consolidate", help="turn a sharded checkpoint into one checkpoint")
+    consolidate_parser.add_argument("checkpoint_dir", help="the sharded checkpoint directory")
+    consolidate_parser.add_argument(
+        "-o", "--output", default=None, help="where to write (default: CHECKPOINT_DIR.consolidated)"
+    )
+    return parser
+
+
+__all__ = [
+    "RunOptions",
+    "build_torchrun_args",
+    "collect_environment",
+    "consolidate",
+    "flag_environment",
+    "main",
+    "print_environment",
+    "processes_per_node",
+    "run",
+]
