@@ -1,0 +1,72 @@
+"""Turn a sharded checkpoint into one whose shared state holds full tensors (no process group needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from fabricx.checkpoint.format import CheckpointWriter, rank_stem, read_checkpoint
+from fabricx.checkpoint.serialization import json_path, tensors_path
+from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
+from fabricx.utilities.exceptions import CheckpointError
+
+__all__ = ["consolidate_checkpoint", "default_output"]
+
+_SUFFIX = ".consolidated"
+
+
+def default_output(path: str | os.PathLike[str]) -> Path:
+    """Where :func:`consolidate_checkpoint` writes when no output is given: ``<path>.consolidated``.
+
+    Example::
+
+        default_output("runs/checkpoint_3")  # Path("runs/checkpoint_3.consolidated")
+    """
+    source = Path(path)
+    return source.with_name(source.name + _SUFFIX)
+
+
+def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
+    """Read every shard of a sharded (FSDP / model-parallel) checkpoint in this process and write a
+    normal fabricx checkpoint directory whose shared state holds the full tensors.
+
+    Models come out as plain state dicts, optimizers in ``torch.optim``'s indexed form, so the result
+    loads with :func:`fabricx.checkpoint.format.read_checkpoint`, ``Fabric(accelerator="cpu").load`` or
+    any strategy. Per-rank files (data positions, random states) are copied as they are.
+
+    Example::
+
+        out = consolidate_checkpoint("runs/exp/checkpoint_3")   # -> runs/exp/checkpoint_3.consolidated
+        model.load_state_dict(read_checkpoint(out).shared["model"])
+    """
+    loaded = read_checkpoint(path, rank=0)
+    if loaded.legacy:
+        raise CheckpointError(f"{path} is a single-file checkpoint; it holds full tensors already.")
+    info = sharded_info(loaded.meta)
+    if info is None:
+        raise CheckpointError(
+            f"{loaded.path} is not a sharded checkpoint (its meta.json lists no sharded entries); it already "
+            "holds full tensors and loads as it is."
+        )
+    target = Path(output) if output is not None else default_output(loaded.path)
+    if target.resolve() == loaded.path.resolve():
+        raise CheckpointError(f"The output {target} is the checkpoint itself; choose another path.")
+    shared = dict(loaded.shared)
+    rest = shared.pop(REST_KEY, {})
+    shared.update(read_full_entries(loaded.path / info["directory"], rest, info["entries"]))
+    extra = {"consolidated_from": str(loaded.path), "source_world_size": loaded.meta["world_size"]}
+    writer = CheckpointWriter(target, rank=0, world_size=1, extra_meta=extra)
+    tmp = writer.begin()
+    try:
+        writer.write_shared(shared)
+        if loaded.per_rank is not None:
+            writer.write_rank(loaded.per_rank)
+        for rank in range(1, int(loaded.meta["world_size"])):
+            for file in (json_path(loaded.path, rank_stem(rank)), tensors_path(loaded.path, rank_stem(rank))):
+                if file.exists():
+                    shutil.copy2(file, tmp / file.name)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.commit()

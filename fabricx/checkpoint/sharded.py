@@ -1,0 +1,507 @@
+"""Sharded model/optimizer state with ``torch.distributed.checkpoint`` (DCP), inside a fabricx checkpoint.
+
+A sharded checkpoint is a normal fabricx checkpoint directory (``meta.json``, ``shared.*``,
+``rank_<r>.*``) plus a DCP folder ``sharded/`` in which every rank wrote its own shards in
+parallel. ``meta.json``'s ``extra_meta["fabricx_sharded"]`` lists which top-level entries live in
+the DCP folder and whether each is a model or an optimizer.
+
+Only tensors go into the DCP folder. Everything else of a sharded entry (optimizer
+``param_groups``, non-tensor extra state) is stored in the shared JSON under a reserved key, and
+the DCP metadata is read with an unpickler that only builds DCP's own metadata classes, so loading
+never runs code stored in the checkpoint.
+
+Optimizer states come in two forms: the *named* form of
+``torch.distributed.checkpoint.state_dict`` (keyed by parameter names) for sharded I/O, and the
+standard ``torch.optim`` *indexed* form (keyed by position) for full state dicts, so a full or
+consolidated checkpoint loads into a plain optimizer and vice versa.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.checkpoint.format import CheckpointWriter
+from fabricx.utilities.exceptions import CheckpointError
+
+__all__ = [
+    "META_KEY",
+    "REST_KEY",
+    "SHARDED_DIR",
+    "get_model_state",
+    "get_optimizer_state",
+    "load_sharded",
+    "optimizer_state_by_index",
+    "optimizer_state_by_name",
+    "read_full_entries",
+    "save_sharded",
+    "set_model_state",
+    "set_optimizer_state",
+    "sharded_info",
+]
+
+SHARDED_DIR = "sharded"
+META_KEY = "fabricx_sharded"
+#: Shared-state key holding the non-tensor parts of sharded entries.
+REST_KEY = "__fabricx_sharded_rest__"
+_FORMAT = "torch.distributed.checkpoint"
+_SHOWN = 8
+
+
+# ------------------------------------------------------------------------------ state dicts of live objects
+
+
+def _options(full: bool, strict: bool = True) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    # Full state dicts are gathered to rank 0's CPU memory only; the other ranks get empty dicts.
+    return StateDictOptions(full_state_dict=full, cpu_offload=full, strict=strict)
+
+
+def get_model_state(module: Module, *, full: bool) -> dict[str, Any]:
+    """The model's state dict: sharded DTensors (``full=False``) or full CPU tensors on rank 0 (``full=True``).
+
+    Example::
+
+        state = get_model_state(fsdp_model, full=False)
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(module, options=_options(full))
+
+
+def get_optimizer_state(module: Module, optimizer: Optimizer, *, full: bool) -> dict[str, Any]:
+    """The optimizer's state: named and sharded (``full=False``) or indexed and full on rank 0 (``full=True``).
+
+    Example::
+
+        state = get_optimizer_state(fsdp_model, optimizer, full=True)  # loads into a plain optimizer
+    """
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    state = get_optimizer_state_dict(module, optimizer, options=_options(full))
+    return optimizer_state_by_index(state) if full else state
+
+
+def set_model_state(module: Module, state: Mapping[str, Any], *, full: bool, strict: bool = True) -> Any:
+    """Load a (full or sharded) model state dict into a sharded model; refuses mismatched shapes.
+
+    Example::
+
+        set_model_state(fsdp_model, read_checkpoint("ckpt").shared["model"], full=True)
+    """
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    if full:
+        expected = {name: tuple(t.shape) for name, t in module.state_dict().items() if isinstance(t, Tensor)}
+        found = {name: tuple(t.shape) for name, t in state.items() if isinstance(t, Tensor)}
+        _raise_on_mismatch(_mismatches(expected, found), "the model state")
+        if strict:
+            _raise_on_key_difference(set(expected), set(found), "the model state")
+    return set_model_state_dict(module, dict(state), options=_options(full, strict))
+
+
+def set_optimizer_state(module: Module, optimizer: Optimizer, state: Mapping[str, Any], *, full: bool) -> None:
+    """Load an optimizer state (indexed or named; full or sharded) into the optimizer of a sharded model.
+
+    The optimizer keeps its ``param_groups`` and ``state`` objects, so wrappers and LR schedulers
+    holding them see the loaded values.
+
+    Example::
+
+        set_optimizer_state(fsdp_model, optimizer, plain_optimizer.state_dict(), full=True)
+    """
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    named = optimizer_state_by_name(dict(state), _parameter_names(module, optimizer))
+    options = _options(full)
+    options.cpu_offload = False
+    groups, per_param = optimizer.param_groups, optimizer.state
+    set_optimizer_state_dict(module, optimizer, named, options=options)
+    # Optimizer.load_state_dict replaces `param_groups` and `state` with new objects; whoever holds the
+    # old ones (a wrapper, an LR scheduler) must see the loaded values, so refill the old objects.
+    if optimizer.param_groups is not groups and len(optimizer.param_groups) == len(groups):
+        for old, new in zip(groups, optimizer.param_groups, strict=True):
+            old.clear()
+            old.update(new)
+        optimizer.param_groups = groups
+    if optimizer.state is not per_param:
+        per_param.clear()
+        per_param.update(optimizer.state)
+        optimizer.state = per_param
+
+
+def _parameter_names(module: Module, optimizer: Optimizer) -> list[str]:
+    names = {id(p): name for name, p in module.named_parameters()}
+    order = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if id(param) not in names:
+                raise CheckpointError(
+                    f"The optimizer {type(optimizer).__name__} holds a parameter that is not in the model "
+                    f"{type(module).__name__} it was set up with; cannot match its state by name."
+                )
+            order.append(names[id(param)])
+    return order
+
+
+def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
+    """Turn a named optimizer state (keys are parameter names) into ``torch.optim``'s indexed form.
+
+    Example::
+
+        optimizer.load_state_dict(optimizer_state_by_index(named_state))
+    """
+    if not state or "param_groups" not in state:
+        return state
+    names = [name for group in state["param_groups"] for name in group["params"]]
+    if not all(isinstance(name, str) for name in names):
+        return state
+    index = {name: i for i, name in enumerate(names)}
+    return {
+        "state": {index[name]: value for name, value in state.get("state", {}).items()},
+        "param_groups": [
+            {**group, "params": [index[name] for name in group["params"]]} for group in state["param_groups"]
+        ],
+    }
+
+
+def optimizer_state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """Turn an indexed optimizer state into the named form, given the parameter names in optimizer order.
+
+    Example::
+
+        named = optimizer_state_by_name(optimizer.state_dict(), ["fc.weight", "fc.bias"])
+    """
+    groups = state.get("param_groups", [])
+    ids = [p for group in groups for p in group["params"]]
+    if all(isinstance(p, str) for p in ids):
+        return state
+    if len(ids) != len(names):
+        raise CheckpointError(
+            f"The optimizer state holds {len(ids)} parameters, the optimizer it is loaded into {len(names)}. "
+            "Load it into an optimizer built over the same parameters as the saved one."
+        )
+    by_index = dict(zip(ids, names, strict=True))  # positional, as torch.optim matches groups
+    return {
+        "state": {by_index[int(i)]: value for i, value in state.get("state", {}).items()},
+        "param_groups": [{**group, "params": [by_index[p] for p in group["params"]]} for group in groups],
+    }
+
+
+# ------------------------------------------------------------------------------------------ tensor split
+
+
+def _split_tensors(state: Mapping[Any, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a nested dict into its tensors (for DCP) and everything else (for the JSON side)."""
+    tensors: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise CheckpointError(f"Sharded state dict keys must be strings; found {key!r}.")
+        if isinstance(value, Tensor):
+            tensors[key] = value
+        elif isinstance(value, Mapping):
+            inner_tensors, inner_rest = _split_tensors(value)
+            if inner_tensors:
+                tensors[key] = inner_tensors
+            if inner_rest or not inner_tensors:
+                rest[key] = inner_rest
+        else:
+            rest[key] = value
+    return tensors, rest
+
+
+def _merge(tensors: Mapping[str, Any], rest: Mapping[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = dict(tensors)
+    for key, value in rest.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _flatten(state: Mapping[str, Any], prefix: str = "") -> dict[str, Tensor]:
+    # The same "a.b.c" names DCP gives nested dict entries.
+    flat: dict[str, Tensor] = {}
+    for key, value in state.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+# -------------------------------------------------------------------------------------------------- saving
+
+
+def save_sharded(
+    path: str | os.PathLike[str],
+    *,
+    sharded: dict[str, dict[str, Any]],
+    kinds: dict[str, str],
+    shared: dict[str, Any],
+    per_rank: dict[str, Any],
+    rank: int,
+    world_size: int,
+    barrier: Callable[[], Any] | None,
+    token: str | None,
+) -> Path:
+    """Write a fabricx checkpoint whose ``sharded`` entries go to a DCP folder, every rank writing its shards.
+
+    ``kinds`` maps each sharded key to ``"model"`` or ``"optimizer"``. Every rank must call this.
+
+    Example::
+
+        save_sharded("ckpt", sharded={"model": get_model_state(m, full=False)}, kinds={"model": "model"},
+                     shared={"step": 3}, per_rank={}, rank=r, world_size=w, barrier=dist.barrier, token=t)
+    """
+    import torch.distributed.checkpoint as dcp
+
+    tensors: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, state in sharded.items():
+        tensors[key], rest[key] = _split_tensors(state)
+    info = {"format": _FORMAT, "directory": SHARDED_DIR, "entries": dict(kinds)}
+    writer = CheckpointWriter(
+        path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta={META_KEY: info}
+    )
+    tmp = writer.begin()
+    try:
+        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp / SHARDED_DIR))
+        writer.write_shared({**shared, REST_KEY: rest})
+        writer.write_rank(per_rank)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.commit()
+
+
+# ------------------------------------------------------------------------------------------------- loading
+
+
+def sharded_info(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sharded-entries record of a checkpoint's metadata, or ``None`` for a checkpoint without shards.
+
+    Example::
+
+        sharded_info(read_meta("ckpt"))  # {"format": ..., "directory": "sharded", "entries": {"model": "model"}}
+    """
+    extra = meta.get("extra_meta") or {}
+    info = extra.get(META_KEY) if isinstance(extra, Mapping) else None
+    if info is None:
+        return None
+    if not isinstance(info, Mapping) or info.get("format") != _FORMAT or not isinstance(info.get("entries"), Mapping):
+        raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {info!r}.")
+    return dict(info)
+
+
+def load_sharded(
+    directory: str | os.PathLike[str],
+    targets: dict[str, dict[str, Any]],
+    rest: Mapping[str, Any],
+    kinds: Mapping[str, str],
+    strict: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Fill ``targets`` (the live sharded state dicts, by checkpoint key) from the DCP folder; every rank calls it.
+
+    Returns each target's state with the checkpoint's non-tensor parts (``rest``) merged in, ready for
+    :func:`set_model_state` / :func:`set_optimizer_state`. Shapes are checked before reading.
+
+    Example::
+
+        loaded = load_sharded("ckpt/sharded", {"model": get_model_state(m, full=False)}, rest, {"model": "model"})
+        set_model_state(m, loaded["model"], full=False)
+    """
+    import torch.distributed.checkpoint as dcp
+
+    directory = Path(directory)
+    tensors = {key: _split_tensors(state)[0] for key, state in targets.items()}
+    metadata = _safe_reader(directory).read_metadata()
+    _check_against_metadata(directory, tensors, metadata, kinds, strict)
+    dcp.load(tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict))
+    return {key: _merge(tensors[key], rest.get(key, {})) for key in targets}
+
+
+def read_full_entries(
+    directory: str | os.PathLike[str], rest: Mapping[str, Any], kinds: Mapping[str, str]
+) -> dict[str, Any]:
+    """Read the listed sharded entries as full tensors in this process (no process group needed).
+
+    Optimizer entries come back in ``torch.optim``'s indexed form.
+
+    Example::
+
+        full = read_full_entries("ckpt/sharded", loaded.shared["__fabricx_sharded_rest__"], {"model": "model"})
+    """
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    keys = set(kinds)
+    state: dict[str, Any] = {}
+    if keys:
+        _safe_reader(Path(directory)).read_metadata()  # its errors are clearer than DCP's wrapped ones
+        _load_state_dict(
+            state, storage_reader=_safe_reader(Path(directory)), planner=_safe_empty_planner(keys), no_dist=True
+        )
+    full: dict[str, Any] = {}
+    for key, kind in kinds.items():
+        value = _merge(state.get(key, {}), rest.get(key, {}))
+        full[key] = optimizer_state_by_index(value) if kind == "optimizer" else value
+    return full
+
+
+def _mismatches(expected: Mapping[str, tuple], found: Mapping[str, tuple]) -> list[str]:
+    return [
+        f"{name}: checkpoint {tuple(found[name])}, model {tuple(shape)}"
+        for name, shape in expected.items()
+        if name in found and tuple(found[name]) != tuple(shape)
+    ]
+
+
+def _raise_on_mismatch(mismatched: list[str], where: str) -> None:
+    if mismatched:
+        listed = "; ".join(mismatched[:_SHOWN]) + (" ..." if len(mismatched) > _SHOWN else "")
+        raise CheckpointError(
+            f"Cannot load {where}: {len(mismatched)} tensor(s) have other shapes in the checkpoint than in the "
+            f"objects being loaded into ({listed}). The checkpoint was saved from a differently configured "
+            "model; build the model with the configuration it was saved with."
+        )
+
+
+def _raise_on_key_difference(expected: set[str], found: set[str], where: str) -> None:
+    missing, unexpected = sorted(expected - found), sorted(found - expected)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"Cannot load {where} strictly: missing from the checkpoint {missing[:_SHOWN]}, not in the model "
+            f"{unexpected[:_SHOWN]}. Pass strict=False to load the entries both have."
+        )
+
+
+def _check_against_metadata(
+    directory: Path, tensors: Mapping[str, Any], metadata: Any, kinds: Mapping[str, str], strict: bool
+) -> None:
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    saved = metadata.state_dict_metadata
+    flat = _flatten(tensors)
+    found = {name: tuple(md.size) for name, md in saved.items() if isinstance(md, TensorStorageMetadata)}
+    expected = {name: tuple(t.shape) for name, t in flat.items()}
+    _raise_on_mismatch(_mismatches(expected, found), f"the sharded checkpoint {directory}")
+    if not strict:
+        return
+    for key in tensors:
+        prefix = f"{key}."
+        wanted = {name for name in expected if name.startswith(prefix)}
+        have = {name for name in found if name.startswith(prefix)}
+        if kinds.get(key) == "model":
+            _raise_on_key_difference(wanted, have, f"{key!r} from {directory}")
+        elif wanted - have:
+            missing = sorted(wanted - have)
+            raise CheckpointError(
+                f"Cannot load {key!r} from {directory} strictly: the checkpoint lacks optimizer state "
+                f"{missing[:_SHOWN]}. Pass strict=False to load what it has."
+            )
+
+
+# ----------------------------------------------------------------------------- reading DCP without pickle code
+
+# The only globals a DCP ``.metadata`` file of a FileSystemWriter refers to.
+_METADATA_MODULES = frozenset({"torch.distributed.checkpoint.metadata"})
+_METADATA_GLOBALS = frozenset(
+    {
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch.serialization", "_get_layout"),
+        ("torch", "Size"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("pathlib", "WindowsPath"),
+        ("pathlib", "PureWindowsPath"),
+        ("collections", "OrderedDict"),
+    }
+)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if module in _METADATA_MODULES or (module, name) in _METADATA_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise CheckpointError(
+            f"Refusing to read the sharded checkpoint's metadata: it refers to {module}.{name}, which a "
+            "torch.distributed.checkpoint metadata file never needs. Nothing was executed."
+        )
+
+
+def _reader_class() -> type:
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeReader(FileSystemReader):
+        """A DCP file reader whose metadata is unpickled with an allow-list of DCP's own classes."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            file = Path(self.path) / ".metadata"
+            try:
+                with open(file, "rb") as handle:
+                    metadata = _MetadataUnpickler(handle).load()
+            except FileNotFoundError:
+                raise CheckpointError(f"{file.parent} is not a complete sharded checkpoint: no .metadata.") from None
+            except CheckpointError:
+                raise
+            except (pickle.UnpicklingError, EOFError, AttributeError, ValueError) as error:
+                raise CheckpointError(f"Cannot read {file} (truncated or damaged?): {error}") from None
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = getattr(self, "load_id", None)
+            return metadata
+
+    return SafeReader
+
+
+_SAFE_READER: type | None = None
+
+
+def _safe_reader(directory: Path) -> Any:
+    global _SAFE_READER
+    if _SAFE_READER is None:
+        _SAFE_READER = _reader_class()
+    return _SAFE_READER(directory)
+
+
+def _refuse_bytes(read_item: Any) -> None:
+    # fabricx never writes non-tensor items into DCP (they go to the JSON side); DCP would unpickle them.
+    raise CheckpointError(
+        f"The sharded checkpoint holds a pickled non-tensor item ({read_item.dest_index.fqn}); fabricx does not "
+        "unpickle checkpoint data. It was not written by fabricx: convert it with torch's own tools."
+    )
+
+
+def _safe_load_planner(allow_partial_load: bool) -> Any:
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+
+    class SafeLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            _refuse_bytes(read_item)
+
+    return SafeLoadPlanner(allow_partial_load=allow_partial_load)
+
+
+def _safe_empty_planner(keys: set[str]) -> Any:
+    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+
+    class SafeEmptyPlanner(_EmptyStateDictLoadPlanner):
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            _refuse_bytes(read_item)
+
+    return SafeEmptyPlanner(keys=keys)
