@@ -31,6 +31,13 @@ class CheckpointKeyError(CheckpointError, KeyError):
     __str__ = CheckpointError.__str__  # KeyError would quote the whole message
 
 
+class CheckpointStateError(CheckpointError, FabricxError):
+    """A saved state an object refused (e.g. a data loader position that cannot resume here).
+
+    Also a :class:`FabricxError`, the type those objects raise themselves.
+    """
+
+
 def is_per_rank(obj: Any) -> bool:
     return bool(getattr(obj, "_fabricx_per_rank", False))
 
@@ -157,8 +164,10 @@ def _load_into(
                     raise CheckpointKeyError(f"The {where} has no {sub_key!r}; it holds {sorted(value, key=str)}.")
         else:
             state[key] = value
-    except (CheckpointError, FabricxError):
+    except CheckpointError:
         raise
+    except FabricxError as error:
+        raise CheckpointStateError(f"Cannot restore the {where}: {error}") from error
     except Exception as error:  # torch's own mismatch errors, or a damaged state a load_state_dict chokes on
         hint = " Pass strict=False to load only the keys that match." if strict and "key" in str(error) else ""
         raise CheckpointError(
@@ -215,12 +224,24 @@ def load_fabric_checkpoint(
 ) -> dict[str, Any]:
     """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None)."""
     loaded = read_checkpoint(path, rank=strategy.global_rank)
+    _merge_sharded_entries(loaded)
     if state is None:
         merged = dict(loaded.shared)
         merged.update({k: v for k, v in (loaded.per_rank or {}).items()})
         return {key: value for key, value in merged.items() if not key.startswith(RESERVED_PREFIX)}
     per_rank = rank_entries(loaded, state)
     return apply_loaded_state(strategy, state, loaded.shared, per_rank, strict, path=loaded.path)
+
+
+def _merge_sharded_entries(loaded: Any) -> None:
+    """Read the shards of a sharded (FSDP/TP) checkpoint as full tensors, so any strategy can load it."""
+    from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
+
+    info = sharded_info(loaded.meta)
+    if info is None:
+        return
+    rest = loaded.shared.pop(REST_KEY, {})
+    loaded.shared.update(read_full_entries(loaded.path / info["directory"], rest, info["entries"]))
 
 
 def rank_entries(loaded: Any, state: dict[str, Any]) -> dict[str, Any] | None:

@@ -78,6 +78,20 @@ def test_plain_fabric_loads_consolidated_checkpoint(sharded: dict[str, Any], tmp
     _assert_optimizer_equal(sharded["optimizer"], fabric.unwrap(optimizer).state_dict())
 
 
+def test_plain_fabric_loads_a_sharded_checkpoint_directly(sharded: dict[str, Any]) -> None:
+    fabric = Fabric(accelerator="cpu", devices=1)
+    model = fabric.setup_module(nn.Sequential(nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 3)))
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=0.5))
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    fabric.load(sharded["path"], state)
+    assert state["step"] == 7
+    for name, tensor in fabric.unwrap(model).state_dict().items():
+        assert torch.equal(tensor, sharded["weights"][name]), name
+    _assert_optimizer_equal(sharded["optimizer"], fabric.unwrap(optimizer).state_dict())
+    everything = fabric.load(sharded["path"])
+    assert set(everything["model"]) == set(sharded["weights"])
+
+
 def test_command_line(sharded: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fabricx.cli import main
 
