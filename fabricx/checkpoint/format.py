@@ -14,9 +14,12 @@ A regular file at the checkpoint path is read as a single-file ``torch.save`` ch
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import pickle
+import re
 import secrets
 import time
 import warnings
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from fabricx.checkpoint.atomic import (
     abort_directory,
@@ -153,6 +157,14 @@ class CheckpointWriter:
         if self._barrier is not None:
             self._barrier()
 
+    @contextlib.contextmanager
+    def _writing(self) -> Any:
+        # Disk full, no permission, a file where a directory should be: say so and name the checkpoint.
+        try:
+            yield
+        except (OSError, SafetensorError) as error:
+            raise _write_failure(self.path, error) from error
+
     def _expect(self, state: str, action: str) -> None:
         if self._state != state:
             raise RuntimeError(f"CheckpointWriter.{action}() called while the writer is {self._state!r}.")
@@ -161,7 +173,8 @@ class CheckpointWriter:
         """Create the temporary directory (rank 0), wait for all ranks, and return its path."""
         self._expect("new", "begin")
         if self.rank == 0:
-            prepare_directory(self.path, self._token)
+            with self._writing():
+                prepare_directory(self.path, self._token)
         self._sync()
         self._state = "open"
         return self.tmp
@@ -171,14 +184,16 @@ class CheckpointWriter:
         self._expect("open", "write_shared")
         _require_dict(state, "shared")
         if self.rank == 0:
-            dump(state, self.tmp, SHARED_STEM)
+            with self._writing():
+                dump(state, self.tmp, SHARED_STEM)
             self._shared_keys = _key_names(state)
 
     def write_rank(self, state: dict) -> None:
         """Write this rank's own state as ``rank_<rank>``."""
         self._expect("open", "write_rank")
         _require_dict(state, "per_rank")
-        dump(state, self.tmp, rank_stem(self.rank))
+        with self._writing():
+            dump(state, self.tmp, rank_stem(self.rank))
         self._rank_keys = _key_names(state)
 
     def commit(self) -> Path:
@@ -187,23 +202,7 @@ class CheckpointWriter:
         self._sync()
         if self.rank == 0:
             try:
-                if self._shared_keys is None:
-                    dump({}, self.tmp, SHARED_STEM)
-                    self._shared_keys = []
-                meta = {
-                    "format": _FORMAT_NAME,
-                    "format_version": FORMAT_VERSION,
-                    "fabricx_version": _fabricx_version(),
-                    "world_size": self.world_size,
-                    "created": time.time(),
-                    "created_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "shared_keys": self._shared_keys,
-                    "per_rank_keys": self._rank_keys,
-                    "extra_meta": self._extra_meta,
-                }
-                text = json.dumps(meta, indent=2, allow_nan=False)
-                (self.tmp / META_FILE).write_text(text, encoding="utf-8")
-                commit_directory(self.tmp, self.path)
+                self._write_meta_and_rename()
             except BaseException:
                 abort_directory(self.tmp)
                 self._state = "aborted"
@@ -211,6 +210,26 @@ class CheckpointWriter:
         self._sync()
         self._state = "committed"
         return self.path
+
+    def _write_meta_and_rename(self) -> None:
+        with self._writing():
+            if self._shared_keys is None:
+                dump({}, self.tmp, SHARED_STEM)
+                self._shared_keys = []
+            meta = {
+                "format": _FORMAT_NAME,
+                "format_version": FORMAT_VERSION,
+                "fabricx_version": _fabricx_version(),
+                "world_size": self.world_size,
+                "created": time.time(),
+                "created_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "shared_keys": self._shared_keys,
+                "per_rank_keys": self._rank_keys,
+                "extra_meta": self._extra_meta,
+            }
+            text = json.dumps(meta, indent=2, allow_nan=False)
+            (self.tmp / META_FILE).write_text(text, encoding="utf-8")
+            commit_directory(self.tmp, self.path)
 
     def abort(self) -> None:
         """Give up: rank 0 removes the temporary directory; the previous checkpoint stays as it was."""
@@ -227,6 +246,34 @@ class CheckpointWriter:
             self.commit()
         else:
             self.abort()
+
+
+_OS_ERROR_CODE = re.compile(r"os error (\d+)")
+_WRITE_HINTS = {
+    errno.ENOSPC: "Free disk space (or keep fewer checkpoints) or save to another file system",
+    errno.EDQUOT: "Free space in your quota or save to another file system",
+    errno.EACCES: "Save to a directory this process may write to",
+    errno.EPERM: "Save to a directory this process may write to",
+    errno.EROFS: "The file system is read-only: save to another one",
+    errno.ENOTDIR: "A regular file is in the way of a directory on that path: choose another path",
+    errno.EEXIST: "A regular file is in the way of a directory on that path: choose another path",
+}
+
+
+def _write_failure(path: Path, error: BaseException) -> CheckpointError:
+    """A failed write as an error that names the checkpoint, the reason and what to do."""
+    code = error.errno if isinstance(error, OSError) else None
+    if code is None:  # safetensors reports I/O failures as "... (os error 28)"
+        found = _OS_ERROR_CODE.search(str(error))
+        code = int(found.group(1)) if found else None
+    reason = f"{os.strerror(code)} ({errno.errorcode.get(code, code)})" if code else str(error)
+    where = getattr(error, "filename", None)
+    hint = _WRITE_HINTS.get(code or 0, "Check that the directory is writable and has free space")
+    return CheckpointError(
+        f"Could not write the checkpoint {path}: {reason}{f' at {where}' if where else ''}. This save was "
+        f"abandoned: readers never see a half-written checkpoint, and what was at {path} before, and every "
+        f"other checkpoint, is unchanged. {hint}."
+    )
 
 
 def _require_dict(state: Any, what: str) -> None:
@@ -371,10 +418,15 @@ def _read_single_file(file: Path) -> LoadedCheckpoint:
 
 
 def _unpickling_detail(message: str) -> str:
-    # torch's message is mostly boilerplate; keep the line that says what was refused.
+    # torch's message is mostly boilerplate (with terminal colour codes); keep what says what was refused,
+    # e.g. "WeightsUnpickler error: Unsupported global: GLOBAL io.open was not an allowed global ...".
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
     for line in message.splitlines():
-        if line.strip().lower().startswith(("unsupported", "trying to load")):
-            return line.strip().rstrip(".")
+        lowered = line.lower()
+        for marker in ("unsupported", "trying to load"):
+            at = lowered.find(marker)
+            if at != -1:
+                return line[at:].split(". ")[0].strip().rstrip(".")
     return message.splitlines()[0].strip().rstrip(".") if message else "unknown reason"
 
 

@@ -11,7 +11,7 @@ from torch.nn import Module
 from torch.optim import LBFGS, Optimizer
 
 from fabricx.precision.precision import Precision, convert_floating_tensors
-from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
 
 class MixedPrecision(Precision):
@@ -47,6 +47,10 @@ class MixedPrecision(Precision):
         self.scaler = scaler
         self.needs_optimizer_step = scaler is not None
         self.needs_backward = scaler is not None
+        # Scaled backward calls so far, and the count each optimizer last stepped at: a step with no
+        # scaled backward since the previous one means the loss went through loss.backward() directly.
+        self._scaled_backwards = 0
+        self._stepped_at: dict[int, int] = {}
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return torch.autocast(self.device, dtype=self.dtype)
@@ -60,6 +64,7 @@ class MixedPrecision(Precision):
 
     def pre_backward(self, tensor: Tensor, module: Module | None) -> Tensor:
         if self.scaler is not None:
+            self._scaled_backwards += 1
             return self.scaler.scale(tensor)
         return tensor
 
@@ -71,9 +76,22 @@ class MixedPrecision(Precision):
                 "LBFGS re-evaluates the loss inside step(), which a grad scaler cannot handle. "
                 "Use precision='bf16-mixed' or '32-true' with LBFGS."
             )
+        self._check_loss_was_scaled(optimizer)
         result = self.scaler.step(optimizer, **kwargs)
         self.scaler.update()
         return result
+
+    def _check_loss_was_scaled(self, optimizer: Optimizer) -> None:
+        if self._stepped_at.get(id(optimizer), 0) < self._scaled_backwards:
+            self._stepped_at[id(optimizer)] = self._scaled_backwards
+            return
+        if any(p.grad is not None for group in optimizer.param_groups for p in group["params"]):
+            raise FabricxError(
+                "optimizer.step() under precision='16-mixed' found gradients but no fabric.backward(loss) "
+                "since the last step: the loss was not scaled (loss.backward() called directly?), so "
+                "small float16 gradients may have underflowed and inf/NaN checks were skipped. Replace "
+                "loss.backward() with fabric.backward(loss)."
+            )
 
     def unscale_gradients(self, optimizer: Optimizer) -> None:
         if self.scaler is None:

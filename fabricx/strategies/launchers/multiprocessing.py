@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 
 if TYPE_CHECKING:
     from fabricx.strategies.parallel import ParallelStrategy
@@ -82,7 +83,7 @@ class MultiprocessingLauncher(Launcher):
             while not context.join(timeout=_POLL_SECONDS):
                 if output is None and not results.empty():
                     output = results.get()
-        except BaseException:
+        except BaseException as error:
             for process in context.processes:
                 if process.is_alive():
                     process.terminate()
@@ -90,6 +91,9 @@ class MultiprocessingLauncher(Launcher):
                 process.join(timeout=5)
                 if process.is_alive():
                     process.kill()
+            if isinstance(error, mp.ProcessExitedException) and error.exit_code == REQUEUE_EXIT_CODE:
+                # The ranks left through fabric.exit_for_requeue(): hand the code on to the scheduler.
+                raise SystemExit(REQUEUE_EXIT_CODE) from None
             raise
         finally:
             # A port picked for this launch is stale afterwards; the next launch picks a fresh one.

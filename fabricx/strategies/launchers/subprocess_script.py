@@ -119,21 +119,9 @@ class SubprocessScriptLauncher(Launcher):
 
     def _stop_children(self) -> None:
         with self._lock:
-            if not self._stopping:
-                # Name the rank that died (a SIGKILLed rank prints nothing itself), also when this
-                # process noticed first because a collective failed. The real stderr: torch's excepthook
-                # swaps sys.stderr for a buffer, which is lost if the watcher thread exits first.
-                stderr = sys.__stderr__ or sys.stderr
-                for local_rank, child in enumerate(self.children, start=1):
-                    code = child.poll()
-                    if code not in (None, 0):
-                        how = f" ({signal.Signals(-code).name})" if -code in signal.valid_signals() else ""
-                        stderr.write(
-                            f"\nfabricx: local rank {local_rank} (pid {child.pid}) exited with code "
-                            f"{code}{how}; stopping the other processes of this job.\n"
-                        )
-                stderr.flush()
+            first = not self._stopping
             self._stopping = True
+            dead_before = [child.poll() not in (None, 0) for child in self.children]
             for child in self.children:
                 if child.poll() is None:
                     child.terminate()
@@ -144,6 +132,27 @@ class SubprocessScriptLauncher(Launcher):
                 except subprocess.TimeoutExpired:
                     child.kill()
                     child.wait()
+            if first:
+                self._report_failed_children(dead_before)
+
+    def _report_failed_children(self, dead_before: list[bool]) -> None:
+        """Name each rank that died on its own (a SIGKILLed rank prints nothing itself).
+
+        Also when this process noticed first, through a failed collective, while the rank was still
+        dying: then it ends by a signal other than the SIGTERM sent here. The real stderr: torch's
+        excepthook swaps ``sys.stderr`` for a buffer, which is lost if the watcher thread exits first.
+        """
+        stderr = sys.__stderr__ or sys.stderr
+        for local_rank, (child, was_dead) in enumerate(zip(self.children, dead_before, strict=True), start=1):
+            code = child.returncode
+            if code in (None, 0) or not (was_dead or (code < 0 and code != -signal.SIGTERM)):
+                continue
+            how = f" ({signal.Signals(-code).name})" if -code in signal.valid_signals() else ""
+            stderr.write(
+                f"\nfabricx: local rank {local_rank} (pid {child.pid}) exited with code {code}{how}; "
+                "the other processes of this job were stopped.\n"
+            )
+        stderr.flush()
 
     def _wait_for_children(self) -> None:
         failed = 0

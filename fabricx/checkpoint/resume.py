@@ -1,0 +1,130 @@
+"""Saving into a checkpoint manager and resuming from its latest complete checkpoint, on every rank.
+
+Every rank must use the same checkpoint path, but ranks that each scan the directory can disagree
+(rank 0 may already be creating the next checkpoint while another rank looks). So rank 0 decides
+and broadcasts the path; the others never scan.
+
+Example::
+
+    manager = CheckpointManager("runs/exp1", total_limit=3)
+    state = {"model": model, "optimizer": optimizer, "loader": loader, "step": 0}
+    load_latest(fabric, manager, state)          # no-op on the first run
+    for batch in loader:
+        ...
+        if state["step"] % 500 == 0:
+            save_checkpoint(fabric, manager, state)
+        exit_if_preempted(fabric, manager, state)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fabricx.checkpoint.manager import CheckpointManager
+
+if TYPE_CHECKING:
+    from fabricx.fabric import Fabric
+
+__all__ = ["as_manager", "exit_if_preempted", "latest_checkpoint", "load_latest", "save_checkpoint"]
+
+
+def as_manager(manager: CheckpointManager | str | os.PathLike[str]) -> CheckpointManager:
+    """A :class:`CheckpointManager`, or one for the project directory given (all checkpoints kept).
+
+    Example::
+
+        as_manager("runs/exp1").directory  # runs/exp1/checkpoints
+    """
+    if isinstance(manager, CheckpointManager):
+        return manager
+    if isinstance(manager, str | os.PathLike):
+        return CheckpointManager(manager)
+    raise TypeError(f"Expected a CheckpointManager or a project directory path, got {type(manager).__name__}.")
+
+
+def _rank_zero_value(fabric: Fabric, value: Path | None) -> Path | None:
+    """Rank 0's ``value`` on every rank."""
+    text = os.fspath(value) if value is not None else None
+    if fabric.world_size > 1:
+        text = fabric.broadcast(text, src=0)
+    return Path(text) if text is not None else None
+
+
+def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.PathLike[str]) -> Path | None:
+    """The newest complete checkpoint as rank 0 sees it, the same on every rank (``None`` if none).
+
+    Every rank must call it (it is a collective with several processes).
+
+    Example::
+
+        path = latest_checkpoint(fabric, "runs/exp1")
+    """
+    manager = as_manager(manager)
+    return _rank_zero_value(fabric, manager.latest() if fabric.is_global_zero else None)
+
+
+def load_latest(
+    fabric: Fabric,
+    manager: CheckpointManager | str | os.PathLike[str],
+    state: dict[str, Any],
+    strict: bool = True,
+) -> Path | None:
+    """Restore ``state`` from the newest complete checkpoint, if there is one; return its path.
+
+    Unfinished saves (a job killed while saving) are never picked. Every rank must call it.
+
+    Example::
+
+        resumed_from = load_latest(fabric, manager, state)
+        start_step = state["step"]  # 0 on a fresh start
+    """
+    path = latest_checkpoint(fabric, manager)
+    if path is not None:
+        fabric.load(path, state, strict=strict)
+    return path
+
+
+def save_checkpoint(
+    fabric: Fabric,
+    manager: CheckpointManager | str | os.PathLike[str],
+    state: dict[str, Any],
+    filter: dict[str, Any] | None = None,
+) -> Path:
+    """Save ``state`` as the manager's next checkpoint, then let rank 0 apply the retention limit.
+
+    Every rank must call it. The previous checkpoints are deleted only after the new one is complete,
+    so a crash at any moment leaves at least one complete checkpoint.
+
+    Example::
+
+        path = save_checkpoint(fabric, CheckpointManager("runs/exp1", total_limit=2), state)
+    """
+    manager = as_manager(manager)
+    path = _rank_zero_value(fabric, manager.next_path() if fabric.is_global_zero else None)
+    if path is None:  # rank 0 always sends a path; this is for type checkers
+        raise RuntimeError("save_checkpoint() got no path from rank 0; every rank must call it.")
+    fabric.save(path, state, filter=filter)
+    if fabric.is_global_zero:
+        manager.apply_retention()
+    return path
+
+
+def exit_if_preempted(
+    fabric: Fabric, manager: CheckpointManager | str | os.PathLike[str], state: dict[str, Any]
+) -> None:
+    """If any rank received a preemption signal, save a checkpoint and exit for requeueing.
+
+    Needs ``Fabric(preemption_signals=True)``. Call it at step boundaries on every rank; the exit
+    code is :data:`fabricx.utilities.preemption.REQUEUE_EXIT_CODE`.
+
+    Example::
+
+        for batch in loader:
+            train_step(batch)
+            exit_if_preempted(fabric, manager, state)
+    """
+    if fabric.preemption_requested:
+        save_checkpoint(fabric, manager, state)
+        fabric.exit_for_requeue()
