@@ -97,6 +97,9 @@ def run(options: RunOptions) -> int:
 
     torchrun_args = build_torchrun_args(options)
     os.environ.update(flag_environment(options))
+    if options.max_restarts:
+        # A restarted attempt must not reuse the store (and the stale addresses) of the failed one.
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     # torchrun would set 1 thread per process with a warning; divide this node's cores instead.
     os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(processes_per_node(options))))
     try:
@@ -126,15 +129,21 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
             port = find_free_port()
         else:
             port = DEFAULT_MULTI_NODE_PORT
-    args = [
-        f"--nproc-per-node={processes_per_node(options)}",
-        f"--nnodes={num_nodes}",
-        f"--node-rank={options.node_rank}",
-        f"--master-addr={options.main_address}",
-        f"--master-port={port}",
-    ]
+    args = [f"--nproc-per-node={processes_per_node(options)}", f"--nnodes={num_nodes}"]
     if options.max_restarts:
-        args.append(f"--max-restarts={options.max_restarts}")
+        # Elastic restarts need a rendezvous that forgets the previous attempt's gloo addresses;
+        # the static master-addr rendezvous reuses them and restarted workers fail to connect.
+        args += [
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={options.main_address}:{port}",
+            f"--max-restarts={options.max_restarts}",
+        ]
+    else:
+        args += [
+            f"--node-rank={options.node_rank}",
+            f"--master-addr={options.main_address}",
+            f"--master-port={port}",
+        ]
     return [*args, options.script, *options.script_args]
 
 

@@ -197,12 +197,16 @@ def test_torchrun_args_multi_node_and_restarts(script: str) -> None:
         script=script, accelerator="cpu", devices="2", num_nodes=4, node_rank=3, main_address="10.0.0.1",
         max_restarts=2,
     )
+    # elastic restarts rendezvous through c10d, which assigns node ranks itself
     assert build_torchrun_args(options) == [
-        "--nproc-per-node=2", "--nnodes=4", "--node-rank=3", "--master-addr=10.0.0.1",
-        f"--master-port={DEFAULT_MULTI_NODE_PORT}", "--max-restarts=2", script,
+        "--nproc-per-node=2", "--nnodes=4", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=10.0.0.1:{DEFAULT_MULTI_NODE_PORT}", "--max-restarts=2", script,
     ]
     options.main_port = 1234
+    assert "--rdzv-endpoint=10.0.0.1:1234" in build_torchrun_args(options)
+    options.max_restarts = 0
     assert "--master-port=1234" in build_torchrun_args(options)
+    assert "--node-rank=3" in build_torchrun_args(options)
 
 
 def test_script_arguments_reach_the_script_untouched() -> None:

@@ -1,11 +1,10 @@
-"""Elastic restarts: under torchrun's elastic agent with ``--max-restarts 1`` a worker killed with
-SIGKILL makes the agent restart the job, which resumes from the latest complete checkpoint and ends
+"""Elastic restarts: under ``fabricx run --max-restarts 1`` (torchrun's elastic agent) a worker killed
+with SIGKILL makes the agent restart the job, which resumes from the latest complete checkpoint and ends
 with the weights of an uninterrupted run.
 
-The agent is started as ``python -m torch.distributed.run --rdzv-backend c10d`` with
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with a store shared across restarts (static rendezvous, which
-``--master-addr/--master-port`` selects, or c10d's default sharing) the restarted workers can read the
-previous attempt's gloo addresses and fail to connect (pytorch/pytorch#135712).
+``fabricx run`` selects the c10d rendezvous with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` when restarts
+are allowed: with a store shared across restarts the restarted workers can read the previous attempt's
+gloo addresses and fail to connect (pytorch/pytorch#135712).
 """
 
 from __future__ import annotations
@@ -88,10 +87,9 @@ def test_killed_worker_is_restarted_and_resumes_from_the_latest_checkpoint(tmp_p
     script.write_text(JOB)
     out = tmp_path / "out"
     out.mkdir()
-    command = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "1", "--nproc-per-node", "2"]
-    command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}"]
-    command += [str(script), str(out)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    command = [sys.executable, "-m", "fabricx", "run", "--max-restarts", "1", "--accelerator", "cpu"]
+    command += ["--devices", "2", "--main-port", str(find_free_port()), str(script), str(out)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log
