@@ -95,6 +95,8 @@ class Fabric:
         self._preemption_signals = resolve_signals(preemption_signals) if preemption_signals else []
         self._preemption_watcher: PreemptionWatcher | None = None
         self._accumulation = _AccumulationState()
+        # Decided once: when neither strategy nor precision changes backward, call it directly.
+        self._plain_backward = _backward_is_plain(self._strategy, self._precision)
         self._launched = False
         # Weak: an id() of a collected module can be reused by a new one, which was then refused.
         self._setup_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -393,7 +395,10 @@ class Fabric:
         accumulation = self._accumulation
         if accumulation.in_window and self._grad_accum_steps > 1:
             tensor = tensor / accumulation.window_length
-        self._strategy.backward(tensor, model, *args, **kwargs)
+        if self._plain_backward:
+            tensor.backward(*args, **kwargs)
+        else:
+            self._strategy.backward(tensor, model, *args, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, module: nn.Module, epoch_length: int | None = None) -> Generator[None, None, None]:
@@ -772,6 +777,19 @@ class Fabric:
 
     def _teardown(self) -> None:
         self._strategy.teardown()
+
+
+def _backward_is_plain(strategy: Any, precision: Any) -> bool:
+    from fabricx.precision.precision import Precision
+    from fabricx.strategies.strategy import Strategy
+
+    precision_type = type(precision)
+    return (
+        type(strategy).backward is Strategy.backward
+        and precision_type.pre_backward is Precision.pre_backward
+        and precision_type.backward is Precision.backward
+        and precision_type.post_backward is Precision.post_backward
+    )
 
 
 def _as_list(value: Any) -> list[Any]:
