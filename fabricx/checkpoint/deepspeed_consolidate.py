@@ -1,0 +1,110 @@
+"""Turning the DeepSpeed part of a fabricx checkpoint into full fp32 state dicts (no process group needed).
+
+A checkpoint saved under the DeepSpeed strategy holds, next to fabricx's own files, a folder
+``deepspeed/<key>/`` per model (``<key>`` is the model's key in the saved state) written by
+``engine.save_checkpoint``. ZeRO stages 1-3 keep the fp32 master weights sharded in the optimizer
+files; DeepSpeed's ``zero_to_fp32`` merges them. Stage 0 stores the full module.
+
+DeepSpeed's files are ``torch.save`` pickles: read only checkpoints you trust.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fabricx.utilities.exceptions import CheckpointError
+
+#: Folder inside a fabricx checkpoint directory that holds the engines' own checkpoint files.
+ENGINE_FOLDER = "deepspeed"
+#: Key of ``meta.json``'s ``extra_meta`` that lists the models saved by their engines.
+META_KEY = "deepspeed"
+
+
+def deepspeed_model_states(
+    directory: str | os.PathLike[str], keys: Iterable[str] | None = None
+) -> dict[str, dict[str, Tensor]]:
+    """Every DeepSpeed model in a fabricx checkpoint (or those named by ``keys``) as
+    ``{state key: full fp32 state dict}``.
+
+    Example::
+
+        states = deepspeed_model_states("runs/ckpt_10")   # {"model": {"0.weight": ..., ...}}
+        plain_model.load_state_dict(states["model"])
+    """
+    root = Path(directory)
+    engine_dir = root / ENGINE_FOLDER
+    if not engine_dir.is_dir():
+        raise CheckpointError(
+            f"{root} holds no {ENGINE_FOLDER}/ folder, so it was not saved by the DeepSpeed strategy."
+        )
+    tags = _model_tags(root, engine_dir) if keys is None else list(keys)
+    if not tags:
+        raise CheckpointError(f"{engine_dir} holds no DeepSpeed engine checkpoint (no <key>/ folders).")
+    return {tag: _consolidate_tag(engine_dir, tag) for tag in tags}
+
+
+def consolidate_deepspeed_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """The weights of a DeepSpeed checkpoint as one fp32 state dict that loads into a plain model.
+
+    With one model its keys are the model's own; with several (a GAN) each key is prefixed by the
+    model's state key, e.g. ``"generator.0.weight"``.
+
+    Example::
+
+        model.load_state_dict(consolidate_deepspeed_checkpoint("runs/ckpt_10"))
+    """
+    states = deepspeed_model_states(directory)
+    if len(states) == 1:
+        return next(iter(states.values()))
+    return {f"{tag}.{name}": tensor for tag, state in states.items() for name, tensor in state.items()}
+
+
+def _model_tags(root: Path, engine_dir: Path) -> list[str]:
+    meta_file = root / "meta.json"
+    if meta_file.is_file():
+        from fabricx.checkpoint.format import read_meta
+
+        extra = read_meta(root).get("extra_meta") or {}
+        models = (extra.get(META_KEY) or {}).get("models")
+        if models:
+            return list(models)
+    return sorted(entry.name for entry in engine_dir.iterdir() if entry.is_dir())
+
+
+def _consolidate_tag(engine_dir: Path, tag: str) -> dict[str, Tensor]:
+    tag_dir = engine_dir / tag
+    if not tag_dir.is_dir():
+        raise CheckpointError(f"The DeepSpeed checkpoint folder {tag_dir} is missing.")
+    if any(tag_dir.glob("*optim_states.pt")):
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        # zero_to_fp32 reports its progress with print(); keep the caller's output clean.
+        with contextlib.redirect_stdout(io.StringIO()):
+            state = get_fp32_state_dict_from_zero_checkpoint(os.fspath(engine_dir), tag=tag)
+        return dict(state)
+    return _stage0_module_state(tag_dir)
+
+
+def _stage0_module_state(tag_dir: Path) -> dict[str, Tensor]:
+    files = sorted(tag_dir.glob("mp_rank_*_model_states.pt"))
+    if not files:
+        raise CheckpointError(f"{tag_dir} holds neither ZeRO optimizer shards nor a model states file.")
+    # DeepSpeed writes its own pickles (configs, versions); they cannot load with weights_only=True.
+    checkpoint: dict[str, Any] = torch.load(files[0], map_location="cpu", weights_only=False)
+    module = checkpoint.get("module")
+    if not isinstance(module, dict):
+        raise CheckpointError(f"{files[0]} has no 'module' state dict.")
+    return {
+        name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()
+    }
+
+
+__all__ = ["ENGINE_FOLDER", "META_KEY", "consolidate_deepspeed_checkpoint", "deepspeed_model_states"]
