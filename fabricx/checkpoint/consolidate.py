@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from fabricx.checkpoint.format import CheckpointWriter, rank_stem, read_checkpoint
 from fabricx.checkpoint.serialization import json_path, tensors_path
@@ -27,6 +28,11 @@ def default_output(path: str | os.PathLike[str]) -> Path:
     return source.with_name(source.name + _SUFFIX)
 
 
+def _has_deepspeed_state(loaded: Any) -> bool:
+    extra = loaded.meta.get("extra_meta") or {}
+    return "deepspeed" in extra or (loaded.path / "deepspeed").is_dir()
+
+
 def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
     """Read every shard of a sharded (FSDP / model-parallel) checkpoint in this process and write a
     normal fabricx checkpoint directory whose shared state holds the full tensors.
@@ -44,7 +50,8 @@ def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLi
     if loaded.legacy:
         raise CheckpointError(f"{path} is a single-file checkpoint; it holds full tensors already.")
     info = sharded_info(loaded.meta)
-    if info is None:
+    deepspeed = _has_deepspeed_state(loaded)
+    if info is None and not deepspeed:
         raise CheckpointError(
             f"{loaded.path} is not a sharded checkpoint (its meta.json lists no sharded entries); it already "
             "holds full tensors and loads as it is."
@@ -53,8 +60,13 @@ def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLi
     if target.resolve() == loaded.path.resolve():
         raise CheckpointError(f"The output {target} is the checkpoint itself; choose another path.")
     shared = dict(loaded.shared)
-    rest = shared.pop(REST_KEY, {})
-    shared.update(read_full_entries(loaded.path / info["directory"], rest, info["entries"]))
+    if info is not None:
+        rest = shared.pop(REST_KEY, {})
+        shared.update(read_full_entries(loaded.path / info["directory"], rest, info["entries"]))
+    if deepspeed:
+        from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
+
+        shared.update(deepspeed_model_states(loaded.path))
     extra = {"consolidated_from": str(loaded.path), "source_world_size": loaded.meta["world_size"]}
     writer = CheckpointWriter(target, rank=0, world_size=1, extra_meta=extra)
     tmp = writer.begin()

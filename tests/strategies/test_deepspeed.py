@@ -383,6 +383,13 @@ def test_zero_stages_match_ddp_resume_and_consolidate(tmp_path: Path) -> None:
     assert all(t.dtype == torch.float32 for t in consolidated.values())
     assert _max_diff(plain.state_dict(), out["final"]) == 0.0
     assert deepspeed_model_states(ckpt).keys() == {"model"}
+    # `fabricx consolidate` turns it into a plain fabricx checkpoint any strategy loads.
+    from fabricx.checkpoint.consolidate import consolidate_checkpoint
+    from fabricx.checkpoint.format import read_checkpoint
+
+    merged = read_checkpoint(consolidate_checkpoint(ckpt, tmp_path / "merged"))
+    assert _max_diff(merged.shared["model"], out["final"]) == 0.0
+    assert merged.shared["step"] == 10
     assert resumed["everything_keys"] == ["extra", "loader", "model", "note", "step"]
     assert _max_diff(resumed["everything_model"], out["final"]) == 0.0
 
