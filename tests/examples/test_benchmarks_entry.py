@@ -1,0 +1,71 @@
+"""``python -m benchmarks`` runs the selected benchmarks in fresh processes and writes the JSON and the chart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # `benchmarks` is a top-level folder of the repository, not installed
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_entry_point_writes_json_and_chart_and_skips_what_is_missing(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "loop_overhead", "checkpoint_io", "--out",
+         str(tmp_path), "--no-docs"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=500,
+    )
+    assert process.returncode == 0, (process.stdout + process.stderr)[-3000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert set(report["benchmarks"]) == {"loop_overhead", "checkpoint_io"}
+    for record in report["benchmarks"].values():
+        assert record["status"] == "ok", record
+    ratios = report["ratios"]
+    assert {"loop_overhead.ratio", "checkpoint_io.save_fabricx_ratio", "checkpoint_io.load_fabricx_ratio"} <= set(
+        ratios
+    )
+    assert all(value > 0 for value in ratios.values())
+    assert report["benchmarks"]["checkpoint_io"]["result"]["state_mb"] > 3
+    assert (tmp_path / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_benchmarks_are_reported_not_fatal(tmp_path: Path) -> None:
+    from benchmarks import run_all
+
+    broken = run_all.Benchmark("does_not_exist_yet", "Missing")
+    assert run_all.run_one(broken, quick=True)["status"] == "missing"
+    record = run_all.run_one(run_all.Benchmark("common", "no measure()"), quick=True)
+    assert record["status"] == "missing" and "measure" in record["note"]
+    found = run_all.ratios({"a": {"result": {"ratio": 1.5, "x_ratio": 2, "nested": {"ratio": 0.5}, "s": 3}}})
+    assert found == {"a.ratio": 1.5, "a.x_ratio": 2.0, "a.nested.ratio": 0.5}
+    with pytest.raises(SystemExit, match="Unknown benchmark"):
+        run_all.run(names=["nope"], out=tmp_path)
+
+
+def test_markdown_table_lists_every_ratio(tmp_path: Path) -> None:
+    from benchmarks import run_all
+
+    report = {
+        "machine": {"date": "today", "python": "3", "torch": "2", "cpus": 2, "load_average": 1.0},
+        "quick": True,
+        "benchmarks": {
+            "loop_overhead": {"title": "Loop", "status": "ok", "seconds": 1.0, "kwargs": {}, "result": {"ratio": 1.02}},
+            "resume": {"title": "Resume", "status": "missing", "note": "not yet"},
+        },
+        "ratios": {"loop_overhead.ratio": 1.02},
+    }
+    page = tmp_path / "benchmarks.md"
+    run_all.write_markdown(report, "chart.png", page)
+    text = page.read_text()
+    assert "| `loop_overhead.ratio` | 1.020 |" in text
+    assert "Not measured in this run (missing: not yet)" in text
+    assert "![Ratios to plain PyTorch](chart.png)" in text
