@@ -215,3 +215,12 @@ def test_callback_state_and_hook_order(tmp_path):
     # validation at the end of the epoch runs before the last batch's on_train_batch_end
     assert calls == ["fit_start", "epoch_start", "batch_end", "validation_end", "batch_end", "epoch_end"]
     assert not math.isnan(float(trainer.callback_metrics["val_loss"]))
+
+
+def test_model_checkpoint_keeps_last_when_max_steps_ends_before_the_first_validation(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="score", save_last=True, every_n_epochs=1)
+    trainer = _trainer(tmp_path, max_steps=2, callbacks=[checkpoint])
+    # 4 steps per epoch, but max_steps stops after 2: validation never ran, so "score" cannot exist yet
+    trainer.fit(ScriptedScore([0.5]), loader(regression_data(32)), loader(regression_data(16), shuffle=False))
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["last"]
+    assert checkpoint.best_model_score is None

@@ -89,6 +89,7 @@ class ModelCheckpoint(Callback):
         self.kth_value: float | None = None
         self.last_model_path = ""
         self._validation_pending = False
+        self._validation_ran = False
 
     @property
     def state_key(self) -> str:
@@ -101,10 +102,13 @@ class ModelCheckpoint(Callback):
 
     # -- hooks --------------------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._validation_ran = False
         if self.dirpath is None:
             self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if trainer.state == "fit" and not trainer.sanity_checking:
+            self._validation_ran = True
         if trainer.state == "fit" and not trainer.sanity_checking and not trainer.is_last_batch:
             self._validation_pending = self.every_n_train_steps is None
 
@@ -128,7 +132,9 @@ class ModelCheckpoint(Callback):
         assert self.dirpath is not None
         metrics = trainer.callback_metrics
         current: float | None = None
-        if self.monitor is not None:
+        if self.monitor is not None and self.monitor not in metrics and self._validation_may_still_log(trainer):
+            pass  # e.g. max_steps ended the first epoch before any validation: keep only "last"
+        elif self.monitor is not None:
             if self.monitor not in metrics:
                 raise MisconfigurationError(
                     f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r} in {hook} "
@@ -166,6 +172,9 @@ class ModelCheckpoint(Callback):
             for path in removed:
                 if path not in (self.last_model_path, *self.best_k_models):
                     shutil.rmtree(path, ignore_errors=True)
+
+    def _validation_may_still_log(self, trainer: Trainer) -> bool:
+        return not self._validation_ran and bool(getattr(trainer, "_val_loaders", None))
 
     def _improves(self, current: float | None) -> bool:
         if current is None or math.isnan(current):
