@@ -64,10 +64,10 @@ class ClusterEnvironment(ABC):
     def node_rank(self) -> int:
         """Index of this process's node among the nodes of the job."""
 
-    def validate_settings(self, num_devices: int, num_nodes: int) -> None:  # noqa: B027 (optional hook)
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Raise ``MisconfigurationError`` when the requested layout differs from what was allocated."""
 
-    def teardown(self) -> None:  # noqa: B027 (optional hook)
+    def teardown(self) -> None:
         """Undo any process-wide changes this environment made."""
 
 

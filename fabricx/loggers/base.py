@@ -64,10 +64,10 @@ class Logger(ABC):
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         """Record the run's hyperparameters."""
 
-    def log_graph(self, model: nn.Module, input_array: torch.Tensor | None = None) -> None:  # noqa: B027
+    def log_graph(self, model: nn.Module, input_array: torch.Tensor | None = None) -> None:
         """Record the model's computation graph, where the logger supports it."""
 
-    def save(self) -> None:  # noqa: B027
+    def save(self) -> None:
         """Write out anything still buffered."""
 
     @rank_zero_only
