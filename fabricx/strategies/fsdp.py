@@ -6,6 +6,7 @@ import contextlib
 import functools
 import uuid
 import weakref
+from abc import abstractmethod
 from collections.abc import Callable, Generator, Iterable
 from datetime import timedelta
 from typing import Any
@@ -125,8 +126,9 @@ class _DTensorStrategy(ParallelStrategy):
             )
 
     # -- modules and optimizers -------------------------------------------------------------------------
+    @abstractmethod
     def _shard(self, module: Module) -> Module:
-        raise NotImplementedError
+        """Apply this strategy's sharding (FSDP2, or the user's parallelize function) to ``module``."""
 
     def setup_module(self, module: Module) -> Module:
         module = self._shard(module)
