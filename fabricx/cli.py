@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- run ----------------------------------------------------------------------------------------------
 class _UsageError(ValueError):
-    pass
+    """A command-line mistake, reported as a usage message rather than a traceback."""
 
 
 def run(options: RunOptions) -> int:

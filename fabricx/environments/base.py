@@ -44,15 +44,14 @@ class ClusterEnvironment(ABC):
     def world_size(self) -> int:
         """Number of processes in the job."""
 
-    @abstractmethod
     def set_world_size(self, size: int) -> None:
-        """Record the world size chosen by the strategy (ignored where the launcher fixes it)."""
+        """Record the world size chosen by the strategy. Launchers that fix the layout (torchrun, SLURM,
+        LSF, MPI, Kubeflow) ignore it; ``validate_settings`` reports a mismatch instead."""
 
     @abstractmethod
     def global_rank(self) -> int:
         """Rank of this process among all processes of the job."""
 
-    @abstractmethod
     def set_global_rank(self, rank: int) -> None:
         """Record the global rank chosen by the strategy (ignored where the launcher fixes it)."""
 

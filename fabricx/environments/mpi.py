@@ -76,15 +76,10 @@ class MPIEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return int(self._comm.Get_size())
 
-    def set_world_size(self, size: int) -> None:
-        # mpirun fixed the world size; validate_settings reports a mismatch.
-        pass
 
     def global_rank(self) -> int:
         return int(self._comm.Get_rank())
 
-    def set_global_rank(self, rank: int) -> None:
-        pass
 
     def local_rank(self) -> int:
         return self._local_and_node_rank()[0]

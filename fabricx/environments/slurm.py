@@ -112,15 +112,10 @@ class SLURMEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return _int_env("SLURM_NTASKS")
 
-    def set_world_size(self, size: int) -> None:
-        # SLURM fixed the world size; validate_settings reports a mismatch.
-        pass
 
     def global_rank(self) -> int:
         return _int_env("SLURM_PROCID")
 
-    def set_global_rank(self, rank: int) -> None:
-        pass
 
     def local_rank(self) -> int:
         return _int_env("SLURM_LOCALID")

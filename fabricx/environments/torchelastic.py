@@ -39,15 +39,10 @@ class TorchElasticEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return _int_env("WORLD_SIZE")
 
-    def set_world_size(self, size: int) -> None:
-        # torchrun fixed the world size; validate_settings reports a mismatch.
-        pass
 
     def global_rank(self) -> int:
         return _int_env("RANK")
 
-    def set_global_rank(self, rank: int) -> None:
-        pass
 
     def local_rank(self) -> int:
         return _int_env("LOCAL_RANK")
