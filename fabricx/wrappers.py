@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 from torch.optim import Optimizer
+
+from fabricx.forward_redirect import STEP_METHODS, forward_is_wrapped, guard_direct_call, redirect_through_forward
 
 if TYPE_CHECKING:
     from fabricx.precision.precision import Precision
@@ -30,11 +34,15 @@ class FabricModule(nn.Module):
     """The user's module after ``fabric.setup``: forward runs under the precision context and
     through the strategy's wrapper (DDP, FSDP, ...); everything else reaches the user's module.
 
-    ``state_dict()`` keys are the user's own; ``.module`` is the user's module.
+    ``training_step``, ``validation_step``, ``test_step``, ``predict_step`` and any method named with
+    :meth:`mark_forward_method` run through that same forward (so DDP averages their gradients). Another
+    method that runs the model's layers with gradients on is refused on its first call, since it would
+    skip the strategy. ``state_dict()`` keys are the user's own; ``.module`` is the user's module.
 
     Example::
 
         model = fabric.setup_module(MyNet())
+        loss = model.training_step(batch)  # through DDP's forward
         model.my_custom_method()  # passes through
     """
 
@@ -46,6 +54,10 @@ class FabricModule(nn.Module):
         self.__dict__["_fabricx_unwrapped"] = original_module
         self.__dict__["_precision"] = precision
         self.__dict__["_needs_context"] = precision.needs_forward_context
+        self.__dict__["_redirect"] = forward_is_wrapped(forward_module, original_module, precision)
+        self.__dict__["_forward_methods"] = set(STEP_METHODS)
+        self.__dict__["_redirected_methods"] = {}
+        self.__dict__["_checked_methods"] = set()
 
     @property
     def module(self) -> nn.Module:
@@ -72,11 +84,52 @@ class FabricModule(nn.Module):
     def parameters(self, recurse: bool = True) -> Any:
         return self._original_module.parameters(recurse)
 
+    def mark_forward_method(self, method: MethodType | str) -> None:
+        """Send calls of the user's method ``method`` through the strategy's forward, like ``training_step``.
+
+        Example::
+
+            model = fabric.setup(MyNet())
+            model.mark_forward_method("generate_and_score")
+        """
+        if not isinstance(method, (MethodType, str)):
+            raise TypeError(f"mark_forward_method() expects a method or its name, got {type(method).__name__}.")
+        name = method if isinstance(method, str) else method.__name__
+        if name == "forward":
+            raise ValueError("forward already runs through the strategy; mark another method.")
+        if not isinstance(getattr(self._original_module, name, None), MethodType):
+            raise AttributeError(
+                f"mark_forward_method({name!r}): {type(self._original_module).__name__} has no method {name!r}."
+            )
+        self._forward_methods.add(name)
+        self._redirected_methods.pop(name, None)
+
     def __getattr__(self, name: str) -> Any:
+        state = self.__dict__
+        redirected = state.get("_redirected_methods")
+        if redirected is not None:
+            function = redirected.get(name)
+            if function is not None:
+                return function
+            if state["_redirect"] and name in state["_forward_methods"]:
+                function = redirect_through_forward(self.forward, state["_original_module"], name)
+                redirected[name] = function
+                return function
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self.__dict__["_original_module"], name)
+            original = state["_original_module"]
+            attr = getattr(original, name)
+        if (
+            redirected is not None
+            and state["_redirect"]
+            and name not in state["_checked_methods"]
+            and not name.startswith("_")
+            and inspect.ismethod(attr)
+            and attr.__self__ is original
+        ):
+            return guard_direct_call(original, name, attr, state["_checked_methods"])
+        return attr
 
     def __setattr__(self, name: str, value: Any) -> None:
         original = self.__dict__.get("_original_module")

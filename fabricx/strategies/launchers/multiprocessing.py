@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import pickle
 import sys
@@ -10,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.multiprocessing as mp
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import nn
+from torch.optim import Optimizer
 
 from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
@@ -117,12 +122,49 @@ def _run_rank(
     # A forked child inherits the parent's OpenMP pool state but not its threads: more than one
     # intra-op thread would wait forever for them.
     torch.set_num_threads(1 if start_method == "fork" else threads_per_process(nprocs))
+    function, args, kwargs = _own_module_memory((function, args, kwargs))
     output = function(*args, **kwargs)
     if strategy.global_rank == 0:
         # Bytes, so tensors are copied rather than shared through memory of a process about to exit.
         results.put(pickle.dumps(output))
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def _own_module_memory(payload: Any) -> Any:
+    """Give this process its own copy of every module and optimizer tensor that arrived in shared memory.
+
+    ``spawn`` sends CPU tensors to the children through shared memory, so a model built in the parent
+    and passed to ``fabric.launch(train, model)`` would be one set of weights updated by every rank
+    (each optimizer step applied once per process). Parameters, buffers and optimizer state are copied
+    in place (``.data`` is replaced, so the ``Parameter`` objects an optimizer holds stay the same);
+    tensors passed on their own stay shared, since sharing them on purpose is how torch returns results
+    from spawned processes. Modules inside a ``functools.partial`` given as the function count too.
+    """
+    function, args, kwargs = payload
+    targets: list[Any] = [args, kwargs]
+    for candidate in (function, *args):
+        if isinstance(candidate, functools.partial):
+            targets += [candidate.args, candidate.keywords]
+    seen: set[int] = set()
+    for target in targets:
+        apply_to_collection(target, (nn.Module, Optimizer), _own_tensors, seen, allow_frozen=True)
+    return payload
+
+
+@torch.no_grad()
+def _own_tensors(obj: nn.Module | Optimizer, seen: set[int]) -> nn.Module | Optimizer:
+    if isinstance(obj, nn.Module):
+        tensors: Any = itertools.chain(obj.parameters(), obj.buffers())
+    else:
+        tensors = (
+            value for state in obj.state.values() for value in state.values() if isinstance(value, torch.Tensor)
+        )
+    for tensor in tensors:
+        if id(tensor) not in seen and tensor.is_shared() and tensor.device.type == "cpu":
+            seen.add(id(tensor))
+            tensor.data = tensor.data.clone()
+    return obj
 
 
 def _check_fork_is_safe() -> None:

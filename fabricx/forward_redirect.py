@@ -1,0 +1,125 @@
+"""Running a module's other methods (``training_step``, ...) through the strategy's wrapped forward.
+
+DDP, FSDP2, DeepSpeed and the mixed-precision plugins act on ``forward``: DDP prepares gradient
+averaging, FSDP2 gathers the root's shards, DeepSpeed's engine runs its hooks, autocast is entered.
+``model.training_step(batch)`` called on the user's module would skip all of that (under DDP the ranks
+silently train different models), so such a call is sent through the set-up module's forward with
+the user's ``forward`` swapped for the method for the length of that one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from fabricx.precision.precision import Precision
+
+#: Methods that are always sent through forward (Lightning's step methods).
+STEP_METHODS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+
+_MISSING = object()
+
+
+def forward_is_wrapped(forward_module: nn.Module, original: nn.Module, precision: Precision) -> bool:
+    """Whether calling ``original``'s methods directly would skip something the strategy or precision does.
+
+    True when the strategy wrapped the module (DDP, a DeepSpeed engine), when precision needs a context
+    around forward (autocast), or when the strategy put hooks on the module itself (FSDP2's
+    ``fully_shard`` shards in place and gathers the root's parameters in a forward pre-hook).
+
+    Example::
+
+        forward_is_wrapped(ddp_module, module, precision)  # True
+    """
+    return (
+        forward_module is not original
+        or precision.needs_forward_context
+        or bool(original._forward_pre_hooks or original._forward_hooks)
+    )
+
+
+def redirect_through_forward(forward: Callable[..., Any], original: nn.Module, name: str) -> Callable[..., Any]:
+    """A function that runs ``original.<name>(*args)`` as the body of ``forward(*args)``.
+
+    ``forward`` is the set-up module's forward (precision context, then the strategy's wrapper, which
+    eventually calls ``original.forward``). For the length of the call ``original.forward`` is replaced
+    by a function that puts the real forward back and runs the method, so ``self(x)`` inside the method
+    reaches the real forward. Nothing is looked up per call beyond two dictionary operations.
+
+    Example::
+
+        training_step = redirect_through_forward(model.forward, model.module, "training_step")
+        loss = training_step(batch, batch_idx)
+    """
+    method = getattr(original, name)
+    instance_dict = original.__dict__
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        previous = instance_dict.get("forward", _MISSING)
+
+        def redirected(*inner_args: Any, **inner_kwargs: Any) -> Any:
+            _restore(instance_dict, previous)
+            return method(*inner_args, **inner_kwargs)
+
+        instance_dict["forward"] = redirected
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            _restore(instance_dict, previous)
+
+    call.__name__ = name
+    call.__doc__ = method.__doc__
+    call.__wrapped__ = method  # type: ignore[attr-defined]
+    return call
+
+
+def _restore(instance_dict: dict[str, Any], previous: Any) -> None:
+    if previous is _MISSING:
+        instance_dict.pop("forward", None)
+    else:
+        instance_dict["forward"] = previous
+
+
+def guard_direct_call(
+    original: nn.Module, name: str, method: Callable[..., Any], checked: set[str]
+) -> Callable[..., Any]:
+    """``method`` checked once: if it runs a submodule with gradients on, it bypassed the strategy.
+
+    The first call with gradients enabled puts a forward pre-hook on every submodule; a call that ran
+    any of them raises (mark the method with ``model.mark_forward_method(name)``), a call that ran none
+    adds ``name`` to ``checked`` so later lookups return the method itself. Calls under
+    ``torch.no_grad()`` are not checked (no gradient can go unsynchronised).
+
+    Example::
+
+        step = guard_direct_call(module, "generate", module.generate, checked)
+    """
+    import torch
+
+    from fabricx.utilities.exceptions import FabricxError
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled() or name in checked:
+            return method(*args, **kwargs)
+        ran: list[bool] = []
+        handles = [m.register_forward_pre_hook(lambda *_: ran.append(True)) for m in original.modules()]
+        try:
+            output = method(*args, **kwargs)
+        finally:
+            for handle in handles:
+                handle.remove()
+        if ran:
+            raise FabricxError(
+                f"{type(original).__name__}.{name}() ran the model's layers outside its set-up forward, so the "
+                "strategy (DDP gradient averaging, FSDP gathering, DeepSpeed, autocast) was skipped and the "
+                f"result would be wrong. Call `model.mark_forward_method({name!r})` after fabric.setup() to send "
+                f"{name}() through forward, or call it under torch.no_grad() if it does not train."
+            )
+        checked.add(name)
+        return output
+
+    call.__name__ = name
+    return call
