@@ -286,8 +286,10 @@ def print_environment(file: object = None) -> None:
     out = file if file is not None else sys.stdout
     report = collect_environment()
     if getattr(out, "isatty", lambda: False)():
-        from rich.console import Console
-        from rich.table import Table
+        from fabricx.utilities.imports import lazy_import
+
+        Console = lazy_import("rich.console").Console
+        Table = lazy_import("rich.table").Table
 
         console = Console(file=out)
         for section, rows in report.items():

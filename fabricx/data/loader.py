@@ -22,7 +22,7 @@ from torch.utils.data import (
 from torchdata.stateful_dataloader import Stateful, StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
-from fabricx.data.sampler import distributed_sampler_for
+from fabricx.data.sampler import ResumableRandomSampler, distributed_sampler_for
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
@@ -102,10 +102,12 @@ def build_stateful_loader(
     if distributed:
         sampler = distributed_sampler_for(sampler, dataset, num_replicas, rank, seed=global_seed())
         return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
-    if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
-        # torchdata's own RandomSampler records its generator, so the shuffle order resumes too.
-        kwargs["generator"] = sampler.generator
-        return StatefulDataLoader(source, **_batching(loader), shuffle=True, **kwargs)
+    if type(sampler) is RandomSampler:
+        # Draws what torch's sampler draws, when it draws it, and records its seed and position.
+        sampler = ResumableRandomSampler(
+            sampler.data_source, sampler.replacement, sampler._num_samples, generator=sampler.generator
+        )
+        return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
     if type(sampler) is SequentialSampler:
         return StatefulDataLoader(source, **_batching(loader), **kwargs)
     return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)

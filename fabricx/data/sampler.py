@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -11,6 +12,81 @@ from torchdata.stateful_dataloader.sampler import RandomSampler as StatefulRando
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
 _GENERATOR_STATE = "wrapped_generator_state"
+
+
+class ResumableRandomSampler(RandomSampler):
+    """torch's ``RandomSampler`` that can save and restore its position in the current epoch.
+
+    Each epoch draws exactly what torch's sampler draws, at the same moment (the first index
+    asked for): without a ``generator``, one seed from torch's global generator; with one, the
+    permutation straight from it. The iterator's ``state_dict()`` holds that seed (or the
+    generator's state before the draw) and how many indices were handed out, so a restored
+    iterator continues the same order without drawing anything.
+
+    Example::
+
+        sampler = ResumableRandomSampler(dataset, generator=torch.Generator().manual_seed(0))
+        iterator = iter(sampler); first = next(iterator)
+        state = iterator.state_dict()
+    """
+
+    def __iter__(self) -> Iterator[int]:
+        return _ResumableRandomOrder(self)
+
+
+class _ResumableRandomOrder(Iterator[int]):
+    """One epoch of a :class:`ResumableRandomSampler` (a torchdata ``Stateful`` iterator)."""
+
+    def __init__(self, sampler: ResumableRandomSampler) -> None:
+        self._sampler = sampler
+        self._indices: Iterator[int] | None = None
+        self._start: dict[str, Any] | None = None  # {"seed": int} or {"generator": state}
+        self.yielded = 0
+
+    def _begin(self, start: dict[str, Any] | None) -> None:
+        sampler = self._sampler
+        if start is None:
+            if sampler.generator is None:
+                # The very draw torch's RandomSampler makes from the global generator.
+                start = {"seed": int(torch.empty((), dtype=torch.int64).random_().item())}
+            else:
+                start = {"generator": sampler.generator.get_state()}
+        if "seed" in start:
+            generator = torch.Generator()
+            generator.manual_seed(int(start["seed"]))
+        else:
+            generator = sampler.generator
+            if generator is None:
+                raise ValueError("This sampler state was saved with a generator; build the sampler with one.")
+            generator.set_state(torch.as_tensor(start["generator"]))
+        self._start = start
+        # torch's own iteration code, run with that generator: the same order for every torch version.
+        view = copy.copy(sampler)
+        view.generator = generator
+        self._indices = RandomSampler.__iter__(view)
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        if self._indices is None:
+            self._begin(None)
+        index = next(self._indices)  # type: ignore[arg-type]
+        self.yielded += 1
+        return index
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"start": self._start, "yielded": self.yielded}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        start, yielded = state_dict.get("start"), int(state_dict.get("yielded", 0))
+        self._indices, self._start, self.yielded = None, None, 0
+        if start is None:
+            return  # the epoch had not drawn its order yet; it draws it on the first next()
+        self._begin(start)
+        for _ in range(yielded):
+            next(self._indices)  # type: ignore[arg-type]
+        self.yielded = yielded
 
 
 class _IndexList(Dataset):

@@ -9,15 +9,15 @@ from typing import Any
 from fabricx.environments.base import ClusterEnvironment, _int_env
 from fabricx.environments.local import find_free_port
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.imports import lazy_import
 
 
 def _import_mpi() -> Any | None:
     # Imported on demand: loading mpi4py.MPI initialises the MPI library, which costs time.
     try:
-        from mpi4py import MPI
+        return lazy_import("mpi4py.MPI")
     except ImportError:
         return None
-    return MPI
 
 
 class MPIEnvironment(ClusterEnvironment):

@@ -21,6 +21,7 @@ from fabricx.loggers._utils import (
     write_hparams_yaml,
 )
 from fabricx.loggers.base import Logger
+from fabricx.utilities.imports import lazy_import
 from fabricx.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 HPARAMS_FILE = "hparams.yaml"
@@ -32,7 +33,7 @@ _MISSING_MESSAGE = (
 
 def _summary_writer_class() -> type:
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        SummaryWriter = lazy_import("torch.utils.tensorboard").SummaryWriter
     except ImportError as err:  # torch raises a plain ImportError when tensorboard is absent
         raise ModuleNotFoundError(_MISSING_MESSAGE) from err
     return SummaryWriter
@@ -139,7 +140,7 @@ class TensorBoardLogger(Logger):
         self, params: dict[str, Any] | Namespace, metrics: Mapping[str, float] | None = None
     ) -> None:
         """Record hyperparameters for the HPARAMS tab; ``metrics`` are shown next to them."""
-        from torch.utils.tensorboard.summary import hparams
+        hparams = lazy_import("torch.utils.tensorboard.summary").hparams
 
         params = params_to_dict(params)
         self.hparams.update(params)

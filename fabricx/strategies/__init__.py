@@ -20,9 +20,9 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     # Parallel strategies import torch.distributed pieces; load them when first named.
     if name in _LAZY:
-        import importlib
+        from fabricx.utilities.imports import lazy_import
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(lazy_import(_LAZY[name]), name)
     raise AttributeError(f"module 'fabricx.strategies' has no attribute {name!r}")
 
 

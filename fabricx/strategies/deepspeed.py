@@ -30,6 +30,7 @@ from fabricx.precision.precision import Precision
 from fabricx.strategies import deepspeed_config as ds_config
 from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
+from fabricx.utilities.imports import rng_untouched
 
 INSTALL_HINT = "pip install 'fabricx[deepspeed]'"
 _TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -262,12 +263,14 @@ class DeepSpeedStrategy(ParallelStrategy):
         self._init_deepspeed_comm()
 
     def _init_deepspeed_comm(self) -> None:
-        import deepspeed
-        from deepspeed.utils import logger as deepspeed_logger
+        # The first import of DeepSpeed (and of the modules it loads on CPU) must leave the RNGs alone.
+        with rng_untouched():
+            import deepspeed
+            from deepspeed.utils import logger as deepspeed_logger
 
+            if self.root_device.type == "cpu":
+                _avoid_cpu_jit_builds()
         deepspeed_logger.setLevel(self._logging_level)
-        if self.root_device.type == "cpu":
-            _avoid_cpu_jit_builds()
         kwargs: dict[str, Any] = {"dist_init_required": False, "verbose": False}
         if self._timeout is not None:
             kwargs["timeout"] = self._timeout

@@ -43,8 +43,9 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
 
 
 def global_seed(default: int = 0) -> int:
-    """The seed last given to :func:`seed_everything` (in this or a parent process)."""
-    value = os.environ.get(_SEED_ENV)
+    """The seed last given to :func:`seed_everything` (in this or a parent process); Lightning's
+    ``PL_GLOBAL_SEED`` when fabricx's own variable is not set."""
+    value = os.environ.get(_SEED_ENV, os.environ.get("PL_GLOBAL_SEED"))
     return int(value) if value is not None and value.lstrip("-").isdigit() else default
 
 

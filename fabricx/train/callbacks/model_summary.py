@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from fabricx.train.callbacks.base import Callback
+from fabricx.utilities.imports import lazy_import
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
@@ -106,8 +107,8 @@ class RichModelSummary(Callback):
 
     def render(self, summary: ModelSummary) -> None:
         """Print ``summary`` as a rich table."""
-        from rich.console import Console
-        from rich.table import Table
+        Console = lazy_import("rich.console").Console
+        Table = lazy_import("rich.table").Table
 
         table = Table(header_style="bold")
         for column, justify in (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.logging_result import to_float
+from fabricx.utilities.imports import lazy_import
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
@@ -69,7 +70,7 @@ class RichProgressBar(Callback):
         self._enabled = trainer.is_global_zero and self.refresh_rate > 0
         if not self._enabled:
             return
-        from rich.console import Console
+        Console = lazy_import("rich.console").Console
 
         self._console = Console(**self.console_kwargs)
 
@@ -81,7 +82,9 @@ class RichProgressBar(Callback):
 
     def _ensure_progress(self) -> Any:
         if self._progress is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            progress = lazy_import("rich.progress")
+            BarColumn, MofNCompleteColumn, Progress = progress.BarColumn, progress.MofNCompleteColumn, progress.Progress
+            TextColumn, TimeElapsedColumn = progress.TextColumn, progress.TimeElapsedColumn
 
             self._progress = Progress(
                 TextColumn("{task.description}"),

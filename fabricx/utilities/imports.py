@@ -1,0 +1,50 @@
+"""Importing optional and heavy modules late without touching any random number stream.
+
+Some packages draw from Python's ``random`` (or NumPy's or torch's generator) while they are
+imported; ``rich.console`` does. fabricx imports such packages only when they are first used
+(inside ``Trainer.fit``, a logger, a strategy), which is after the user seeded their generators,
+so every late import goes through :func:`lazy_import`, which puts the generators back as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Generator
+from types import ModuleType
+
+from fabricx.utilities.rng import capture_rng_states, restore_rng_states
+
+
+@contextlib.contextmanager
+def rng_untouched() -> Generator[None, None, None]:
+    """Run the block, then restore Python's, NumPy's and torch's (CPU, and CUDA once initialised)
+    random generators to the state they had before it.
+
+    Example::
+
+        with rng_untouched():
+            import some_module_that_draws_at_import
+    """
+    states = capture_rng_states()
+    try:
+        yield
+    finally:
+        restore_rng_states(states)
+
+
+def lazy_import(name: str) -> ModuleType:
+    """``importlib.import_module(name)``, leaving every random generator as it was.
+
+    A module imported already is returned straight from ``sys.modules`` (no state is captured).
+
+    Example::
+
+        Console = lazy_import("rich.console").Console
+    """
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    with rng_untouched():
+        return importlib.import_module(name)
