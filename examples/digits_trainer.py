@@ -24,7 +24,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics.classification import MulticlassAccuracy
 
-from fabricx.callbacks import ModelCheckpoint
+from fabricx.callbacks import ModelCheckpoint, ThroughputMonitor
+from fabricx.loggers.plot import plot_run
 from fabricx.train import Trainer, TrainModule
 
 
@@ -111,10 +112,10 @@ def main(argv: list[str] | None = None) -> None:
         dirpath=root / "checkpoints", monitor="val_acc", mode="max", save_top_k=1, save_last=True,
         filename="best-{epoch}-{val_acc:.3f}",
     )
-    callbacks = [best]
+    checkpoints = [best]
     if args.save_every_steps:
         # Mid-epoch checkpoints; ckpt_path="last" picks the newest "last" of all ModelCheckpoints.
-        callbacks.append(
+        checkpoints.append(
             ModelCheckpoint(
                 dirpath=root / "checkpoints" / "steps", every_n_train_steps=args.save_every_steps, save_last=True
             )
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         precision=args.precision,
         max_epochs=args.max_epochs,
         max_steps=args.max_steps,
-        callbacks=callbacks,
+        # Samples per second (and MFU when FLOPs are given) in the progress bar and in metrics.csv.
+        callbacks=[*checkpoints, ThroughputMonitor(log_every_n_steps=5)],
         default_root_dir=root,
         log_every_n_steps=5,
         enable_progress_bar=not args.no_progress,
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     val_loader = DataLoader(val_set, batch_size=256)
     model = DigitsClassifier(lr=args.lr)
 
-    if args.resume and not any((Path(cb.dirpath) / "last").exists() for cb in callbacks):
+    if args.resume and not any((Path(cb.dirpath) / "last").exists() for cb in checkpoints):
         trainer.print(f"--resume: no 'last' checkpoint under {root / 'checkpoints'} yet; starting fresh.")
     trainer.fit(model, train_loader, val_loader, ckpt_path="last" if args.resume else None)
 
@@ -145,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     metrics_file = Path(trainer.log_dir) / "metrics.csv"
     trainer.print(f"\nFinished at epoch {trainer.current_epoch}, step {trainer.global_step}: {metrics}")
     trainer.print(f"Best checkpoint:  {best.best_model_path} (val_acc {best.best_model_score})")
-    trainer.print(f"Last checkpoint:  {callbacks[-1].last_model_path}  (continue with --resume)")
+    trainer.print(f"Last checkpoint:  {checkpoints[-1].last_model_path}  (continue with --resume)")
     trainer.print(f"Metrics (CSV):    {metrics_file if metrics_file.exists() else trainer.log_dir}")
+    if trainer.fabric.is_global_zero and metrics_file.exists():
+        trainer.print(f"Curves (PNG):     {plot_run(metrics_file.parent)}  (or: fabricx plot {root})")
     trainer.print(f"Working folder:   {os.path.abspath(root)}")
 
 

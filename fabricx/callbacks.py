@@ -12,6 +12,7 @@ from fabricx.train.callbacks import (
     ModelCheckpoint,
     RichModelSummary,
     RichProgressBar,
+    ThroughputMonitor,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "ModelCheckpoint",
     "RichModelSummary",
     "RichProgressBar",
+    "ThroughputMonitor",
 ]

@@ -72,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "consolidate":
         return consolidate(args.checkpoint_dir, args.output)
+    if args.command == "plot":
+        return plot(args.run_dir, args.output)
     parser.print_help()
     return 2
 
@@ -360,7 +362,7 @@ def consolidate(checkpoint_dir: str, output: str | None = None) -> int:
 # -- parser ---------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabricx", description="Run and inspect fabricx training jobs.")
-    commands = parser.add_subparsers(dest="command", metavar="{run,env,consolidate}")
+    commands = parser.add_subparsers(dest="command", metavar="{run,env,consolidate,plot}")
 
     run_parser = commands.add_parser(
         "run",
@@ -398,7 +400,30 @@ def _parser() -> argparse.ArgumentParser:
     consolidate_parser.add_argument(
         "-o", "--output", default=None, help="where to write (default: CHECKPOINT_DIR.consolidated)"
     )
+
+    plot_parser = commands.add_parser("plot", help="draw the metrics a CSV logger wrote into a PNG")
+    plot_parser.add_argument("run_dir", help="a folder with metrics.csv files below it (or one metrics.csv)")
+    plot_parser.add_argument("-o", "--output", default=None, help="the PNG to write (default: RUN_DIR/metrics.png)")
     return parser
+
+
+# -- plot -----------------------------------------------------------------------------------------------
+def plot(run_dir: str, output: str | None = None) -> int:
+    """Write a PNG of every logged curve under ``run_dir``; print its path.
+
+    Example::
+
+        plot("demo_runs")  # prints demo_runs/metrics.png
+    """
+    from fabricx.loggers.plot import plot_run
+
+    try:
+        path = plot_run(run_dir, output)
+    except (FileNotFoundError, ValueError, ModuleNotFoundError) as error:
+        print(f"fabricx plot: {error}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
 
 
 __all__ = [
@@ -408,6 +433,7 @@ __all__ = [
     "consolidate",
     "flag_environment",
     "main",
+    "plot",
     "print_environment",
     "processes_per_node",
     "run",

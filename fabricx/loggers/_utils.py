@@ -147,3 +147,13 @@ def _yaml_string(text: str) -> str:
         return text
     # JSON's string escapes are all valid in a YAML double-quoted scalar.
     return json.dumps(text, ensure_ascii=False)
+
+
+class NoOpExperiment:
+    """Stands in for a logger's experiment object on ranks other than 0, so user calls on it do nothing there."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoOpExperiment:
+        return self

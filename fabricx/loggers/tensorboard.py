@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from fabricx.loggers._utils import (
+    NoOpExperiment,
     add_prefix,
     flatten_dict,
     metric_value,
@@ -37,16 +38,6 @@ def _summary_writer_class() -> type:
     except ImportError as err:  # torch raises a plain ImportError when tensorboard is absent
         raise ModuleNotFoundError(_MISSING_MESSAGE) from err
     return SummaryWriter
-
-
-class _NoOpExperiment:
-    """Stands in for the SummaryWriter on ranks other than 0, so user calls on it do nothing there."""
-
-    def __getattr__(self, name: str) -> Any:
-        return self
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _NoOpExperiment:
-        return self
 
 
 class TensorBoardLogger(Logger):
@@ -122,7 +113,7 @@ class TensorBoardLogger(Logger):
         if self._experiment is not None:
             return self._experiment
         if rank_zero_only.rank != 0:
-            return _NoOpExperiment()
+            return NoOpExperiment()
         self._experiment = _summary_writer_class()(log_dir=self.log_dir, **self._kwargs)
         return self._experiment
 

@@ -6,6 +6,7 @@ from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 from fabricx.train.callbacks.model_summary import RichModelSummary
 from fabricx.train.callbacks.progress_bar import RichProgressBar
+from fabricx.train.callbacks.throughput import ThroughputMonitor
 
 __all__ = [
     "Callback",
@@ -14,4 +15,5 @@ __all__ = [
     "ModelCheckpoint",
     "RichModelSummary",
     "RichProgressBar",
+    "ThroughputMonitor",
 ]

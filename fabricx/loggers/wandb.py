@@ -1,0 +1,180 @@
+"""A logger that records metrics and hyperparameters in a Weights & Biases run (Lightning's constructor names)."""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from fabricx.loggers._utils import NoOpExperiment, add_prefix, metric_value, params_to_dict
+from fabricx.loggers.base import Logger
+from fabricx.utilities.optional import require
+from fabricx.utilities.rank_zero import rank_zero_only
+
+_STEP_KEY = "trainer/global_step"
+
+
+class WandbLogger(Logger):
+    """Log to Weights & Biases, online or offline, with Lightning's ``WandbLogger`` arguments.
+
+    The run starts lazily on global rank 0 at the first use of :attr:`experiment` or a ``log_*`` call.
+    A logged ``step`` is recorded as the ``trainer/global_step`` metric (as Lightning does), so calls
+    with steps that repeat or go back never make W&B drop values.
+
+    Args:
+        name: The run's display name.
+        save_dir: The folder W&B writes its ``wandb/`` files into.
+        version: The run id to create or resume (same as ``id``).
+        offline: Write locally only (sync later with ``wandb sync``).
+        dir: Same as ``save_dir``.
+        id: Same as ``version``.
+        anonymous: Log anonymously (``"allow"``) when no API key is set.
+        project: The W&B project (``WANDB_PROJECT`` or ``"lightning_logs"`` by default).
+        log_model: ``True`` uploads checkpoints at :meth:`finalize`, ``"all"`` as they are reported
+            through :meth:`after_save_checkpoint`; ``False`` uploads none.
+        experiment: An already started ``wandb`` run to log into.
+        prefix: Put ``f"{prefix}-"`` in front of every metric name.
+        checkpoint_name: The artifact name for checkpoints (``model-{run id}`` by default).
+        **kwargs: Passed on to ``wandb.init`` (``entity``, ``group``, ``tags``, ``config``, ...).
+
+    Example::
+
+        logger = WandbLogger(project="digits", offline=True, save_dir="runs")
+        fabric = Fabric(loggers=logger)
+        fabric.log("loss", 0.25, step=1)
+        logger.finalize("success")
+    """
+
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        save_dir: str | os.PathLike = ".",
+        version: str | None = None,
+        offline: bool = False,
+        dir: str | os.PathLike | None = None,
+        id: str | None = None,
+        anonymous: bool | None = None,
+        project: str | None = None,
+        log_model: Literal["all"] | bool = False,
+        experiment: Any = None,
+        prefix: str = "",
+        checkpoint_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        require("wandb", extra="wandb", feature="WandbLogger")
+        if offline and log_model:
+            raise ValueError(
+                f"WandbLogger(offline=True, log_model={log_model!r}): checkpoints can only be uploaded online. "
+                "Pass log_model=False, or log online."
+            )
+        if save_dir == "." and dir is not None:
+            save_dir = dir
+        self._save_dir = os.fspath(save_dir)
+        self._offline = offline
+        self._log_model = log_model
+        self._prefix = prefix
+        self._checkpoint_name = checkpoint_name
+        self._experiment = experiment
+        self._checkpoints: list[str] = []
+        self._init_kwargs: dict[str, Any] = {
+            "name": name,
+            "project": project or os.environ.get("WANDB_PROJECT", "lightning_logs"),
+            "dir": self._save_dir,
+            "id": version or id,
+            "resume": "allow",
+            "anonymous": "allow" if anonymous else None,
+            **kwargs,
+        }
+        if offline:
+            self._init_kwargs["mode"] = "offline"
+
+    @property
+    def experiment(self) -> Any:
+        """The ``wandb`` run (started on first use); a do-nothing object off rank 0."""
+        if self._experiment is not None:
+            return self._experiment
+        if rank_zero_only.rank != 0:
+            return NoOpExperiment()
+        import wandb
+
+        if wandb.run is not None:
+            self._experiment = wandb.run  # a run the user started already: log into it
+        else:
+            Path(self._save_dir).mkdir(parents=True, exist_ok=True)
+            kwargs = {key: value for key, value in self._init_kwargs.items() if value is not None}
+            self._experiment = wandb.init(**kwargs)
+        if getattr(self._experiment, "define_metric", None) is not None:
+            # Every metric is plotted against the trainer's step rather than W&B's own counter.
+            self._experiment.define_metric(_STEP_KEY)
+            self._experiment.define_metric("*", step_metric=_STEP_KEY, step_sync=True)
+        return self._experiment
+
+    @property
+    def name(self) -> str | None:
+        return self._init_kwargs["project"]
+
+    @property
+    def version(self) -> str | None:
+        if self._experiment is not None:
+            return self._experiment.id
+        return self._init_kwargs.get("id")
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def log_dir(self) -> str | None:
+        run_dir = getattr(self._experiment, "dir", None)
+        return os.fspath(run_dir) if run_dir else None
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        self.experiment.config.update(params_to_dict(params), allow_val_change=True)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float | torch.Tensor], step: int | None = None) -> None:
+        values = {
+            key: value if isinstance(value, str) else metric_value(key, value)
+            for key, value in add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR).items()
+        }
+        if step is not None:
+            values[_STEP_KEY] = step
+        self.experiment.log(values)
+
+    def after_save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Tell the logger a checkpoint was written; with ``log_model`` it is uploaded as an artifact."""
+        if not self._log_model:
+            return
+        self._checkpoints.append(os.fspath(path))
+        if self._log_model == "all":
+            self._upload_checkpoints()
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        if self._experiment is None:
+            return
+        if self._log_model is True:
+            self._upload_checkpoints()
+        self._experiment.finish(exit_code=0 if status == "success" else 1)
+        self._experiment = None
+
+    @rank_zero_only
+    def _upload_checkpoints(self) -> None:
+        import wandb
+
+        for path in self._checkpoints:
+            name = self._checkpoint_name or f"model-{self.experiment.id}"
+            artifact = wandb.Artifact(name=name, type="model")
+            if os.path.isdir(path):
+                artifact.add_dir(path)
+            else:
+                artifact.add_file(path)
+            self.experiment.log_artifact(artifact)
+        self._checkpoints = []

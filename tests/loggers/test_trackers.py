@@ -1,0 +1,134 @@
+"""MLflow and Weights & Biases loggers against the real libraries: what a Trainer logs is what they store."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from fabricx.loggers import CSVLogger, MLFlowLogger, WandbLogger
+from fabricx.train import Trainer
+from fabricx.utilities.optional import require
+from fabricx.utilities.rank_zero import rank_zero_only
+from tests.train._train_helpers import Regressor, loader, regression_data
+
+
+def _fit(tracker, root: Path) -> dict[int, float]:
+    """Train briefly with ``tracker`` and a CSV logger side by side; the CSV rows are the reference."""
+    csv_logger = CSVLogger(root, name="csv")
+    torch.manual_seed(0)
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        loggers=[tracker, csv_logger],
+        log_every_n_steps=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=root,
+    )
+    module = Regressor()
+    for logger in (tracker, csv_logger):
+        logger.log_hyperparams({"lr": module.lr, "optimizer": {"name": "sgd"}})
+    trainer.fit(module, loader(regression_data(64), batch_size=8), loader(regression_data(16), shuffle=False))
+    tracker.finalize("success")  # the Trainer finalized already; a second call must be harmless
+    with open(csv_logger.metrics_file_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return {int(row["step"]): float(row["train_loss_step"]) for row in rows if row.get("train_loss_step")}
+
+
+def test_mlflow_run_holds_the_trainer_metrics_and_params(tmp_path):
+    tracker = MLFlowLogger(experiment_name="digits", run_name="first", save_dir=tmp_path / "mlruns", tags={"team": "x"})
+    expected = _fit(tracker, tmp_path)
+    assert len(expected) >= 3
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    run = client.get_run(tracker.run_id)
+    history = {m.step: m.value for m in client.get_metric_history(tracker.run_id, "train_loss_step")}
+    assert history == pytest.approx(expected, rel=1e-6)
+    assert "val_loss" in run.data.metrics
+    assert run.data.params == {"lr": "0.05", "optimizer/name": "sgd"}
+    assert run.data.tags["team"] == "x" and run.info.run_name == "first"
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "digits"
+
+
+def _wandb_records(run_file: str):
+    """The records of a W&B transaction log: blocks of 32 KiB holding CRC/length/type framed chunks."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = Path(run_file).read_bytes()
+    assert data[:4] == b":W&B"
+    position, block, pending = 7, 32768, b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:
+            position += left
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if length == 0 and kind == 0:
+            position += left
+            continue
+        chunk = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind == 1:
+            whole = chunk
+        elif kind in (2, 3):
+            pending += chunk
+            continue
+        else:
+            whole, pending = pending + chunk, b""
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(whole)
+        yield record
+
+
+def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    tracker = WandbLogger(project="digits", name="first", offline=True, save_dir=tmp_path / "wandb_runs")
+    expected = _fit(tracker, tmp_path)
+
+    (run_file,) = glob.glob(str(tmp_path / "wandb_runs" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    history: dict[int, float] = {}
+    config: dict[str, object] = {}
+    for record in _wandb_records(run_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            if "train_loss_step" in items:
+                history[items["trainer/global_step"]] = items["train_loss_step"]
+        elif kind == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+    assert history == pytest.approx(expected, rel=1e-6)
+    assert config["lr"] == 0.05 and config["optimizer"] == {"name": "sgd"}
+
+
+def test_trackers_do_nothing_off_rank_zero(tmp_path, monkeypatch):
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    mlflow_logger = MLFlowLogger(save_dir=tmp_path / "m")
+    mlflow_logger.log_metrics({"loss": 1.0}, step=0)
+    mlflow_logger.experiment.log_batch("anything")  # a do-nothing stand-in
+    mlflow_logger.finalize("success")
+    assert mlflow_logger.run_id is None and not (tmp_path / "m" / "mlflow.db").exists()
+    wandb_logger = WandbLogger(offline=True, save_dir=tmp_path / "w")
+    wandb_logger.log_metrics({"loss": 1.0}, step=0)
+    wandb_logger.finalize("success")
+    assert not (tmp_path / "w" / "wandb").exists()
+
+
+def test_missing_tracker_package_names_the_install_command():
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'fabricx\[nothere\]'"):
+        require("fabricx_no_such_package", extra="nothere", feature="SomeLogger")
+
+
+def test_wandb_refuses_uploading_checkpoints_offline(tmp_path):
+    with pytest.raises(ValueError, match="offline=True"):
+        WandbLogger(offline=True, log_model=True, save_dir=tmp_path)

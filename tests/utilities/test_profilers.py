@@ -1,0 +1,60 @@
+"""Profilers: named-action timing, cProfile, and torch.profiler traces written per rank."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fabricx.utilities.profilers import (
+    AdvancedProfiler,
+    PassThroughProfiler,
+    PyTorchProfiler,
+    SimpleProfiler,
+    profile_run,
+    resolve_profiler,
+)
+
+
+def test_simple_profiler_counts_calls_and_writes_per_rank(tmp_path):
+    profiler = SimpleProfiler(dirpath=tmp_path, filename="fit")
+    for _ in range(3):
+        with profiler.profile("training_step"):
+            torch.mm(torch.randn(32, 32), torch.randn(32, 32))
+    with profiler.profile("validation_step"):
+        pass
+    assert len(profiler.recorded["training_step"]) == 3
+    summary = profiler.summary()
+    assert "training_step" in summary and "validation_step" in summary
+    profiler.describe()
+    assert "training_step" in (tmp_path / "fit-rank0.txt").read_text()
+    with pytest.raises(ValueError, match="never started"):
+        profiler.stop("other")
+
+
+def test_advanced_profiler_lists_called_functions():
+    profiler = AdvancedProfiler(line_count_restriction=5)
+    with profiler.profile("step"):
+        sorted(range(1000), key=lambda v: -v)
+    assert "Profile of step" in profiler.summary() and "sorted" in profiler.summary()
+
+
+def test_profile_run_writes_a_chrome_trace_and_prints_the_table(tmp_path, capsys):
+    with profile_run(tmp_path, row_limit=5) as profiler:
+        for _ in range(2):
+            with profiler.profile("step"):
+                torch.mm(torch.randn(64, 64), torch.randn(64, 64))
+    trace = json.loads((tmp_path / "pytorch-rank0.pt.trace.json").read_text())
+    assert sum(event.get("name") == "[step]" for event in trace["traceEvents"]) == 2
+    assert "aten::mm" in capsys.readouterr().out
+    assert "aten::mm" in (tmp_path / "pytorch-rank0.txt").read_text()
+
+
+def test_profiler_names_resolve_like_lightning():
+    assert isinstance(resolve_profiler(None), PassThroughProfiler)
+    assert isinstance(resolve_profiler("simple"), SimpleProfiler)
+    assert isinstance(resolve_profiler("advanced"), AdvancedProfiler)
+    assert isinstance(resolve_profiler("pytorch"), PyTorchProfiler)
+    with pytest.raises(ValueError, match="'simple'"):
+        resolve_profiler("fast")
