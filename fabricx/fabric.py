@@ -15,13 +15,14 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
+from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import move_data_to_device
-from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.exceptions import FabricxError, SetupError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
-from fabricx.utilities.rank_zero import set_global_rank
+from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
 from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
 
@@ -173,7 +174,7 @@ class Fabric:
         return self._accumulation.sync_gradients
 
     # -- launching --------------------------------------------------------------------------------
-    def launch(self, function: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any] = NO_FUNCTION, *args: Any, **kwargs: Any) -> Any:
         """Start the processes this configuration needs and run ``function(fabric, *args)`` in each.
 
         With a subprocess launcher (``strategy="ddp"``) the script itself is re-run per rank and
@@ -184,20 +185,18 @@ class Fabric:
 
             fabric.launch(train, config)  # train(fabric, config) on every rank
         """
-        if function is not None and not callable(function):
-            raise TypeError(f"launch() expects a function, got {type(function).__name__}.")
         launcher = self._strategy.launcher
+        check_launch_function(
+            function, launcher is not None and launcher.requires_function, self._strategy.strategy_name
+        )
+        if function is NO_FUNCTION:
+            function = None
         if launcher is not None and not self._launched:
             if self._strategy.world_size > 1 and _process_group_initialized():
                 raise FabricxError(
                     "A torch.distributed process group is already initialised in this process; fabricx "
                     "cannot launch processes inside it. Run the script without your own init_process_group, "
                     "or start it with `fabricx run`/torchrun and let Fabric join that group."
-                )
-            if function is None and launcher.requires_function:
-                raise FabricxError(
-                    f"strategy={self._strategy.strategy_name!r} starts processes with a function: call "
-                    "fabric.launch(train_fn) where train_fn(fabric, ...) holds your training code."
                 )
             return launcher.launch(self._run_in_process, function, *args, **kwargs)
         if not self._launched:
@@ -246,8 +245,9 @@ class Fabric:
     def _require_launched(self, what: str) -> None:
         if not self._launched:
             raise FabricxError(
-                f"{what} needs the processes of this {self._strategy.world_size}-process configuration to exist. "
-                "Call fabric.launch() first (or pass your training function to fabric.launch(fn))."
+                f"{what} needs the processes of this {self._strategy.world_size}-process configuration to exist: "
+                "to use Fabric with more than one device, you must call `.launch()` first (or pass your training "
+                "function to fabric.launch(fn)), or start the script with `fabricx run`."
             )
 
     # -- setup --------------------------------------------------------------------------------------
@@ -273,8 +273,10 @@ class Fabric:
         forward_module, optimizers_out, scheduler = self._strategy.setup_module_and_optimizers(
             module, list(optimizers), scheduler
         )
-        wrapped = self._wrap_module(forward_module, original)
+        wrapped = self._wrap_module(forward_module, original, move_to_device)
         wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
+        if hasattr(original, "_fabric_optimizers"):  # a LightningModule reaches its optimizers through Fabric
+            original._fabric_optimizers = wrapped_optimizers
         if scheduler is not None:
             scheduler = wrap_scheduler_step(scheduler, self._accumulation)
         outputs: list[Any] = [wrapped, *wrapped_optimizers]
@@ -291,13 +293,13 @@ class Fabric:
             optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters()))
         """
         self._require_launched("setup_module()")
-        self._check_module_not_setup(module)
+        self._check_module_not_setup(module, "setup_module")
         original = module
         if move_to_device:
             self._move_module(module)
         module = self._precision.convert_module(module)
         forward_module = self._strategy.setup_module(module)
-        return self._wrap_module(forward_module, original)
+        return self._wrap_module(forward_module, original, move_to_device)
 
     def setup_optimizers(self, *optimizers: Optimizer) -> Any:
         """Set up optimizers created over an already set-up model's parameters.
@@ -307,6 +309,13 @@ class Fabric:
             optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
         """
         self._require_launched("setup_optimizers()")
+        if not optimizers:
+            raise ValueError("`setup_optimizers` requires at least one optimizer as input.")
+        if any(isinstance(opt, FabricOptimizer) for opt in optimizers):
+            raise SetupError(
+                "An optimizer should be passed only once to the `setup_optimizers` method; pass the optimizer you "
+                "created, not the one setup_optimizers() returned."
+            )
         wrapped = [
             FabricOptimizer(self._strategy.setup_optimizer(opt), self._strategy, self._accumulation)
             for opt in optimizers
@@ -323,8 +332,21 @@ class Fabric:
             train_loader, val_loader = fabric.setup_dataloaders(train_loader, val_loader)
         """
         if not dataloaders:
-            raise ValueError("setup_dataloaders() needs at least one DataLoader.")
+            raise ValueError(
+                "`setup_dataloaders` requires at least one dataloader as input: pass at least one DataLoader."
+            )
         self._require_launched("setup_dataloaders()")
+        if any(isinstance(loader, FabricDataLoader) for loader in dataloaders):
+            raise SetupError(
+                "A dataloader should be passed only once to the `setup_dataloaders` method; pass the DataLoader you "
+                "created, not the one setup_dataloaders() returned."
+            )
+        if any(not isinstance(loader, DataLoader) for loader in dataloaders):
+            raise TypeError(
+                "Only PyTorch DataLoader are currently supported in `setup_dataloaders`; got "
+                f"{', '.join(type(loader).__name__ for loader in dataloaders)}. Wrap your dataset in a DataLoader "
+                "(torch.utils.data.DataLoader)."
+            )
         kwargs = self._strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
         loaders = []
         for loader in dataloaders:
@@ -347,25 +369,44 @@ class Fabric:
             return  # materialised by the strategy after sharding
         self._strategy.module_to_device(module)
 
-    def _wrap_module(self, forward_module: nn.Module, original: nn.Module) -> FabricModule:
+    def _wrap_module(self, forward_module: nn.Module, original: nn.Module, move_to_device: bool) -> FabricModule:
         self._strategy.materialize_module(forward_module)
         self._setup_modules.add(original)
         self._models_setup += 1
-        return FabricModule(forward_module, self._precision, original)
+        if hasattr(original, "_fabric"):  # a LightningModule: self.fabric, self.logger, self.log go through us
+            original._fabric = self
+        wrapped = FabricModule(forward_module, self._precision, original)
+        # Where a module without parameters or buffers "is": Lightning's rule.
+        wrapped.__dict__["_fabricx_device"] = self.device if move_to_device else torch.device("cpu")
+        for callback in self._callbacks:
+            hook = getattr(callback, "on_after_setup", None)
+            if callable(hook):
+                hook(fabric=self, module=wrapped)
+        return wrapped
 
-    def _check_module_not_setup(self, module: Any) -> None:
-        if isinstance(module, FabricModule) or module in self._setup_modules:
-            raise FabricxError(
-                f"The module {type(unwrap(module)).__name__} was already set up by this Fabric. "
-                "Call setup() once per model and keep using the object it returned."
+    def _check_module_not_setup(self, module: Any, method: str = "setup") -> None:
+        if isinstance(module, FabricModule):
+            raise SetupError(
+                f"A model should be passed only once to the `{method}` method: {type(unwrap(module)).__name__} "
+                "is already set up. Keep using the object setup() returned."
             )
         if not isinstance(module, nn.Module):
             raise TypeError(f"setup() expects a torch.nn.Module first, got {type(module).__name__}.")
+        if module in self._setup_modules and not self._strategy.allows_repeated_module_setup:
+            raise SetupError(
+                f"The module {type(module).__name__} was already set up by this Fabric, and strategy="
+                f"{self._strategy.strategy_name!r} changes a module when it sets it up (sharding or wrapping it in "
+                "place), so it cannot be set up twice. Call setup() once per model and keep using the object it "
+                "returned."
+            )
 
     @staticmethod
     def _check_optimizer(optimizer: Any, module: nn.Module) -> None:
         if isinstance(optimizer, FabricOptimizer):
-            raise FabricxError("The optimizer was already set up; pass the user's optimizer once.")
+            raise SetupError(
+                "An optimizer should be passed only once to the `setup` method; pass the optimizer you created, "
+                "not the one setup() returned."
+            )
         if not isinstance(optimizer, Optimizer):
             raise TypeError(
                 f"setup() got {type(optimizer).__name__} where an optimizer was expected. Pass the "
@@ -737,6 +778,9 @@ class Fabric:
     def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
         """Call ``hook_name(*args, **kwargs)`` on every callback that has such a method.
 
+        Each callback receives only the keyword arguments its method accepts (all of them if it
+        takes ``**kwargs``), so callbacks can implement the same hook with different signatures.
+
         Example::
 
             fabric = Fabric(callbacks=[MyCallback()])
@@ -744,8 +788,14 @@ class Fabric:
         """
         for callback in self._callbacks:
             method = getattr(callback, hook_name, None)
-            if callable(method):
-                method(*args, **kwargs)
+            if method is None:
+                continue
+            if not callable(method):
+                rank_zero_warn(
+                    f"Skipping the callback `{type(callback).__name__}.{hook_name}` because it is not callable."
+                )
+                continue
+            method(*args, **filter_callback_kwargs(method, kwargs))
 
     def log(self, name: str, value: Any, step: int | None = None) -> None:
         """Log one metric to every logger (on rank zero).
@@ -758,17 +808,20 @@ class Fabric:
 
     def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """Log several metrics to every logger (on rank zero)."""
-        if not self._loggers:
-            return
-        metrics = apply_to_collection(metrics, Tensor, lambda t: t.item() if t.numel() == 1 else t)
+        metrics = apply_to_collection(metrics, Tensor, scalar_metric)
         for logger in self._loggers:
             logger.log_metrics(metrics=metrics, step=step)
 
     # -- helpers ------------------------------------------------------------------------------------------
     @staticmethod
-    def seed_everything(seed: int | None = None, workers: bool | None = None) -> int:
-        """Seed every random generator; ``workers=True`` seeds dataloader workers too."""
-        return _seed.seed_everything(seed, workers=bool(workers))
+    def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
+        """Seed every random generator; dataloader workers too unless ``workers=False`` (Lightning's default).
+
+        Example::
+
+            Fabric.seed_everything(42)
+        """
+        return _seed.seed_everything(seed, workers=True if workers is None else workers, verbose=verbose)
 
     @staticmethod
     def unwrap(obj: Any) -> Any:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from types import MethodType
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 from torch.optim import Optimizer
 
@@ -62,6 +63,16 @@ class FabricModule(nn.Module):
     @property
     def module(self) -> nn.Module:
         return self._original_module
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the module's first parameter (or buffer); for an empty module, where setup put it."""
+        original = self._original_module
+        for tensor in original.parameters():
+            return tensor.device
+        for tensor in original.buffers():
+            return tensor.device
+        return self.__dict__.get("_fabricx_device", torch.device("cpu"))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._needs_context:

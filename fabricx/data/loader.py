@@ -271,6 +271,7 @@ class FabricDataLoader:
         world_size: int = 1,
     ) -> None:
         self._loader = loader
+        self._target_device = device
         self._device = device if device is not None and device.type != "cpu" else None
         self._accumulation = accumulation
         self._rank = rank
@@ -291,6 +292,11 @@ class FabricDataLoader:
     @property
     def loader(self) -> StatefulDataLoader:
         return self._loader
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where batches are moved (``None`` with ``setup_dataloaders(..., move_to_device=False)``)."""
+        return self._target_device
 
     @property
     def epoch(self) -> int:

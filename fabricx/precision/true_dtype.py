@@ -29,7 +29,9 @@ class TrueDtypePrecision(Precision):
         self.precision = names[dtype]
 
     def convert_module(self, module: Module) -> Module:
-        return module.to(dtype=self.dtype)
+        # Floating-point tensors only: ``module.to(dtype)`` would drop the imaginary part of complex buffers.
+        dtype = self.dtype
+        return module._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
 
     def tensor_init_context(self) -> contextlib.AbstractContextManager:
         return default_dtype(self.dtype)

@@ -60,7 +60,7 @@ class DDPStrategy(ParallelStrategy):
 
     def setup_module(self, module: Module) -> DistributedDataParallel:
         device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
-        return DistributedDataParallel(module, device_ids=device_ids, **self._ddp_kwargs)
+        return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
 
     @property
     def ddp_kwargs(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ class SingleDeviceStrategy(Strategy):
     """
 
     strategy_name = "single_device"
+    allows_repeated_module_setup = True
 
     def __init__(
         self,

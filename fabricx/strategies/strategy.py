@@ -40,6 +40,8 @@ class Strategy(ABC):
     requires_fabric_backward: bool = False
     #: Whether the optimizer must be created after the module was set up (sharding).
     requires_optimizer_after_module: bool = False
+    #: Whether the same module may be set up again (the strategy leaves the user's module as it was).
+    allows_repeated_module_setup: bool = False
 
     def __init__(self, accelerator: Accelerator | None = None, precision: Precision | None = None) -> None:
         self.accelerator = accelerator

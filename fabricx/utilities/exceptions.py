@@ -11,3 +11,11 @@ class MisconfigurationError(ValueError):
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or written safely; the message names the file and the problem."""
+
+
+class SetupError(FabricxError, ValueError):
+    """An object given to ``setup*`` twice or of the wrong kind (a ``ValueError``, as in Lightning Fabric)."""
+
+
+class LaunchError(FabricxError, TypeError):
+    """``launch()`` called with something it cannot run (a ``TypeError``, as in Lightning Fabric)."""

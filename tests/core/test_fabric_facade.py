@@ -231,10 +231,11 @@ def test_setup_misuse_is_refused():
     fabric = Fabric(accelerator="cpu")
     net = Net()
     model = fabric.setup(net)
-    with pytest.raises(FabricxError, match="already set up"):
-        fabric.setup(net)
-    with pytest.raises(FabricxError, match="already set up"):
+    again = fabric.setup(net)  # as in Lightning: one device leaves the module as it was, so this is harmless
+    assert again.module is net and again is not model
+    with pytest.raises(ValueError, match="A model should be passed only once") as refused:
         fabric.setup(model)
+    assert isinstance(refused.value, FabricxError)
     other = Net()
     with pytest.raises(FabricxError, match="not in the module"):
         fabric.setup(Net(), torch.optim.SGD(other.parameters(), lr=0.1))
@@ -301,3 +302,20 @@ def test_import_is_light():
     ).stderr
     for heavy in ("torch._dynamo", "deepspeed", "tensorboard", "rich", "torchmetrics"):
         assert f"| {heavy}\n" not in importtime and f" {heavy}." not in importtime.replace("torch.", "")
+
+
+def test_setting_up_a_module_again_is_refused_where_the_strategy_changes_it():
+    from fabricx.strategies import SingleDeviceStrategy
+
+    class ShardsInPlace(SingleDeviceStrategy):
+        allows_repeated_module_setup = False
+
+    fabric = Fabric(strategy=ShardsInPlace())
+    net = Net()
+    fabric.setup(net)
+    with pytest.raises(ValueError, match="Net was already set up by this Fabric.*cannot be set up twice"):
+        fabric.setup(net)
+    optimizer = torch.optim.SGD(Net().parameters(), lr=0.1)
+    wrapped = fabric.setup_optimizers(optimizer)
+    with pytest.raises(ValueError, match="An optimizer should be passed only once to the `setup_optimizers`"):
+        fabric.setup_optimizers(wrapped)

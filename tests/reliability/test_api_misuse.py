@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fabricx import Fabric
+from fabricx.strategies import SingleDeviceStrategy
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
 
@@ -18,18 +19,26 @@ def _net() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
 
 
+class WrapsInPlace(SingleDeviceStrategy):
+    """A strategy that changes the module it sets up, as FSDP, TP and DeepSpeed do."""
+
+    allows_repeated_module_setup = False
+
+
 def test_setting_up_the_same_module_twice_is_refused():
-    fabric = Fabric(accelerator="cpu")
+    fabric = Fabric(strategy=WrapsInPlace())
     net = _net()
     model = fabric.setup(net)
-    for again in (lambda: fabric.setup(net), lambda: fabric.setup(model), lambda: fabric.setup_module(net)):
+    for again in (lambda: fabric.setup(net), lambda: fabric.setup_module(net)):
         with pytest.raises(FabricxError, match="Sequential was already set up by this Fabric.*once per model"):
             again()
+    with pytest.raises(FabricxError, match="A model should be passed only once"):
+        fabric.setup(model)
 
 
 def test_a_new_module_is_never_mistaken_for_a_collected_one():
     # Set-up modules were remembered by id(); a new module can get the id of a collected one.
-    fabric = Fabric(accelerator="cpu")
+    fabric = Fabric(strategy=WrapsInPlace())
     seen = set()
     for _ in range(20):
         module = nn.Linear(2, 2)
