@@ -675,17 +675,31 @@ class Fabric:
             )
         self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter)
 
-    def load(self, path: str | os.PathLike, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
+    def load(
+        self,
+        path: str | os.PathLike,
+        state: dict[str, Any] | None = None,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
         """Restore a checkpoint into the objects of ``state`` (in place); return what was not restored.
 
         Without ``state``, return the whole checkpoint's contents. Plain values in ``state`` are
-        replaced by the loaded ones. Loading never executes code stored in the file.
+        replaced by the loaded ones. Loading never executes code stored in the file, unless
+        ``weights_only=False`` is given: then a foreign single-file checkpoint is unpickled (with a
+        warning); only do that for files you trust.
 
         Example::
 
             remainder = fabric.load("ckpt/step_100", state)
             step = state["step"]
         """
+        if weights_only is False:
+            from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
+
+            with allow_unsafe_pickle(path):
+                return self.load(path, state, strict)
         path = os.fspath(path)
         if state is None:
             return self._strategy.load_checkpoint(path, None, strict=strict)
@@ -696,13 +710,27 @@ class Fabric:
                 state[key] = internal[key]
         return remainder
 
-    def load_raw(self, path: str | os.PathLike, obj: nn.Module | Optimizer, strict: bool = True) -> None:
+    def load_raw(
+        self,
+        path: str | os.PathLike,
+        obj: nn.Module | Optimizer,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> None:
         """Load a plain state dict (e.g. written by ``torch.save(model.state_dict())``) into one object.
+
+        ``weights_only=False`` unpickles a file that holds more than tensors (with a warning).
 
         Example::
 
             fabric.load_raw("pretrained.pt", model)
         """
+        if weights_only is False:
+            from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
+
+            with allow_unsafe_pickle(path):
+                return self.load_raw(path, obj, strict)
         from fabricx.checkpoint.format import read_checkpoint
 
         loaded = read_checkpoint(os.fspath(path), rank=self.global_rank)

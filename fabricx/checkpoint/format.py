@@ -41,6 +41,7 @@ from fabricx.checkpoint.atomic import (
     temporary_name,
 )
 from fabricx.checkpoint.serialization import dump, json_path, load
+from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
@@ -391,7 +392,7 @@ def _read_single_file(file: Path) -> LoadedCheckpoint:
         with warnings.catch_warnings():
             # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
             warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
-            state = torch.load(file, map_location="cpu", weights_only=True)
+            state = torch.load(file, map_location="cpu", weights_only=not pickle_allowed())
     except pickle.UnpicklingError as error:
         detail = _unpickling_detail(str(error))
         if "global" in detail.lower():
