@@ -1,9 +1,16 @@
-"""Checkpoint save/load throughput on a ~200 MB model: torch.save, safetensors and ``fabric.save``.
+"""Checkpoint save/load throughput, and how long a save blocks the training loop, on a ~200 MB model.
 
-The baseline is ``torch.save(model.state_dict())`` / ``torch.load(..., weights_only=True)``.
+Throughput: the baseline is ``torch.save(model.state_dict())`` / ``torch.load(..., weights_only=True)``.
 ``fabric.save`` also writes RNG states and metadata and makes the checkpoint durable (fsync, then an
 atomic rename), which ``torch.save`` does not; ``torch_save_fsync`` is the baseline made durable the
 same way, so the cost of durability and the cost of fabricx can be told apart.
+
+Blocking: the model's weights plus Adam's two moments (3x the weights, ~600 MB) are saved the way a
+training loop would, and the time the call blocks is compared with ``torch.save`` + fsync of the same
+state in the same run: ``fabric.save`` (synchronous, durable when it returns) and
+``fabric.save(..., async_save=True)`` (returns once the state is copied to host memory; the write and
+the commit run in a background thread, reported as ``async_background_s``). The peak extra resident
+memory of each, sampled every few milliseconds, is reported in MB and as a multiple of the state.
 
 Run: ``python -m benchmarks.checkpoint_io [--megabytes 200 --repeats 3]``
 """
@@ -14,9 +21,12 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -44,7 +54,114 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@contextmanager
+def _peak_rss(result: dict[str, int], interval: float = 0.002) -> Iterator[None]:
+    """Sample this process's resident memory while the block runs; ``result["extra"]``: peak minus start."""
+    start = _rss_bytes()
+    peak = [start]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_bytes())
+            stop.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sampler.join()
+        result["extra"] = max(peak[0], _rss_bytes()) - start
+
+
+def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, float]:
+    """Seconds a save blocks the loop (sync, async) vs torch.save + fsync of the same weights + Adam state."""
+    from fabricx import Fabric
+
+    torch.manual_seed(0)
+    model = model_of_size(megabytes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    fabric = Fabric(accelerator="cpu")
+    model, optimizer = fabric.setup(model, optimizer)
+    model(torch.randn(4, 1024)).sum().backward()
+    optimizer.step()  # Adam's moments exist: the state is 3x the weights
+    state = {"model": model, "optimizer": optimizer, "step": 1}
+    plain = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    tensors = [*plain["model"].values()] + [
+        value for entry in plain["optimizer"]["state"].values() for value in entry.values()
+    ]
+    state_mb = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)) / 1e6
+    root = Path(tempfile.mkdtemp(prefix="fabricx-bench-block-"))
+    durable_file = root / "durable.pt"
+    counter = iter(range(10**6))
+    samples: dict[str, list[float]] = {"torch_fsync": [], "sync": [], "async": [], "async_background": []}
+    peaks: dict[str, list[int]] = {"torch_fsync": [], "sync": [], "async": []}
+
+    def torch_fsync() -> None:
+        torch.save(plain, durable_file)
+        _fsync(durable_file)
+
+    def fresh_dir() -> Path:
+        for old in root.glob("ckpt_*"):
+            shutil.rmtree(old, ignore_errors=True)
+        return root / f"ckpt_{next(counter)}"
+
+    try:
+        # Warm-up: the first save of each kind pays one-off costs (imports, the staging buffers' first use).
+        torch_fsync()
+        fabric.save(fresh_dir(), state)
+        handle = fabric.save(fresh_dir(), state, async_save=True)
+        assert handle is not None
+        handle.wait()
+        for _ in range(repeats):
+            peak: dict[str, int] = {}
+            with _peak_rss(peak):
+                samples["torch_fsync"].append(_timed(torch_fsync))
+            peaks["torch_fsync"].append(peak["extra"])
+            target = fresh_dir()
+            with _peak_rss(peak):
+                samples["sync"].append(_timed(lambda target=target: fabric.save(target, state)))
+            peaks["sync"].append(peak["extra"])
+            target = fresh_dir()
+            with _peak_rss(peak):
+                start = time.perf_counter()
+                handle = fabric.save(target, state, async_save=True)
+                samples["async"].append(time.perf_counter() - start)
+                assert handle is not None
+                handle.wait()
+                samples["async_background"].append(time.perf_counter() - start)
+            peaks["async"].append(peak["extra"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    seconds = {name: statistics.median(values) for name, values in samples.items()}
+    result: dict[str, float] = {"blocking_state_mb": state_mb}
+    for name, value in seconds.items():
+        result[f"{name}_s"] = value
+    result["blocked_sync_ratio"] = seconds["sync"] / seconds["torch_fsync"]
+    result["blocked_async_ratio"] = seconds["async"] / seconds["torch_fsync"]
+    for name, values in peaks.items():
+        result[f"peak_extra_{name}_mb"] = max(values) / 1e6
+    result["peak_extra_sync_state_ratio"] = max(peaks["sync"]) / 1e6 / state_mb
+    result["peak_extra_async_state_ratio"] = max(peaks["async"]) / 1e6 / state_mb
+    return result
+
+
 def measure(megabytes: float = 200, repeats: int = 3) -> dict[str, float]:
+    """Median save and load seconds and MB/s of each method, ratios against torch.save / torch.load, and
+    the blocking figures of :func:`measure_blocking`."""
+    result = measure_throughput(megabytes, repeats)
+    result.update(measure_blocking(megabytes, repeats))
+    return result
+
+
+def measure_throughput(megabytes: float = 200, repeats: int = 3) -> dict[str, float]:
     """Median save and load seconds and MB/s of each method; ratios against torch.save / torch.load."""
     from safetensors.torch import load_file, save_file
 

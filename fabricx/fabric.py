@@ -7,7 +7,7 @@ import os
 import weakref
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
@@ -25,6 +25,9 @@ from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, r
 from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
 from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
 
 _RNG_KEY = "__fabricx_rng__"
 _PRECISION_KEY = "__fabricx_precision__"
@@ -654,15 +657,29 @@ class Fabric:
                 self.barrier("rank_zero_first")
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+    def save(
+        self,
+        path: str | os.PathLike,
+        state: dict[str, Any],
+        filter: dict[str, Callable] | None = None,
+        *,
+        async_save: bool = False,
+    ) -> AsyncSave | None:
         """Save models, optimizers, schedulers, data loaders and plain values; every rank must call it.
 
         The checkpoint is a directory written atomically: a failed save never damages a previous one.
-        Every rank's random generator states and the grad scaler are stored too.
+        Every rank's random generator states and the grad scaler are stored too. ``path`` may be an
+        fsspec URL (``s3://``, ``gs://``, ``memory://``).
+
+        With ``async_save=True`` the state is copied to host memory and written in a background thread;
+        the call returns an :class:`~fabricx.checkpoint.background.AsyncSave` handle at once. The
+        checkpoint is committed only when every rank's files are durable; the next save, a load and the
+        end of the process wait for it; a crash before the commit leaves the previous checkpoint the latest.
 
         Example::
 
             fabric.save("ckpt/step_100", {"model": model, "optimizer": optimizer, "loader": loader, "step": 100})
+            handle = fabric.save("ckpt/step_200", state, async_save=True)  # training goes on
         """
         if not isinstance(state, dict):
             raise TypeError(f"save() expects a dict of things to save, got {type(state).__name__}.")
@@ -673,7 +690,17 @@ class Fabric:
                 f"{self._accumulation.window_length} micro-batches done): the accumulated gradients are not "
                 "part of a checkpoint, so a resumed run would differ. Save after the optimizer step."
             )
+        from fabricx.checkpoint.background import wait_for_pending_save
+
+        wait_for_pending_save()
+        if async_save:
+            from fabricx.checkpoint.async_save import save_fabric_checkpoint_async
+
+            return save_fabric_checkpoint_async(
+                self._strategy, os.fspath(path), self._with_internal_state(state), filter
+            )
         self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter)
+        return None
 
     def load(
         self,
@@ -700,6 +727,9 @@ class Fabric:
 
             with allow_unsafe_pickle(path):
                 return self.load(path, state, strict)
+        from fabricx.checkpoint.background import wait_for_pending_save
+
+        wait_for_pending_save()
         path = os.fspath(path)
         if state is None:
             return self._strategy.load_checkpoint(path, None, strict=strict)
@@ -741,7 +771,9 @@ class Fabric:
         else:
             self._strategy.load_optimizer_state(target, contents)
 
-    def save_checkpoint(self, project: Any, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> Path:
+    def save_checkpoint(
+        self, project: Any, state: dict[str, Any], filter: dict[str, Callable] | None = None, async_save: bool = False
+    ) -> Path:
         """Save into a project's next ``checkpoints/checkpoint_{n}`` and apply its keep-last-k retention.
 
         ``project`` is a :class:`~fabricx.checkpoint.CheckpointManager` or a project directory.
@@ -754,7 +786,7 @@ class Fabric:
         """
         from fabricx.checkpoint.resume import save_checkpoint
 
-        return save_checkpoint(self, project, state, filter=filter)
+        return save_checkpoint(self, project, state, filter=filter, async_save=async_save)
 
     def load_latest(self, project: Any, state: dict[str, Any], strict: bool = True) -> Path | None:
         """Restore ``state`` from a project's newest complete checkpoint; return its path (``None`` if none).

@@ -61,6 +61,9 @@ def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.Path
 
         path = latest_checkpoint(fabric, "runs/exp1")
     """
+    from fabricx.checkpoint.background import wait_for_pending_save
+
+    wait_for_pending_save()  # an asynchronous save of this process may still be committing the newest
     manager = as_manager(manager)
     return _rank_zero_value(fabric, manager.latest() if fabric.is_global_zero else None)
 
@@ -91,20 +94,30 @@ def save_checkpoint(
     manager: CheckpointManager | str | os.PathLike[str],
     state: dict[str, Any],
     filter: dict[str, Any] | None = None,
+    async_save: bool = False,
 ) -> Path:
     """Save ``state`` as the manager's next checkpoint, then let rank 0 apply the retention limit.
 
     Every rank must call it. The previous checkpoints are deleted only after the new one is complete,
-    so a crash at any moment leaves at least one complete checkpoint.
+    so a crash at any moment leaves at least one complete checkpoint. With ``async_save=True`` the
+    checkpoint is written in the background (see ``Fabric.save``) and retention runs once it is committed.
 
     Example::
 
         path = save_checkpoint(fabric, CheckpointManager("runs/exp1", total_limit=2), state)
     """
     manager = as_manager(manager)
+    from fabricx.checkpoint.background import wait_for_pending_save
+
+    wait_for_pending_save()  # its retention first, and its name counted
     path = _rank_zero_value(fabric, manager.next_path() if fabric.is_global_zero else None)
     if path is None:  # rank 0 always sends a path; this is for type checkers
         raise RuntimeError("save_checkpoint() got no path from rank 0; every rank must call it.")
+    if async_save:
+        handle = fabric.save(path, state, filter=filter, async_save=True)
+        if fabric.is_global_zero and handle is not None:
+            handle.add_commit_callback(manager.apply_retention)
+        return path
     fabric.save(path, state, filter=filter)
     if fabric.is_global_zero:
         manager.apply_retention()

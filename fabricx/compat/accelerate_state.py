@@ -127,14 +127,19 @@ class StateMixin:
         self._custom_objects.extend(objects)
 
     def save_state(
-        self, output_dir: str | os.PathLike[str] | None = None, safe_serialization: bool = True, **kwargs: Any
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        async_save: bool = False,
+        **kwargs: Any,
     ) -> str:
         """Save models, optimizers, schedulers, the grad scaler, every process's random state, prepared
         loaders' positions (with ``use_stateful_dataloader=True``) and registered objects.
 
         With ``automatic_checkpoint_naming`` the folder is ``project_dir/checkpoints/checkpoint_{n}``,
         ``n`` one past the highest on disk, and only the newest ``total_limit`` are kept. Every process
-        must call it; returns the folder.
+        must call it; returns the folder. ``async_save=True`` (a fabricx addition) writes it in the
+        background (see ``Fabric.save``); retention then runs once it is committed.
 
         Example::
 
@@ -156,11 +161,14 @@ class StateMixin:
             )
         else:
             path = Path(output_dir)
-        self._fabric.save(path, self._checkpoint_state())
+        handle = self._fabric.save(path, self._checkpoint_state(), async_save=async_save)
         if manager is not None:
             self.project_configuration.iteration = index + 1
             if self.is_main_process:
-                manager.apply_retention()
+                if handle is not None:
+                    handle.add_commit_callback(manager.apply_retention)
+                else:
+                    manager.apply_retention()
             self.wait_for_everyone()
         return str(path)
 
@@ -173,6 +181,9 @@ class StateMixin:
 
             accelerator.load_state()  # newest project_dir/checkpoints/checkpoint_<n>
         """
+        from fabricx.checkpoint.background import wait_for_pending_save
+
+        wait_for_pending_save()  # an asynchronous save_state() may still be writing the newest one
         if input_dir is None:
             manager = self._manager()
             if manager is None:

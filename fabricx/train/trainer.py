@@ -379,8 +379,10 @@ class Trainer:
         _check_module(module, "predict")
         return self._launch(self._predict_in_process, module, dataloaders, ckpt_path)
 
-    def save_checkpoint(self, path: str | os.PathLike) -> None:
+    def save_checkpoint(self, path: str | os.PathLike, async_save: bool = False) -> Any:
         """Write a full training checkpoint (every process must call it; outside accumulation windows).
+
+        ``async_save=True`` writes it in the background and returns its handle (see ``Fabric.save``).
 
         Example::
 
@@ -394,7 +396,7 @@ class Trainer:
             hook(extras.values)
         for method in self._hooks.callback_hooks("on_save_checkpoint"):
             method(self, self._module, extras.values)
-        self._fabric.save(path, self._checkpoint_state(extras))
+        return self._fabric.save(path, self._checkpoint_state(extras), async_save=async_save)
 
     # -- running in each process ------------------------------------------------------------------------------
     def _launch(self, function: Any, *args: Any) -> Any:

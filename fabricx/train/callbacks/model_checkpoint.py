@@ -53,6 +53,7 @@ class ModelCheckpoint(Callback):
         every_n_epochs: int | None = None,
         auto_insert_metric_name: bool = True,
         verbose: bool = False,
+        async_save: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
             raise MisconfigurationError(f"ModelCheckpoint(mode={mode!r}); allowed are 'min' and 'max'.")
@@ -82,6 +83,8 @@ class ModelCheckpoint(Callback):
             self.every_n_epochs = 1
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.async_save = async_save
+        self._handle: Any = None
         self.best_k_models: dict[str, float | None] = {}
         self.best_model_path = ""
         self.best_model_score: float | None = None
@@ -122,6 +125,11 @@ class ModelCheckpoint(Callback):
         elif self._validation_pending:
             self._validation_pending = False
             self._save(trainer, "on_train_batch_end")
+
+    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._handle is not None:  # fit returns with every checkpoint committed
+            self._handle, handle = None, self._handle
+            handle.wait()
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if self.every_n_epochs is not None and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
@@ -169,9 +177,17 @@ class ModelCheckpoint(Callback):
             self.last_model_path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST)
             self._write(trainer, self.last_model_path)
         if removed and trainer.is_global_zero:
-            for path in removed:
-                if path not in (self.last_model_path, *self.best_k_models):
+            doomed = [path for path in removed if path not in (self.last_model_path, *self.best_k_models)]
+
+            def remove() -> None:
+                for path in doomed:
                     shutil.rmtree(path, ignore_errors=True)
+
+            # An asynchronous save deletes the checkpoints it replaces only once it is committed.
+            if self._handle is not None:
+                self._handle.add_commit_callback(remove)
+            else:
+                remove()
 
     def _validation_may_still_log(self, trainer: Trainer) -> bool:
         return not self._validation_ran and bool(getattr(trainer, "_val_loaders", None))
@@ -203,7 +219,7 @@ class ModelCheckpoint(Callback):
             self.kth_best_model_path, self.kth_value = "", None
 
     def _write(self, trainer: Trainer, path: str) -> None:
-        trainer.save_checkpoint(path)
+        self._handle = trainer.save_checkpoint(path, async_save=self.async_save)
         if self.verbose and trainer.is_global_zero:
             trainer.print(f"ModelCheckpoint: saved {path}")
 

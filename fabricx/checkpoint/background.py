@@ -1,0 +1,460 @@
+"""Asynchronous saving: copy the state to host memory, then write and commit it in a background thread.
+
+The training loop is blocked only while the state is copied (:func:`stage_to_host`; pinned memory
+on CUDA, so the copy runs at full bus speed). A background thread then writes the copy, and the
+checkpoint is committed only once every rank's files are durable: the ranks agree on a dedicated
+gloo group (:func:`background_group`), never on the training one, so the training loop's own
+collectives cannot interleave with the save's. One background save runs at a time per process:
+starting the next one, loading, and the end of the process wait for it.
+
+A crash (even SIGKILL) during the background write leaves only an uncommitted temporary copy,
+which no reader takes, so the previous checkpoint stays the latest.
+
+Example::
+
+    handle = start_background_save("ckpt/step_100", write_job)   # write_job writes and commits
+    ...                                                           # training goes on
+    handle.wait()                                                 # raises if the save failed
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from fabricx.utilities.exceptions import CheckpointError
+
+__all__ = [
+    "AsyncSave",
+    "agree",
+    "background_group",
+    "pending_save",
+    "release_staging_buffers",
+    "stage_to_host",
+    "start_background_save",
+    "wait_for_pending_save",
+]
+
+# Exact types kept as they are: immutable, and storable without pickling.
+_IMMUTABLE = (str, int, float, bool, bytes, torch.dtype, torch.Size, torch.device, type(None))
+# How long the ranks of a background save wait for each other before giving up on that save.
+_AGREEMENT_TIMEOUT = timedelta(minutes=30)
+
+
+class AsyncSave:
+    """A checkpoint being written in the background; returned by ``fabric.save(..., async_save=True)``.
+
+    Example::
+
+        handle = fabric.save("ckpt", state, async_save=True)
+        handle.done()    # False while it is still being written
+        handle.wait()    # blocks until committed; raises CheckpointError if it failed
+    """
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self._finished = threading.Event()
+        self._error: BaseException | None = None
+        self._reported = False
+        self._thread: threading.Thread | None = None
+        self._callbacks: list[Callable[[], Any]] | None = []
+        self._callbacks_lock = threading.Lock()
+        self.started = time.perf_counter()
+        self.seconds: float | None = None
+
+    def _run(self, job: Callable[[], Any]) -> None:
+        try:
+            job()
+            with self._callbacks_lock:
+                callbacks, self._callbacks = self._callbacks, None
+            for callback in callbacks or ():
+                callback()
+        except BaseException as error:
+            self._error = error
+        finally:
+            self.seconds = time.perf_counter() - self.started
+            self._finished.set()
+
+    def add_commit_callback(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` once the checkpoint is committed (in the background thread, before
+        :meth:`done` turns true; at once if it is already committed). A failed save never runs it.
+
+        Example::
+
+            handle.add_commit_callback(manager.apply_retention)
+        """
+        with self._callbacks_lock:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        self.wait()
+        callback()
+
+    def done(self) -> bool:
+        """Whether the background write has finished (committed or failed)."""
+        return self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the checkpoint is committed and return its path.
+
+        Raises :class:`CheckpointError` if the background write failed (the previous checkpoint is then
+        still the latest), and ``TimeoutError`` if ``timeout`` seconds pass first.
+        """
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"The background save of {self.path} did not finish within {timeout} s.")
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            self._reported = True
+            error = self._error
+            if isinstance(error, CheckpointError):
+                raise CheckpointError(f"The background save of {self.path} failed: {error}") from error
+            raise CheckpointError(
+                f"The background save of {self.path} failed: {type(error).__name__}: {error}. It was not "
+                "committed; the checkpoint saved before it is still the latest."
+            ) from error
+        return self.path
+
+    def __repr__(self) -> str:
+        state = "running" if not self.done() else ("failed" if self._error is not None else "committed")
+        return f"AsyncSave(path={self.path!r}, {state})"
+
+
+_lock = threading.Lock()
+_pending: AsyncSave | None = None
+_exit_hook_installed = False
+
+
+def pending_save() -> AsyncSave | None:
+    """The background save of this process that has not been waited for, if any."""
+    return _pending
+
+
+def wait_for_pending_save() -> None:
+    """Wait for this process's unfinished background save; raise its error if it failed.
+
+    Called before every save and load, so a save never overlaps the previous one.
+
+    Example::
+
+        wait_for_pending_save()
+    """
+    global _pending
+    with _lock:
+        handle, _pending = _pending, None
+    if handle is not None and not handle._reported:
+        handle.wait()
+
+
+def start_background_save(path: Any, job: Callable[[], Any]) -> AsyncSave:
+    """Run ``job`` (write and commit ``path``) in a background thread, after any earlier one finished.
+
+    Example::
+
+        handle = start_background_save("ckpt", lambda: write_checkpoint("ckpt", staged, None))
+    """
+    global _pending, _exit_hook_installed
+    wait_for_pending_save()
+    handle = AsyncSave(path)
+    # Not a daemon: the interpreter lets it finish before exiting, so a save is never cut short by a
+    # normal exit; the exit hook then reports a failure nobody waited for.
+    thread = threading.Thread(target=handle._run, args=(job,), name="fabricx-async-save", daemon=False)
+    handle._thread = thread
+    with _lock:
+        _pending = handle
+        if not _exit_hook_installed:
+            atexit.register(_wait_at_exit)
+            _exit_hook_installed = True
+    thread.start()
+    return handle
+
+
+def _wait_at_exit() -> None:
+    try:
+        wait_for_pending_save()
+    except CheckpointError as error:
+        print(f"fabricx: {error}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------- host staging
+
+
+class _BufferPool:
+    """Host buffers of the last background save, reused by the next one of the same sizes.
+
+    A state's tensor sizes rarely change between saves, so the second and later copies write into
+    memory that is already mapped (and pinned on CUDA, where allocating pinned memory is slow) instead
+    of faulting in fresh pages. Only buffers a save no longer uses are handed out again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[tuple[int, bool], list[torch.Tensor]] = {}
+
+    def take(self, nbytes: int, pinned: bool) -> torch.Tensor:
+        with self._lock:
+            found = self._free.get((nbytes, pinned))
+            if found:
+                return found.pop()
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+
+    def give_back(self, buffers: list[tuple[torch.Tensor, bool]]) -> None:
+        """Keep exactly these buffers for the next save (what an earlier save left is freed)."""
+        free: dict[tuple[int, bool], list[torch.Tensor]] = {}
+        for buffer, pinned in buffers:
+            free.setdefault((buffer.numel(), pinned), []).append(buffer)
+        with self._lock:
+            self._free = free
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free = {}
+
+
+_pool = _BufferPool()
+
+
+def release_staging_buffers() -> None:
+    """Free the host memory kept from the last background save for reuse by the next one.
+
+    Example::
+
+        release_staging_buffers()  # e.g. before a memory-hungry evaluation
+    """
+    _pool.clear()
+
+
+def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | None = None) -> Any:
+    """A copy of ``obj`` whose tensors live in fresh host memory, so training can change the originals.
+
+    Containers (dict, ``OrderedDict``, list, tuple) are rebuilt; a state dict's ``_metadata`` is kept;
+    NumPy arrays are copied; tensors that share memory share it in the copy too (tied weights stay
+    tied). Tensors on an accelerator are copied into pinned memory (``pin_memory=None``: pinned when
+    CUDA is available). Values that cannot be saved without pickling raise :class:`CheckpointError`
+    here, before anything runs in the background.
+
+    With ``reuse`` (a list), the copies are made in buffers kept from the previous background save
+    where sizes match, and the buffers used are appended to ``reuse``; hand them back with
+    ``_pool.give_back`` once the copy is no longer needed.
+
+    Example::
+
+        staged = stage_to_host({"model": model.state_dict(), "step": 3})
+    """
+    stager = _Stager(pin_memory, reuse)
+    structure = stager.walk(obj, "")
+    stager.copy()
+    return stager.fill(structure)
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _Stager:
+    def __init__(self, pin_memory: bool | None, reuse: list | None = None) -> None:
+        self.pin = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.reuse = reuse
+        self.tensors: list[torch.Tensor] = []
+        self.copies: list[torch.Tensor | None] = []
+        self._active: set[int] = set()
+
+    def walk(self, value: Any, path: str) -> Any:
+        if type(value) in _IMMUTABLE:
+            return value
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value, path)
+        if isinstance(value, bytearray):
+            return bytes(value)
+        np = sys.modules.get("numpy")
+        if np is not None and isinstance(value, np.ndarray | np.generic):
+            return value.copy()
+        if isinstance(value, str | int | float | bytes):  # subclasses (e.g. IntEnum) as their base value
+            for base in (bool, int, float, str, bytes):
+                if isinstance(value, base):
+                    return base(value)
+        if isinstance(value, dict | list | tuple):
+            if id(value) in self._active:
+                raise CheckpointError(f"Cannot save state{path}: it contains itself (a reference cycle).")
+            self._active.add(id(value))
+            try:
+                return self._container(value, path)
+            finally:
+                self._active.discard(id(value))
+        raise CheckpointError(
+            f"Cannot save state{path}: values of type {type(value).__module__}.{type(value).__qualname__} "
+            "cannot be stored without pickling. Convert it to a dict/list/tuple of str, int, float, bool, None, "
+            "torch.Tensor or numpy array (for an object with state, save `obj.state_dict()`)."
+        )
+
+    def _container(self, value: dict | list | tuple, path: str) -> Any:
+        if isinstance(value, dict):
+            copy: dict = OrderedDict() if isinstance(value, OrderedDict) else {}
+            for key, item in value.items():
+                copy[key] = self.walk(item, f"{path}[{key!r}]")
+            metadata = getattr(value, "_metadata", None)
+            if isinstance(metadata, dict):
+                copy._metadata = self.walk(metadata, f"{path}._metadata")  # type: ignore[attr-defined]
+            return copy
+        items = [self.walk(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+
+    def _tensor(self, tensor: torch.Tensor, path: str) -> _Slot:
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            raise CheckpointError(
+                f"Cannot stage state{path} for a background save: tensor subclass {type(tensor).__qualname__} "
+                "is not supported here. Convert it to a plain tensor (a DTensor: save it through a sharded "
+                "strategy, or `.full_tensor()`)."
+            )
+        if tensor.device.type == "meta":
+            raise CheckpointError(
+                f"Cannot save state{path}: it is a tensor on the meta device and has no data. Materialize it first."
+            )
+        self.tensors.append(tensor.detach())
+        return _Slot(len(self.tensors) - 1)
+
+    def copy(self) -> None:
+        """Copy every tensor once per memory region; views of one region stay views of one copy."""
+        self.copies = [None] * len(self.tensors)
+        groups: dict[Any, list[int]] = {}
+        for index, tensor in enumerate(self.tensors):
+            storage = tensor.untyped_storage()
+            if tensor.is_conj() or tensor.is_neg() or storage.nbytes() == 0 or tensor.layout != torch.strided:
+                groups[("own", index)] = [index]
+            else:
+                groups.setdefault((str(tensor.device), storage.data_ptr()), []).append(index)
+        devices = set()
+        for indices in groups.values():
+            views: dict[tuple, list[int]] = {}
+            for index in indices:
+                views.setdefault(_view_key(self.tensors[index]), []).append(index)
+            if len(views) == 1:
+                copy = self._host_copy(self.tensors[indices[0]])
+                for index in indices:
+                    self.copies[index] = copy
+            else:
+                self._copy_span(indices)
+            devices.add(self.tensors[indices[0]].device)
+        for device in devices:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+
+    def _host_tensor(self, shape: Any, dtype: torch.dtype, on_accelerator: bool) -> torch.Tensor:
+        pinned = self.pin and on_accelerator
+        numel = 1
+        for size in shape:
+            numel *= int(size)
+        nbytes = numel * dtype.itemsize
+        if self.reuse is None or nbytes == 0 or dtype.is_complex or dtype == torch.bool:
+            return torch.empty(shape, dtype=dtype, pin_memory=pinned)
+        buffer = _pool.take(nbytes, pinned)
+        self.reuse.append((buffer, pinned))
+        return buffer.view(dtype).view(shape)
+
+    def _host_copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.layout != torch.strided:
+            return tensor.to("cpu", copy=True)
+        source = tensor.resolve_conj().resolve_neg()
+        target = self._host_tensor(source.shape, source.dtype, source.device.type != "cpu")
+        target.copy_(source, non_blocking=source.device.type != "cpu")
+        if isinstance(tensor, torch.nn.Parameter):
+            return torch.nn.Parameter(target, requires_grad=tensor.requires_grad)
+        return target
+
+    def _copy_span(self, indices: list[int]) -> None:
+        # Different views of one memory region: copy the bytes they cover once and rebuild each view.
+        tensors = [self.tensors[i] for i in indices]
+        sizes = [t.element_size() for t in tensors]
+        align = max(sizes)
+        starts = [t.storage_offset() * s for t, s in zip(tensors, sizes, strict=True)]
+        ends = [start + _extent(t) * s for t, start, s in zip(tensors, starts, sizes, strict=True)]
+        begin = (min(starts) // align) * align
+        end = max(max(ends), begin)
+        storage = tensors[0].untyped_storage()
+        raw = torch.empty(0, dtype=torch.uint8, device=tensors[0].device)
+        raw.set_(storage, 0, (storage.nbytes(),), (1,))
+        span = self._host_tensor((end - begin,), torch.uint8, raw.device.type != "cpu")
+        span.copy_(raw[begin:end], non_blocking=raw.device.type != "cpu")
+        for index, tensor, start, size in zip(indices, tensors, starts, sizes, strict=True):
+            view = torch.empty(0, dtype=tensor.dtype)
+            view.set_(span.untyped_storage(), (start - begin) // size, tensor.shape, tensor.stride())
+            self.copies[index] = view
+
+    def fill(self, structure: Any) -> Any:
+        if isinstance(structure, _Slot):
+            return self.copies[structure.index]
+        if isinstance(structure, dict):
+            for key, item in structure.items():
+                if isinstance(item, _Slot | dict | list | tuple):
+                    structure[key] = self.fill(item)
+            metadata = getattr(structure, "_metadata", None)
+            if isinstance(metadata, dict):
+                structure._metadata = self.fill(metadata)  # type: ignore[attr-defined]
+            return structure
+        if isinstance(structure, list):
+            return [self.fill(item) for item in structure]
+        if isinstance(structure, tuple):
+            return tuple(self.fill(item) for item in structure)
+        return structure
+
+
+def _view_key(tensor: torch.Tensor) -> tuple:
+    return (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+
+
+def _extent(tensor: torch.Tensor) -> int:
+    if tensor.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
+
+
+# ------------------------------------------------------------------------------------ rank agreement
+
+_groups: dict[int, Any] = {}
+
+
+def background_group() -> Any:
+    """A gloo process group for background saves (created once, collectively), or ``None`` alone.
+
+    Every rank must call it at the same point (the first asynchronous save). The background threads
+    agree on it, so the training loop's collectives on the default group never interleave with theirs.
+
+    Example::
+
+        group = background_group()   # all ranks, in the foreground
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None
+    key = id(dist.group.WORLD)
+    if key not in _groups:
+        _groups[key] = dist.new_group(backend="gloo", timeout=_AGREEMENT_TIMEOUT)
+    return _groups[key]
+
+
+def agree(ok: bool, group: Any) -> bool:
+    """Whether ``ok`` holds on every rank of ``group`` (``ok`` itself with no group); a collective.
+
+    Example::
+
+        if agree(files_written, group): commit()
+    """
+    if group is None:
+        return ok
+    import torch.distributed as dist
+
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())

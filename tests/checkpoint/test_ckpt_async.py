@@ -1,0 +1,302 @@
+"""Asynchronous saves: host staging, background write, commit only when every rank is durable, waits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fabricx import Fabric
+from fabricx.checkpoint.background import AsyncSave, pending_save, stage_to_host
+from fabricx.checkpoint.format import read_checkpoint
+from fabricx.checkpoint.manager import CheckpointManager
+from fabricx.strategies import DDPStrategy
+from fabricx.train import TrainModule
+from fabricx.utilities.exceptions import CheckpointError
+
+
+def _setup(width: int = 64) -> tuple[Fabric, Any, Any]:
+    fabric = Fabric(accelerator="cpu")
+    model = nn.Sequential(nn.Linear(width, width), nn.Linear(width, 4))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    model(torch.ones(2, width)).sum().backward()
+    optimizer.step()
+    return fabric, model, optimizer
+
+
+# ------------------------------------------------------------------------------------------ staging
+
+
+def test_staging_copies_tensors_and_keeps_sharing_and_metadata() -> None:
+    linear = nn.Linear(3, 3)
+    state_dict = linear.state_dict()
+    base = torch.arange(12.0)
+    array = np.arange(4)
+    state = {
+        "model": state_dict,
+        "tied": [state_dict["weight"], state_dict["weight"]],
+        "views": (base[2:6], base[4:10].view(2, 3)),
+        "plain": {"step": 3, "name": "x", "array": array, "raw": bytearray(b"ab")},
+    }
+    staged = stage_to_host(state)
+    assert isinstance(staged["model"], OrderedDict) and staged["model"]._metadata == state_dict._metadata
+    # Copies, not references: changing the originals does not change the staged state.
+    with torch.no_grad():
+        linear.weight.fill_(5.0)
+    base.fill_(-1.0)
+    array[:] = 7
+    assert not torch.equal(staged["model"]["weight"], linear.weight)
+    assert staged["views"][0].tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert staged["plain"]["array"].tolist() == [0, 1, 2, 3] and staged["plain"]["raw"] == b"ab"
+    # Memory shared before is shared after (tied weights stay tied, overlapping views overlap).
+    assert staged["tied"][0] is staged["tied"][1] is staged["model"]["weight"]
+    first, second = staged["views"]
+    assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
+    first[3] = 100.0  # element 5 of the base, which is also the second view's second element
+    assert second[0, 1].item() == 100.0
+
+
+def test_staging_refuses_unsaveable_values_before_anything_runs(tmp_path: Path) -> None:
+    fabric, model, _ = _setup()
+    with pytest.raises(CheckpointError, match="without pickling"):
+        fabric.save(tmp_path / "ckpt", {"model": model, "bad": object()}, async_save=True)
+    assert pending_save() is None or pending_save().done()
+    assert not any(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------------------- one process
+
+
+def test_async_save_writes_the_state_of_the_call_while_training_goes_on(tmp_path: Path) -> None:
+    fabric, model, optimizer = _setup(width=256)
+    expected = {name: value.clone() for name, value in model.state_dict().items()}
+    moments = [value["exp_avg"].clone() for value in optimizer.state.values()]
+    handle = fabric.save(tmp_path / "ckpt", {"model": model, "optimizer": optimizer, "step": 7}, async_save=True)
+    assert isinstance(handle, AsyncSave)
+    with torch.no_grad():  # the next training steps change everything in place
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+        for value in optimizer.state.values():
+            value["exp_avg"].mul_(0.0)
+    assert handle.wait() == os.fspath(tmp_path / "ckpt") and handle.done()
+    loaded = read_checkpoint(tmp_path / "ckpt").shared
+    assert loaded["step"] == 7
+    for name, value in expected.items():
+        assert torch.equal(loaded["model"][name], value), name
+    saved_moments = [entry["exp_avg"] for entry in loaded["optimizer"]["state"].values()]
+    assert all(torch.equal(a, b) for a, b in zip(saved_moments, moments, strict=True))
+    # ... and it loads back through fabric, like a synchronous checkpoint.
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    fabric.load(tmp_path / "ckpt", state)
+    assert state["step"] == 7 and torch.equal(model.state_dict()["0.weight"], expected["0.weight"])
+
+
+def test_next_save_and_load_wait_for_the_unfinished_one(tmp_path: Path) -> None:
+    fabric, model, _ = _setup(width=256)
+    first = fabric.save(tmp_path / "a", {"model": model, "step": 1}, async_save=True)
+    fabric.save(tmp_path / "b", {"model": model, "step": 2})  # synchronous: waits first
+    assert first is not None and first.done() and pending_save() is None
+    second = fabric.save(tmp_path / "a", {"model": model, "step": 3}, async_save=True)
+    state = {"model": model, "step": 0}
+    fabric.load(tmp_path / "a", state)  # loading the path being written gets the new checkpoint
+    assert second is not None and second.done() and state["step"] == 3
+
+
+def test_background_failure_is_raised_and_the_previous_checkpoint_stays(tmp_path: Path) -> None:
+    fabric, model, _ = _setup()
+    fabric.save(tmp_path / "ckpt", {"model": model, "step": 1})
+    # A tuple key passes staging but the code-free format refuses it while writing, in the background.
+    handle = fabric.save(tmp_path / "ckpt", {"model": model, "step": 2, "bad": {(1, 2): 3}}, async_save=True)
+    assert handle is not None
+    with pytest.raises(CheckpointError, match="background save of .* failed.*key"):
+        handle.wait()
+    assert read_checkpoint(tmp_path / "ckpt").shared["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # the temporary copy was removed
+    # The failure was reported once; the next save goes ahead.
+    fabric.save(tmp_path / "ckpt", {"model": model, "step": 3}, async_save=True).wait()  # type: ignore[union-attr]
+    assert read_checkpoint(tmp_path / "ckpt").shared["step"] == 3
+
+
+def test_unwaited_failure_surfaces_at_the_next_save(tmp_path: Path) -> None:
+    fabric, model, _ = _setup()
+    fabric.save(tmp_path / "x", {"bad": {(1,): 1}}, async_save=True)
+    with pytest.raises(CheckpointError, match="background save of .*x failed"):
+        fabric.save(tmp_path / "y", {"model": model})
+    assert not (tmp_path / "y").exists()
+
+
+def test_manager_applies_retention_only_after_the_commit(tmp_path: Path) -> None:
+    fabric, model, _ = _setup()
+    manager = CheckpointManager(tmp_path, total_limit=1)
+    seen: list[tuple[list[str], bool]] = []
+    original = manager.apply_retention
+
+    def watched() -> list[Path]:
+        newest = manager.path_for(manager.iteration - 1)
+        seen.append(([p.name for p in manager.list_complete()], (newest / "meta.json").is_file()))
+        return original()
+
+    manager.apply_retention = watched  # type: ignore[method-assign]
+    for step in range(3):
+        fabric.save_checkpoint(manager, {"model": model, "step": step}, async_save=True)
+    pending = pending_save()
+    assert pending is not None
+    pending.wait()
+    # Every retention pass ran with the new checkpoint already committed next to the older one.
+    assert seen == [(["checkpoint_0"], True), (["checkpoint_0", "checkpoint_1"], True),
+                    (["checkpoint_1", "checkpoint_2"], True)]
+    assert [p.name for p in manager.list_complete()] == ["checkpoint_2"]
+    assert read_checkpoint(manager.latest()).shared["step"] == 2  # type: ignore[arg-type]
+
+
+def test_commit_callback_runs_at_once_when_already_committed(tmp_path: Path) -> None:
+    fabric, model, _ = _setup()
+    handle = fabric.save(tmp_path / "c", {"model": model}, async_save=True)
+    assert handle is not None
+    handle.wait()
+    calls: list[int] = []
+    handle.add_commit_callback(lambda: calls.append(threading.get_ident()))
+    assert calls == [threading.get_ident()]
+
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    from fabricx import Fabric
+    fabric = Fabric(accelerator="cpu")
+    model = fabric.setup_module(nn.Sequential(*[nn.Linear(512, 512) for _ in range(8)]))
+    fabric.save(sys.argv[1], {"model": model, "step": 11}, async_save=True)
+    sys.exit(0)  # no wait: the end of the process must let the background write finish and commit
+    """
+)
+
+
+def test_process_end_waits_for_the_background_save(tmp_path: Path) -> None:
+    target = tmp_path / "at_exit"
+    done = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(target)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    loaded = read_checkpoint(target).shared
+    assert loaded["step"] == 11 and len(loaded["model"]) == 16
+
+
+# ------------------------------------------------------------------------------- several processes
+
+
+def _two_ranks(fabric: Fabric, root: str) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    model = fabric.setup_module(nn.Linear(32, 32))
+    rank = fabric.global_rank
+    results: dict[str, Any] = {}
+    # Rank 0 alone writes the shared entries: its failure must stop rank 1 from committing too.
+    bad = {"bad": {(1,): 1}} if rank == 0 else {}
+    handle = fabric.save(os.path.join(root, "ckpt"), {"model": model, "step": 1, **bad}, async_save=True)
+    try:
+        handle.wait()
+        results["failed"] = False
+    except CheckpointError as error:
+        results["failed"] = "failed" in str(error)
+    results["after_failure"] = os.path.exists(os.path.join(root, "ckpt"))
+    fabric.barrier()
+    with torch.no_grad():
+        model.weight.fill_(0.5)
+    handle = fabric.save(os.path.join(root, "ckpt"), {"model": model, "step": 2}, async_save=True)
+    with torch.no_grad():
+        model.weight.fill_(-9.0)
+    results["path"] = handle.wait()
+    results["committed_on_return"] = os.path.isfile(os.path.join(root, "ckpt", "meta.json"))
+    state = {"model": model, "step": 0}
+    fabric.load(os.path.join(root, "ckpt"), state)
+    results["step"] = state["step"]
+    results["weight"] = float(model.weight.mean())
+    results["rank_file"] = os.path.isfile(os.path.join(root, "ckpt", f"rank_{rank}.json"))
+    other = fabric.broadcast(results if rank == 1 else None, src=1)  # rank 0 returns both
+    return {"ranks": [results, other]}
+
+
+@pytest.mark.distributed
+def test_two_ranks_commit_only_when_both_succeeded(tmp_path: Path) -> None:
+    fabric = Fabric(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn", timeout=60))
+    results = fabric.launch(_two_ranks, str(tmp_path))
+    for rank, result in enumerate(results["ranks"]):
+        assert result["failed"] is True, (rank, result)
+        assert result["after_failure"] is False, (rank, result)
+        assert result["committed_on_return"] and result["rank_file"], (rank, result)
+        assert result["step"] == 2 and result["weight"] == 0.5, (rank, result)
+
+
+# -------------------------------------------------------------------- Trainer and Accelerate adapter
+
+
+class _Scored(TrainModule):
+    """A small regression whose validation logs a scripted score per epoch."""
+
+    def __init__(self, scores: list[float]) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Linear(8, 1)
+        self.scores = scores
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("score", torch.tensor(self.scores[self.current_epoch]))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _fit_with_checkpoints(root: Path, async_save: bool) -> tuple[list[str], dict[str, torch.Tensor]]:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fabricx.callbacks import ModelCheckpoint
+    from fabricx.train import Trainer
+
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(16, 8, generator=generator), torch.randn(16, 1, generator=generator))
+    checkpoint = ModelCheckpoint(dirpath=root, monitor="score", save_top_k=2, save_last=True, async_save=async_save)
+    trainer = Trainer(accelerator="cpu", max_epochs=5, callbacks=[checkpoint], loggers=False, enable_progress_bar=False,
+                      enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=root)
+    trainer.fit(_Scored([0.5, 0.2, 0.9, 0.1, 0.3]), DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
+    assert pending_save() is None or pending_save().done()  # fit returned with everything committed
+    best = read_checkpoint(checkpoint.best_model_path).shared
+    return sorted(p.name for p in root.iterdir()), best["module"]
+
+
+def test_model_checkpoint_async_keeps_the_same_checkpoints_as_sync(tmp_path: Path) -> None:
+    sync_names, sync_best = _fit_with_checkpoints(tmp_path / "sync", async_save=False)
+    async_names, async_best = _fit_with_checkpoints(tmp_path / "async", async_save=True)
+    assert sync_names == async_names == ["epoch=1-step=8", "epoch=3-step=16", "last"]
+    assert sync_best.keys() == async_best.keys()
+    assert all(torch.equal(sync_best[k], async_best[k]) for k in sync_best)
+
+
+def test_accelerate_save_state_async_with_automatic_names_and_retention(tmp_path: Path) -> None:
+    from fabricx.compat.accelerate import Accelerator, ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=tmp_path, automatic_checkpoint_naming=True, total_limit=2)
+    accelerator = Accelerator(cpu=True, project_config=config)
+    model = accelerator.prepare(nn.Linear(4, 4))
+    for value in range(3):
+        with torch.no_grad():
+            model.weight.fill_(float(value))
+        accelerator.save_state(async_save=True)
+        with torch.no_grad():
+            model.weight.fill_(-1.0)
+    accelerator.load_state()  # waits for the unfinished save, then loads the newest
+    assert torch.all(model.weight == 2.0)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_1", "checkpoint_2"]
