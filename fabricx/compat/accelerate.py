@@ -24,6 +24,7 @@ import functools
 import gc
 import os
 import types
+import warnings
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any
 
@@ -37,15 +38,18 @@ from fabricx.compat.accelerate_collectives import CollectivesMixin
 from fabricx.compat.accelerate_config import (
     DataLoaderConfiguration,
     DistributedType,
+    GradientAccumulationPlugin,
     ProjectConfiguration,
     accelerate_precision_name,
     fabric_precision,
 )
 from fabricx.compat.accelerate_data import (
     AcceleratedDataLoader,
+    GradientState,
+    LoaderOptions,
     SkipBatchesLoader,
-    _ActiveLoaders,
 )
+from fabricx.compat.accelerate_process import AcceleratorState, PartialState, externally_launched
 from fabricx.compat.accelerate_state import StateMixin
 from fabricx.compat.accelerate_tracking import build_trackers, normalize_log_with
 from fabricx.fabric import Fabric
@@ -55,12 +59,19 @@ from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap
 
 __all__ = [
     "Accelerator",
+    "AcceleratorState",
     "DataLoaderConfiguration",
     "DistributedType",
+    "GradientAccumulationPlugin",
+    "GradientState",
+    "PartialState",
     "ProjectConfiguration",
+    "prepare_data_loader",
     "set_seed",
     "skip_first_batches",
 ]
+
+_MULTI_PROCESS_TYPES = (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU, DistributedType.MULTI_MPS)
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
@@ -91,11 +102,48 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> SkipBatchesLoad
     return SkipBatchesLoader(dataloader, num_batches)
 
 
-def _externally_launched() -> bool:
-    """Whether torchrun / ``fabricx run`` started this process as one of several."""
-    from fabricx.environments.torchelastic import TorchElasticEnvironment
+def prepare_data_loader(
+    dataloader: DataLoader,
+    device: torch.device | None = None,
+    num_processes: int | None = None,
+    process_index: int | None = None,
+    split_batches: bool = False,
+    put_on_device: bool = False,
+    rng_types: Any = None,
+    dispatch_batches: bool | None = None,
+    even_batches: bool = True,
+    use_seedable_sampler: bool = False,
+    data_seed: int | None = None,
+    non_blocking: bool = False,
+    **kwargs: Any,
+) -> AcceleratedDataLoader:
+    """Accelerate's ``prepare_data_loader``: this process's share of ``dataloader`` (see
+    :class:`~fabricx.compat.accelerate_data.AcceleratedDataLoader`) without an Accelerator.
 
-    return "FABRICX_DEVICES" in os.environ or TorchElasticEnvironment.detect()
+    Example::
+
+        loader = prepare_data_loader(DataLoader(range(64), batch_size=8), put_on_device=True)
+    """
+    state = PartialState()
+    options = LoaderOptions(
+        num_processes=state.num_processes if num_processes is None else num_processes,
+        process_index=state.process_index if process_index is None else process_index,
+        device=(device or state.device) if put_on_device else None,
+        split_batches=split_batches,
+        even_batches=even_batches,
+        dispatch_batches=dispatch_batches,
+        use_seedable_sampler=use_seedable_sampler,
+        data_seed=data_seed,
+        non_blocking=non_blocking,
+    )
+    if dispatch_batches and not put_on_device:
+        raise ValueError("dispatch_batches=True needs put_on_device=True (the batches are sent to the device).")
+    return AcceleratedDataLoader(dataloader, options, GradientState())
+
+
+def _ddp_of(model: Any) -> torch.nn.parallel.DistributedDataParallel | None:
+    inner = getattr(model, "_forward_module", model)
+    return inner if isinstance(inner, torch.nn.parallel.DistributedDataParallel) else None
 
 
 def _is_scheduler(obj: Any) -> bool:
@@ -120,8 +168,16 @@ class Accelerator(StateMixin, CollectivesMixin):
         device_placement: move prepared models and batches to :attr:`device`.
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps, once per
             process (Accelerate's convention for schedules counted in single-process batches).
-        split_batches, even_batches: only the defaults (``False``, ``True``) are supported.
+        split_batches, even_batches: shortcuts for the :class:`DataLoaderConfiguration` fields.
+        gradient_accumulation_plugin: a :class:`GradientAccumulationPlugin` (``num_steps``,
+            ``sync_each_batch``, ``adjust_scheduler``, ``sync_with_dataloader``).
         rng_types: accepted for compatibility; every random generator is checkpointed.
+        strategy: a fabricx strategy (``"ddp"``, ``"fsdp"``, ``"deepspeed"`` or a strategy object),
+            the fabricx flag that replaces Accelerate's plugin objects.
+        full_window_loss_scaling: divide every micro-batch's loss by ``gradient_accumulation_steps``
+            also in an epoch's last, shorter window (Accelerate's numbers). By default that window's
+            losses are divided by its real length, so its step is an average like every other one.
+            ``FABRICX_ACCELERATE_FULL_WINDOW_LOSS_SCALING=1`` in the environment sets it too.
 
     Example::
 
@@ -156,37 +212,52 @@ class Accelerator(StateMixin, CollectivesMixin):
         kwargs_handlers: list[Any] | None = None,
         dynamo_backend: str | None = None,
         even_batches: bool = True,
+        strategy: Any = None,
+        full_window_loss_scaling: bool = False,
     ) -> None:
-        for name, value in (
-            ("deepspeed_plugin", deepspeed_plugin),
-            ("fsdp_plugin", fsdp_plugin),
-            ("megatron_lm_plugin", megatron_lm_plugin),
+        for name, value, flag in (
+            ("deepspeed_plugin", deepspeed_plugin, 'Accelerator(strategy=DeepSpeedStrategy(stage=..., ...))'),
+            ("fsdp_plugin", fsdp_plugin, 'Accelerator(strategy=FSDPStrategy(...)) (or strategy="fsdp")'),
+            ("megatron_lm_plugin", megatron_lm_plugin, 'Accelerator(strategy=ModelParallelStrategy(...))'),
         ):
             if value is not None:
                 raise MisconfigurationError(
-                    f"{name} is an Accelerate object fabricx cannot read. Use fabricx.Fabric(strategy=...) "
-                    "directly for FSDP/DeepSpeed, or drop the plugin."
+                    f"{name} is an Accelerate plugin object fabricx does not read. Pass the fabricx strategy "
+                    f"instead: {flag}, with the strategies from fabricx.strategies."
                 )
         if kwargs_handlers:
             raise MisconfigurationError(
-                f"kwargs_handlers={kwargs_handlers!r} are Accelerate objects fabricx cannot read. Drop them, "
-                "or use fabricx.Fabric(strategy=DDPStrategy(...)) to pass DDP or scaler options."
+                f"kwargs_handlers={kwargs_handlers!r} are Accelerate objects fabricx does not read. Pass DDP "
+                "options as Accelerator(strategy=DDPStrategy(find_unused_parameters=True, ...)) (fabricx.strategies)."
             )
         if dynamo_backend not in (None, "no", "NO"):
             raise MisconfigurationError(
                 f"dynamo_backend={dynamo_backend!r} is not supported; call torch.compile(model) yourself."
             )
         if gradient_accumulation_plugin is not None:
-            num_steps = getattr(gradient_accumulation_plugin, "num_steps", None)
-            if gradient_accumulation_steps != 1 or not isinstance(num_steps, int):
-                raise MisconfigurationError(
-                    "Pass gradient_accumulation_steps=N instead of gradient_accumulation_plugin."
+            if gradient_accumulation_steps != 1:
+                raise ValueError(
+                    "Give either gradient_accumulation_steps or gradient_accumulation_plugin, not both."
                 )
-            gradient_accumulation_steps = num_steps
+        else:
+            gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=gradient_accumulation_steps)
+        plugin = gradient_accumulation_plugin
+        num_steps = getattr(plugin, "num_steps", None)
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"gradient_accumulation_plugin.num_steps={num_steps!r}; give an int >= 1.")
+        gradient_accumulation_steps = num_steps
+        self.gradient_state = GradientState(
+            num_steps=num_steps,
+            adjust_scheduler=bool(getattr(plugin, "adjust_scheduler", True)),
+            sync_with_dataloader=bool(getattr(plugin, "sync_with_dataloader", True)),
+        )
+        self._sync_each_batch = bool(getattr(plugin, "sync_each_batch", False))
+        env_scaling = os.environ.get("FABRICX_ACCELERATE_FULL_WINDOW_LOSS_SCALING", "").lower() in ("1", "true", "yes")
+        self._full_window_loss_scaling = full_window_loss_scaling or env_scaling
         if dataloader_config is None:
             dataloader_config = DataLoaderConfiguration(split_batches=split_batches, even_batches=even_batches)
         elif split_batches or not even_batches:
-            raise MisconfigurationError(
+            raise ValueError(
                 "Set split_batches/even_batches in DataLoaderConfiguration, not next to dataloader_config."
             )
         if project_config is None:
@@ -201,7 +272,8 @@ class Accelerator(StateMixin, CollectivesMixin):
         self.rng_types = rng_types
         self._fabric = Fabric(
             accelerator="cpu" if cpu else "auto",
-            devices="auto" if _externally_launched() else 1,
+            strategy="auto" if strategy is None else strategy,
+            devices="auto" if externally_launched() else 1,
             precision=fabric_precision(mixed_precision),
             grad_accum_steps=gradient_accumulation_steps,
         )
@@ -216,7 +288,9 @@ class Accelerator(StateMixin, CollectivesMixin):
         self._schedulers: list[Any] = []
         self._dataloaders: list[AcceleratedDataLoader] = []
         self._custom_objects: list[Any] = []
-        self._active_loaders = _ActiveLoaders()
+        self.state = AcceleratorState(mixed_precision=self.mixed_precision, _from=self._fabric)
+        self.state.mixed_precision = self.mixed_precision
+        self.flag_tensor: Tensor | None = None
         self._accumulate_depth = 0
         self._step_was_skipped = False
         self._log_with = normalize_log_with(log_with)
@@ -263,19 +337,7 @@ class Accelerator(StateMixin, CollectivesMixin):
 
     @property
     def distributed_type(self) -> DistributedType:
-        name = getattr(self._fabric.strategy, "strategy_name", "")
-        if self.num_processes == 1 and not name.startswith(("fsdp", "deepspeed")):
-            return DistributedType.NO
-        if name.startswith("fsdp"):
-            return DistributedType.FSDP
-        if name.startswith("deepspeed"):
-            return DistributedType.DEEPSPEED
-        device_type = self.device.type
-        if device_type == "cuda":
-            return DistributedType.MULTI_GPU
-        if device_type == "xla":
-            return DistributedType.XLA
-        return DistributedType.MULTI_MPS if device_type == "mps" else DistributedType.MULTI_CPU
+        return self.state.distributed_type
 
     @property
     def mixed_precision(self) -> str:
@@ -433,8 +495,25 @@ class Accelerator(StateMixin, CollectivesMixin):
         return optimizer
 
     def _prepare_loader(self, loader: DataLoader, device_placement: bool) -> AcceleratedDataLoader:
-        inner = self._fabric.setup_dataloaders(loader, move_to_device=device_placement)
-        prepared = AcceleratedDataLoader(inner, self._active_loaders, self.num_processes)
+        config = self.dataloader_config
+        options = LoaderOptions(
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            device=self.device if device_placement else None,
+            split_batches=config.split_batches,
+            even_batches=config.even_batches,
+            dispatch_batches=config.dispatch_batches,
+            use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed,
+            non_blocking=config.non_blocking,
+        )
+        prepared = AcceleratedDataLoader(loader, options, self.gradient_state)
+        accumulation = self._fabric._accumulation
+
+        def on_batch(current: AcceleratedDataLoader) -> None:
+            accumulation.active_loader = current
+
+        prepared.on_batch = on_batch
         self._dataloaders.append(prepared)
         return prepared
 
@@ -453,8 +532,14 @@ class Accelerator(StateMixin, CollectivesMixin):
     def _step_scheduler(self, scheduler: Any, cls: type, *args: Any, **kwargs: Any) -> Any:
         if not self.step_scheduler_with_optimizer:
             return cls.step(scheduler, *args, **kwargs)
-        if not self._fabric.sync_gradients or self._step_was_skipped:
+        if not self._fabric.sync_gradients:
+            if self.gradient_state.adjust_scheduler:
+                scheduler._step_count += 1
             return None
+        if self._step_was_skipped:
+            return None
+        if self.dataloader_config.split_batches:
+            return cls.step(scheduler, *args, **kwargs)
         # Accelerate's convention: one step per process, so a schedule written for the
         # single-process number of batches ends at the same point.
         for _ in range(self.num_processes):
@@ -468,16 +553,23 @@ class Accelerator(StateMixin, CollectivesMixin):
     def backward(self, loss: Tensor, **kwargs: Any) -> None:
         """Backward through the precision and strategy (loss scaling, gradient sync).
 
-        Inside :meth:`accumulate` the loss is divided by the real length of the current window; outside
-        it, by ``gradient_accumulation_steps`` as Accelerate does.
+        Inside :meth:`accumulate` the loss is divided by the real length of the current window (by
+        ``gradient_accumulation_steps`` with ``full_window_loss_scaling=True``); outside it, by
+        ``gradient_accumulation_steps`` as Accelerate does.
 
         Example::
 
             accelerator.backward(loss)
         """
         steps = self.gradient_accumulation_steps
-        if steps > 1 and self._accumulate_depth == 0:
-            loss = loss / steps
+        if steps > 1 and (self._accumulate_depth == 0 or self._full_window_loss_scaling):
+            accumulation = self._fabric._accumulation
+            in_window, accumulation.in_window = accumulation.in_window, False
+            try:
+                self._fabric.backward(loss / steps, **kwargs)
+            finally:
+                accumulation.in_window = in_window
+            return
         self._fabric.backward(loss, **kwargs)
 
     @contextlib.contextmanager
@@ -500,15 +592,110 @@ class Accelerator(StateMixin, CollectivesMixin):
                 raise TypeError(
                     f"accumulate() needs the models returned by accelerator.prepare(), got {type(model).__name__}."
                 )
-        with self._fabric.accumulate(models[0]), contextlib.ExitStack() as stack:
-            if not self._fabric.sync_gradients:
-                for model in models[1:]:
+        boundary = self._window_step()
+        with contextlib.ExitStack() as stack:
+            if not boundary and not self._sync_each_batch:
+                for model in models:
                     stack.enter_context(self._fabric.no_backward_sync(model))
+            accumulation = self._fabric._accumulation
+            accumulation.in_window = self.gradient_accumulation_steps > 1
             self._accumulate_depth += 1
             try:
                 yield
             finally:
                 self._accumulate_depth -= 1
+                accumulation.in_window = False
+                if boundary:
+                    accumulation.counter = 0
+
+    def _window_step(self) -> bool:
+        """Count one micro-batch; whether it ends the window (the optimizer steps)."""
+        accumulation = self._fabric._accumulation
+        steps = self.gradient_accumulation_steps
+        state = self.gradient_state
+        loader = state.active_dataloader if state.sync_with_dataloader else None
+        if steps == 1:
+            boundary = True
+        else:
+            accumulation.counter += 1
+            if accumulation.counter == 1:
+                accumulation.window_length = steps
+                if loader is not None:
+                    with contextlib.suppress(TypeError):
+                        remaining = len(loader) - loader.batches_consumed + 1
+                        if 0 < remaining < steps:
+                            accumulation.window_length = remaining
+            at_end = loader is not None and loader.end_of_dataloader
+            boundary = accumulation.counter >= accumulation.window_length or at_end
+        accumulation.sync_gradients = boundary
+        state.sync_gradients = boundary
+        return boundary
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: nn.Module) -> Generator[None, None, None]:
+        """Make the next ``backward`` synchronise gradients even though the forward ran under
+        :meth:`no_sync` (several forwards, then several backwards, syncing on the last).
+
+        Example::
+
+            with accelerator.trigger_sync_in_backward(model):
+                accelerator.backward(last_loss)
+        """
+        ddp = _ddp_of(model)
+        if ddp is None:
+            yield
+            return
+        before = (ddp.require_backward_grad_sync, ddp.require_forward_param_sync)
+        ddp.require_backward_grad_sync = True
+        ddp.require_forward_param_sync = False
+        ddp.reducer.prepare_for_backward([])
+        try:
+            yield
+        finally:
+            ddp.require_backward_grad_sync, ddp.require_forward_param_sync = before
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Generator[Any, None, None]:
+        """Let processes with fewer batches finish early without hanging the others' gradient syncs
+        (with ``even_batches=False``); ``even_batches`` overrides the prepared loaders' setting inside.
+
+        Example::
+
+            with accelerator.join_uneven_inputs([model], even_batches=False):
+                for batch in loader: ...
+        """
+        if self.state.distributed_type not in _MULTI_PROCESS_TYPES:
+            warnings.warn(
+                "Joining uneven inputs is only supported for multi-GPU/multi-CPU DDP training "
+                f"(this run is {self.state.distributed_type.value}); join_uneven_inputs has no effect.",
+                UserWarning,
+                stacklevel=3,
+            )
+            yield joinables
+            return
+        from torch.distributed.algorithms.join import Join
+
+        overridden = []
+        if even_batches is not None:
+            shards = [getattr(dl, "batch_sampler", None) for dl in self._dataloaders]
+            if any(not hasattr(shard, "even_batches") for shard in shards):
+                warnings.warn(
+                    "Overriding even_batches is only supported for map-style datasets, yet some dataloaders "
+                    "given were iterable; their batches stay as prepared.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            for shard in shards:
+                if hasattr(shard, "even_batches"):
+                    overridden.append((shard, shard.even_batches))
+                    shard.even_batches = even_batches
+        ddps = [d for d in (_ddp_of(j) for j in joinables) if d is not None]
+        try:
+            with Join(ddps, enable=True, throw_on_early_termination=False):
+                yield joinables
+        finally:
+            for shard, value in overridden:
+                shard.even_batches = value
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
         """Skip gradient synchronisation in ``backward`` inside the block.
@@ -654,6 +841,69 @@ class Accelerator(StateMixin, CollectivesMixin):
 
         return wrapper
 
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on the last process only.
+
+        Example::
+
+            @accelerator.on_last_process
+            def report(text): print(text)
+        """
+        return self.state._only_on(self.is_last_process, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on process ``process_index`` only.
+
+        Example::
+
+            accelerator.on_process(print, process_index=1)("only on process 1")
+        """
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return self.state._only_on(self.process_index == process_index, function)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only.
+
+        Example::
+
+            accelerator.on_local_process(print, local_process_index=0)("once per machine")
+        """
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self.state._only_on(self.local_process_index == local_process_index, function)
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this process that :meth:`check_trigger` sees on every process (e.g. to stop early).
+
+        Example::
+
+            if loss.isnan():
+                accelerator.set_trigger()
+            if accelerator.check_trigger():
+                break
+        """
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """Whether any process called :meth:`set_trigger` since the last check (every process must call
+        it; the flag is lowered again).
+
+        Example::
+
+            if accelerator.check_trigger():
+                break
+        """
+        if self.flag_tensor is None:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        raised = self.reduce(self.flag_tensor, reduction="sum")
+        if int(raised.item()) >= 1:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+            return True
+        return False
+
     # -- tracking ---------------------------------------------------------------------------------------
     def init_trackers(
         self, project_name: str, config: dict[str, Any] | None = None, init_kwargs: dict[str, Any] | None = None
@@ -724,6 +974,17 @@ class Accelerator(StateMixin, CollectivesMixin):
         return [None for _ in objects]
 
     clear = free_memory
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The configuration and process state pickle; the live training objects do not.
+        keep = ("project_configuration", "dataloader_config", "device_placement", "step_scheduler_with_optimizer")
+        state = {name: self.__dict__[name] for name in keep if name in self.__dict__}
+        state["state"] = AcceleratorState.__new__(AcceleratorState)
+        state["state"].__dict__ = dict(vars(self.state))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         return (

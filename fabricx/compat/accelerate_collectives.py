@@ -11,20 +11,18 @@ import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 
-from fabricx.compat.accelerate_data import padded_positions_mask
-
 if TYPE_CHECKING:
-    from fabricx.compat.accelerate_data import _ActiveLoaders
+    from fabricx.compat.accelerate_data import GradientState
     from fabricx.fabric import Fabric
 
-__all__ = ["CollectivesMixin"]
+__all__ = ["CollectivesMixin", "split_for_process"]
 
 
 class CollectivesMixin:
     """``Accelerator`` methods that exchange data between processes."""
 
     _fabric: Fabric
-    _active_loaders: _ActiveLoaders
+    gradient_state: GradientState
     num_processes: int
     process_index: int
 
@@ -48,39 +46,22 @@ class CollectivesMixin:
         return gathered.reshape(-1, *tensor.shape[1:])
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather like :meth:`gather`, then drop the samples the distributed sampler repeated to even out
-        the last batches, so metrics see every sample exactly once.
+        """Gather like :meth:`gather`, then, on the last batch of the prepared loader being read, drop
+        the samples that were repeated to even out the last round, so metrics see every sample once.
 
         Example::
 
             predictions, references = accelerator.gather_for_metrics((predictions, batch["labels"]))
         """
-        if self.num_processes == 1:
-            return input_data
-        if use_gather_object or not _holds_tensor(input_data):
-            return self._drop_repeats_list(self._gather_object(input_data))
-        gathered = self.gather(input_data)
-        layout = self._current_layout()
-        if layout is None:
-            return gathered
-        dataset_length, replicas, first, length = layout
-        if replicas != self.num_processes:
-            return gathered
-        mask = padded_positions_mask(dataset_length, replicas, first, length)
-        if all(mask):
-            return gathered
-        keep = torch.tensor(mask)
-
-        def drop(tensor: Tensor) -> Tensor:
-            if tensor.dim() == 0 or tensor.shape[0] != len(mask):
-                return tensor
-            return tensor[keep.to(tensor.device)]
-
-        return apply_to_collection(gathered, Tensor, drop)
-
-    def _current_layout(self) -> tuple[int, int, int, int] | None:
-        loader = self._active_loaders.current()
-        return None if loader is None else loader.current_batch_layout()
+        use_gather_object = use_gather_object or not _only_tensors(input_data)
+        data = self._gather_object(input_data) if use_gather_object else self.gather(input_data)
+        state = self.gradient_state
+        if not state.end_of_dataloader or state.remainder <= 0:
+            return data
+        keep = state.remainder
+        if use_gather_object:
+            return data[:keep]
+        return apply_to_collection(data, Tensor, lambda t: t[:keep])
 
     def _gather_object(self, obj: Any) -> list[Any]:
         items = list(obj) if isinstance(obj, list | tuple) else [obj]
@@ -90,28 +71,17 @@ class CollectivesMixin:
         torch.distributed.all_gather_object(gathered, items)
         return [item for part in gathered for item in part]
 
-    def _drop_repeats_list(self, gathered: list[Any]) -> list[Any]:
-        layout = self._current_layout() if self.num_processes > 1 else None
-        if layout is None:
-            return gathered
-        mask = padded_positions_mask(*layout)
-        if len(mask) != len(gathered):
-            return gathered
-        return [item for item, keep in zip(gathered, mask, strict=True) if keep]
-
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        """Sum (``"sum"``) or average (``"mean"``) tensors over every process; ``"none"`` returns them.
+        """Combine tensors over every process: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``;
+        ``"none"`` returns them unchanged.
 
         Example::
 
             total = accelerator.reduce(correct, reduction="sum")
         """
-        if reduction not in ("sum", "mean", "none"):
-            raise ValueError(f"reduction={reduction!r}; allowed are 'sum', 'mean', 'none'.")
-        if reduction == "none" or self.num_processes == 1:
-            return apply_to_collection(tensor, Tensor, lambda t: t * scale if scale != 1.0 else t)
-        reduced = self._fabric.all_reduce(tensor, reduce_op=reduction)
-        return apply_to_collection(reduced, Tensor, lambda t: t * scale if scale != 1.0 else t)
+        from fabricx.compat.accelerate_ops import reduce
+
+        return reduce(tensor, reduction=reduction, scale=scale)
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
         """Pad tensors along ``dim`` to the largest size any process has, so they can be gathered.
@@ -145,22 +115,34 @@ class CollectivesMixin:
 
             with accelerator.split_between_processes(["a", "b", "c"]) as mine: ...
         """
-        yield _split(inputs, self.num_processes, self.process_index, apply_padding)
+        yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
 
-def _holds_tensor(data: Any) -> bool:
-    found = []
-    apply_to_collection(data, Tensor, lambda t: found.append(True))
-    return bool(found)
+def _only_tensors(data: Any) -> bool:
+    if isinstance(data, Tensor):
+        return True
+    if isinstance(data, dict):
+        return bool(data) and all(_only_tensors(v) for v in data.values())
+    if isinstance(data, list | tuple):
+        return bool(data) and all(_only_tensors(v) for v in data)
+    return False
 
 
-def _split(inputs: Any, parts: int, index: int, apply_padding: bool) -> Any:
+def split_for_process(inputs: Any, parts: int, index: int, apply_padding: bool = False) -> Any:
+    """Process ``index``'s contiguous part (of ``parts``) of a list, tuple, tensor, dataset or dict of them.
+
+    Example::
+
+        split_for_process([1, 2, 3], parts=2, index=1)  # [3]
+    """
     if isinstance(inputs, dict):
-        return {key: _split(value, parts, index, apply_padding) for key, value in inputs.items()}
+        return {key: split_for_process(value, parts, index, apply_padding) for key, value in inputs.items()}
     length = len(inputs)
     per_part, extra = divmod(length, parts)
     start = index * per_part + min(index, extra)
     end = start + per_part + (1 if index < extra else 0)
+    if hasattr(inputs, "select") and not isinstance(inputs, Tensor | list | tuple):
+        return inputs.select(range(start, end))  # a datasets.Dataset
     chunk = inputs[start:end]
     if apply_padding and extra and index >= extra and length:
         last = inputs[-1:]

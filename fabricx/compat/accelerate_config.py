@@ -9,7 +9,13 @@ from typing import Any
 
 from fabricx.utilities.exceptions import MisconfigurationError
 
-__all__ = ["DataLoaderConfiguration", "DistributedType", "ProjectConfiguration", "fabric_precision"]
+__all__ = [
+    "DataLoaderConfiguration",
+    "DistributedType",
+    "GradientAccumulationPlugin",
+    "ProjectConfiguration",
+    "fabric_precision",
+]
 
 #: Accelerate's ``mixed_precision`` values and the fabricx precision each one means.
 _PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
@@ -74,11 +80,17 @@ class DataLoaderConfiguration:
             loader's exact position (epoch, batch, shuffle order), so a resumed run continues mid-epoch
             with the next unseen batch. Without it loaders restart their epoch after ``load_state()``
             (use :meth:`Accelerator.skip_first_batches` then, as with Accelerate).
-        split_batches: Only ``False`` is supported: every process gets whole batches of ``batch_size``.
-        even_batches: Only ``True`` is supported: the last batches are evened out by repeating samples
-            (``gather_for_metrics`` drops the repeats).
-        dispatch_batches, use_seedable_sampler, data_seed, non_blocking: accepted for compatibility;
-            fabricx's loaders always resume their shuffle order exactly and read data on every process.
+        split_batches: Cut every batch of the loader into one equal part per process (the batch size
+            is then the total over all processes) instead of giving each process whole batches.
+        dispatch_batches: Let the main process read the batches and send each process its part
+            (default: ``True`` for an ``IterableDataset``, ``False`` otherwise).
+        even_batches: Complete the last round with samples from the start of the epoch so every
+            process gets the same number of batches (``gather_for_metrics`` drops the repeats). With
+            ``False`` the last processes may get one batch fewer (see ``join_uneven_inputs``).
+        use_seedable_sampler: Replace a shuffling ``RandomSampler`` by one seeded with
+            ``data_seed + epoch`` at every pass (``data_seed`` defaults to torch's initial seed).
+        data_seed: The seed of ``use_seedable_sampler``.
+        non_blocking: Copy batches to the GPU without waiting (with ``pin_memory=True``).
 
     Example::
 
@@ -93,19 +105,35 @@ class DataLoaderConfiguration:
     non_blocking: bool = False
     use_stateful_dataloader: bool = False
 
+
+
+@dataclass
+class GradientAccumulationPlugin:
+    """How an :class:`~fabricx.compat.accelerate.Accelerator` accumulates gradients.
+
+    Args:
+        num_steps: micro-batches per optimizer step.
+        adjust_scheduler: count the skipped micro-batches in a prepared scheduler's ``_step_count``
+            (what schedulers with a ``total_steps`` check read), as Accelerate does.
+        sync_with_dataloader: end a window at the end of the prepared loader even when it is short.
+        sync_each_batch: synchronise gradients on every micro-batch (less memory under FSDP, more
+            communication); the optimizer still steps once per window.
+
+    Example::
+
+        Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=4, sync_each_batch=True))
+    """
+
+    num_steps: int | None = None
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False
+
     def __post_init__(self) -> None:
-        if self.split_batches:
-            raise MisconfigurationError(
-                "split_batches=True (one batch split across processes) is not supported by fabricx's "
-                "Accelerator. Divide your DataLoader's batch_size by the number of processes and keep "
-                "split_batches=False."
-            )
-        if not self.even_batches:
-            raise MisconfigurationError(
-                "even_batches=False is not supported by fabricx's Accelerator: the last batch is always "
-                "evened out across processes. Keep even_batches=True and use gather_for_metrics(), which "
-                "drops the repeated samples."
-            )
+        if self.num_steps is None:
+            self.num_steps = int(os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", 1))
+        if isinstance(self.num_steps, bool) or not isinstance(self.num_steps, int) or self.num_steps < 1:
+            raise ValueError(f"num_steps={self.num_steps!r}; give an int >= 1.")
 
 
 class DistributedType(str, enum.Enum):
@@ -123,6 +151,15 @@ class DistributedType(str, enum.Enum):
     FSDP = "FSDP"
     DEEPSPEED = "DEEPSPEED"
     XLA = "XLA"
+    # Hardware fabricx does not run on; present so comparisons in Accelerate scripts keep working.
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+    MULTI_XPU = "MULTI_XPU"
+    MEGATRON_LM = "MEGATRON_LM"
 
 
 def fabric_precision(mixed_precision: str | None) -> str | None:

@@ -1,41 +1,184 @@
-"""Prepared data loaders for the Accelerate adapter: which loader is being read, and which gathered
-samples are the repeats a distributed sampler added to even out the last batches."""
+"""Prepared data loaders for the Accelerate adapter, with Accelerate's semantics: one order from the
+user's generator, whole batches dealt to the processes in turn (or split, or dispatched from the main
+process), the last round evened out, and an exact position for ``save_state``/``load_state``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from torch.utils.data import DistributedSampler
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from fabricx.data.loader import FabricDataLoader
+from fabricx.compat.accelerate_sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
+from fabricx.utilities.apply import move_data_to_device
+from fabricx.utilities.exceptions import FabricxError
 
-__all__ = ["AcceleratedDataLoader", "SkipBatchesLoader", "padded_positions_mask"]
+__all__ = ["AcceleratedDataLoader", "GradientState", "LoaderOptions", "SkipBatchesLoader"]
+
+_LOADER_SETTINGS = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+_STATE_VERSION = 2
 
 
-class _ActiveLoaders:
-    """The prepared loaders currently being iterated, innermost last (an eval loop inside training)."""
+class GradientState:
+    """What Accelerate's ``accelerator.gradient_state`` tells a loop: the loader being read (innermost
+    last), whether its last batch was handed out, and how many real samples the last round holds.
 
-    __slots__ = ("stack",)
+    Example::
 
-    def __init__(self) -> None:
-        self.stack: list[AcceleratedDataLoader] = []
+        if accelerator.gradient_state.end_of_dataloader: ...
+    """
 
-    def current(self) -> AcceleratedDataLoader | None:
-        return self.stack[-1] if self.stack else None
+    def __init__(self, num_steps: int = 1, adjust_scheduler: bool = True, sync_with_dataloader: bool = True) -> None:
+        self.dataloaders: list[AcceleratedDataLoader] = []
+        self.num_steps = num_steps
+        self.adjust_scheduler = adjust_scheduler
+        self.sync_with_dataloader = sync_with_dataloader
+        self.sync_gradients = True
 
-    def remove(self, loader: AcceleratedDataLoader) -> None:
-        for index in range(len(self.stack) - 1, -1, -1):
-            if self.stack[index] is loader:
-                del self.stack[index]
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Accelerate's singleton reset; each fabricx Accelerator has its own state, so nothing to do."""
+
+    @property
+    def active_dataloader(self) -> AcceleratedDataLoader | None:
+        return self.dataloaders[-1] if self.dataloaders else None
+
+    @property
+    def in_dataloader(self) -> bool:
+        return bool(self.dataloaders)
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        loader = self.active_dataloader
+        return False if loader is None else loader.end_of_dataloader
+
+    @property
+    def remainder(self) -> int:
+        loader = self.active_dataloader
+        return -1 if loader is None else loader.remainder
+
+    def _remove(self, loader: AcceleratedDataLoader) -> None:
+        for index in range(len(self.dataloaders) - 1, -1, -1):
+            if self.dataloaders[index] is loader:
+                del self.dataloaders[index]
                 return
 
 
-class AcceleratedDataLoader:
-    """A loader returned by ``Accelerator.prepare``: this process's share of the data, batches on the
-    device, and an exact position (``state_dict``/``load_state_dict``) for ``save_state``/``load_state``.
+@dataclass
+class LoaderOptions:
+    """How :class:`AcceleratedDataLoader` shares a loader between processes (Accelerate's options)."""
 
-    Everything else (``dataset``, ``batch_size``, ``sampler``, ``len()``) is the underlying loader's.
+    num_processes: int = 1
+    process_index: int = 0
+    device: torch.device | None = None
+    split_batches: bool = False
+    even_batches: bool = True
+    dispatch_batches: bool | None = None
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+
+
+class _PlannedBatches:
+    """A batch sampler that draws the whole pass's batches at once (so the draws happen at a known
+    moment), tells ``on_planned``, then hands them out from batch ``skip`` on."""
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip = 0
+        self.on_planned: Callable[[], None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        plan = list(self.batch_sampler)
+        skip, self.skip = self.skip, 0
+        hook, self.on_planned = self.on_planned, None
+        if hook is not None:
+            hook()
+        yield from plan[skip:]
+
+
+def _capture_rng() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _restore_rng(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np.random.set_state(tuple(state["numpy"]))
+    torch.set_rng_state(state["torch"])
+
+
+def _concatenate(batches: list[Any]) -> Any:
+    first = batches[0]
+    if isinstance(first, Tensor):
+        return torch.cat(batches)
+    if isinstance(first, dict):
+        return type(first)({key: _concatenate([b[key] for b in batches]) for key in first})
+    if isinstance(first, tuple | list):
+        if first and all(isinstance(b, list | tuple) and len(b) == len(first) for b in batches) and any(
+            isinstance(x, Tensor | dict | list | tuple) for x in first
+        ):
+            parts = [_concatenate([b[i] for b in batches]) for i in range(len(first))]
+            return type(first)(parts) if isinstance(first, list) else tuple(parts)
+        return [item for b in batches for item in b]
+    raise TypeError(
+        f"dispatch_batches=True joins batches of tensors (or dicts/lists/tuples of them); got {type(first).__name__}. "
+        "Use dispatch_batches=False so every process reads its own batches."
+    )
+
+
+def _slice(batch: Any, part: slice) -> Any:
+    if isinstance(batch, Tensor | list):
+        return batch[part]
+    if isinstance(batch, dict):
+        return type(batch)({key: _slice(value, part) for key, value in batch.items()})
+    if isinstance(batch, tuple):
+        return tuple(_slice(value, part) for value in batch)
+    return batch
+
+
+def _batch_length(batch: Any) -> int:
+    if isinstance(batch, Tensor | list):
+        return len(batch)
+    if isinstance(batch, dict):
+        return _batch_length(next(iter(batch.values())))
+    if isinstance(batch, tuple):
+        return _batch_length(batch[0])
+    raise TypeError(f"Cannot tell the batch size of a {type(batch).__name__}.")
+
+
+class AcceleratedDataLoader:
+    """A loader returned by ``Accelerator.prepare``: this process's share of the data as Accelerate gives
+    it, batches on the device, and an exact position (``state_dict``/``load_state_dict``).
+
+    * One process: exactly the user's loader (same order, same random draws).
+    * Several processes: the user's batches dealt to the processes in turn, so gathering a step's
+      batches gives consecutive data (``split_batches=True`` cuts each batch instead); a shuffling
+      sampler without a generator gets one seeded from the global generator at ``prepare`` time and
+      its state is copied from the main process at the start of every pass; an ``IterableDataset`` is
+      read whole by the main process and its batches sent to the others (``dispatch_batches``, the
+      default for them) or read by every process, each keeping its slice.
 
     Example::
 
@@ -43,82 +186,375 @@ class AcceleratedDataLoader:
         for inputs, targets in loader: ...
     """
 
-    _fabricx_per_rank = True
-    # Checkpoints must call this object's own state_dict (the whole position), never an inner loader's.
-    _fabricx_unwrapped = None
+    def __init__(self, loader: DataLoader, options: LoaderOptions, gradient_state: GradientState) -> None:
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"prepare() expects a torch DataLoader, got {type(loader).__name__}.")
+        self._loader = loader
+        self._options = options
+        self._gradient_state = gradient_state
+        self.on_batch: Callable[[AcceleratedDataLoader], None] | None = None
+        n = options.num_processes
+        dataset = loader.dataset
+        self._iterable = isinstance(dataset, IterableDataset)
+        dispatch = options.dispatch_batches
+        if dispatch is None:
+            dispatch = self._iterable and options.device is not None
+        self._dispatch = bool(dispatch) and n > 1
+        self._synchronized: torch.Generator | None = None
+        kwargs = {name: getattr(loader, name) for name in _LOADER_SETTINGS if hasattr(loader, name)}
+        if loader.num_workers > 0:
+            kwargs["prefetch_factor"] = loader.prefetch_factor
+        self._planned: _PlannedBatches | None = None
+        self.dataset = dataset
+        self.batch_sampler: Any = None
+        self._inner = self._build_iterable(loader, kwargs) if self._iterable else self._build_map_style(loader, kwargs)
+        self._generators = self._find_generators()
+        self.iteration = 0
+        self.end_of_dataloader = False
+        self.remainder = -1
+        self._yielded = 0
+        self._in_pass = False
+        self._resume: dict[str, Any] | None = None
+        self._pass_start: dict[str, Any] | None = None
 
-    def __init__(self, loader: FabricDataLoader, active: _ActiveLoaders, num_processes: int) -> None:
-        self._inner = loader
-        self._active = active
-        self._num_processes = num_processes
+    # -- building the per-process loader ---------------------------------------------------------
+    def _build_map_style(self, loader: DataLoader, kwargs: dict[str, Any]) -> DataLoader:
+        options, n = self._options, self._options.num_processes
+        sampler_is_batch_sampler = isinstance(loader.sampler, BatchSampler)
+        batch_sampler = loader.sampler if sampler_is_batch_sampler else loader.batch_sampler
+        sampler = loader_sampler(loader)
+        if isinstance(sampler, RandomSampler) and options.use_seedable_sampler:
+            seedable = SeedableRandomSampler(
+                sampler.data_source,
+                replacement=sampler.replacement,
+                num_samples=sampler._num_samples,
+                generator=sampler.generator,
+                data_seed=options.data_seed,
+            )
+            batch_sampler = copy.copy(batch_sampler)
+            batch_sampler.sampler = seedable
+            sampler = seedable
+        elif n > 1 and not self._dispatch and sampler is not None and hasattr(sampler, "generator"):
+            if sampler.generator is None:
+                # Accelerate's convention: one generator for the sampler, seeded from the global one now,
+                # and copied from the main process at the start of every pass.
+                sampler.generator = torch.Generator()
+                sampler.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+            self._synchronized = sampler.generator
+        self._user_sampler = sampler
+        if n > 1 and not self._dispatch:
+            batch_sampler = BatchShard(
+                batch_sampler,
+                num_processes=n,
+                process_index=options.process_index,
+                split_batches=options.split_batches,
+                even_batches=options.even_batches,
+            )
+        elif options.split_batches and n > 1:
+            size = getattr(batch_sampler, "batch_size", None)
+            if size is None or size % n:
+                raise ValueError(
+                    f"split_batches=True cuts every batch into {n} equal parts, but the batch size is {size}. "
+                    f"Use a batch size that is a multiple of {n}, or split_batches=False."
+                )
+        self.batch_sampler = batch_sampler
+        self._planned = _PlannedBatches(batch_sampler)
+        if sampler_is_batch_sampler:
+            return DataLoader(loader.dataset, sampler=self._planned, batch_size=None, **kwargs)
+        return DataLoader(loader.dataset, batch_sampler=self._planned, **kwargs)
+
+    def _build_iterable(self, loader: DataLoader, kwargs: dict[str, Any]) -> DataLoader:
+        options, n = self._options, self._options.num_processes
+        dataset = loader.dataset
+        batch_size = loader.batch_size
+        self._user_sampler = None
+        if n > 1 and not self._dispatch:
+            generator = getattr(dataset, "generator", None)
+            if isinstance(generator, torch.Generator):
+                self._synchronized = generator
+            dataset = IterableShard(
+                dataset,
+                batch_size=batch_size or 1,
+                drop_last=loader.drop_last,
+                num_processes=n,
+                process_index=options.process_index,
+                split_batches=options.split_batches,
+            )
+            if options.split_batches and batch_size is not None:
+                batch_size //= n
+        elif self._dispatch and options.split_batches and batch_size is not None and batch_size % n:
+            raise ValueError(
+                f"split_batches=True cuts every batch into {n} equal parts, but the batch size is {batch_size}. "
+                f"Use a batch size that is a multiple of {n}, or split_batches=False."
+            )
+        self.dataset = dataset
+        return DataLoader(dataset, batch_size=batch_size, drop_last=loader.drop_last, **kwargs)
+
+    def _find_generators(self) -> list[torch.Generator]:
+        found: list[torch.Generator] = []
+        holders = (self._loader, self._user_sampler, self._loader.dataset)
+        for generator in [getattr(h, "generator", None) for h in holders] + [self._synchronized]:
+            if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+                found.append(generator)
+        return found
+
+    # -- what the user's loader had ----------------------------------------------------------------
+    @property
+    def base_dataloader(self) -> DataLoader:
+        """The torch loader this process reads."""
+        return self._inner
 
     @property
-    def base_dataloader(self) -> FabricDataLoader:
-        """The fabricx loader doing the work."""
-        return self._inner
+    def batch_size(self) -> int | None:
+        return self._loader.batch_size
+
+    @property
+    def sampler(self) -> Any:
+        return self._inner.sampler
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._options.device
+
+    @property
+    def split_batches(self) -> bool:
+        return self._options.split_batches
 
     @property
     def total_batch_size(self) -> int | None:
         """Samples per step over all processes."""
-        batch_size = self._inner.batch_size
-        return None if batch_size is None else batch_size * self._num_processes
+        size = getattr(self.batch_sampler, "batch_size", None) if self.batch_sampler is not None else None
+        if size is None:
+            size = self._loader.batch_size
+        if size is None:
+            return None
+        return size if self._options.split_batches else size * self._options.num_processes
+
+    @property
+    def total_dataset_length(self) -> int:
+        return len(self._loader.dataset)  # type: ignore[arg-type]
 
     @property
     def batches_consumed(self) -> int:
-        """Batches handed out in the current epoch (restored by ``load_state``)."""
-        return self._inner.batches_consumed
+        """Batches handed out in the current pass (restored by ``load_state``)."""
+        return self._yielded
 
     @property
     def epoch(self) -> int:
-        return self._inner.epoch
+        return self.iteration
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch the next ``iter()`` starts (its shuffle order)."""
-        self._inner.set_epoch(epoch)
+        """Choose the pass the next ``iter()`` starts (the order of seedable and epoch-aware samplers)."""
+        self.iteration = epoch
+        for holder in (self.batch_sampler, self._user_sampler):
+            if holder is not None and hasattr(holder, "set_epoch"):
+                holder.set_epoch(epoch)
+        if (self.batch_sampler is None or self._user_sampler is None) and hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
 
     def __len__(self) -> int:
-        return len(self._inner)
-
-    def __iter__(self) -> Iterator[Any]:
-        # iter() of the inner loader now, so its epoch bookkeeping happens when the loop starts.
-        return self._iterate(iter(self._inner))
-
-    def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        self._active.stack.append(self)
-        try:
-            yield from iterator
-        finally:
-            self._active.remove(self)
+        n = self._options.num_processes
+        if not self._dispatch:
+            return len(self._inner)
+        whole = len(self._inner)
+        if self._options.split_batches:
+            return whole
+        return whole // n if self._loader.drop_last else -(-whole // n)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_inner":
+        if name.startswith("__") or name in ("_loader", "_inner"):
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        return getattr(self._loader, name)
 
+    # -- iteration -----------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        if resume is None:
+            self._synchronize()
+        self.end_of_dataloader = False
+        self.remainder = -1
+        if not self._loader.drop_last:
+            try:
+                total = self.total_batch_size
+                if total:
+                    self.remainder = self.total_dataset_length % total
+            except TypeError:
+                pass
+        self.set_epoch(self.iteration)
+        self._gradient_state.dataloaders.append(self)
+        try:
+            batches = self._dispatched(resume) if self._dispatch else self._own(resume)
+            yield from batches
+            self.iteration += 1
+            self._in_pass = False
+        finally:
+            self._gradient_state._remove(self)
+
+    def _synchronize(self) -> None:
+        generator = self._synchronized
+        if generator is None or self._options.num_processes == 1 or not dist.is_initialized():
+            return
+        state = generator.get_state()
+        dist.broadcast(state, src=0)
+        generator.set_state(state)
+
+    def _start_pass(self, resume: dict[str, Any] | None, read: bool = True) -> Iterator[Any]:
+        """``iter()`` of the inner loader, replaying the random state of the interrupted pass when resuming."""
+        if resume is None:
+            self._yielded = 0
+            self._pass_start = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
+            self._in_pass = True
+            return iter(self._inner)
+        now_rng = _capture_rng()
+        now_generators = [g.get_state() for g in self._generators]
+        start = resume["pass_start"]
+        self._pass_start = start
+        _restore_rng(start["rng"])
+        for generator, state in zip(self._generators, start["generators"], strict=True):
+            generator.set_state(state)
+        skip = int(resume["yielded"])
+        self._yielded = skip
+        self._in_pass = True
+
+        def back_to_now() -> None:
+            _restore_rng(now_rng)
+            for generator, state in zip(self._generators, now_generators, strict=True):
+                generator.set_state(state)
+
+        inner_skip = skip
+        if self._dispatch and not self._options.split_batches:
+            inner_skip = skip * self._options.num_processes
+        if self._planned is not None:
+            self._planned.skip = inner_skip
+            self._planned.on_planned = back_to_now
+            iterator = iter(self._inner)
+            if not read:
+                self._planned.on_planned = None
+                self._planned.skip = 0
+                back_to_now()
+            # Otherwise the plan is drawn (and the random state put back) at the first batch, or
+            # already now when workers prefetch.
+            return iterator
+        iterator = iter(self._inner)
+        if not read:
+            back_to_now()
+            return iterator
+        for _ in range(inner_skip):  # an iterable dataset: read again up to the position
+            next(iterator, None)
+        back_to_now()
+        return iterator
+
+    def _deliver(self, batch: Any) -> Any:
+        self._yielded += 1
+        if self.on_batch is not None:
+            self.on_batch(self)
+        device = self._options.device
+        if device is not None and device.type != "cpu":
+            batch = move_data_to_device(batch, device)
+        return batch
+
+    def _own(self, resume: dict[str, Any] | None) -> Iterator[Any]:
+        iterator = self._start_pass(resume)
+        try:
+            current = next(iterator)
+        except StopIteration:
+            return
+        while True:
+            try:
+                following = next(iterator)
+            except StopIteration:
+                self.end_of_dataloader = True
+                yield self._deliver(current)
+                return
+            yield self._deliver(current)
+            current = following
+
+    def _dispatched(self, resume: dict[str, Any] | None) -> Iterator[Any]:
+        """Rank 0 reads, every process receives its slice (Accelerate's ``dispatch_batches=True``)."""
+        n, rank = self._options.num_processes, self._options.process_index
+        split = self._options.split_batches
+        iterator = self._start_pass(resume) if rank == 0 else None
+        if rank != 0:
+            # The other processes still start (and so seed) the loader, as Accelerate does.
+            self._start_pass(resume, read=False)
+
+        def fetch() -> Any:
+            payload: list[Any] = [None]
+            if rank == 0:
+                assert iterator is not None
+                group = []
+                for _ in range(1 if split else n):
+                    try:
+                        group.append(next(iterator))
+                    except StopIteration:
+                        break
+                if group:
+                    payload = [_concatenate(group) if len(group) > 1 else group[0]]
+            dist.broadcast_object_list(payload, src=0)
+            return payload[0]
+
+        first_samples = None
+        current = fetch()
+        while current is not None:
+            following = fetch()
+            observed = _batch_length(current)
+            if first_samples is None:
+                first_samples = _slice(current, slice(0, n))
+            per_process = observed // n
+            if following is None:
+                self.end_of_dataloader = True
+                self.remainder = observed
+                if not self._loader.drop_last and observed % n:
+                    current = _concatenate([current, first_samples])
+                    per_process += 1
+            mine = _slice(current, slice(rank * per_process, (rank + 1) * per_process))
+            yield self._deliver(mine)
+            current = following
+
+    # -- state --------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return self._inner.state_dict()
+        """This process's position: pass number, batches handed out, and the random state the pass began with."""
+        return {
+            "version": _STATE_VERSION,
+            "iteration": self.iteration,
+            "in_pass": self._in_pass,
+            "yielded": self._yielded,
+            "pass_start": self._pass_start,
+            "generators": [g.get_state() for g in self._generators],
+            "process_index": self._options.process_index,
+            "num_processes": self._options.num_processes,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._inner.load_state_dict(state_dict)
-
-    def current_batch_layout(self) -> tuple[int, int, int, int] | None:
-        """``(dataset_length, num_replicas, first_local_index, local_batch_length)`` of the batch being
-        processed, when the loader splits its data with a padding ``DistributedSampler``; else ``None``."""
-        sampler = self._inner.sampler
-        batch_size = self._inner.batch_size
-        if not isinstance(sampler, DistributedSampler) or sampler.drop_last or batch_size is None:
-            return None
-        consumed = self._inner.batches_consumed
-        if consumed < 1:
-            return None
-        first = (consumed - 1) * batch_size
-        length = min(batch_size, sampler.num_samples - first)
-        if length < 1:
-            return None
-        return len(sampler.dataset), sampler.num_replicas, first, length
+        """Restore a :meth:`state_dict`: the next ``iter()`` continues with the next unseen batch."""
+        if state_dict.get("version") != _STATE_VERSION:
+            raise FabricxError(
+                f"This is not an Accelerate-adapter loader state (keys: {sorted(state_dict)}). Pass what the "
+                "prepared loader's state_dict() returned, or load the checkpoint with accelerator.load_state()."
+            )
+        saved = list(state_dict["generators"])
+        if len(saved) != len(self._generators):
+            raise FabricxError(
+                f"The saved loader state has {len(saved)} random generator(s) but this loader has "
+                f"{len(self._generators)}: it was built differently (shuffle, sampler or generator changed). "
+                "Build the loader with the same settings as the run that saved it."
+            )
+        if state_dict["in_pass"] and int(state_dict["num_processes"]) != self._options.num_processes:
+            raise FabricxError(
+                f"This loader state was saved mid-pass by {state_dict['num_processes']} processes; this run has "
+                f"{self._options.num_processes}, which share the data differently. Resume with "
+                f"{state_dict['num_processes']} processes, or from a checkpoint saved at the end of a pass."
+            )
+        for generator, state in zip(self._generators, saved, strict=True):
+            generator.set_state(torch.as_tensor(state))
+        self.iteration = int(state_dict["iteration"])
+        self._yielded = int(state_dict["yielded"])
+        self._in_pass = bool(state_dict["in_pass"])
+        self._pass_start = state_dict["pass_start"]
+        self._resume = dict(state_dict) if self._in_pass and self._pass_start is not None else None
 
     def __repr__(self) -> str:
-        return f"AcceleratedDataLoader({self._inner!r})"
+        return f"AcceleratedDataLoader({self._loader!r}, num_processes={self._options.num_processes})"
 
 
 class SkipBatchesLoader:
@@ -150,21 +586,3 @@ class SkipBatchesLoader:
         if name.startswith("__") or name == "loader":
             raise AttributeError(name)
         return getattr(self.loader, name)
-
-
-def padded_positions_mask(dataset_length: int, num_replicas: int, first: int, length: int) -> list[bool]:
-    """Which rows of a gathered batch are real samples (``True``) and which are repeats (``False``).
-
-    A padding ``DistributedSampler`` gives rank ``r`` the positions ``r, r + R, r + 2R, ...`` of a list
-    that is the epoch's order followed by repeats up to a multiple of ``R``; positions at or past the
-    dataset length are repeats. Gathered rows are rank-major: rank 0's ``length`` rows, then rank 1's...
-
-    Example::
-
-        padded_positions_mask(4, 3, 0, 2)  # [True, True, True, False, True, False]
-    """
-    return [
-        rank + num_replicas * (first + offset) < dataset_length
-        for rank in range(num_replicas)
-        for offset in range(length)
-    ]

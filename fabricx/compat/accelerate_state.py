@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["StateMixin"]
 
 
+_LOCATION_NOTE = "fabricx-checkpoint-location.txt"
+
+
 def _key(base: str, index: int) -> str:
     return base if index == 0 else f"{base}_{index}"
 
@@ -160,7 +163,7 @@ class StateMixin:
                 "automatic_checkpoint_naming=True) to choose one."
             )
         else:
-            path = Path(output_dir)
+            path = self._shared_folder(Path(output_dir), writing=True)
         handle = self._fabric.save(path, self._checkpoint_state(), async_save=async_save)
         if manager is not None:
             self.project_configuration.iteration = index + 1
@@ -203,9 +206,30 @@ class StateMixin:
             path = os.fspath(input_dir)
             if not os.path.isdir(path):
                 raise FileNotFoundError(f"load_state({path!r}): no such checkpoint folder.")
+            path = os.fspath(self._shared_folder(Path(path), writing=False))
         self._fabric.load(path, self._checkpoint_state(), strict=strict)
         self._step_was_skipped = False
         return str(path)
+
+    def _shared_folder(self, folder: Path, writing: bool) -> Path:
+        """The one folder every process writes to (or reads from) when each passed its own.
+
+        A fabricx checkpoint is one folder shared by all processes. When the processes name different
+        folders (e.g. each its own temporary directory), the main process's folder holds the checkpoint
+        and every other folder gets a note of where it is, so ``load_state`` on that folder finds it.
+        """
+        if self._fabric.world_size == 1:
+            return folder
+        mine = folder.resolve()
+        if not writing and (mine / _LOCATION_NOTE).is_file() and not (mine / "meta.json").exists():
+            mine = Path((mine / _LOCATION_NOTE).read_text().strip())
+        folders: list[Any] = [None] * self._fabric.world_size
+        torch.distributed.all_gather_object(folders, str(mine))
+        main = Path(folders[0])
+        if writing and mine != main:
+            mine.mkdir(parents=True, exist_ok=True)
+            (mine / _LOCATION_NOTE).write_text(f"{main}\n")
+        return main
 
     def _manager(self) -> CheckpointManager | None:
         config = self.project_configuration

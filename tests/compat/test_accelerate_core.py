@@ -18,7 +18,6 @@ from fabricx.compat.accelerate import (
     ProjectConfiguration,
     set_seed,
 )
-from fabricx.compat.accelerate_data import padded_positions_mask
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
 
@@ -416,16 +415,6 @@ def test_single_process_collectives_return_inputs():
     assert accelerator.pad_across_processes(x) is x
     with accelerator.split_between_processes([1, 2, 3]) as mine:
         assert mine == [1, 2, 3]
-
-
-def test_padded_positions_mask_marks_the_repeats_of_a_distributed_sampler():
-    # 4 samples over 3 ranks, 2 per rank: rank 1 and rank 2 each end with a repeat.
-    assert padded_positions_mask(4, 3, 0, 2) == [True, True, True, False, True, False]
-    # Cutting the tail (what counting "samples already gathered" does) would keep a repeat here.
-    assert padded_positions_mask(4, 3, 0, 2)[:4] != [True] * 4
-    # 5 samples over 2 ranks, batch 2: the last batch is one sample per rank, rank 1's is the repeat.
-    assert padded_positions_mask(5, 2, 2, 1) == [True, False]
-    assert padded_positions_mask(6, 2, 0, 2) == [True] * 4
 
 
 def test_set_seed_repeats_random_draws():

@@ -1,0 +1,229 @@
+"""Accelerate's process-state objects (``PartialState``, ``AcceleratorState``): where this process is,
+how many there are, and helpers that run on some of them. Plain values, so they pickle."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Generator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fabricx.compat.accelerate_config import DistributedType
+
+__all__ = ["AcceleratorState", "PartialState", "distributed_type_of"]
+
+_SHARED: dict[str, Any] = {}
+
+
+def externally_launched() -> bool:
+    """Whether torchrun / ``fabricx run`` started this process as one of several."""
+    from fabricx.environments.torchelastic import TorchElasticEnvironment
+
+    return "FABRICX_DEVICES" in os.environ or TorchElasticEnvironment.detect()
+
+
+def distributed_type_of(strategy_name: str, num_processes: int, device: torch.device) -> DistributedType:
+    """Accelerate's name for a run of ``num_processes`` processes with a fabricx strategy on ``device``."""
+    if strategy_name.startswith("fsdp"):
+        return DistributedType.FSDP
+    if strategy_name.startswith("deepspeed"):
+        return DistributedType.DEEPSPEED
+    if num_processes == 1:
+        return DistributedType.NO
+    if device.type == "cuda":
+        return DistributedType.MULTI_GPU
+    if device.type == "xla":
+        return DistributedType.XLA
+    return DistributedType.MULTI_MPS if device.type == "mps" else DistributedType.MULTI_CPU
+
+
+def _process_fabric(cpu: bool = False) -> Any:
+    """One Fabric per process for state objects created without an Accelerator (starts the process group)."""
+    if "fabric" not in _SHARED:
+        from fabricx.fabric import Fabric
+
+        fabric = Fabric(accelerator="cpu" if cpu else "auto", devices="auto" if externally_launched() else 1)
+        if fabric.strategy.launcher is not None:
+            from fabricx.utilities.exceptions import FabricxError
+
+            raise FabricxError(
+                "This script needs several processes but none were started for it. Start it with "
+                "`fabricx run --devices N script.py` or `torchrun --nproc-per-node N script.py`."
+            )
+        fabric.launch()
+        _SHARED["fabric"] = fabric
+    return _SHARED["fabric"]
+
+
+class PartialState:
+    """Where this process is: ``num_processes``, ``process_index``, ``local_process_index``, ``device``,
+    ``distributed_type``, and helpers (``print``, ``wait_for_everyone``, ``on_main_process``, ...).
+
+    Created alone it starts the process group (as the Accelerator does); ``accelerator.state`` is one.
+
+    Example::
+
+        state = PartialState()
+        state.print(f"{state.num_processes} processes")
+    """
+
+    _shared: dict[str, Any] = {}
+
+    def __init__(self, cpu: bool = False, _from: Any = None, **kwargs: Any) -> None:
+        # One state per process, shared by every instance (as Accelerate's is).
+        self.__dict__ = PartialState._shared
+        if self._shared:
+            return
+        fabric = _from if _from is not None else _process_fabric(cpu)
+        self.num_processes: int = fabric.world_size
+        self.process_index: int = fabric.global_rank
+        self.local_process_index: int = fabric.local_rank
+        self.device: torch.device = fabric.device
+        self.distributed_type: DistributedType = distributed_type_of(
+            getattr(fabric.strategy, "strategy_name", ""), fabric.world_size, fabric.device
+        )
+        self.backend: str | None = dist.get_backend() if dist.is_available() and dist.is_initialized() else None
+        self.debug: bool = os.environ.get("ACCELERATE_DEBUG_MODE", "").lower() in ("1", "true", "yes")
+        self.fork_launched = False
+
+    # -- who -------------------------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        return True
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def num_processes_per_node(self) -> int:
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.num_processes))
+
+    # -- together ----------------------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        """Wait until every process gets here."""
+        if self.num_processes > 1 and dist.is_initialized():
+            dist.barrier()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """End the process group (every process must call it)."""
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group(group)
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Generator[None, None, None]:
+        """Run the block on the main process first, then on the others."""
+        if not self.is_main_process:
+            self.wait_for_everyone()
+        yield
+        if self.is_main_process:
+            self.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Generator[None, None, None]:
+        """Run the block on each machine's main process first, then on the others."""
+        if not self.is_local_main_process:
+            self.wait_for_everyone()
+        yield
+        if self.is_local_main_process:
+            self.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Generator[Any, None, None]:
+        """Give each process its contiguous part of a list, tuple, tensor or dict of them."""
+        from fabricx.compat.accelerate_collectives import split_for_process
+
+        yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
+
+    def _only_on(self, run: bool, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if run else None
+
+        return wrapper
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on the main process only."""
+        return self._only_on(self.is_main_process, function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on each machine's main process only."""
+        return self._only_on(self.is_local_main_process, function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on the last process only."""
+        return self._only_on(self.is_last_process, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on process ``process_index`` only."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return self._only_on(self.process_index == process_index, function)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_on(self.local_process_index == local_process_index, function)
+
+    def __repr__(self) -> str:
+        return (
+            f"Distributed environment: {self.distributed_type.value}"
+            f"{'  Backend: ' + self.backend if self.backend else ''}\n"
+            f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
+            f"Local process index: {self.local_process_index}\nDevice: {self.device}\n"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    __hash__ = object.__hash__
+
+
+class AcceleratorState(PartialState):
+    """:class:`PartialState` plus the Accelerator's settings (``mixed_precision``).
+
+    Example::
+
+        AcceleratorState().mixed_precision  # "no"
+    """
+
+    _shared: dict[str, Any] = {}
+
+    def __init__(self, mixed_precision: str | None = None, cpu: bool = False, _from: Any = None, **kwargs: Any) -> None:
+        partial = PartialState(cpu=cpu, _from=_from)
+        self.__dict__ = AcceleratorState._shared
+        self.__dict__.update(vars(partial))
+        if mixed_precision is None:
+            mixed_precision = self.__dict__.get("mixed_precision") or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+        self.mixed_precision: str = str(mixed_precision).lower()
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Accelerate's singleton reset; fabricx's states are plain objects, so nothing to do."""
+
+    def __repr__(self) -> str:
+        return super().__repr__() + f"Mixed precision type: {self.mixed_precision}\n"
