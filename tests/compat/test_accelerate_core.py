@@ -91,10 +91,9 @@ def test_properties_of_a_single_process_run():
     ("kwargs", "message"),
     [
         ({"mixed_precision": "fp8"}, "fp8"),
-        ({"split_batches": True}, "split_batches"),
-        ({"even_batches": False}, "even_batches"),
-        ({"deepspeed_plugin": object()}, "deepspeed_plugin"),
-        ({"kwargs_handlers": [object()]}, "kwargs_handlers"),
+        ({"deepspeed_plugin": object()}, r"deepspeed_plugin.*Accelerator\(strategy=DeepSpeedStrategy"),
+        ({"fsdp_plugin": object()}, r"fsdp_plugin.*Accelerator\(strategy=FSDPStrategy"),
+        ({"kwargs_handlers": [object()]}, r"kwargs_handlers.*Accelerator\(strategy=DDPStrategy"),
         ({"dynamo_backend": "inductor"}, "torch.compile"),
         ({"log_with": "wandb"}, "wandb"),
     ],
