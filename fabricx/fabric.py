@@ -19,7 +19,7 @@ from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_ca
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
 from fabricx.utilities import seed as _seed
-from fabricx.utilities.apply import move_data_to_device
+from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
@@ -623,6 +623,7 @@ class Fabric:
             all_predictions = fabric.all_gather(predictions)
         """
         self._require_launched("all_gather()")
+        data = convert_to_tensors(data, self.device)  # numbers become tensors, as in Lightning Fabric
         return apply_to_collection(data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads)
 
     def all_reduce(self, data: Any, group: Any = None, reduce_op: str = "mean") -> Any:
@@ -635,7 +636,7 @@ class Fabric:
         self._require_launched("all_reduce()")
         if reduce_op not in ("mean", "sum", "min", "max", "avg"):
             raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
-        data = apply_to_collection(data, (int, float), lambda x: torch.tensor(x, device=self.device))
+        data = convert_to_tensors(data, self.device)
         return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
 
     @contextlib.contextmanager

@@ -56,8 +56,9 @@ class MixedPrecision(Precision):
         return torch.autocast(self.device, dtype=self.dtype)
 
     def convert_input(self, data: Any) -> Any:
-        # autocast decides op dtypes; inputs only need to be in the default dtype.
-        return data
+        # Floating inputs arrive in the half dtype, as Lightning Fabric's MixedPrecision casts them; autocast
+        # still decides each op's dtype (ops it keeps in float32 upcast them again).
+        return convert_floating_tensors(data, self.dtype)
 
     def convert_output(self, data: Any) -> Any:
         return convert_floating_tensors(data, torch.get_default_dtype())

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from fabricx.precision.amp import MixedPrecision
+from fabricx.precision.amp import MixedPrecision, convert_floating_tensors
 from fabricx.utilities.exceptions import MisconfigurationError
 
 
@@ -42,6 +42,11 @@ class FSDPPrecision(MixedPrecision):
             scaler = ShardedGradScaler(device)
         super().__init__(precision, device=device, scaler=scaler)
         self.reduce_dtype = reduce_dtype
+
+    def convert_input(self, data: Any) -> Any:
+        # FSDP2's policy casts forward inputs to param_dtype itself; like Lightning Fabric's FSDPPrecision,
+        # floating inputs only need to be float32 here.
+        return convert_floating_tensors(data, torch.float32)
 
     def mixed_precision_policy(self) -> Any:
         """The ``torch.distributed.fsdp.MixedPrecisionPolicy`` FSDP2 applies to every sharded module."""

@@ -57,6 +57,11 @@ class DoublePrecision(TrueDtypePrecision):
     def __init__(self) -> None:
         super().__init__(torch.float64)
 
+    def convert_module(self, module: Module) -> Module:
+        # module.double() casts floating tensors only; module.to(float64) would also turn complex buffers
+        # into float64 and drop their imaginary part.
+        return module.double()
+
     def convert_output(self, data: Any) -> Any:
         # float64 outputs are what the user asked for; casting down would lose the point of it.
         return data
