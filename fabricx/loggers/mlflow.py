@@ -13,7 +13,7 @@ import torch
 
 from fabricx.loggers._utils import NoOpExperiment, add_prefix, flatten_dict, metric_value, params_to_dict
 from fabricx.loggers.base import Logger
-from fabricx.utilities.optional import require
+from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
 _FILE_URI_PREFIX = "file:"
@@ -98,9 +98,10 @@ class MLFlowLogger(Logger):
             return self._client
         if rank_zero_only.rank != 0:
             return NoOpExperiment()
-        from mlflow.tracking import MlflowClient
+        with rng_untouched():  # MLflow names unnamed runs with Python's global random
+            return self._start(lazy_import("mlflow.tracking").MlflowClient(tracking_uri=self._tracking_uri))
 
-        client = MlflowClient(tracking_uri=self._tracking_uri)
+    def _start(self, client: Any) -> Any:
         if self._run_id is not None:
             run = client.get_run(self._run_id)
             self._experiment_id = run.info.experiment_id
@@ -152,7 +153,7 @@ class MLFlowLogger(Logger):
     # -- logging ---------------------------------------------------------------------------------------
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
-        from mlflow.entities import Param
+        Param = lazy_import("mlflow.entities").Param
 
         flat = flatten_dict(params_to_dict(params))
         entries = [Param(key, str(value)[:_PARAM_VALUE_LIMIT]) for key, value in flat.items()]
@@ -161,7 +162,7 @@ class MLFlowLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float | torch.Tensor], step: int | None = None) -> None:
-        from mlflow.entities import Metric
+        Metric = lazy_import("mlflow.entities").Metric
 
         timestamp = int(time.time() * 1000)
         entries = []

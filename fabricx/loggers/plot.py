@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from fabricx.loggers.csv_logs import METRICS_FILE
-from fabricx.utilities.optional import require
+from fabricx.utilities.imports import lazy_import, require
 
 _NOT_METRICS = {"step", "epoch"}
 
@@ -62,11 +62,9 @@ def plot_run(run_dir: str | os.PathLike, output: str | os.PathLike | None = None
     names = sorted({name for series in runs.values() for name in series}, key=lambda n: ("/" in n, n))
     if not names:
         raise ValueError(f"The metric files under {os.fspath(run_dir)!r} hold no numeric values to plot.")
-    require("matplotlib", extra="plot", feature="fabricx plot")
-    import matplotlib
-
+    matplotlib = require("matplotlib", extra="plot", feature="fabricx plot")
     matplotlib.use("Agg")  # files only; no display is needed or wanted
-    import matplotlib.pyplot as plt
+    plt = lazy_import("matplotlib.pyplot")
 
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)

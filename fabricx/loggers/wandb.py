@@ -12,7 +12,7 @@ import torch
 
 from fabricx.loggers._utils import NoOpExperiment, add_prefix, metric_value, params_to_dict
 from fabricx.loggers.base import Logger
-from fabricx.utilities.optional import require
+from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
 _STEP_KEY = "trainer/global_step"
@@ -101,14 +101,14 @@ class WandbLogger(Logger):
             return self._experiment
         if rank_zero_only.rank != 0:
             return NoOpExperiment()
-        import wandb
-
+        wandb = lazy_import("wandb")
         if wandb.run is not None:
             self._experiment = wandb.run  # a run the user started already: log into it
         else:
             Path(self._save_dir).mkdir(parents=True, exist_ok=True)
             kwargs = {key: value for key, value in self._init_kwargs.items() if value is not None}
-            self._experiment = wandb.init(**kwargs)
+            with rng_untouched():  # starting a run must not move the training run's random streams
+                self._experiment = wandb.init(**kwargs)
         if getattr(self._experiment, "define_metric", None) is not None:
             # Every metric is plotted against the trainer's step rather than W&B's own counter.
             self._experiment.define_metric(_STEP_KEY)
@@ -167,8 +167,7 @@ class WandbLogger(Logger):
 
     @rank_zero_only
     def _upload_checkpoints(self) -> None:
-        import wandb
-
+        wandb = lazy_import("wandb")
         for path in self._checkpoints:
             name = self._checkpoint_name or f"model-{self.experiment.id}"
             artifact = wandb.Artifact(name=name, type="model")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import sys
 from collections.abc import Generator
 from types import ModuleType
@@ -48,3 +49,19 @@ def lazy_import(name: str) -> ModuleType:
         return module
     with rng_untouched():
         return importlib.import_module(name)
+
+
+def require(name: str, *, extra: str, feature: str) -> ModuleType:
+    """:func:`lazy_import` an optional package, or raise ``ModuleNotFoundError`` naming the install command.
+
+    Example::
+
+        mlflow = require("mlflow", extra="mlflow", feature="MLFlowLogger")
+    """
+    top = name.split(".")[0]
+    if top not in sys.modules and importlib.util.find_spec(top) is None:
+        raise ModuleNotFoundError(
+            f"{feature} needs the `{top}` package, which is not installed. "
+            f"Install it with `pip install 'fabricx[{extra}]'`."
+        )
+    return lazy_import(name)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import glob
 import json
+import random
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from fabricx.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from fabricx.train import Trainer
-from fabricx.utilities.optional import require
+from fabricx.utilities.imports import require
 from fabricx.utilities.rank_zero import rank_zero_only
 from tests.train._train_helpers import Regressor, loader, regression_data
 
@@ -97,6 +99,11 @@ def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkey
     expected = _fit(tracker, tmp_path)
 
     (run_file,) = glob.glob(str(tmp_path / "wandb_runs" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    # W&B's service process writes the log on its own schedule; the run is complete once its exit record is in.
+    deadline = time.monotonic() + 60
+    while not any(r.WhichOneof("record_type") == "exit" for r in _wandb_records(run_file)):
+        assert time.monotonic() < deadline, "the W&B run log never got its exit record"
+        time.sleep(0.2)
     history: dict[int, float] = {}
     config: dict[str, object] = {}
     for record in _wandb_records(run_file):
@@ -109,6 +116,20 @@ def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkey
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
     assert history == pytest.approx(expected, rel=1e-6)
     assert config["lr"] == 0.05 and config["optimizer"] == {"name": "sgd"}
+
+
+def test_starting_tracker_runs_leaves_the_random_streams_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    mlflow_logger = MLFlowLogger(save_dir=tmp_path / "m")  # no run name: MLflow draws one at random
+    mlflow_logger.log_metrics({"loss": 1.0}, step=0)
+    wandb_logger = WandbLogger(offline=True, save_dir=tmp_path / "w")
+    wandb_logger.log_metrics({"loss": 1.0}, step=0)
+    assert [random.random() for _ in range(3)] == expected
+    mlflow_logger.finalize("success")
+    wandb_logger.finalize("success")
 
 
 def test_trackers_do_nothing_off_rank_zero(tmp_path, monkeypatch):
