@@ -326,9 +326,16 @@ class Fabric:
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
     def setup_dataloaders(
-        self, *dataloaders: DataLoader, use_distributed_sampler: bool = True, move_to_device: bool = True
+        self,
+        *dataloaders: DataLoader,
+        use_distributed_sampler: bool = True,
+        move_to_device: bool = True,
+        global_batch_size: int | None = None,
     ) -> Any:
         """Make data loaders stateful, give each rank its share, and move batches to the device.
+
+        ``global_batch_size`` sets each rank's batch size to ``global_batch_size // world_size`` (it must
+        divide), so a run resumed on another number of processes keeps the samples per step.
 
         Example::
 
@@ -351,6 +358,7 @@ class Fabric:
                 "(torch.utils.data.DataLoader)."
             )
         kwargs = self._strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
+        batch_size = _per_rank_batch_size(global_batch_size, kwargs["num_replicas"])
         loaders = []
         for loader in dataloaders:
             stateful = build_stateful_loader(
@@ -358,6 +366,7 @@ class Fabric:
                 num_replicas=kwargs["num_replicas"],
                 rank=kwargs["rank"],
                 use_distributed_sampler=use_distributed_sampler,
+                batch_size=batch_size,
             )
             stateful = self._strategy.process_dataloader(stateful)
             device = self.device if move_to_device else None
@@ -924,3 +933,16 @@ def _process_group_initialized() -> bool:
 
 
 __all__ = ["Fabric"]
+
+
+def _per_rank_batch_size(global_batch_size: int | None, world_size: int) -> int | None:
+    if global_batch_size is None:
+        return None
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
+        raise ValueError(f"global_batch_size={global_batch_size!r}; give a positive int.")
+    if global_batch_size % world_size:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} cannot be split evenly over {world_size} processes. "
+            f"Give a multiple of {world_size}, or set the per-process batch size on the DataLoader instead."
+        )
+    return global_batch_size // world_size

@@ -22,7 +22,8 @@ from torch.utils.data import (
 from torchdata.stateful_dataloader import Stateful, StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
-from fabricx.data.sampler import ResumableRandomSampler, distributed_sampler_for
+from fabricx.data import elastic
+from fabricx.data.sampler import ElasticDistributedSampler, ResumableRandomSampler, distributed_sampler_for
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
@@ -43,7 +44,7 @@ _LOADER_SETTINGS = (
     "in_order",
     "snapshot_every_n_steps",
 )
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 def _has_default_batch_sampler(loader: DataLoader) -> bool:
@@ -54,14 +55,20 @@ def _has_default_batch_sampler(loader: DataLoader) -> bool:
 
 
 def build_stateful_loader(
-    loader: DataLoader, *, num_replicas: int = 1, rank: int = 0, use_distributed_sampler: bool = True
+    loader: DataLoader,
+    *,
+    num_replicas: int = 1,
+    rank: int = 0,
+    use_distributed_sampler: bool = True,
+    batch_size: int | None = None,
 ) -> StatefulDataLoader:
     """A ``StatefulDataLoader`` with the same settings as ``loader`` (and per-rank sampling).
 
     A ``StatefulDataLoader`` passed in without the need for a distributed sampler is kept as it is.
     A rebuilt loader hands worker state to the main process after every batch
     (``snapshot_every_n_steps=1``) unless the given loader chose otherwise, so a checkpoint holds
-    the exact position without replaying batches.
+    the exact position without replaying batches. ``batch_size`` replaces the loader's own batch
+    size (a loader with the default batch sampler).
 
     Example::
 
@@ -74,6 +81,11 @@ def build_stateful_loader(
             "Wrap your dataset in a DataLoader (or torchdata's StatefulDataLoader) first."
         )
     distributed = num_replicas > 1 and use_distributed_sampler
+    if batch_size is not None and (not _has_default_batch_sampler(loader) or loader.batch_size is None):
+        raise FabricxError(
+            "A batch size can only be set for a DataLoader built with batch_size= (not a custom "
+            "batch_sampler or batch_size=None); set it on the DataLoader instead."
+        )
     dataset = loader.dataset
     # What the rebuilt loader reads: the dataset, seen through a view that records worker generators.
     source = _with_worker_random_state(dataset, loader.num_workers)
@@ -84,10 +96,10 @@ def build_stateful_loader(
                 f"{num_replicas} ranks would read all of it. Split it by rank inside the dataset "
                 "(torch.distributed.get_rank()/get_world_size()) and pass use_distributed_sampler=False."
             )
-        if isinstance(loader, StatefulDataLoader):
+        if isinstance(loader, StatefulDataLoader) and batch_size in (None, loader.batch_size):
             return loader
-        return StatefulDataLoader(source, **_batching(loader), **_settings(loader))
-    if not distributed and isinstance(loader, StatefulDataLoader):
+        return StatefulDataLoader(source, **_batching(loader, batch_size), **_settings(loader))
+    if not distributed and isinstance(loader, StatefulDataLoader) and batch_size in (None, loader.batch_size):
         return loader
     if not _has_default_batch_sampler(loader):
         if distributed:
@@ -101,16 +113,16 @@ def build_stateful_loader(
     kwargs = _settings(loader)
     if distributed:
         sampler = distributed_sampler_for(sampler, dataset, num_replicas, rank, seed=global_seed())
-        return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
+        return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
     if type(sampler) is RandomSampler:
         # Draws what torch's sampler draws, when it draws it, and records its seed and position.
         sampler = ResumableRandomSampler(
             sampler.data_source, sampler.replacement, sampler._num_samples, generator=sampler.generator
         )
-        return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
+        return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
     if type(sampler) is SequentialSampler:
-        return StatefulDataLoader(source, **_batching(loader), **kwargs)
-    return StatefulDataLoader(source, **_batching(loader), sampler=sampler, **kwargs)
+        return StatefulDataLoader(source, **_batching(loader, batch_size), **kwargs)
+    return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
 
 
 class _WorkerRandomStateDataset(Dataset):
@@ -204,8 +216,13 @@ def _with_worker_random_state(dataset: Any, num_workers: int) -> Any:
     return _WorkerRandomStateDataset(dataset)
 
 
-def _batching(loader: DataLoader) -> dict[str, Any]:
-    return {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
+def _batching(loader: DataLoader, batch_size: int | None = None) -> dict[str, Any]:
+    return {"batch_size": loader.batch_size if batch_size is None else batch_size, "drop_last": loader.drop_last}
+
+
+def _with_sampler(loader: StatefulDataLoader, sampler: Any, batch_size: int | None = None) -> StatefulDataLoader:
+    """A ``StatefulDataLoader`` like ``loader`` (same dataset view and settings) reading ``sampler``."""
+    return StatefulDataLoader(loader.dataset, **_batching(loader, batch_size), sampler=sampler, **_settings(loader))
 
 
 def _settings(loader: DataLoader) -> dict[str, Any]:
@@ -282,6 +299,10 @@ class FabricDataLoader:
         self._finished = False
         self._resume_pending = False
         self._yielded = 0
+        # After a resume at another number of processes: the batches this rank's share of the epoch
+        # would have had before the remainder it reads now (so len() and batches_consumed keep their
+        # meaning for a whole epoch at this size).
+        self._batch_offset = 0
         # Whether the inner loader holds an iterator of the current epoch (built or restored).
         self._inner_live = False
         # Random state just before this epoch's iterator was built (replayed when resuming it).
@@ -305,11 +326,26 @@ class FabricDataLoader:
 
     @property
     def batches_consumed(self) -> int:
-        """How many batches of the current epoch were handed out."""
+        """How many batches of the current epoch were handed out (after a resume at another number of
+        processes: counted as if this rank had read its share of the whole epoch at this size)."""
         return self._yielded
 
+    @property
+    def samples_consumed(self) -> int | None:
+        """Samples of the current epoch's order consumed by all ranks together (``None`` when the
+        loader's order cannot be described independently of the process count).
+
+        Example::
+
+            loader.samples_consumed  # 24 after 2 batches of 6 on each of 2 ranks
+        """
+        order = elastic.describe_order(self._loader)
+        if order is None or not self._started:
+            return None if order is None else 0
+        return elastic.consumed_samples(self._loader, order, self._yielded - self._batch_offset)
+
     def __len__(self) -> int:
-        return len(self._loader)
+        return len(self._loader) + self._batch_offset
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "_loader":
@@ -336,6 +372,7 @@ class FabricDataLoader:
             if self._started:
                 self._epoch += 1
             self._yielded = 0
+            self._batch_offset = 0
         self._started = True
         self._finished = False
         self._set_sampler_epoch()
@@ -364,18 +401,30 @@ class FabricDataLoader:
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Epoch, position and random state of this rank's loader (plain values and tensors)."""
+        """Epoch, position and random state of this rank's loader (plain values and tensors).
+
+        ``position`` holds the world-size-independent part: how the epoch's order is made and how many
+        of its samples all ranks together consumed, so that a run with another number of processes
+        can deal exactly the remaining ones.
+        """
         try:
-            num_batches: int | None = len(self._loader)
+            num_batches: int | None = len(self)
         except TypeError:
             num_batches = None
+        order = elastic.describe_order(self._loader)
+        position = None
+        if order is not None:
+            consumed = self.samples_consumed if self._started else 0
+            position = {"order": order, "consumed": consumed}
         return {
             "version": _STATE_VERSION,
             "epoch": self._epoch,
             "started": self._started,
             "finished": self._finished,
             "batches_consumed": self._yielded,
+            "batch_offset": self._batch_offset,
             "num_batches": num_batches,
+            "position": position,
             "rank": self._rank,
             "world_size": self._world_size,
             "epoch_start": self._epoch_start,
@@ -396,10 +445,18 @@ class FabricDataLoader:
         self._started = bool(state_dict["started"])
         self._finished = bool(state_dict["finished"])
         self._yielded = int(state_dict.get("batches_consumed", 0))
+        self._batch_offset = int(state_dict.get("batch_offset", 0))
         self._epoch_start = state_dict.get("epoch_start")
         self._resume_pending = False
         self._inner_live = False
         saved_world = int(state_dict.get("world_size", self._world_size))
+        position = state_dict.get("position")
+        current = elastic.describe_order(self._loader)
+        if position is not None and current is not None and (
+            saved_world != self._world_size or position["order"]["kind"] != current["kind"]
+        ):
+            self._resume_elsewhere(state_dict, position, saved_world)
+            return
         if saved_world != self._world_size:
             self._adapt_to_new_world_size(state_dict, saved_world)
             return
@@ -442,6 +499,52 @@ class FabricDataLoader:
             _restore_global_rng(current)
             for generator, state in zip(self._generators, saved_generators, strict=True):
                 generator.set_state(state)
+
+    def _resume_elsewhere(self, state_dict: dict[str, Any], position: dict[str, Any], saved_world: int) -> None:
+        """Continue a position saved by another number of processes (or another kind of order):
+        the same epoch order, without the samples all ranks consumed, dealt across this run's ranks."""
+        saved = position["order"]
+        if self._world_size == 1 and saved["kind"] == "distributed" and not isinstance(
+            self._loader.sampler, ElasticDistributedSampler
+        ):
+            # One process continuing a multi-process order: read it through the same sampler, 1 replica.
+            self._replace_loader(elastic.single_process_replacement(saved, self._loader.dataset))
+        current = elastic.describe_order(self._loader)
+        assert current is not None
+        elastic.check_same_order(saved, current)
+        consumed = int(position["consumed"] or 0)
+        self._batch_offset = 0
+        self._yielded = 0
+        if not self._started or self._finished or consumed >= int(saved["length"]):
+            # Nothing of the epoch left: the next iter() starts the next epoch, whose order depends
+            # only on the seed and the epoch number.
+            self._finished = self._started
+            self._epoch_start = None
+            return
+        sampler = self._loader.sampler
+        if not isinstance(sampler, ElasticDistributedSampler):
+            raise FabricxError(
+                f"This loader state was saved by {saved_world} process(es) in the middle of epoch {self._epoch}; "
+                f"continuing it on {self._world_size} needs the distributed sampler fabricx builds for a "
+                f"shuffled or sequential DataLoader, but this loader reads a {type(sampler).__name__}."
+            )
+        if consumed > 0:  # (none consumed yet: the epoch is read from its start, in this run's order)
+            sampler.resume_epoch(self._epoch, consumed, elastic.saved_epoch_order(saved))
+        self._set_sampler_epoch()
+        self._batch_offset = elastic.full_epoch_batches(self._loader) - len(self._loader)
+        self._yielded = self._batch_offset
+        saved_generators = list(state_dict.get("generators") or [])
+        if len(saved_generators) != len(self._generators):
+            saved_generators = [g.get_state() for g in self._generators]
+        with self._replaying_epoch_start(saved_generators):
+            self._loader.state_dict()  # builds this epoch's iterator now; the next iter() reuses it
+        self._inner_live = True
+        self._resume_pending = True
+
+    def _replace_loader(self, sampler: Any) -> None:
+        self._loader = _with_sampler(self._loader, sampler)
+        self._fabricx_unwrapped = self._loader
+        self._generators = _loader_generators(self._loader)
 
     def _adapt_to_new_world_size(self, state_dict: dict[str, Any], saved_world: int) -> None:
         num_batches = state_dict.get("num_batches")

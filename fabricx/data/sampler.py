@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import itertools
+import math
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -30,8 +32,23 @@ class ResumableRandomSampler(RandomSampler):
         state = iterator.state_dict()
     """
 
+    #: How the epoch being read drew its order (``{"seed": ...}`` or ``{"generator": ...}``), once drawn.
+    last_start: dict[str, Any] | None = None
+
     def __iter__(self) -> Iterator[int]:
         return _ResumableRandomOrder(self)
+
+    def order_from(self, start: dict[str, Any]) -> list[int]:
+        """The whole order of an epoch that began with ``start`` (a ``last_start``); draws nothing
+        from the global generator and leaves this sampler's generator as it was."""
+        saved = self.generator.get_state() if self.generator is not None else None
+        iterator = _ResumableRandomOrder(self)
+        try:
+            iterator._begin(start)
+            return list(iterator._indices)  # type: ignore[arg-type]
+        finally:
+            if saved is not None:
+                self.generator.set_state(saved)  # type: ignore[union-attr]
 
 
 class _ResumableRandomOrder(Iterator[int]):
@@ -60,6 +77,7 @@ class _ResumableRandomOrder(Iterator[int]):
                 raise ValueError("This sampler state was saved with a generator; build the sampler with one.")
             generator.set_state(torch.as_tensor(start["generator"]))
         self._start = start
+        sampler.last_start = start
         # torch's own iteration code, run with that generator: the same order for every torch version.
         view = copy.copy(sampler)
         view.generator = generator
@@ -98,6 +116,115 @@ class _IndexList(Dataset):
 
     def __getitem__(self, item: int) -> int:
         return self.indices[item]
+
+
+class ElasticDistributedSampler(StatefulDistributedSampler):
+    """torch's ``DistributedSampler`` (the same indices for every rank and epoch) that can also deal
+    the rest of an epoch begun at another number of ranks.
+
+    Each epoch has one global order (a permutation seeded with ``seed + epoch``, or ``0..n-1``), which
+    rank ``r`` of ``num_replicas`` reads as ``order[r::num_replicas]``, padded (or cut, with
+    ``drop_last``) to equal shares. After :meth:`resume_epoch` with ``start=c``, that epoch's first
+    ``c`` samples of the order are left out and the remaining ones are dealt the same way across this
+    run's ranks; other epochs are unaffected. ``order`` replaces the epoch's order (the remainder of a
+    single-process epoch, whose order came from torch's global generator).
+
+    Example::
+
+        sampler = ElasticDistributedSampler(dataset, num_replicas=3, rank=0, shuffle=True, seed=0)
+        sampler.resume_epoch(epoch=1, start=24)  # 24 samples of epoch 1 were consumed at 2 ranks
+        sampler.set_epoch(1)
+    """
+
+    _RESUME = "resume"
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(dataset, num_replicas, rank, shuffle, seed, drop_last)  # type: ignore[arg-type]
+        self._full_shares = (self.num_samples, self.total_size)
+        self._resume: dict[str, Any] | None = None
+
+    def epoch_order(self, epoch: int | None = None) -> list[int]:
+        """The global order of ``epoch`` (default: the current one), before padding and dealing."""
+        epoch = self.epoch if epoch is None else epoch
+        resume = self._resume
+        if resume is not None and resume["epoch"] == epoch and resume.get("order") is not None:
+            return list(resume["order"])
+        length = len(self.dataset)  # type: ignore[arg-type]
+        if not self.shuffle:
+            return list(range(length))
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + epoch)
+        return torch.randperm(length, generator=generator).tolist()
+
+    @property
+    def start(self) -> int:
+        """Samples of the current epoch's order consumed before this run's share of it began."""
+        resume = self._resume
+        return int(resume["start"]) if resume is not None and resume["epoch"] == self.epoch else 0
+
+    def resume_epoch(self, epoch: int, start: int, order: list[int] | None = None) -> None:
+        """Make ``epoch`` deal only its samples from position ``start`` of its order on."""
+        length = len(order) if order is not None else len(self.dataset)  # type: ignore[arg-type]
+        if not 0 <= start < length:
+            raise ValueError(f"start={start} is outside the epoch's {length} samples.")
+        self._resume = {"epoch": int(epoch), "start": int(start), "order": order}
+        self._update_shares()
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        self._update_shares()
+
+    def _update_shares(self) -> None:
+        start = self.start
+        if start == 0:
+            self.num_samples, self.total_size = self._full_shares
+            return
+        remaining = len(self.epoch_order()) - start
+        world = self.num_replicas
+        if self.drop_last and remaining % world:
+            self.num_samples = remaining // world
+        else:
+            self.num_samples = math.ceil(remaining / world)
+        self.total_size = self.num_samples * world
+
+    def _indices(self) -> list[int]:
+        resume = self._resume
+        if self.start == 0 and (resume is None or resume["epoch"] != self.epoch or resume.get("order") is None):
+            return list(DistributedSampler.__iter__(self))  # exactly torch's DistributedSampler
+        remaining = self.epoch_order()[self.start :]
+        if len(remaining) < self.total_size:  # pad like DistributedSampler: from the beginning of the rest
+            padding = self.total_size - len(remaining)
+            remaining += (remaining * math.ceil(padding / len(remaining)))[:padding]
+        return remaining[self.rank : self.total_size : self.num_replicas]
+
+    def __iter__(self) -> Iterator[int]:
+        self.yielded = 0
+        if self.next_yielded is not None:
+            self.yielded = self.next_yielded
+            self.next_yielded = None
+        for index in itertools.islice(self._indices(), self.yielded, None):
+            self.yielded += 1
+            yield index
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._resume is not None:
+            state[self._RESUME] = dict(self._resume)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        resume = state_dict.get(self._RESUME)
+        self._resume = None if resume is None else dict(resume)
+        self._update_shares()
 
 
 class DistributedSamplerWrapper(StatefulDistributedSampler):
@@ -180,7 +307,7 @@ def distributed_sampler_for(
     """The per-rank replacement for the sampler a single-process loader would use.
 
     Sequential order stays sequential (rank ``r`` gets ``r, r + n, ...``), plain shuffling (torch's
-    or torchdata's ``RandomSampler``) becomes a shuffled ``StatefulDistributedSampler`` seeded with
+    or torchdata's ``RandomSampler``) becomes a shuffled :class:`ElasticDistributedSampler` seeded with
     ``seed`` (the order changes with ``set_epoch`` and is the same permutation on every rank), a
     ``DistributedSampler`` is kept, and any other sampler is wrapped in
     :class:`DistributedSamplerWrapper`.
@@ -192,12 +319,19 @@ def distributed_sampler_for(
     if isinstance(sampler, DistributedSampler):
         return sampler
     if type(sampler) is SequentialSampler:
-        return StatefulDistributedSampler(dataset, num_replicas, rank, shuffle=False, seed=seed, drop_last=drop_last)
-    if type(sampler) in (RandomSampler, StatefulRandomSampler) and not sampler.replacement and (
-        sampler._num_samples is None
-    ):
-        return StatefulDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=seed, drop_last=drop_last)
+        return ElasticDistributedSampler(dataset, num_replicas, rank, shuffle=False, seed=seed, drop_last=drop_last)
+    if is_plain_shuffle(sampler):
+        return ElasticDistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=seed, drop_last=drop_last)
     return DistributedSamplerWrapper(sampler, num_replicas, rank, drop_last=drop_last, seed=seed)
+
+
+def is_plain_shuffle(sampler: Any) -> bool:
+    """Whether ``sampler`` is a plain shuffle: each sample once per epoch, in a random order."""
+    return (
+        type(sampler) in (RandomSampler, StatefulRandomSampler, ResumableRandomSampler)
+        and not sampler.replacement
+        and sampler._num_samples is None
+    )
 
 
 def is_shuffling(sampler: Any) -> bool:

@@ -288,7 +288,7 @@ class _DTensorStrategy(ParallelStrategy):
         )
 
     def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
-        from fabricx.checkpoint.fabric_state import RESERVED_PREFIX, apply_loaded_state
+        from fabricx.checkpoint.fabric_state import RESERVED_PREFIX, apply_loaded_state, rank_entries
         from fabricx.checkpoint.format import read_checkpoint
         from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
 
@@ -305,7 +305,8 @@ class _DTensorStrategy(ParallelStrategy):
         if requested:
             self._load_sharded_entries(directory, state, requested, rest, strict)
         others = {key: obj for key, obj in state.items() if key not in kinds}
-        remainder = apply_loaded_state(self, others, shared, loaded.per_rank, strict)
+        # A rank the saving run did not have (more processes now) receives rank 0's loader positions.
+        remainder = apply_loaded_state(self, others, shared, rank_entries(loaded, others), strict)
         state.update(others)
         unrequested = {key: kind for key, kind in kinds.items() if key not in state}
         remainder.update(read_full_entries(directory, rest, unrequested) if unrequested else {})

@@ -21,7 +21,6 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from fabricx import Fabric
 from fabricx.strategies import DDPStrategy
-from fabricx.utilities.exceptions import FabricxError
 
 SAMPLES, BATCH, EPOCHS, WORLD = 48, 4, 2, 2
 PER_RANK_BATCHES = SAMPLES // (BATCH * WORLD)  # 6 per epoch: accumulation windows of 4 and 2
@@ -145,14 +144,22 @@ def phase_two(fabric: Fabric, plan: list[dict], out: str, single_end: str, singl
     fabric.load(single_end, state)
     batch_ids = next(iter(state["loader"]))[0].tolist()
     results["from_single_end"] = {"epoch": state["loader"].epoch, "first_ids": batch_ids}
-    # ... and in the middle of an epoch: every rank refuses with an explanation.
+    # ... and in the middle of an epoch: the ranks share the rest of that epoch's order.
     state = _build(fabric)
-    try:
-        fabric.load(single_mid, state)
-        results["from_single_mid"] = "loaded"
-    except FabricxError as error:
-        results["from_single_mid"] = str(error)
+    fabric.load(single_mid, state)
+    loader = state["loader"]
+    rest = [i for ids, *_ in loader for i in ids.tolist()]
+    results["from_single_mid"] = {"epoch": loader.epoch, "rest": rest, "single_order": _single_order(single_mid)}
     torch.save(results, Path(out) / f"two_rank{fabric.global_rank}.pt")
+
+
+def _single_order(path: str) -> list[int]:
+    """The order of the epoch the one-process run was in when it saved ``path`` (rebuilt from its seed)."""
+    from fabricx.data.elastic import saved_epoch_order
+
+    single = Fabric(accelerator="cpu", devices=1)
+    state = single.load(path)
+    return saved_epoch_order(state["loader"]["position"]["order"])
 
 
 def _ddp_fabric() -> Fabric:
@@ -217,23 +224,34 @@ def test_ddp_resume_in_new_processes_is_bit_exact(ddp_runs):
 
 
 def test_ddp_resume_on_a_different_number_of_processes(ddp_runs):
-    one, two, _, tmp_path = ddp_runs
+    one, two, plan, tmp_path = ddp_runs
     # One-process checkpoint at an epoch end, resumed on two ranks: epoch 1's distributed order.
     for rank in range(WORLD):
         reference_epoch1 = one[rank]["full"][False]["seen"][PER_RANK_BATCHES * BATCH :][:BATCH]
         assert two[rank]["from_single_end"] == {"epoch": 1, "first_ids": reference_epoch1}
-        message = two[rank]["from_single_mid"]
-        assert "saved by rank 0 of 1 processes" in message and "Resume with 1 processes" in message
+    # One-process checkpoint after 3 batches: the two ranks deal the rest of that epoch's order in turn.
+    mids = [two[rank]["from_single_mid"] for rank in range(WORLD)]
+    order = mids[0]["single_order"]
+    assert all(mid["epoch"] == 0 for mid in mids)
+    assert sorted(mids[0]["rest"] + mids[1]["rest"]) == sorted(order[3 * BATCH :])  # each remaining sample once
+    assert mids[0]["rest"] == order[3 * BATCH :: 2] and mids[1]["rest"] == order[3 * BATCH + 1 :: 2]
 
-    # Two-rank checkpoints loaded into ONE process: an epoch end continues, mid-epoch is refused.
+    # Two-rank checkpoints loaded into ONE process: an epoch end continues with the 2-rank run's next
+    # epoch order; mid-epoch, the one process reads every sample the two ranks had not consumed.
     single = Fabric(accelerator="cpu", devices=1, grad_accum_steps=ACCUM)
     state = _build(single)
     single.load(tmp_path / "shuffle-epoch-end", state)
     assert state["step"] == PER_RANK_BATCHES
-    next(iter(state["loader"]))
+    ids = next(iter(state["loader"]))[0].tolist()
     assert state["loader"].epoch == 1
-    with pytest.raises(FabricxError, match="saved by rank 0 of 2 processes in the middle of epoch"):
-        single.load(tmp_path / "shuffle-mid", _build(single))
+    epoch1 = [one[r]["full"][False]["seen"][PER_RANK_BATCHES * BATCH :] for r in range(WORLD)]
+    assert ids == [epoch1[0][0], epoch1[1][0], epoch1[0][1], epoch1[1][1]]  # the 2-rank order, read in turn
+    state = _build(single)
+    single.load(tmp_path / "shuffle-mid", state)
+    rest = [i for ids, *_ in state["loader"] for i in ids.tolist()]
+    [stop] = [scenario["stop"] for scenario in plan if scenario["name"] == "shuffle-mid"]
+    consumed = {i for r in range(WORLD) for i in one[r]["full"][False]["seen"][: stop * BATCH]}
+    assert sorted(rest) == sorted(set(range(SAMPLES)) - consumed)  # none twice, none missing
 
 
 def test_ddp_accumulation_has_no_allreduce_off_boundary_and_equals_large_batch(ddp_runs):
