@@ -79,6 +79,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "one process holding the whole model (bytes of parameters, gradients and optimizer state)", timeout_s=200,
     ),
     Benchmark(
+        "compile_overhead", "torch.compile through Fabric (a transformer block, inductor, CPU)",
+        "the same compiled block in a raw PyTorch loop (time per step)",
+        full={"steps": 40, "repeats": 5}, quick={"steps": 5, "repeats": 1}, timeout_s=400,
+    ),
+    Benchmark(
         "peers", "Lightning Fabric and Accelerate on the same loop", "the same loop in plain PyTorch (time per step)",
         full={"steps": 300, "repeats": 15}, quick={"steps": 30, "repeats": 2},
     ),

@@ -16,6 +16,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
+from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
 from fabricx.utilities import seed as _seed
@@ -49,6 +50,8 @@ class Fabric:
         save_rng_states: store every rank's random generator states in checkpoints and restore them.
         preemption_signals: ``True`` (SIGTERM and SIGUSR1) or a list of signals that a scheduler sends before
             stopping the job; :attr:`preemption_requested` then turns true at the next check.
+        compile: ``torch.compile`` every set-up model: ``True``, a dict of ``torch.compile`` arguments, or
+            ``"regional"`` (each repeated block). A model compiled before :meth:`setup` stays compiled anyway.
 
     Example::
 
@@ -77,6 +80,7 @@ class Fabric:
         grad_accum_steps: int = 1,
         save_rng_states: bool = True,
         preemption_signals: Any = None,
+        compile: CompileOption = None,
     ) -> None:
         connector = Connector(
             accelerator=accelerator,
@@ -97,6 +101,7 @@ class Fabric:
         self._grad_accum_steps = grad_accum_steps
         self._save_rng_states = save_rng_states
         self._preemption_signals = resolve_signals(preemption_signals) if preemption_signals else []
+        self._compile = check_compile_option(compile)
         self._preemption_watcher: PreemptionWatcher | None = None
         self._accumulation = _AccumulationState()
         # Decided once: when neither strategy nor precision changes backward, call it directly.
@@ -266,6 +271,7 @@ class Fabric:
             model, optimizer = fabric.setup(model, optimizer)
         """
         self._require_launched("setup()")
+        module, compiled = split_compiled(module)
         self._check_module_not_setup(module)
         for optimizer in optimizers:
             self._check_optimizer(optimizer, module)
@@ -276,7 +282,7 @@ class Fabric:
         forward_module, optimizers_out, scheduler = self._strategy.setup_module_and_optimizers(
             module, list(optimizers), scheduler
         )
-        wrapped = self._wrap_module(forward_module, original, move_to_device)
+        wrapped = self._wrap_module(forward_module, original, move_to_device, compiled)
         wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
         if hasattr(original, "_fabric_optimizers"):  # a LightningModule reaches its optimizers through Fabric
             original._fabric_optimizers = wrapped_optimizers
@@ -296,13 +302,14 @@ class Fabric:
             optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters()))
         """
         self._require_launched("setup_module()")
+        module, compiled = split_compiled(module)
         self._check_module_not_setup(module, "setup_module")
         original = module
         if move_to_device:
             self._move_module(module)
         module = self._precision.convert_module(module)
         forward_module = self._strategy.setup_module(module)
-        return self._wrap_module(forward_module, original, move_to_device)
+        return self._wrap_module(forward_module, original, move_to_device, compiled)
 
     def setup_optimizers(self, *optimizers: Optimizer) -> Any:
         """Set up optimizers created over an already set-up model's parameters.
@@ -381,8 +388,11 @@ class Fabric:
             return  # materialised by the strategy after sharding
         self._strategy.module_to_device(module)
 
-    def _wrap_module(self, forward_module: nn.Module, original: nn.Module, move_to_device: bool) -> FabricModule:
+    def _wrap_module(
+        self, forward_module: nn.Module, original: nn.Module, move_to_device: bool, compiled: Any = None
+    ) -> FabricModule:
         self._strategy.materialize_module(forward_module)
+        forward_module = compile_forward(forward_module, compiled, self._compile)
         self._setup_modules.add(original)
         self._models_setup += 1
         if hasattr(original, "_fabric"):  # a LightningModule: self.fabric, self.logger, self.log go through us
