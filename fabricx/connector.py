@@ -137,6 +137,7 @@ def _layout_from_external_launcher(devices: Any, num_nodes: int) -> tuple[Any, i
 
 
 def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
+    from fabricx.checkpoint.io import CheckpointIO
     from fabricx.environments.base import ClusterEnvironment
 
     if plugins is None:
@@ -155,12 +156,24 @@ def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
             if environment is not None:
                 raise MisconfigurationError("Two cluster environments were given in plugins; pass one.")
             environment = plugin
-        elif hasattr(plugin, "save_checkpoint") and hasattr(plugin, "load_checkpoint"):
+        elif isinstance(plugin, CheckpointIO):
+            if checkpoint_io is not None:
+                raise MisconfigurationError(
+                    f"Two checkpoint I/O plugins were given ({type(checkpoint_io).__name__}, "
+                    f"{type(plugin).__name__}); pass one."
+                )
             checkpoint_io = plugin
+        elif hasattr(plugin, "save_checkpoint") and hasattr(plugin, "load_checkpoint"):
+            raise MisconfigurationError(
+                f"plugins got {type(plugin).__name__}, a Lightning-style checkpoint I/O object (save_checkpoint/"
+                "load_checkpoint of one pickled file). fabricx checkpoints are directories written by every rank "
+                "and committed atomically: subclass fabricx.checkpoint.CheckpointIO (or LocalCheckpointIO) "
+                "instead."
+            )
         else:
             raise MisconfigurationError(
                 f"plugins got {plugin!r} of type {type(plugin).__name__}; allowed are a Precision, a "
-                "ClusterEnvironment or a checkpoint I/O object (with save_checkpoint/load_checkpoint)."
+                "ClusterEnvironment or a checkpoint I/O object (a fabricx.checkpoint.CheckpointIO)."
             )
     return precision, environment, checkpoint_io
 

@@ -16,6 +16,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
+from fabricx.checkpoint.format import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
@@ -30,8 +31,8 @@ from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
 
-_RNG_KEY = "__fabricx_rng__"
-_PRECISION_KEY = "__fabricx_precision__"
+_RNG_KEY = reserved_key("rng")
+_PRECISION_KEY = reserved_key("precision")
 
 
 class Fabric:
@@ -688,7 +689,9 @@ class Fabric:
         """Save models, optimizers, schedulers, data loaders and plain values; every rank must call it.
 
         The checkpoint is a directory written atomically: a failed save never damages a previous one.
-        Every rank's random generator states and the grad scaler are stored too. ``path`` may be an
+        Every rank's random generator states and the grad scaler are stored too, and inside an
+        accumulation window its position and every rank's accumulated gradients, so the resumed run
+        continues the window exactly. ``path`` may be an
         fsspec URL (``s3://``, ``gs://``, ``memory://``).
 
         With ``async_save=True`` the state is copied to host memory and written in a background thread;
@@ -704,12 +707,6 @@ class Fabric:
         if not isinstance(state, dict):
             raise TypeError(f"save() expects a dict of things to save, got {type(state).__name__}.")
         self._require_launched("save()")
-        if self._accumulation.counter != 0:
-            raise FabricxError(
-                f"save() was called inside a gradient-accumulation window ({self._accumulation.counter} of "
-                f"{self._accumulation.window_length} micro-batches done): the accumulated gradients are not "
-                "part of a checkpoint, so a resumed run would differ. Save after the optimizer step."
-            )
         from fabricx.checkpoint.background import wait_for_pending_save
 
         wait_for_pending_save()
@@ -804,7 +801,7 @@ class Fabric:
             manager = CheckpointManager("runs/exp1", total_limit=3)
             path = fabric.save_checkpoint(manager, state)
         """
-        from fabricx.checkpoint.resume import save_checkpoint
+        from fabricx.resume import save_checkpoint
 
         return save_checkpoint(self, project, state, filter=filter, async_save=async_save)
 
@@ -815,7 +812,7 @@ class Fabric:
 
             resumed_from = fabric.load_latest("runs/exp1", state)  # None on the first run
         """
-        from fabricx.checkpoint.resume import load_latest
+        from fabricx.resume import load_latest
 
         return load_latest(self, project, state, strict=strict)
 
@@ -848,10 +845,14 @@ class Fabric:
         return self._strategy.load_module_state_dict(unwrap(module), load_weights(path), strict=strict)
 
     def _with_internal_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        from fabricx.window_state import window_entries
+
         internal = dict(state)
         if self._save_rng_states:
             internal[_RNG_KEY] = RNGStates()
         internal[_PRECISION_KEY] = self._precision
+        # Inside an accumulation window: its position and every rank's accumulated gradients.
+        internal.update(window_entries(self._accumulation, self._strategy, state))
         return internal
 
     # -- callbacks and logging ----------------------------------------------------------------------------

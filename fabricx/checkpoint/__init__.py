@@ -1,6 +1,7 @@
 """On-disk checkpoints: a code-free format, atomic writing, automatic naming/retention, weight export.
 
-This package only does file I/O. Processes are coordinated by the caller, which passes a ``barrier``
+This package only does file I/O (it imports neither the façade nor a strategy). Processes are
+coordinated by the caller, which passes a ``barrier``
 callable (and an agreed ``token``) where several ranks write one checkpoint.
 
 Example::
@@ -29,27 +30,32 @@ from fabricx.checkpoint.format import (
     CheckpointWriter,
     LoadedCheckpoint,
     is_checkpoint,
+    is_complete,
     read_checkpoint,
     read_meta,
     write_checkpoint,
     write_single_file,
 )
-from fabricx.checkpoint.manager import CheckpointManager
+from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.manager import CheckpointManager, remove_checkpoint
 from fabricx.checkpoint.serialization import dump, load
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "CheckpointIO",
     "CheckpointManager",
     "CheckpointWriter",
     "LoadedCheckpoint",
+    "LocalCheckpointIO",
     "abort_directory",
     "atomic_directory",
     "atomic_write_file",
     "commit_directory",
     "dump",
     "is_checkpoint",
+    "is_complete",
     "load",
     "load_weights",
     "load_weights_into",
@@ -57,6 +63,7 @@ __all__ = [
     "prepare_directory",
     "read_checkpoint",
     "read_meta",
+    "remove_checkpoint",
     "resolve_directory",
     "save_weights",
     "write_checkpoint",

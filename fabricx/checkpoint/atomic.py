@@ -3,7 +3,10 @@
 A reader must always find either the previous complete checkpoint or the new complete one, never a
 half-written mix. Directories are written under a temporary sibling name and renamed into place;
 replacing an existing directory goes through a short-lived ``<name>.old-<token>`` sibling, which
-:func:`resolve_directory` falls back to if a crash happened in the middle of the swap.
+:func:`resolve_directory` falls back to if a crash happened in the middle of the swap. A directory is
+deleted by first renaming it to ``<name>.del-<token>`` (a name no reader considers), so a crash in
+the middle of a deletion never leaves a half-deleted copy under a readable name. Which copy is
+complete is decided by a caller-given check (the checkpoint format's manifest), never by mtime.
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ __all__ = [
     "atomic_write_file",
     "commit_directory",
     "fsync_tree",
+    "list_files",
     "prepare_directory",
+    "recover_directory",
+    "remove_directory",
     "resolve_directory",
 ]
 
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
+_DEL_MARK = ".del-"
+#: Suffix marks of the left-overs a save or a deletion can leave next to a checkpoint.
+LEFTOVER_MARKS = (_TMP_MARK, _OLD_MARK, _DEL_MARK)
 
 
 def _new_token() -> str:
@@ -86,6 +95,49 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
+def _discard(path: Path) -> None:
+    """Delete ``path``: renamed to ``<name>.del-<token>`` first (atomic), then removed."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if path.is_dir() and not path.is_symlink() and _DEL_MARK not in path.name:
+        trash = path.with_name(f"{_base_name(path.name)}{_DEL_MARK}{_new_token()}")
+        try:
+            os.rename(path, trash)
+        except OSError:
+            trash = path
+        else:
+            _fsync_dir(path.parent)
+        _remove(trash)
+        return
+    _remove(path)
+
+
+def _base_name(name: str) -> str:
+    for mark in LEFTOVER_MARKS:
+        at = name.find(mark)
+        if at > 0:
+            return name[:at]
+    return name
+
+
+def list_files(path: str | os.PathLike[str]) -> dict[str, int]:
+    """``{relative path: size}`` of every regular file under ``path`` (POSIX separators), sorted.
+
+    Example::
+
+        list_files("ckpt.tmp-ab12")  # {"meta.json": 412, "shared.json": 96, ...}
+    """
+    root = Path(path)
+    files: dict[str, int] = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            file_path = Path(dirpath, name)
+            if file_path.is_symlink() or not file_path.is_file():
+                continue
+            files[file_path.relative_to(root).as_posix()] = file_path.stat().st_size
+    return dict(sorted(files.items()))
+
+
 def prepare_directory(path: str | os.PathLike[str], token: str | None = None) -> Path:
     """Create and return the empty temporary sibling ``<name>.tmp-<token>`` that will become ``path``.
 
@@ -123,8 +175,8 @@ def commit_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) 
     """Make the fully written ``tmp`` directory visible as ``path``, replacing what was there.
 
     Files are flushed first. An existing ``path`` is first renamed to ``<name>.old-<random>``, then
-    ``tmp`` is renamed into place, then the old copy is deleted, so at any instant one complete
-    version can be found (see :func:`resolve_directory`).
+    ``tmp`` is renamed into place, then the old copy is deleted (renamed to ``.del-`` first), so at any
+    instant one complete version can be found (see :func:`resolve_directory`).
 
     Example::
 
@@ -147,7 +199,7 @@ def commit_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) 
                 os.rename(old, target)
             raise
         _fsync_dir(parent)
-        _remove(old)
+        _discard(old)
     else:
         os.rename(tmp_path, target)
         _fsync_dir(parent)
@@ -211,28 +263,95 @@ def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO
     _fsync_dir(target.parent)
 
 
-def resolve_directory(path: str | os.PathLike[str]) -> Path | None:
+def _always(path: Path) -> bool:
+    return True
+
+
+def _siblings(target: Path, mark: str) -> list[Path]:
+    prefix = f"{target.name}{mark}"
+    try:
+        return [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return []
+
+
+def _complete_copies(target: Path, is_complete: Callable[[Path], bool]) -> list[Path]:
+    """The complete ``.old-*`` copies of ``target``, newest first (by the check's own order, then mtime)."""
+    found = [p for p in _siblings(target, _OLD_MARK) if _safe_check(is_complete, p)]
+    return sorted(found, key=_mtime, reverse=True)
+
+
+def _safe_check(is_complete: Callable[[Path], bool], path: Path) -> bool:
+    try:
+        return bool(is_complete(path))
+    except Exception:
+        return False
+
+
+def resolve_directory(
+    path: str | os.PathLike[str], is_complete: Callable[[Path], bool] | None = None
+) -> Path | None:
     """Where the complete contents of ``path`` are: ``path`` itself, or a swap left-over if a crash hit.
 
     A crash between the two renames of :func:`commit_directory` leaves only ``<name>.old-<token>``;
-    that previous version is complete and is returned. ``None`` when neither exists.
+    that previous version is complete and is returned. ``is_complete`` decides what counts as a
+    complete copy (default: anything that exists); copies it rejects are never returned, whatever their
+    mtime. ``None`` when there is no complete copy.
 
     Example::
 
-        found = resolve_directory("ckpt")
+        found = resolve_directory("ckpt", lambda d: (d / "meta.json").is_file())
+    """
+    check = is_complete or _always
+    target = Path(path)
+    if target.exists() and (target.is_file() or _safe_check(check, target)):
+        return target
+    copies = _complete_copies(target, check)
+    if copies:
+        return copies[0]
+    return None
+
+
+def recover_directory(path: str | os.PathLike[str], is_complete: Callable[[Path], bool] | None = None) -> Path | None:
+    """Undo what crashed saves left at ``path``: the newest complete copy goes back to ``path``, the rest goes.
+
+    Only one process (rank 0) should call it, and not while another save to ``path`` runs. Removes
+    unfinished ``.tmp-*`` saves, ``.old-*`` copies and half-done ``.del-*`` deletions of ``path``.
+    Returns ``path`` if a complete checkpoint is there afterwards, else ``None``.
+
+    Example::
+
+        recover_directory("ckpt", lambda d: (d / "meta.json").is_file())
+    """
+    check = is_complete or _always
+    target = Path(path)
+    present = target.exists() and (target.is_file() or _safe_check(check, target))
+    if not present:
+        copies = _complete_copies(target, check)
+        if copies:
+            if target.exists() or target.is_symlink():
+                _discard(target)  # damaged: a complete copy takes its place
+            os.rename(copies[0], target)
+            _fsync_dir(target.parent)
+            present = True
+    for mark in LEFTOVER_MARKS:
+        for leftover in _siblings(target, mark):
+            _discard(leftover)
+    return target if present else None
+
+
+def remove_directory(path: str | os.PathLike[str]) -> None:
+    """Delete the directory (or file) ``path`` and its left-overs; a crash midway leaves no readable half.
+
+    Example::
+
+        remove_directory("runs/exp1/checkpoints/checkpoint_0")
     """
     target = Path(path)
-    if target.exists():
-        return target
-    prefix = f"{target.name}{_OLD_MARK}"
-    try:
-        candidates = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
-    except OSError:
-        return None
-    if not candidates:
-        return None
-    # Several left-overs only happen after repeated crashes; the most recent one is the newest version.
-    return max(candidates, key=_mtime)
+    _discard(target)
+    for mark in (_OLD_MARK, _DEL_MARK, _TMP_MARK):
+        for leftover in _siblings(target, mark):
+            _discard(leftover)
 
 
 def _mtime(path: Path) -> float:

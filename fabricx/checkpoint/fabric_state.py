@@ -1,28 +1,80 @@
-"""Turning what a user passes to ``fabric.save``/``fabric.load`` into checkpoint contents and back.
+"""The one checkpoint pipeline: what a user passes to ``fabric.save``/``fabric.load`` becomes files and back.
 
-The on-disk layout belongs to :mod:`fabricx.checkpoint.format`; this module decides which entries
-are shared by every rank (model, optimizer, plain values) and which belong to one rank (data
-loader positions, random generators), and applies a loaded checkpoint to live objects.
+Every strategy saves and loads through :func:`save_fabric_checkpoint` and :func:`load_fabric_checkpoint`.
+They decide which entries are shared by every rank (model, optimizer, plain values) and which belong
+to one rank (data loader positions, random generators), write them with the on-disk layout of
+:mod:`fabricx.checkpoint.format` through the strategy's :class:`~fabricx.checkpoint.io.CheckpointIO`,
+and apply a loaded checkpoint to live objects. A strategy that stores some entries its own way
+(DTensor shards, a DeepSpeed engine's files) says so with an :class:`EntryStorage`; the rest of the
+pipeline (names, per-rank entries, world-size changes, strictness, errors) is the same for all.
+
+The strategy is used only through the methods it is handed to (``global_rank``, ``world_size``,
+``barrier``, ``broadcast``, the state-dict methods, ``checkpoint_io`` and ``checkpoint_storage()``);
+this module imports no strategy.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint.format import read_checkpoint, write_checkpoint
+from fabricx.checkpoint.format import (
+    RESERVED_PREFIX,
+    CheckpointWriter,
+    LoadedCheckpoint,
+    default_io,
+    is_reserved,
+    read_checkpoint,
+)
+from fabricx.checkpoint.io import CheckpointIO
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 if TYPE_CHECKING:
     from fabricx.strategies.strategy import Strategy
 
-#: Keys fabricx adds to every checkpoint for its own state.
-RESERVED_PREFIX = "__fabricx_"
+
+class EntryStorage:
+    """How a strategy stores some entries of the user's state itself (shards, an engine's own files).
+
+    The pipeline hands it the entries it :meth:`claims`; everything else goes through the shared layout.
+    Its :meth:`record` lands in ``meta.json``'s ``extra_meta[meta_key]``, and :func:`stored_entries`
+    reads the keys back from there, so any strategy (and ``fabricx consolidate``) can read them in full.
+
+    Example::
+
+        class MyStorage(EntryStorage):
+            meta_key = "my_shards"
+            def claims(self, key, obj): return isinstance(unwrap_object(obj), MyShardedModule)
+            ...
+    """
+
+    #: ``extra_meta`` key of this storage's record (one of :data:`STORAGE_KINDS`).
+    meta_key: str = ""
+
+    def claims(self, key: str, obj: Any) -> bool:
+        """Whether this storage writes ``state[key]`` itself."""
+        return False
+
+    def check_filter(self, keys: list[str], filter: Mapping[str, Callable] | None) -> None:
+        """Refuse a ``save(filter=...)`` on claimed entries that this storage cannot filter."""
+
+    def record(self, entries: dict[str, Any]) -> dict[str, Any]:
+        """The JSON record for ``meta.json`` describing the claimed ``entries``."""
+        raise NotImplementedError
+
+    def save(self, staging: Path, entries: dict[str, Any], filter: Mapping[str, Callable] | None) -> dict[str, Any]:
+        """Every rank: write the claimed entries under ``staging``; return extra shared (JSON-side) entries."""
+        raise NotImplementedError
+
+    def load(self, loaded: LoadedCheckpoint, entries: dict[str, Any], strict: bool) -> None:
+        """Every rank: restore the live objects ``entries`` (stored by this storage) from ``loaded``."""
+        raise NotImplementedError
 
 
 class CheckpointKeyError(CheckpointError, KeyError):
@@ -83,21 +135,124 @@ def split_state(
     return shared, per_rank
 
 
+def _io(strategy: Any) -> CheckpointIO:
+    io = getattr(strategy, "checkpoint_io", None)
+    return io if isinstance(io, CheckpointIO) else default_io()
+
+
+def _storage(strategy: Any) -> EntryStorage | None:
+    get = getattr(strategy, "checkpoint_storage", None)
+    return get() if callable(get) else None
+
+
+def _claimed(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:
+    if storage is None:
+        return {}
+    return {key: obj for key, obj in state.items() if storage.claims(key, obj)}
+
+
 def save_fabric_checkpoint(
     strategy: Strategy, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None
 ) -> None:
-    """Write ``state`` to ``path`` as a fabricx checkpoint directory, every rank taking part."""
-    shared, per_rank = split_state(strategy, state, filter)
-    token = strategy.broadcast(uuid.uuid4().hex) if strategy.world_size > 1 else None
-    write_checkpoint(
+    """Write ``state`` to ``path`` as a fabricx checkpoint directory, every rank taking part.
+
+    Example::
+
+        save_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10})
+    """
+    storage = _storage(strategy)
+    claimed = _claimed(storage, state)
+    plain = {key: obj for key, obj in state.items() if key not in claimed}
+    if claimed and storage is not None:
+        storage.check_filter(list(claimed), filter)
+    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in plain} or None
+    shared, per_rank = split_state(strategy, plain, plain_filter)
+    extra_meta = {storage.meta_key: storage.record(claimed)} if claimed and storage is not None else None
+    distributed = strategy.world_size > 1
+    writer = CheckpointWriter(
         path,
-        shared if strategy.is_global_zero else None,
-        per_rank,
         rank=strategy.global_rank,
         world_size=strategy.world_size,
-        barrier=strategy.barrier if strategy.world_size > 1 else None,
-        token=token,
+        barrier=strategy.barrier if distributed else None,
+        token=strategy.broadcast(uuid.uuid4().hex) if distributed else None,
+        extra_meta=extra_meta,
+        io=_io(strategy),
     )
+    staging = writer.begin()
+    try:
+        if claimed and storage is not None:
+            shared.update(storage.save(staging, claimed, filter))
+        writer.write_shared(shared)
+        writer.write_rank(per_rank)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.commit()
+
+
+# ------------------------------------------------------------------------ entries stored by a strategy
+
+
+def stored_entries(meta: Mapping[str, Any]) -> dict[str, str]:
+    """``{state key: storage meta key}`` for every entry a strategy stored its own way.
+
+    Example::
+
+        stored_entries(read_meta("ckpt"))  # {"model": "fabricx_sharded", "optimizer": "fabricx_sharded"}
+    """
+    from fabricx.checkpoint.deepspeed_consolidate import META_KEY as DEEPSPEED_KEY
+    from fabricx.checkpoint.sharded import META_KEY as SHARDED_KEY
+    from fabricx.checkpoint.sharded import sharded_info
+
+    found: dict[str, str] = {}
+    info = sharded_info(meta)
+    if info is not None:
+        found.update({key: SHARDED_KEY for key in info["entries"]})
+    extra = meta.get("extra_meta") or {}
+    record = extra.get(DEEPSPEED_KEY) if isinstance(extra, Mapping) else None
+    if record is not None:
+        models = record.get("models") if isinstance(record, Mapping) else None
+        if not isinstance(models, Mapping):
+            raise CheckpointError(f"The checkpoint metadata's {DEEPSPEED_KEY!r} record is damaged: {record!r}.")
+        found.update({key: DEEPSPEED_KEY for key in models})
+        for entry in models.values():  # an engine's optimizer lives in its model's files
+            optimizer = entry.get("optimizer") if isinstance(entry, Mapping) else None
+            if isinstance(optimizer, str):
+                found[optimizer] = DEEPSPEED_OPTIMIZER
+    return found
+
+
+#: What :func:`stored_entries` says of an optimizer stored inside its DeepSpeed model's engine files.
+DEEPSPEED_OPTIMIZER = "deepspeed_optimizer"
+_ENGINE_KINDS = ("deepspeed", DEEPSPEED_OPTIMIZER)
+
+
+def read_full(loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
+    """The entries ``keys`` stored by a strategy (shards, engine files) as full CPU tensors, in this process.
+
+    A DeepSpeed optimizer's state has no full form; it is left out.
+
+    Example::
+
+        read_full(read_checkpoint("ckpt"), ["model"])["model"]  # a plain state dict
+    """
+    from fabricx.checkpoint.deepspeed_consolidate import META_KEY as DEEPSPEED_KEY
+    from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
+
+    stored = stored_entries(loaded.meta)
+    full: dict[str, Any] = {}
+    sharded = [key for key in keys if key in stored and stored[key] not in _ENGINE_KINDS]
+    if sharded:
+        info = sharded_info(loaded.meta)
+        assert info is not None
+        kinds = {key: info["entries"][key] for key in sharded}
+        full.update(read_full_entries(loaded.path / info["directory"], loaded.shared.get(REST_KEY, {}), kinds))
+    engines = [key for key in keys if stored.get(key) == DEEPSPEED_KEY]
+    if engines:
+        from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
+
+        full.update(deepspeed_model_states(loaded.path, keys=engines))
+    return full
 
 
 def apply_loaded_state(
@@ -120,7 +275,7 @@ def apply_loaded_state(
         source = rank_remaining if is_per_rank(obj) else remaining
         if key not in source:
             # a per-rank entry saved by fewer ranks falls back to nothing; reserved keys are optional
-            if not key.startswith(RESERVED_PREFIX):
+            if not is_reserved(key):
                 missing.append(key)
             continue
         value = source.pop(key)
@@ -128,10 +283,10 @@ def apply_loaded_state(
     if missing and strict:
         raise CheckpointKeyError(
             f"The checkpoint {path or ''} has no entries for {missing}; it holds "
-            f"{sorted(k for k in shared if not k.startswith(RESERVED_PREFIX))}. "
+            f"{sorted(k for k in shared if not is_reserved(k))}. "
             "Pass strict=False to load what is there, or remove those keys from the state you load into."
         )
-    return {key: value for key, value in remaining.items() if not key.startswith(RESERVED_PREFIX)}
+    return {key: value for key, value in remaining.items() if not is_reserved(key)}
 
 
 def _load_into(
@@ -219,36 +374,62 @@ def _holds_stateful(container: dict[str, Any]) -> bool:
     return any(hasattr(unwrap_object(v), "load_state_dict") or isinstance(v, dict) for v in container.values())
 
 
+def _native(stored_kind: str | None, native_kind: str | None) -> bool:
+    if stored_kind is None or native_kind is None:
+        return False
+    return stored_kind == native_kind or (stored_kind == DEEPSPEED_OPTIMIZER and native_kind == "deepspeed")
+
+
 def load_fabric_checkpoint(
     strategy: Strategy, path: str, state: dict[str, Any] | None = None, strict: bool = True
 ) -> dict[str, Any]:
-    """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None)."""
-    loaded = read_checkpoint(path, rank=strategy.global_rank)
-    _merge_sharded_entries(loaded)
+    """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None).
+
+    The same for every strategy: entries this strategy stores its own way and that the checkpoint
+    stored that way are restored by its :class:`EntryStorage`; entries another strategy stored are read
+    in full and loaded like any other; per-rank entries follow :func:`rank_entries` (world-size changes).
+
+    Example::
+
+        remainder = load_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model})
+    """
+    from fabricx.checkpoint.sharded import REST_KEY
+
+    loaded = read_checkpoint(path, rank=strategy.global_rank, io=_io(strategy))
+    stored = stored_entries(loaded.meta)
+    shared = {key: value for key, value in loaded.shared.items() if key != REST_KEY}
     if state is None:
-        merged = dict(loaded.shared)
-        merged.update({k: v for k, v in (loaded.per_rank or {}).items()})
-        return {key: value for key, value in merged.items() if not key.startswith(RESERVED_PREFIX)}
-    per_rank = rank_entries(loaded, state)
-    return apply_loaded_state(strategy, state, loaded.shared, per_rank, strict, path=loaded.path)
-
-
-def _merge_sharded_entries(loaded: Any) -> None:
-    """Read the shards of a sharded (FSDP/TP) checkpoint as full tensors, so any strategy can load it."""
-    from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
-
-    info = sharded_info(loaded.meta)
-    if info is None:
-        return
-    rest = loaded.shared.pop(REST_KEY, {})
-    loaded.shared.update(read_full_entries(loaded.path / info["directory"], rest, info["entries"]))
+        merged = {**shared, **(loaded.per_rank or {}), **read_full(loaded, list(stored))}
+        return {key: value for key, value in merged.items() if not is_reserved(key)}
+    storage = _storage(strategy)
+    claimed = _claimed(storage, state)
+    native_kind = storage.meta_key if storage is not None else None
+    native = {key: obj for key, obj in claimed.items() if _native(stored.get(key), native_kind)}
+    # Entries stored by another strategy (or by this one for objects it does not claim now) load in full.
+    foreign = [key for key in state if key in stored and key not in native]
+    shared.update(read_full(loaded, foreign))
+    if native and storage is not None:
+        try:
+            storage.load(loaded, native, strict)
+        except CheckpointError:
+            raise
+        except Exception as error:
+            raise CheckpointError(
+                f"Cannot restore {sorted(native)} from the checkpoint {loaded.path}: {type(error).__name__}: "
+                f"{str(error).strip()[:1000]}"
+            ) from error
+    others = {key: obj for key, obj in state.items() if key not in native}
+    remainder = apply_loaded_state(strategy, others, shared, rank_entries(loaded, state), strict, path=loaded.path)
+    state.update(others)  # plain values were replaced inside ``others``
+    unrequested = [key for key in stored if key not in state]
+    remainder.update(read_full(loaded, unrequested) if unrequested else {})
+    return remainder
 
 
 def rank_entries(loaded: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """This rank's per-rank checkpoint entries; for a rank the saving run did not have (more
     processes now) rank 0's, so its data loaders can decide whether they can continue (see
-    :func:`_borrowed_rank_state`). Strategies with their own ``load_checkpoint`` pass this to
-    :func:`apply_loaded_state` instead of ``loaded.per_rank``.
+    :func:`_borrowed_rank_state`).
 
     Example::
 
@@ -256,7 +437,7 @@ def rank_entries(loaded: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """
     if loaded.per_rank is not None:
         return loaded.per_rank
-    if any(is_per_rank(obj) and not key.startswith(RESERVED_PREFIX) for key, obj in state.items()):
+    if any(is_per_rank(obj) and not is_reserved(key) for key, obj in state.items()):
         return _borrowed_rank_state(loaded.path)
     return None
 
@@ -267,8 +448,6 @@ def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
     Random states are left out (each rank keeps its own); a data loader receives a state that names
     the world size it was saved with and decides whether it can continue from it.
     """
-    from pathlib import Path
-
     from fabricx.checkpoint.format import rank_stem
     from fabricx.checkpoint.serialization import json_path, load
 
@@ -278,7 +457,20 @@ def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
     entries = load(directory, rank_stem(0))
     if not isinstance(entries, dict):
         return None
-    return {key: value for key, value in entries.items() if not key.startswith(RESERVED_PREFIX)}
+    return {key: value for key, value in entries.items() if not is_reserved(key)}
 
 
-__all__ = ["CheckpointError", "load_fabric_checkpoint", "rank_entries", "save_fabric_checkpoint"]
+__all__ = [
+    "RESERVED_PREFIX",
+    "CheckpointError",
+    "CheckpointKeyError",
+    "CheckpointStateError",
+    "EntryStorage",
+    "load_fabric_checkpoint",
+    "rank_entries",
+    "read_full",
+    "save_fabric_checkpoint",
+    "split_state",
+    "stored_entries",
+    "unwrap_object",
+]

@@ -2,12 +2,15 @@
 
 A checkpoint is a directory::
 
-    meta.json                          format version, fabricx version, world size, keys, extras
+    meta.json                          format version, fabricx version, world size, keys, extras, and
+                                       the manifest: every other file's relative path and size
     shared.json / shared.safetensors   state every rank shares (written by rank 0)
     rank_<r>.json / rank_<r>.safetensors   state of rank r (RNG, data position, ...)
     <anything a strategy adds>         e.g. a torch.distributed.checkpoint folder of shards
 
-It is written under a temporary name and renamed into place once complete (``meta.json`` last).
+It is written under a temporary name and renamed into place once complete (``meta.json`` last),
+through a :class:`~fabricx.checkpoint.io.CheckpointIO`. A directory is complete when its
+``meta.json`` reads and every file of its manifest is there with its size (:func:`is_complete`).
 A regular file at the checkpoint path is read as a single-file ``torch.save`` checkpoint
 (Lightning Fabric style), with ``weights_only=True`` so it cannot run code.
 """
@@ -32,14 +35,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
-from fabricx.checkpoint.atomic import (
-    abort_directory,
-    atomic_write_file,
-    commit_directory,
-    prepare_directory,
-    resolve_directory,
-    temporary_name,
-)
+from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
@@ -47,21 +43,45 @@ from fabricx.utilities.exceptions import CheckpointError
 __all__ = [
     "FORMAT_VERSION",
     "META_FILE",
+    "RESERVED_PREFIX",
     "CheckpointWriter",
     "LoadedCheckpoint",
     "is_checkpoint",
+    "is_complete",
     "read_checkpoint",
     "read_meta",
+    "reserved_key",
     "write_checkpoint",
     "write_single_file",
 ]
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
+#: Prefix of the entries fabricx adds to a checkpoint for its own state (RNG, precision, accumulation, ...).
+RESERVED_PREFIX = "__fabricx_"
+_MANIFEST_KEY = "files"
 SHARED_STEM = "shared"
 _FORMAT_NAME = "fabricx-checkpoint"
 # Token every rank agrees on without talking; one save to a given path runs at a time.
 _DEFAULT_DISTRIBUTED_TOKEN = "save"
+
+
+def reserved_key(name: str) -> str:
+    """The checkpoint key of fabricx's own entry ``name``: ``reserved_key("rng") == "__fabricx_rng__"``."""
+    return f"{RESERVED_PREFIX}{name}__"
+
+
+def is_reserved(key: Any) -> bool:
+    """Whether ``key`` is one of fabricx's own checkpoint entries (never reported to the user)."""
+    return isinstance(key, str) and key.startswith(RESERVED_PREFIX)
+
+
+_DEFAULT_IO = LocalCheckpointIO()
+
+
+def default_io() -> CheckpointIO:
+    """The checkpoint I/O used when none is given: local files."""
+    return _DEFAULT_IO
 
 
 def rank_stem(rank: int) -> str:
@@ -126,6 +146,7 @@ class CheckpointWriter:
         barrier: Callable[[], Any] | None = None,
         token: str | None = None,
         extra_meta: dict | None = None,
+        io: CheckpointIO | None = None,
     ) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size); got rank={rank}, world_size={world_size}.")
@@ -148,7 +169,8 @@ class CheckpointWriter:
         if token is None:
             token = _DEFAULT_DISTRIBUTED_TOKEN if world_size > 1 else secrets.token_hex(4)
         self._token = token
-        self.tmp = temporary_name(self.path, token)
+        self.io = io or default_io()
+        self.tmp = self.io.staging_dir(self.path, token)
         self._extra_meta = extra_meta
         self._shared_keys: list[str] | None = None
         self._rank_keys: list[str] | None = None
@@ -175,8 +197,10 @@ class CheckpointWriter:
         self._expect("new", "begin")
         if self.rank == 0:
             with self._writing():
-                prepare_directory(self.path, self._token)
+                self.io.recover(self.path, is_complete)
+                self.io.stage(self.path, self._token)
         self._sync()
+        self.tmp = self.io.staging_dir(self.path, self._token)
         self._state = "open"
         return self.tmp
 
@@ -200,12 +224,14 @@ class CheckpointWriter:
     def commit(self) -> Path:
         """Wait for all ranks, write ``meta.json`` and move the directory into place (rank 0), wait again."""
         self._expect("open", "commit")
+        with self._writing():
+            self.io.finish_rank(self.tmp, self.path, self.rank)
         self._sync()
         if self.rank == 0:
             try:
                 self._write_meta_and_rename()
             except BaseException:
-                abort_directory(self.tmp)
+                self.io.abort(self.tmp, self.path)
                 self._state = "aborted"
                 raise
         self._sync()
@@ -227,15 +253,21 @@ class CheckpointWriter:
                 "shared_keys": self._shared_keys,
                 "per_rank_keys": self._rank_keys,
                 "extra_meta": self._extra_meta,
+                _MANIFEST_KEY: {
+                    name: size for name, size in self.io.manifest(self.tmp).items() if name != META_FILE
+                },
             }
             text = json.dumps(meta, indent=2, allow_nan=False)
-            (self.tmp / META_FILE).write_text(text, encoding="utf-8")
-            commit_directory(self.tmp, self.path)
+            with open(self.tmp / META_FILE, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.io.commit(self.tmp, self.path)
 
     def abort(self) -> None:
         """Give up: rank 0 removes the temporary directory; the previous checkpoint stays as it was."""
         if self.rank == 0 and self._state != "committed":
-            abort_directory(self.tmp)
+            self.io.abort(self.tmp, self.path)
         self._state = "aborted"
 
     def __enter__(self) -> CheckpointWriter:
@@ -292,6 +324,7 @@ def write_checkpoint(
     barrier: Callable[[], Any] | None = None,
     token: str | None = None,
     extra_meta: dict | None = None,
+    io: CheckpointIO | None = None,
 ) -> Path:
     """Write a complete checkpoint directory at ``path`` in one call (see :class:`CheckpointWriter`).
 
@@ -301,7 +334,7 @@ def write_checkpoint(
         write_checkpoint("run/ckpt", shared, {"rng": torch.get_rng_state()})
     """
     writer = CheckpointWriter(
-        path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=extra_meta
+        path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=extra_meta, io=io
     )
     writer.begin()
     try:
@@ -350,7 +383,36 @@ def read_meta(directory: str | os.PathLike[str]) -> dict:
     return meta
 
 
-def read_checkpoint(path: str | os.PathLike[str], rank: int = 0) -> LoadedCheckpoint:
+def is_complete(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds a whole checkpoint: ``meta.json`` reads and every file it lists is there
+    with its recorded size (checkpoints written before manifests existed need ``meta.json`` only).
+
+    Example::
+
+        is_complete("run/ckpt")  # False for a copy a crash left half-deleted
+    """
+    root = Path(directory)
+    try:
+        meta = read_meta(root)
+    except CheckpointError:
+        return False
+    files = meta.get(_MANIFEST_KEY)
+    if files is None:
+        return True
+    if not isinstance(files, dict):
+        return False
+    for name, size in files.items():
+        if not isinstance(name, str) or not isinstance(size, int) or name.startswith("/") or ".." in name.split("/"):
+            return False
+        try:
+            if (root / name).stat().st_size != size:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointIO | None = None) -> LoadedCheckpoint:
     """Load a checkpoint directory (or a single-file checkpoint) onto the CPU without running code.
 
     ``per_rank`` is ``None`` when the checkpoint has no file for ``rank`` (e.g. it was written by
@@ -364,7 +426,10 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0) -> LoadedCheckp
     target = Path(path)
     if target.is_file():
         return _read_single_file(target)
-    found = resolve_directory(target)
+    found = (io or default_io()).resolve(target, is_complete)
+    if found is None and target.is_dir():
+        # No complete copy anywhere: read this one, whose readers say exactly what is wrong with it.
+        found = target
     if found is None:
         leftovers = (
             sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*"))
@@ -441,12 +506,12 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
     target = Path(path)
     if target.is_file():
         return _looks_like_torch_file(target)
-    found = resolve_directory(target)
+    found = default_io().resolve(target, is_complete)
     if found is None:
         return False
     if found.is_file():
         return _looks_like_torch_file(found)
-    return (found / META_FILE).is_file()
+    return True
 
 
 def _looks_like_torch_file(file: Path) -> bool:
@@ -494,7 +559,7 @@ def _check_weights_only(value: Any, path: str) -> None:
     )
 
 
-def write_single_file(path: str | os.PathLike[str], state: dict) -> Path:
+def write_single_file(path: str | os.PathLike[str], state: dict, io: CheckpointIO | None = None) -> Path:
     """Atomically write ``state`` with ``torch.save`` so it loads with ``weights_only=True``.
 
     Example::
@@ -507,5 +572,5 @@ def write_single_file(path: str | os.PathLike[str], state: dict) -> Path:
     except RecursionError:
         raise CheckpointError("Cannot save the state: it is nested too deeply.") from None
     target = Path(path)
-    atomic_write_file(target, lambda handle: torch.save(state, handle))
+    (io or default_io()).write_file(target, lambda handle: torch.save(state, handle))
     return target

@@ -1,42 +1,73 @@
-"""Automatic checkpoint names in a project directory, "latest" lookup and keep-last-k retention."""
+"""Automatic checkpoint names in a project directory, "latest" lookup and keep-last-k retention.
+
+This is the one retention implementation: :class:`CheckpointManager` keeps the last k checkpoints,
+and :func:`remove_checkpoint` (which ``ModelCheckpoint`` uses for its top-k) deletes one so that no
+reader ever sees a half-deleted copy. Complete means loadable: ``meta.json`` and every file its
+manifest lists (:func:`~fabricx.checkpoint.format.is_complete`), never "a ``meta.json`` exists".
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabricx.checkpoint.format import META_FILE
+from fabricx.checkpoint.format import default_io, is_complete
+from fabricx.checkpoint.io import CheckpointIO
 
-__all__ = ["CheckpointManager"]
+try:  # advisory locks tell a live writer's reservation from one a killed writer left
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["CheckpointManager", "remove_checkpoint"]
+
+_RESERVED = "reserved"
+
+
+def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = None) -> None:
+    """Delete the checkpoint at ``path`` (and what crashed saves left next to it), crash-safely.
+
+    Example::
+
+        remove_checkpoint("runs/exp1/checkpoints/checkpoint_0")
+    """
+    (io or default_io()).remove(path)
 
 
 @dataclass(frozen=True)
 class _Entry:
     index: int
     path: Path
-    kind: str  # "complete", "incomplete" (committed name, no meta), "tmp" or "old"
+    kind: str  # "committed", "tmp", "old", "del" or "reserved"
 
 
 class CheckpointManager:
     """Names checkpoints ``<project_dir>/checkpoints/<prefix>_<n>`` and prunes old ones.
 
     ``n`` keeps counting across runs and manager objects: it is one past the highest index found on
-    disk, unfinished saves included, so a name is never reused. Only rank 0 should call
-    :meth:`apply_retention`, after a new checkpoint is complete.
+    disk, unfinished saves and reservations included, so a name is never reused. :meth:`reserve`
+    claims a name atomically (an exclusive create), so concurrent writers to one directory never get
+    the same one. Only rank 0 should call :meth:`apply_retention`, after a new checkpoint is complete.
 
     Example::
 
         manager = CheckpointManager("runs/exp1", total_limit=2)
-        write_checkpoint(manager.next_path(), {"model": model.state_dict()}, None)
+        path = manager.reserve()
+        write_checkpoint(path, {"model": model.state_dict()}, None)
+        manager.release(path)
         manager.apply_retention()
         resume_from = manager.latest()
     """
 
     def __init__(
-        self, project_dir: str | os.PathLike[str], total_limit: int | None = None, prefix: str = "checkpoint"
+        self,
+        project_dir: str | os.PathLike[str],
+        total_limit: int | None = None,
+        prefix: str = "checkpoint",
+        io: CheckpointIO | None = None,
     ):
         if total_limit is not None and (
             isinstance(total_limit, bool) or not isinstance(total_limit, int) or total_limit < 1
@@ -47,7 +78,11 @@ class CheckpointManager:
         self.project_dir = Path(project_dir)
         self.total_limit = total_limit
         self.prefix = prefix
-        self._pattern = re.compile(rf"^{re.escape(prefix)}_(\d+)(?:\.(tmp|old)-[A-Za-z0-9_-]+)?$")
+        self.io = io or default_io()
+        self._pattern = re.compile(
+            rf"^{re.escape(prefix)}_(\d+)(?:\.(tmp|old|del)-[A-Za-z0-9_-]+|\.({_RESERVED}))?$"
+        )
+        self._held: dict[int, int] = {}  # index -> locked file descriptor of our reservation
 
     @property
     def directory(self) -> Path:
@@ -57,6 +92,9 @@ class CheckpointManager:
     def path_for(self, index: int) -> Path:
         """The committed path of checkpoint number ``index``."""
         return self.directory / f"{self.prefix}_{index}"
+
+    def _reservation(self, index: int) -> Path:
+        return self.directory / f"{self.prefix}_{index}.{_RESERVED}"
 
     def _scan(self) -> list[_Entry]:
         try:
@@ -68,9 +106,8 @@ class CheckpointManager:
             match = self._pattern.match(child.name)
             if match is None:
                 continue
-            index, leftover = int(match.group(1)), match.group(2)
-            kind = leftover or ("complete" if (child / META_FILE).is_file() else "incomplete")
-            entries.append(_Entry(index, child, kind))
+            kind = match.group(2) or match.group(3) or "committed"
+            entries.append(_Entry(int(match.group(1)), child, kind))
         return sorted(entries, key=lambda e: (e.index, e.path.name))
 
     @property
@@ -82,15 +119,91 @@ class CheckpointManager:
     def next_path(self) -> Path:
         """Where the next checkpoint should be written: one past the highest index on disk (0 when none).
 
+        Two processes calling it at once can get the same path; use :meth:`reserve` when several
+        writers share the directory.
+
         Example::
 
             manager.next_path()  # runs/exp1/checkpoints/checkpoint_3
         """
         return self.path_for(self.iteration)
 
+    def reserve(self) -> Path:
+        """Atomically claim the next free name and return its path; :meth:`release` it after the save.
+
+        The claim is a ``<name>.reserved`` file created exclusively (and locked while this process
+        lives), so concurrent writers to one directory never share a name.
+
+        Example::
+
+            path = manager.reserve()
+            fabric.save(path, state)
+            manager.release(path)
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        while True:
+            index = self.iteration
+            try:
+                fd = os.open(self._reservation(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                continue  # another writer claimed it between our scan and our create
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._held[index] = fd
+            return self.path_for(index)
+
+    def release(self, path: str | os.PathLike[str]) -> None:
+        """Drop the reservation of ``path`` (after its save committed or failed).
+
+        Example::
+
+            manager.release(path)
+        """
+        match = self._pattern.match(Path(path).name)
+        if match is None:
+            return
+        index = int(match.group(1))
+        fd = self._held.pop(index, None)
+        with contextlib.suppress(FileNotFoundError):
+            self._reservation(index).unlink()
+        if fd is not None:
+            os.close(fd)
+
+    def _live(self, index: int, entries: list[_Entry]) -> bool:
+        """Whether a writer that is still running holds the reservation of ``index``."""
+        if index in self._held:
+            return True
+        if not any(e.index == index and e.kind == _RESERVED for e in entries):
+            return False
+        if fcntl is None:
+            return True
+        try:
+            fd = os.open(self._reservation(index), os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def _complete_indices(self, entries: list[_Entry]) -> list[int]:
+        indices = sorted({e.index for e in entries if e.kind in ("committed", "old")})
+        return [i for i in indices if self.io.resolve(self.path_for(i), is_complete) is not None]
+
     def list_complete(self) -> list[Path]:
-        """Complete checkpoints (committed name with ``meta.json``), oldest first."""
-        return [e.path for e in self._scan() if e.kind == "complete"]
+        """Loadable checkpoints, oldest first: every file their ``meta.json`` lists is there.
+
+        A checkpoint whose save crashed between its two renames is listed under its own name (loading
+        that name finds the complete copy); a half-written or half-deleted one never is.
+
+        Example::
+
+            manager.list_complete()  # [.../checkpoint_3, .../checkpoint_4]
+        """
+        return [self.path_for(i) for i in self._complete_indices(self._scan())]
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or ``None`` if there is none.
@@ -103,36 +216,44 @@ class CheckpointManager:
         complete = self.list_complete()
         return complete[-1] if complete else None
 
+    def remove(self, path: str | os.PathLike[str]) -> None:
+        """Delete one checkpoint crash-safely (see :func:`remove_checkpoint`)."""
+        remove_checkpoint(path, self.io)
+
     def apply_retention(self) -> list[Path]:
         """Delete complete checkpoints beyond ``total_limit`` (oldest first) and stale left-overs.
 
-        A left-over (``.tmp-*``/``.old-*``) is stale when it belongs to an older checkpoint than the
-        newest complete one. Returns what was removed.
+        A left-over (``.tmp-*``/``.old-*``/``.del-*``/``.reserved``, or a committed name that does not
+        load) is stale when it belongs to an older checkpoint than the newest complete one and no
+        running writer holds its reservation; a checkpoint whose committed name a crash left empty
+        gets its complete copy back. Returns what was removed.
 
         Example::
 
             removed = manager.apply_retention()
         """
         entries = self._scan()
-        complete = [e for e in entries if e.kind == "complete"]
+        complete = self._complete_indices(entries)
         if not complete:
             return []
-        newest = complete[-1].index
+        newest = complete[-1]
         doomed: list[Path] = []
         if self.total_limit is not None and len(complete) > self.total_limit:
-            doomed += [e.path for e in complete[: len(complete) - self.total_limit]]
-        for entry in entries:
-            stale_tmp = entry.kind == "tmp" and entry.index < newest
-            # An .old-* next to its committed directory is what an interrupted swap left behind.
-            stale_old = entry.kind == "old" and entry.index <= newest
-            if stale_tmp or stale_old:
-                doomed.append(entry.path)
-        for path in doomed:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+            for index in complete[: len(complete) - self.total_limit]:
+                doomed.append(self.path_for(index))
+                self.remove(self.path_for(index))
+        kept = set(complete[len(complete) - self.total_limit :] if self.total_limit else complete)
+        # Left-overs, and committed names that do not load (a copy damaged or cut short), below the newest.
+        stale = {e.index for e in entries if e.kind != "committed" or e.index not in complete}
+        for index in sorted(stale):
+            if index > newest or self._live(index, entries):
+                continue
+            leftovers = [e.path for e in entries if e.index == index and (e.kind != "committed" or index not in kept)]
+            if index in kept:
+                self.io.recover(self.path_for(index), is_complete)
             else:
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    pass
+                remove_checkpoint(self.path_for(index), self.io)
+            with contextlib.suppress(FileNotFoundError):
+                self._reservation(index).unlink()
+            doomed += [p for p in leftovers if not p.exists()]
         return doomed

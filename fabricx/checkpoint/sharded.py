@@ -29,7 +29,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint.format import CheckpointWriter
+from fabricx.checkpoint.format import CheckpointWriter, reserved_key
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
@@ -46,12 +46,14 @@ __all__ = [
     "set_model_state",
     "set_optimizer_state",
     "sharded_info",
+    "sharded_record",
+    "write_sharded",
 ]
 
 SHARDED_DIR = "sharded"
 META_KEY = "fabricx_sharded"
 #: Shared-state key holding the non-tensor parts of sharded entries.
-REST_KEY = "__fabricx_sharded_rest__"
+REST_KEY = reserved_key("sharded_rest")
 _FORMAT = "torch.distributed.checkpoint"
 _SHOWN = 8
 
@@ -245,6 +247,30 @@ def _flatten(state: Mapping[str, Any], prefix: str = "") -> dict[str, Tensor]:
 # -------------------------------------------------------------------------------------------------- saving
 
 
+def sharded_record(kinds: Mapping[str, str]) -> dict[str, Any]:
+    """The ``meta.json`` record (``extra_meta[META_KEY]``) of the sharded entries ``kinds``."""
+    return {"format": _FORMAT, "directory": SHARDED_DIR, "entries": dict(kinds)}
+
+
+def write_sharded(staging: str | os.PathLike[str], sharded: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Every rank: write the tensors of ``sharded`` (by checkpoint key) into ``staging/sharded`` with DCP.
+
+    Returns the non-tensor parts, which belong in the shared state under :data:`REST_KEY`.
+
+    Example::
+
+        rest = write_sharded(tmp, {"model": get_model_state(fsdp_model, full=False)})
+    """
+    import torch.distributed.checkpoint as dcp
+
+    tensors: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, state in sharded.items():
+        tensors[key], rest[key] = _split_tensors(state)
+    dcp.save(tensors, storage_writer=dcp.FileSystemWriter(Path(staging) / SHARDED_DIR))
+    return rest
+
+
 def save_sharded(
     path: str | os.PathLike[str],
     *,
@@ -266,19 +292,11 @@ def save_sharded(
         save_sharded("ckpt", sharded={"model": get_model_state(m, full=False)}, kinds={"model": "model"},
                      shared={"step": 3}, per_rank={}, rank=r, world_size=w, barrier=dist.barrier, token=t)
     """
-    import torch.distributed.checkpoint as dcp
-
-    tensors: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for key, state in sharded.items():
-        tensors[key], rest[key] = _split_tensors(state)
-    info = {"format": _FORMAT, "directory": SHARDED_DIR, "entries": dict(kinds)}
-    writer = CheckpointWriter(
-        path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta={META_KEY: info}
-    )
+    meta = {META_KEY: sharded_record(kinds)}
+    writer = CheckpointWriter(path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=meta)
     tmp = writer.begin()
     try:
-        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(tmp / SHARDED_DIR))
+        rest = write_sharded(tmp, sharded)
         writer.write_shared({**shared, REST_KEY: rest})
         writer.write_rank(per_rank)
     except BaseException:

@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import sys
-import uuid
 from collections.abc import Callable, Generator
 from datetime import timedelta
 from typing import Any
@@ -25,6 +24,7 @@ from torch.optim import Optimizer
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
+from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
 from fabricx.precision.deepspeed import DEEPSPEED_PRECISIONS, DeepSpeedPrecision
 from fabricx.precision.precision import Precision
 from fabricx.strategies import deepspeed_config as ds_config
@@ -496,128 +496,45 @@ class DeepSpeedStrategy(ParallelStrategy):
             optimizer.load_state_dict(state_dict)
             return
         raise FabricxError(
-            "The optimizer state of a DeepSpeed model is sharded and restored together with its model: "
-            "fabric.load(path, {'model': model, 'optimizer': optimizer})."
+            "The optimizer state of a DeepSpeed model is sharded by its engine and can only be restored from a "
+            "checkpoint that engine wrote; this one holds a plain optimizer state (saved without DeepSpeed). Leave "
+            "the optimizer out of the state to load the weights alone."
+        )
+
+    def get_gradient_state(self, module: Module) -> dict[str, Any]:
+        """Inside an accumulation window the engine holds the accumulated gradients in its own buffers
+        (ZeRO reduces and partitions them as backward runs), which no DeepSpeed API exports: refused."""
+        engine = self._engine_of(module)
+        if engine is not None and not engine.is_gradient_accumulation_boundary():
+            self._refuse_mid_window()
+        return {}
+
+    def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
+        if state:
+            self._refuse_mid_window()
+
+    def check_mid_window_save(self, counter: int, window_length: int) -> None:
+        self._refuse_mid_window()
+
+    def _refuse_mid_window(self) -> None:
+        raise FabricxError(
+            f"fabric.save() inside a gradient-accumulation window cannot be exact under DeepSpeed ZeRO stage "
+            f"{self.zero_stage}: the engine keeps the accumulated gradients in its own partitioned buffers and "
+            "exports them through no API. Save at a window boundary (after optimizer.step(), when "
+            "fabric.sync_gradients is True), or use strategy='ddp' / 'fsdp', whose mid-window saves store "
+            "every rank's accumulated gradients."
         )
 
     # -- checkpoints -----------------------------------------------------------------------------------
-    def save_checkpoint(self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
-        """Write a fabricx checkpoint directory whose ``deepspeed/<key>/`` folders hold each engine's own
-        sharded checkpoint (model, optimizer), next to fabricx's state (loaders, RNG, plain values)."""
-        from fabricx.checkpoint.fabric_state import split_state
-        from fabricx.checkpoint.format import CheckpointWriter
-
-        models, optimizer_keys, rest = self._split_engine_state(state)
-        if filter and any(key in filter for key in (*models, *optimizer_keys.values())):
-            raise FabricxError(
-                "save(filter=...) cannot filter a DeepSpeed model or optimizer: the engine writes its shards whole. "
-                "Filter other entries, or export the weights after consolidation."
-            )
-        shared, per_rank = split_state(self, rest, filter)
-        token = self.broadcast(uuid.uuid4().hex) if self.world_size > 1 else None
-        meta = {
-            META_KEY: {
-                "zero_stage": self.zero_stage,
-                "models": {key: {"optimizer": optimizer_keys.get(key)} for key in models},
-            }
-        }
-        writer = CheckpointWriter(
-            path,
-            rank=self.global_rank,
-            world_size=self.world_size,
-            barrier=self.barrier if self.world_size > 1 else None,
-            token=token,
-            extra_meta=meta,
-        )
-        tmp = writer.begin()
-        try:
-            writer.write_shared(shared)
-            writer.write_rank(per_rank)
-            for key, engine in models.items():
-                engine.save_checkpoint(
-                    os.fspath(tmp / ENGINE_FOLDER),
-                    tag=key,
-                    save_latest=False,
-                    exclude_frozen_parameters=self._exclude_frozen_parameters,
-                )
-        except BaseException:
-            writer.abort()
-            raise
-        writer.commit()
-
-    def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
-        """Restore engines from ``deepspeed/<key>/`` and everything else from fabricx's files.
-
-        A checkpoint written by another strategy (full weights in the shared state) loads into the engines
-        too; its optimizer state cannot (it is not sharded the DeepSpeed way)."""
-        from fabricx.checkpoint.fabric_state import RESERVED_PREFIX, apply_loaded_state
-        from fabricx.checkpoint.format import read_checkpoint
-
-        loaded = read_checkpoint(path, rank=self.global_rank)
-        saved = _saved_models(loaded.meta)
-        if state is None:
-            contents = {**loaded.shared, **(loaded.per_rank or {})}
-            contents = {key: value for key, value in contents.items() if not key.startswith(RESERVED_PREFIX)}
-            if saved:
-                from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
-
-                contents.update(deepspeed_model_states(loaded.path))
-            return contents
-        models, optimizer_keys, rest = self._split_engine_state(state)
-        shared = dict(loaded.shared)
-        engine_dir = os.fspath(loaded.path / ENGINE_FOLDER)
-        for key, engine in models.items():
-            optimizer_key = optimizer_keys.get(key)
-            if key in saved:
-                has_optimizer = saved[key].get("optimizer") is not None
-                if optimizer_key is not None and not has_optimizer and strict:
-                    raise KeyError(
-                        f"The checkpoint {loaded.path} stores the DeepSpeed model {key!r} without its optimizer, so "
-                        f"{optimizer_key!r} cannot be restored. Leave the optimizer out of the state or pass "
-                        "strict=False."
-                    )
-                with_optimizer = optimizer_key is not None and has_optimizer
-                if not with_optimizer and engine.zero_optimization_partition_weights():
-                    # ZeRO-3 keeps the weights only in the optimizer shards, and DeepSpeed's model-only load
-                    # reads whichever tag a 'latest' file names: merge this tag's shards here instead.
-                    from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
-
-                    weights = deepspeed_model_states(loaded.path, keys=[key])[key]
-                    self.load_module_state_dict(engine.module, weights, strict=strict)
-                    continue
-                load_path, _ = engine.load_checkpoint(
-                    engine_dir,
-                    tag=key,
-                    load_module_strict=strict,
-                    load_optimizer_states=with_optimizer,
-                    load_lr_scheduler_states=False,
-                )
-                if load_path is None:
-                    raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{key}; see its log above.")
-            elif key in shared:
-                self.load_module_state_dict(engine.module, shared.pop(key), strict=strict)
-                if optimizer_key is not None and strict:
-                    raise CheckpointError(
-                        f"The checkpoint {loaded.path} holds {key!r} as full weights (saved without DeepSpeed); it "
-                        f"has no DeepSpeed optimizer state for {optimizer_key!r}. Load with strict=False to restore "
-                        "the weights only, or leave the optimizer out of the state."
-                    )
-            elif strict:
-                raise KeyError(
-                    f"The checkpoint {loaded.path} has no entry {key!r}; it holds "
-                    f"{sorted([*saved, *(k for k in shared if not k.startswith(RESERVED_PREFIX))])}. Pass strict=False "
-                    "to load what is there."
-                )
-        remainder = apply_loaded_state(self, rest, shared, loaded.per_rank, strict)
-        state.update(rest)  # plain values were replaced inside ``rest``
-        return remainder
+    def checkpoint_storage(self) -> Any:
+        """Each engine writes its own model and optimizer shards under ``deepspeed/<key>/``; fabricx's
+        state (loaders, RNG, plain values) takes the shared layout."""
+        return _EngineEntries(self)
 
     def _split_engine_state(
-        self, state: dict[str, Any]
+        self, state: dict[str, Any], require_models: bool = True
     ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
         """(model key -> engine, model key -> optimizer key, everything else)."""
-        from fabricx.checkpoint.fabric_state import unwrap_object
-
         models: dict[str, Any] = {}
         optimizers: dict[int, str] = {}
         rest: dict[str, Any] = {}
@@ -638,6 +555,8 @@ class DeepSpeedStrategy(ParallelStrategy):
         engines = {id(engine): key for key, engine in models.items()}
         for engine_id, optimizer_key in optimizers.items():
             if engine_id not in engines:
+                if not require_models:
+                    continue
                 raise CheckpointError(
                     f"state[{optimizer_key!r}] is the optimizer of a DeepSpeed model that is not in the state. The "
                     "engine stores an optimizer with its model: add the model to the state too."
@@ -657,6 +576,112 @@ class DeepSpeedStrategy(ParallelStrategy):
         return (
             f"DeepSpeedStrategy(stage={self.zero_stage}, devices={len(self.parallel_devices)}, "
             f"num_nodes={self.num_nodes}, start_method={self._start_method!r})"
+        )
+
+
+class _EngineEntries(EntryStorage):
+    """DeepSpeed models (and their optimizers), stored by their engines' own ``save_checkpoint``."""
+
+    meta_key = META_KEY
+
+    def __init__(self, strategy: DeepSpeedStrategy) -> None:
+        self.strategy = strategy
+
+    def claims(self, key: str, obj: Any) -> bool:
+        target = unwrap_object(obj)
+        if isinstance(target, Module):
+            return self.strategy._engine_of(obj) is not None
+        return isinstance(target, Optimizer) and id(target) in self.strategy._engine_by_optimizer
+
+    def check_filter(self, keys: list[str], filter: Any) -> None:
+        if filter and any(key in filter for key in keys):
+            raise FabricxError(
+                "save(filter=...) cannot filter a DeepSpeed model or optimizer: the engine writes its shards whole. "
+                "Filter other entries, or export the weights after consolidation."
+            )
+
+    def record(self, entries: dict[str, Any]) -> dict[str, Any]:
+        models, optimizer_keys, _ = self.strategy._split_engine_state(entries)
+        engines = list(models.values())
+        return {
+            "zero_stage": self.strategy.zero_stage,
+            "elastic_checkpoint": bool(engines) and all(engine.zero_elastic_checkpoint() for engine in engines),
+            "models": {key: {"optimizer": optimizer_keys.get(key)} for key in models},
+        }
+
+    def save(self, staging: Any, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
+        models, _, _ = self.strategy._split_engine_state(entries)
+        for key, engine in models.items():
+            engine.save_checkpoint(
+                os.fspath(staging / ENGINE_FOLDER),
+                tag=key,
+                save_latest=False,
+                exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
+            )
+        return {}
+
+    def load(self, loaded: Any, entries: dict[str, Any], strict: bool) -> None:
+        models, optimizer_keys, _ = self.strategy._split_engine_state(entries, require_models=False)
+        saved = _saved_models(loaded.meta)
+        engine_dir = os.fspath(loaded.path / ENGINE_FOLDER)
+        loose = set(entries) - set(models) - set(optimizer_keys.values())
+        if loose and strict:
+            raise CheckpointKeyError(
+                f"The checkpoint {loaded.path} stores {sorted(loose)} inside a DeepSpeed model's engine files; add "
+                "that model to the state you load into (the engine restores its optimizer with it), or pass "
+                "strict=False."
+            )
+        for key, engine in models.items():
+            optimizer_key = optimizer_keys.get(key)
+            has_optimizer = saved[key].get("optimizer") is not None
+            if optimizer_key is not None and not has_optimizer and strict:
+                raise CheckpointKeyError(
+                    f"The checkpoint {loaded.path} stores the DeepSpeed model {key!r} without its optimizer, so "
+                    f"{optimizer_key!r} cannot be restored. Leave the optimizer out of the state or pass strict=False."
+                )
+            with_optimizer = optimizer_key is not None and has_optimizer
+            if not with_optimizer and engine.zero_optimization_partition_weights():
+                # ZeRO-3 keeps the weights only in the optimizer shards, and DeepSpeed's model-only load
+                # reads whichever tag a 'latest' file names: merge this tag's shards here instead.
+                from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
+
+                weights = deepspeed_model_states(loaded.path, keys=[key])[key]
+                self.strategy.load_module_state_dict(engine.module, weights, strict=strict)
+                continue
+            resharded = with_optimizer and int(loaded.meta["world_size"]) != self.strategy.world_size
+            if resharded:
+                self._check_reshardable(engine, loaded, key)
+            load_path, _ = engine.load_checkpoint(
+                engine_dir,
+                tag=key,
+                load_module_strict=strict,
+                load_optimizer_states=with_optimizer and not resharded,
+                load_lr_scheduler_states=False,
+            )
+            if load_path is None:
+                raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{key}; see its log above.")
+            if resharded:
+                # The engine refuses optimizer shards of another process count; ZeRO-1/2's elastic layout
+                # merges every saved shard and cuts this rank's out of it.
+                shards = engine._get_all_zero_checkpoints(engine_dir, key)
+                engine.optimizer.load_state_dict(
+                    state_dict_list=shards,
+                    load_optimizer_states=True,
+                    load_from_fp32_weights=engine.zero_load_from_fp32_weights(),
+                    param_shapes=engine._get_zero_param_shapes(),
+                )
+
+    def _check_reshardable(self, engine: Any, loaded: Any, key: str) -> None:
+        stage = engine.zero_optimization_stage()
+        record = (loaded.meta.get("extra_meta") or {}).get(META_KEY) or {}
+        if stage in (1, 2) and engine.zero_elastic_checkpoint() and record.get("elastic_checkpoint"):
+            return
+        raise CheckpointError(
+            f"The checkpoint {loaded.path} holds the DeepSpeed optimizer of {key!r} sharded over "
+            f"{loaded.meta['world_size']} process(es); this run has {self.strategy.world_size}. DeepSpeed re-shards "
+            "optimizer state only for ZeRO stages 1 and 2 saved with elastic_checkpoint (fabricx's default for those "
+            f"stages; this engine: stage {stage}, elastic_checkpoint={engine.zero_elastic_checkpoint()}). Resume with "
+            f"{loaded.meta['world_size']} process(es), or leave the optimizer out of the state to load the weights."
         )
 
 

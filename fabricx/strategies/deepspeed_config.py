@@ -100,6 +100,9 @@ def build_config(
             reduce_bucket_size=int(reduce_bucket_size),
             sub_group_size=int(sub_group_size),
         )
+        if stage in (1, 2):
+            # Optimizer shards saved without padding, so a checkpoint resumes on another number of processes.
+            zero["elastic_checkpoint"] = True
         if offload_optimizer:
             zero["offload_optimizer"] = {
                 "device": offload_optimizer_device,

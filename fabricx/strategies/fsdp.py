@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import uuid
 import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Generator, Iterable
@@ -17,9 +16,11 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx.accelerators.accelerator import Accelerator
+from fabricx.checkpoint.fabric_state import EntryStorage, unwrap_object
+from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
 from fabricx.precision.precision import Precision
 from fabricx.strategies.parallel import ParallelStrategy
-from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 #: ``sharding_strategy`` names (Lightning's, from FSDP1) -> (hybrid mesh?, reshard after forward?).
@@ -250,101 +251,111 @@ class _DTensorStrategy(ParallelStrategy):
         set_optimizer_state(module, optimizer, state_dict, full=True)
         return None
 
+    def get_gradient_state(self, module: Module) -> dict[str, Any]:
+        """Sharded gradients (``param.grad``) plus, inside a window without gradient sync, each FSDP2
+        parameter's unsharded accumulated gradient, which lives outside ``param.grad``."""
+        sharded = super().get_gradient_state(module)
+        unsharded = {}
+        for name, fsdp_param in _fsdp_params(module):
+            grad = fsdp_param.unsharded_accumulated_grad
+            if grad is None and hasattr(fsdp_param, "_unsharded_param"):
+                grad = fsdp_param._unsharded_param.grad
+            if grad is not None:
+                unsharded[name] = _local(grad).detach()
+        if not sharded and not unsharded:
+            return {}
+        return {"sharded": sharded, "unsharded": unsharded}
+
+    def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
+        super().load_gradient_state(module, state.get("sharded") or {})
+        unsharded = state.get("unsharded") or {}
+        for name, fsdp_param in _fsdp_params(module):
+            saved = unsharded.get(name)
+            # FSDP2 adds the next backward's gradient to this buffer and reduce-scatters the sum at the boundary.
+            fsdp_param.unsharded_accumulated_grad = None if saved is None else saved.to(
+                device=fsdp_param.sharded_param.device, dtype=fsdp_param.reduce_dtype or saved.dtype
+            )
+
     # -- checkpoints --------------------------------------------------------------------------------------
-    def save_checkpoint(self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None) -> None:
+    def checkpoint_storage(self) -> Any:
+        """Sharded modules and their optimizers go to a DCP folder, every rank writing its own shards
+        (``state_dict_type="sharded"``); with ``"full"`` everything takes the shared layout."""
         if self._state_dict_type == "full":
-            super().save_checkpoint(path, state, filter)  # full state dicts through the overrides above
-            return
-        from fabricx.checkpoint.fabric_state import split_state, unwrap_object
-        from fabricx.checkpoint.sharded import get_model_state, get_optimizer_state, save_sharded
+            return None
+        return _ShardedEntries(self)
 
-        sharded: dict[str, dict[str, Any]] = {}
-        kinds: dict[str, str] = {}
-        plain: dict[str, Any] = {}
-        for key, obj in state.items():
-            target = unwrap_object(obj)
-            if isinstance(target, Module) and _is_sharded(target):
-                value = get_model_state(target, full=False)
-                if filter and key in filter:
-                    value = {name: item for name, item in value.items() if filter[key](name, item)}
-                sharded[key], kinds[key] = value, "model"
-            elif isinstance(target, Optimizer) and target in self._optimizer_modules:
-                sharded[key] = get_optimizer_state(self._optimizer_modules[target], target, full=False)
-                kinds[key] = "optimizer"
-            else:
-                plain[key] = obj
-        plain_filter = {k: f for k, f in (filter or {}).items() if k in plain} or None
-        shared, per_rank = split_state(self, plain, plain_filter)
-        save_sharded(
-            path,
-            sharded=sharded,
-            kinds=kinds,
-            shared=shared if self.is_global_zero else {},
-            per_rank=per_rank,
-            rank=self.global_rank,
-            world_size=self.world_size,
-            barrier=self.barrier if self.world_size > 1 else None,
-            token=self.broadcast(uuid.uuid4().hex) if self.world_size > 1 else None,
-        )
 
-    def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
-        from fabricx.checkpoint.fabric_state import RESERVED_PREFIX, apply_loaded_state, rank_entries
-        from fabricx.checkpoint.format import read_checkpoint
-        from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
+class _ShardedEntries(EntryStorage):
+    """DTensor shards of sharded modules and of their optimizers, written with torch.distributed.checkpoint."""
 
-        loaded = read_checkpoint(path, rank=self.global_rank)
-        info = sharded_info(loaded.meta)
-        shared = dict(loaded.shared)
-        rest = shared.pop(REST_KEY, {})
-        kinds: dict[str, str] = dict(info["entries"]) if info else {}
-        directory = loaded.path / info["directory"] if info else loaded.path
-        if state is None:
-            merged = {**shared, **(loaded.per_rank or {}), **read_full_entries(directory, rest, kinds)}
-            return {key: value for key, value in merged.items() if not key.startswith(RESERVED_PREFIX)}
-        requested = {key: kind for key, kind in kinds.items() if key in state}
-        if requested:
-            self._load_sharded_entries(directory, state, requested, rest, strict)
-        others = {key: obj for key, obj in state.items() if key not in kinds}
-        # A rank the saving run did not have (more processes now) receives rank 0's loader positions.
-        remainder = apply_loaded_state(self, others, shared, rank_entries(loaded, others), strict)
-        state.update(others)
-        unrequested = {key: kind for key, kind in kinds.items() if key not in state}
-        remainder.update(read_full_entries(directory, rest, unrequested) if unrequested else {})
-        return remainder
+    meta_key = SHARDED_META_KEY
 
-    def _load_sharded_entries(
-        self, directory: Any, state: dict[str, Any], kinds: dict[str, str], rest: dict[str, Any], strict: bool
-    ) -> None:
-        from fabricx.checkpoint.fabric_state import unwrap_object
+    def __init__(self, strategy: _DTensorStrategy) -> None:
+        self.strategy = strategy
+
+    def _kind(self, obj: Any) -> str | None:
+        target = unwrap_object(obj)
+        if isinstance(target, Module) and _is_sharded(target):
+            return "model"
+        if isinstance(target, Optimizer) and target in self.strategy._optimizer_modules:
+            return "optimizer"
+        return None
+
+    def claims(self, key: str, obj: Any) -> bool:
+        return self._kind(obj) is not None
+
+    def record(self, entries: dict[str, Any]) -> dict[str, Any]:
+        from fabricx.checkpoint.sharded import sharded_record
+
+        return sharded_record({key: self._kind(obj) for key, obj in entries.items()})
+
+    def save(self, staging: Any, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
+        from fabricx.checkpoint.sharded import REST_KEY, write_sharded
+
+        sharded = {}
+        for key, obj in entries.items():
+            value = self._live_state(obj)
+            if filter and key in filter and self._kind(obj) == "model":
+                value = {name: item for name, item in value.items() if filter[key](name, item)}
+            sharded[key] = value
+        return {REST_KEY: write_sharded(staging, sharded)}
+
+    def _live_state(self, obj: Any) -> dict[str, Any]:
+        from fabricx.checkpoint.sharded import get_model_state, get_optimizer_state
+
+        target = unwrap_object(obj)
+        if self._kind(obj) == "model":
+            return get_model_state(target, full=False)
+        return get_optimizer_state(self.strategy._optimizer_modules[target], target, full=False)
+
+    def load(self, loaded: Any, entries: dict[str, Any], strict: bool) -> None:
         from fabricx.checkpoint.sharded import (
-            get_model_state,
-            get_optimizer_state,
+            REST_KEY,
             load_sharded,
             set_model_state,
             set_optimizer_state,
+            sharded_info,
         )
-        from fabricx.utilities.exceptions import CheckpointError
 
-        targets: dict[str, dict[str, Any]] = {}
-        for key, kind in kinds.items():
-            target = unwrap_object(state[key])
-            if kind == "model" and isinstance(target, Module):
-                targets[key] = get_model_state(target, full=False)
-            elif kind == "optimizer" and isinstance(target, Optimizer) and target in self._optimizer_modules:
-                targets[key] = get_optimizer_state(self._optimizer_modules[target], target, full=False)
-            else:
-                what = "a model" if kind == "model" else f"an optimizer set up with {type(self).__name__}"
+        info = sharded_info(loaded.meta)
+        assert info is not None
+        kinds = {key: info["entries"][key] for key in entries}
+        for key, obj in entries.items():
+            if self._kind(obj) != kinds[key]:
+                what = "a model" if kinds[key] == "model" else "an optimizer set up with this strategy"
                 raise CheckpointError(
-                    f"The checkpoint holds sharded {kind} state under {key!r}, but state[{key!r}] is "
-                    f"{type(target).__name__}; load it into {what}."
+                    f"The checkpoint {loaded.path} holds sharded {kinds[key]} state under {key!r}, but "
+                    f"state[{key!r}] is {type(unwrap_object(obj)).__name__}; load it into {what}."
                 )
-        loaded = load_sharded(directory, targets, rest, kinds, strict)
-        for key, kind in kinds.items():
-            target = unwrap_object(state[key])
-            if kind == "model":
-                set_model_state(target, loaded[key], full=False, strict=strict)
+        targets = {key: self._live_state(obj) for key, obj in entries.items()}
+        directory = loaded.path / info["directory"]
+        restored = load_sharded(directory, targets, loaded.shared.get(REST_KEY, {}), kinds, strict)
+        for key, obj in entries.items():
+            target = unwrap_object(obj)
+            if kinds[key] == "model":
+                set_model_state(target, restored[key], full=False, strict=strict)
             else:
-                set_optimizer_state(self._optimizer_modules[target], target, loaded[key], full=False)
+                set_optimizer_state(self.strategy._optimizer_modules[target], target, restored[key], full=False)
 
 
 class FSDPStrategy(_DTensorStrategy):
@@ -663,6 +674,23 @@ def _repoint_scheduler(scheduler: Any, old: Optimizer, new: Optimizer) -> None:
     new.step = tracked_step  # type: ignore[method-assign]
     if getattr(old, "_opt_called", False):
         new._opt_called = True  # type: ignore[attr-defined]
+
+
+def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
+    """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
+    from torch.distributed.fsdp import FSDPModule
+
+    names = {id(param): name for name, param in module.named_parameters()}
+    found = []
+    for submodule in module.modules():
+        if not isinstance(submodule, FSDPModule):
+            continue
+        group = submodule._get_fsdp_state()._fsdp_param_group
+        for fsdp_param in group.fsdp_params if group is not None else ():
+            name = names.get(id(fsdp_param.sharded_param))
+            if name is not None:
+                found.append((name, fsdp_param))
+    return found
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ from fabricx.precision.precision import Precision
 from fabricx.utilities.apply import move_data_to_device
 
 if TYPE_CHECKING:
+    from fabricx.checkpoint.fabric_state import EntryStorage
+    from fabricx.checkpoint.io import CheckpointIO
     from fabricx.strategies.launchers.launcher import Launcher
 
 
@@ -47,6 +49,7 @@ class Strategy(ABC):
         self.accelerator = accelerator
         self._precision = precision
         self._launcher: Launcher | None = None
+        self._checkpoint_io: CheckpointIO | None = None
 
     # -- objects handed in by the connector -------------------------------------------------
     @property
@@ -65,6 +68,20 @@ class Strategy(ABC):
 
     def validate_precision(self, precision: Precision) -> None:
         """Refuse a precision plugin this strategy cannot run (clear message)."""
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """Where checkpoints are stored (local files unless ``Fabric(plugins=[...])`` gave another)."""
+        io = getattr(self, "_checkpoint_io", None)
+        if io is None:
+            from fabricx.checkpoint.io import LocalCheckpointIO
+
+            io = self._checkpoint_io = LocalCheckpointIO()
+        return io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
 
     @property
     def launcher(self) -> Launcher | None:
@@ -230,6 +247,33 @@ class Strategy(ABC):
     def load_optimizer_state(self, optimizer: Optimizer, state_dict: dict[str, Any]) -> None:
         optimizer.load_state_dict(state_dict)
 
+    def check_mid_window_save(self, counter: int, window_length: int) -> None:
+        """Refuse a save after micro-batch ``counter`` of ``window_length`` if it could not resume exactly."""
+
+    def get_gradient_state(self, module: Module) -> dict[str, Any]:
+        """This rank's current gradients of ``module`` (for a save inside an accumulation window).
+
+        Parameters without a gradient are left out; DTensor gradients give their local shard.
+        """
+        return {name: _local(p.grad).detach() for name, p in module.named_parameters() if p.grad is not None}
+
+    def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
+        """Put gradients from :meth:`get_gradient_state` back; parameters not in ``state`` get none."""
+        with torch.no_grad():
+            for name, param in module.named_parameters():
+                saved = state.get(name)
+                if saved is None:
+                    param.grad = None
+                    continue
+                grad = torch.zeros_like(param)
+                _local(grad).copy_(saved)
+                param.grad = grad
+
+    def checkpoint_storage(self) -> EntryStorage | None:
+        """How this strategy stores some entries itself (shards, an engine's files); ``None``: all the
+        shared layout. Saving and loading are otherwise the same pipeline for every strategy."""
+        return None
+
     def save_checkpoint(
         self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None
     ) -> None:
@@ -251,6 +295,11 @@ class Strategy(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def _local(tensor: Tensor) -> Tensor:
+    to_local = getattr(tensor, "to_local", None)  # a DTensor (tensor parallel, FSDP2) gives its shard
+    return to_local() if callable(to_local) else tensor
 
 
 def _optimizer_parameters(optimizer: Optimizer) -> Iterable[Tensor]:

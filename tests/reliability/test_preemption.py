@@ -20,7 +20,7 @@ import torch
 
 from fabricx import Fabric
 from fabricx.checkpoint import CheckpointManager, read_checkpoint
-from fabricx.checkpoint.resume import exit_if_preempted, load_latest, save_checkpoint
+from fabricx.resume import exit_if_preempted, load_latest, save_checkpoint
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 
 JOB = r"""
@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from fabricx import Fabric
 from fabricx.checkpoint import CheckpointManager
-from fabricx.checkpoint.resume import exit_if_preempted
+from fabricx.resume import exit_if_preempted
 from fabricx.strategies import DDPStrategy
 
 out, mode = Path(sys.argv[1]), sys.argv[2]
@@ -102,7 +102,7 @@ from pathlib import Path
 import torch
 from fabricx import Fabric
 from fabricx.checkpoint import CheckpointManager
-from fabricx.checkpoint.resume import exit_if_preempted
+from fabricx.resume import exit_if_preempted
 from fabricx.strategies import DDPStrategy
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 from typing import TYPE_CHECKING, Any
 
+from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.exceptions import MisconfigurationError
@@ -178,10 +178,11 @@ class ModelCheckpoint(Callback):
             self._write(trainer, self.last_model_path)
         if removed and trainer.is_global_zero:
             doomed = [path for path in removed if path not in (self.last_model_path, *self.best_k_models)]
+            io = trainer.fabric.strategy.checkpoint_io
 
             def remove() -> None:
                 for path in doomed:
-                    shutil.rmtree(path, ignore_errors=True)
+                    remove_checkpoint(path, io)
 
             # An asynchronous save deletes the checkpoints it replaces only once it is committed.
             if self._handle is not None:

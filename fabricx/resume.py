@@ -1,4 +1,7 @@
-"""Saving into a checkpoint manager and resuming from its latest complete checkpoint, on every rank.
+"""Project helpers of the façade: save into a checkpoint manager, resume from its latest complete
+checkpoint, save and exit when preempted, on every rank.
+
+They live beside :mod:`fabricx.fabric` (not in :mod:`fabricx.checkpoint`, which only does file I/O).
 
 Every rank must use the same checkpoint path, but ranks that each scan the directory can disagree
 (rank 0 may already be creating the next checkpoint while another rank looks). So rank 0 decides
@@ -30,8 +33,9 @@ if TYPE_CHECKING:
 __all__ = ["as_manager", "exit_if_preempted", "latest_checkpoint", "load_latest", "save_checkpoint"]
 
 
-def as_manager(manager: CheckpointManager | str | os.PathLike[str]) -> CheckpointManager:
-    """A :class:`CheckpointManager`, or one for the project directory given (all checkpoints kept).
+def as_manager(manager: CheckpointManager | str | os.PathLike[str], io: Any = None) -> CheckpointManager:
+    """A :class:`CheckpointManager`, or one for the project directory given (all checkpoints kept,
+    stored through ``io``, a :class:`~fabricx.checkpoint.io.CheckpointIO`, when given).
 
     Example::
 
@@ -40,7 +44,7 @@ def as_manager(manager: CheckpointManager | str | os.PathLike[str]) -> Checkpoin
     if isinstance(manager, CheckpointManager):
         return manager
     if isinstance(manager, str | os.PathLike):
-        return CheckpointManager(manager)
+        return CheckpointManager(manager, io=io)
     raise TypeError(f"Expected a CheckpointManager or a project directory path, got {type(manager).__name__}.")
 
 
@@ -64,7 +68,7 @@ def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.Path
     from fabricx.checkpoint.background import wait_for_pending_save
 
     wait_for_pending_save()  # an asynchronous save of this process may still be committing the newest
-    manager = as_manager(manager)
+    manager = as_manager(manager, fabric.strategy.checkpoint_io)
     return _rank_zero_value(fabric, manager.latest() if fabric.is_global_zero else None)
 
 
@@ -106,19 +110,25 @@ def save_checkpoint(
 
         path = save_checkpoint(fabric, CheckpointManager("runs/exp1", total_limit=2), state)
     """
-    manager = as_manager(manager)
+    manager = as_manager(manager, fabric.strategy.checkpoint_io)
     from fabricx.checkpoint.background import wait_for_pending_save
 
     wait_for_pending_save()  # its retention first, and its name counted
-    path = _rank_zero_value(fabric, manager.next_path() if fabric.is_global_zero else None)
-    if path is None:  # rank 0 always sends a path; this is for type checkers
-        raise RuntimeError("save_checkpoint() got no path from rank 0; every rank must call it.")
-    if async_save:
-        handle = fabric.save(path, state, filter=filter, async_save=True)
-        if fabric.is_global_zero and handle is not None:
-            handle.add_commit_callback(manager.apply_retention)
-        return path
-    fabric.save(path, state, filter=filter)
+    # Rank 0 claims the name atomically, so other jobs saving into the same directory never share it.
+    reserved = manager.reserve() if fabric.is_global_zero else None
+    try:
+        path = _rank_zero_value(fabric, reserved)
+        if path is None:  # rank 0 always sends a path; this is for type checkers
+            raise RuntimeError("save_checkpoint() got no path from rank 0; every rank must call it.")
+        if async_save:
+            handle = fabric.save(path, state, filter=filter, async_save=True)
+            if fabric.is_global_zero and handle is not None:
+                handle.add_commit_callback(manager.apply_retention)
+            return path
+        fabric.save(path, state, filter=filter)
+    finally:
+        if reserved is not None:
+            manager.release(reserved)
     if fabric.is_global_zero:
         manager.apply_retention()
     return path
