@@ -648,34 +648,30 @@ class _EngineEntries(EntryStorage):
                 weights = deepspeed_model_states(loaded.path, keys=[key])[key]
                 self.strategy.load_module_state_dict(engine.module, weights, strict=strict)
                 continue
-            resharded = with_optimizer and int(loaded.meta["world_size"]) != self.strategy.world_size
-            if resharded:
-                self._check_reshardable(engine, loaded, key)
+            elastic = with_optimizer and self._elastic(engine, loaded)
+            if with_optimizer and not elastic and int(loaded.meta["world_size"]) != self.strategy.world_size:
+                self._refuse_resharding(engine, loaded, key)
             load_path, _ = engine.load_checkpoint(
                 engine_dir,
                 tag=key,
                 load_module_strict=strict,
-                load_optimizer_states=with_optimizer and not resharded,
+                load_optimizer_states=with_optimizer and not elastic,
                 load_lr_scheduler_states=False,
             )
             if load_path is None:
                 raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{key}; see its log above.")
-            if resharded:
-                # The engine refuses optimizer shards of another process count; ZeRO-1/2's elastic layout
-                # merges every saved shard and cuts this rank's out of it.
-                shards = engine._get_all_zero_checkpoints(engine_dir, key)
-                engine.optimizer.load_state_dict(
-                    state_dict_list=shards,
-                    load_optimizer_states=True,
-                    load_from_fp32_weights=engine.zero_load_from_fp32_weights(),
-                    param_shapes=engine._get_zero_param_shapes(),
-                )
+            if elastic:
+                _load_elastic_optimizer(engine, engine_dir, key)
 
-    def _check_reshardable(self, engine: Any, loaded: Any, key: str) -> None:
-        stage = engine.zero_optimization_stage()
+    @staticmethod
+    def _elastic(engine: Any, loaded: Any) -> bool:
         record = (loaded.meta.get("extra_meta") or {}).get(META_KEY) or {}
-        if stage in (1, 2) and engine.zero_elastic_checkpoint() and record.get("elastic_checkpoint"):
-            return
+        return engine.zero_optimization_stage() in (1, 2) and engine.zero_elastic_checkpoint() and bool(
+            record.get("elastic_checkpoint")
+        )
+
+    def _refuse_resharding(self, engine: Any, loaded: Any, key: str) -> None:
+        stage = engine.zero_optimization_stage()
         raise CheckpointError(
             f"The checkpoint {loaded.path} holds the DeepSpeed optimizer of {key!r} sharded over "
             f"{loaded.meta['world_size']} process(es); this run has {self.strategy.world_size}. DeepSpeed re-shards "
@@ -683,6 +679,33 @@ class _EngineEntries(EntryStorage):
             f"stages; this engine: stage {stage}, elastic_checkpoint={engine.zero_elastic_checkpoint()}). Resume with "
             f"{loaded.meta['world_size']} process(es), or leave the optimizer out of the state to load the weights."
         )
+
+
+def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
+    """Load ZeRO-1/2 optimizer shards saved in DeepSpeed's elastic layout, for any process count.
+
+    The engine's own load refuses another process count, and its elastic path expects a step count in
+    the optimizer's param groups, which torch optimizers keep per parameter (in the state DeepSpeed
+    restores anyway): every saved shard is merged and this rank's part is cut out of it.
+    """
+    from deepspeed.checkpoint.constants import BASE_OPTIMIZER_STATE_STEP
+
+    shards = engine._get_all_zero_checkpoints(engine_dir, tag)
+    if shards is None:
+        raise CheckpointError(f"DeepSpeed found no optimizer shards in {engine_dir}/{tag}.")
+    groups = engine.optimizer.optimizer.param_groups
+    had_step = ["step" in group for group in groups]
+    for shard in shards:
+        shard.setdefault(BASE_OPTIMIZER_STATE_STEP, None)
+    engine.optimizer.load_state_dict(
+        state_dict_list=shards,
+        load_optimizer_states=True,
+        load_from_fp32_weights=engine.zero_load_from_fp32_weights(),
+        param_shapes=engine._get_zero_param_shapes(),
+    )
+    for group, had in zip(groups, had_step, strict=True):
+        if not had and group.get("step", 0) is None:
+            del group["step"]
 
 
 @contextlib.contextmanager

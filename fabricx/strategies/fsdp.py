@@ -271,9 +271,10 @@ class _DTensorStrategy(ParallelStrategy):
         unsharded = state.get("unsharded") or {}
         for name, fsdp_param in _fsdp_params(module):
             saved = unsharded.get(name)
-            # FSDP2 adds the next backward's gradient to this buffer and reduce-scatters the sum at the boundary.
-            fsdp_param.unsharded_accumulated_grad = None if saved is None else saved.to(
-                device=fsdp_param.sharded_param.device, dtype=fsdp_param.reduce_dtype or saved.dtype
+            # FSDP2 adds the next backward's gradient to this buffer and reduce-scatters the sum at the boundary
+            # (saved in the dtype it had: the reduce dtype under mixed precision, else the parameter's).
+            fsdp_param.unsharded_accumulated_grad = (
+                None if saved is None else saved.to(device=fsdp_param.sharded_param.device)
             )
 
     # -- checkpoints --------------------------------------------------------------------------------------

@@ -122,6 +122,9 @@ def _fresh_two_process_resumes(fabric: Any, name: str, root: Path) -> dict:
         out["mid_micro"] = state["micro"]
         out["mid_final"] = _train(fabric, state, STEPS * ACCUM)["final"]
     state = _setup(fabric)
+    fabric.load(root / f"{name}_boundary", state)  # same process count: exact
+    out["boundary_final"] = _train(fabric, state, STEPS * ACCUM)["final"]
+    state = _setup(fabric)
     fabric.load(root / f"{name}_single", state)  # saved by one process: 1 -> 2
     out["one_to_two_loaded"] = _weights(fabric, state)
     out["one_to_two_final"] = _train(fabric, state, STEPS * ACCUM)["final"]
@@ -202,5 +205,7 @@ def test_mid_window_saves_resume_bit_identically(runs: dict) -> None:
         assert f"saved_{MID}" in two, two.get(f"refused_{MID}")
         assert resume["mid_micro"] == MID
         assert _diff(resume["mid_final"], two["final"]) == 0.0, name
+    for name in STRATEGIES:
+        assert _diff(runs["resume"][name]["boundary_final"], runs["two"][name]["final"]) == 0.0, name
     refusal = runs["two"]["deepspeed"][f"refused_{MID}"]
     assert "accumulation window" in refusal and "window boundary" in refusal and "'fsdp'" in refusal

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fabricx import Fabric
-from fabricx.utilities.exceptions import FabricxError
 
 FEATURES = 3
 
@@ -85,21 +83,29 @@ def test_without_accumulate_context_every_step_counts():
         torch.testing.assert_close(got, want)
 
 
-def test_save_inside_a_window_is_refused(tmp_path):
-    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=4)
-    model = _model()
-    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+def test_save_inside_a_window_continues_the_window_after_loading(tmp_path):
+    """A save after micro-batch 1 of 4 holds the gradients and the position (it used to be refused)."""
+
+    def build():
+        fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=4)
+        model = _model()
+        return fabric, *fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+    def micro_batches(fabric, model, optimizer, count):
+        for _ in range(count):
+            with fabric.accumulate(model):
+                fabric.backward(nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
+
     _, x, y = _data(4)
-    with fabric.accumulate(model):
-        fabric.backward(nn.functional.mse_loss(model(x), y))
-        optimizer.step()
-    with pytest.raises(FabricxError, match=r"inside a gradient-accumulation window \(1 of 4"):
-        fabric.save(tmp_path / "ckpt", {"model": model})
-    assert not (tmp_path / "ckpt").exists()
-    for _ in range(3):
-        with fabric.accumulate(model):
-            fabric.backward(nn.functional.mse_loss(model(x), y))
-            optimizer.step()
-            optimizer.zero_grad()
-    fabric.save(tmp_path / "ckpt", {"model": model})  # at a boundary it is allowed
-    assert (tmp_path / "ckpt").is_dir()
+    fabric, model, optimizer = build()
+    micro_batches(fabric, model, optimizer, 1)
+    fabric.save(tmp_path / "ckpt", {"model": model, "optimizer": optimizer})
+    micro_batches(fabric, model, optimizer, 3)  # the window ends: one optimizer step over 4 micro-batches
+    fresh, fresh_model, fresh_optimizer = build()
+    fresh.load(tmp_path / "ckpt", {"model": fresh_model, "optimizer": fresh_optimizer})
+    assert all(p.grad is not None for p in fresh_model.parameters())
+    micro_batches(fresh, fresh_model, fresh_optimizer, 3)
+    for got, want in zip(fresh_model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(got, want)
