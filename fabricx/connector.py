@@ -136,6 +136,10 @@ def _layout_from_external_launcher(devices: Any, num_nodes: int) -> tuple[Any, i
     return local_world_size, max(num_nodes, world_size // local_world_size)
 
 
+# What a checkpoint-I/O plugin must offer (fabricx.checkpoint.io.CheckpointIO's methods).
+_IO_METHODS = ("stage", "staging_dir", "finish_rank", "manifest", "commit", "abort", "resolve", "recover", "remove")
+
+
 def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.environments.base import ClusterEnvironment
@@ -156,7 +160,7 @@ def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
             if environment is not None:
                 raise MisconfigurationError("Two cluster environments were given in plugins; pass one.")
             environment = plugin
-        elif isinstance(plugin, CheckpointIO):
+        elif isinstance(plugin, CheckpointIO) or all(callable(getattr(plugin, name, None)) for name in _IO_METHODS):
             if checkpoint_io is not None:
                 raise MisconfigurationError(
                     f"Two checkpoint I/O plugins were given ({type(checkpoint_io).__name__}, "

@@ -137,7 +137,7 @@ def split_state(
 
 def _io(strategy: Any) -> CheckpointIO:
     io = getattr(strategy, "checkpoint_io", None)
-    return io if isinstance(io, CheckpointIO) else default_io()
+    return io if io is not None else default_io()
 
 
 def _storage(strategy: Any) -> EntryStorage | None:

@@ -505,7 +505,8 @@ class DeepSpeedStrategy(ParallelStrategy):
         """Inside an accumulation window the engine holds the accumulated gradients in its own buffers
         (ZeRO reduces and partitions them as backward runs), which no DeepSpeed API exports: refused."""
         engine = self._engine_of(module)
-        if engine is not None and not engine.is_gradient_accumulation_boundary():
+        steps = engine.gradient_accumulation_steps() if engine is not None else 1
+        if steps > 1 and getattr(engine, "micro_steps", 0) % steps != 0:  # the engine's own accumulation
             self._refuse_mid_window()
         return {}
 
@@ -693,6 +694,9 @@ def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
     shards = engine._get_all_zero_checkpoints(engine_dir, tag)
     if shards is None:
         raise CheckpointError(f"DeepSpeed found no optimizer shards in {engine_dir}/{tag}.")
+    world = torch.distributed.get_world_size(group=engine.optimizer.dp_process_group)
+    if len(shards) != world:
+        shards = _regroup_shards(shards, world)
     groups = engine.optimizer.optimizer.param_groups
     had_step = ["step" in group for group in groups]
     for shard in shards:
@@ -706,6 +710,35 @@ def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
     for group, had in zip(groups, had_step, strict=True):
         if not had and group.get("step", 0) is None:
             del group["step"]
+
+
+def _regroup_shards(shards: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
+    """Elastic ZeRO-1/2 shards of another process count as ``world`` shards with the same concatenation.
+
+    DeepSpeed merges the shards it is given (concatenating each group's partitions) and cuts out this
+    rank's part, but indexes the list by the current rank: the first shard here holds every saved
+    partition concatenated, the others empty ones, which merge to the same flat state.
+    """
+    from deepspeed.checkpoint.constants import BASE_OPTIMIZER_STATE, SINGLE_PARTITION_OF_FP32_GROUPS
+
+    def regrouped(take: Callable[[list[Tensor]], Tensor]) -> dict[str, Any]:
+        shard = copy.copy(shards[0])
+        fp32_groups, states = [], []
+        for group in range(len(shards[0][SINGLE_PARTITION_OF_FP32_GROUPS])):
+            parts = [s[SINGLE_PARTITION_OF_FP32_GROUPS][group] for s in shards]
+            fp32_groups.append(take(parts))
+            state = {}
+            for key, value in shards[0][BASE_OPTIMIZER_STATE][group].items():
+                partitioned = torch.is_tensor(value) and value.shape == parts[0].shape
+                state[key] = take([s[BASE_OPTIMIZER_STATE][group][key] for s in shards]) if partitioned else value
+            states.append(state)
+        shard[SINGLE_PARTITION_OF_FP32_GROUPS] = fp32_groups
+        shard[BASE_OPTIMIZER_STATE] = states
+        return shard
+
+    merged = regrouped(torch.cat)
+    empty = regrouped(lambda parts: parts[0][:0])
+    return [merged] + [empty] * (world - 1)
 
 
 @contextlib.contextmanager
