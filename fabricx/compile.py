@@ -48,10 +48,10 @@ def compile_forward(forward_module: nn.Module, context: Any, option: CompileOpti
         return forward_module
     import torch
 
-    if option == "regional":
-        compile_repeated_blocks(forward_module)
-        return forward_module
     kwargs = dict(option) if isinstance(option, Mapping) else {}
+    if option == "regional" or kwargs.pop("regional", False):
+        compile_repeated_blocks(forward_module, **kwargs)
+        return forward_module
     return torch.compile(forward_module, **kwargs)
 
 

@@ -49,6 +49,7 @@ from fabricx.compat.accelerate_data import (
     LoaderOptions,
     SkipBatchesLoader,
 )
+from fabricx.compat.accelerate_dynamo import TorchDynamoPlugin, compile_option
 from fabricx.compat.accelerate_process import AcceleratorState, PartialState, externally_launched
 from fabricx.compat.accelerate_state import StateMixin
 from fabricx.compat.accelerate_tracking import build_trackers, normalize_log_with
@@ -66,6 +67,7 @@ __all__ = [
     "GradientState",
     "PartialState",
     "ProjectConfiguration",
+    "TorchDynamoPlugin",
     "prepare_data_loader",
     "set_seed",
     "skip_first_batches",
@@ -163,7 +165,10 @@ class Accelerator(StateMixin, CollectivesMixin):
         project_config: a :class:`ProjectConfiguration` (checkpoint folder, automatic naming, retention).
         dataloader_config: a :class:`DataLoaderConfiguration` (``use_stateful_dataloader=True`` to resume
             loaders mid-epoch).
-        log_with: ``"csv"``, ``"tensorboard"``, ``"all"``, a fabricx logger, or a list of them.
+        log_with: ``"csv"``, ``"tensorboard"``, ``"mlflow"``, ``"wandb"``, ``"all"`` (every installed one), a
+            fabricx logger, or a list of them.
+        dynamo_backend: ``torch.compile`` every prepared model with this backend (``"inductor"``, ...).
+        dynamo_plugin: a :class:`TorchDynamoPlugin` (backend, mode, fullgraph, dynamic, options, regional).
         project_dir: shortcut for ``ProjectConfiguration(project_dir=...)``.
         device_placement: move prepared models and batches to :attr:`device`.
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps, once per
@@ -211,6 +216,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         step_scheduler_with_optimizer: bool = True,
         kwargs_handlers: list[Any] | None = None,
         dynamo_backend: str | None = None,
+        dynamo_plugin: Any = None,
         even_batches: bool = True,
         strategy: Any = None,
         full_window_loss_scaling: bool = False,
@@ -230,10 +236,7 @@ class Accelerator(StateMixin, CollectivesMixin):
                 f"kwargs_handlers={kwargs_handlers!r} are Accelerate objects fabricx does not read. Pass DDP "
                 "options as Accelerator(strategy=DDPStrategy(find_unused_parameters=True, ...)) (fabricx.strategies)."
             )
-        if dynamo_backend not in (None, "no", "NO"):
-            raise MisconfigurationError(
-                f"dynamo_backend={dynamo_backend!r} is not supported; call torch.compile(model) yourself."
-            )
+        compile_models = compile_option(dynamo_backend, dynamo_plugin)
         if gradient_accumulation_plugin is not None:
             if gradient_accumulation_steps != 1:
                 raise ValueError(
@@ -276,6 +279,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             devices="auto" if externally_launched() else 1,
             precision=fabric_precision(mixed_precision),
             grad_accum_steps=gradient_accumulation_steps,
+            compile=compile_models,
         )
         if self._fabric.strategy.launcher is not None:
             raise FabricxError(

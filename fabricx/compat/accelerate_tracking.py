@@ -9,11 +9,16 @@ from fabricx.utilities.exceptions import MisconfigurationError
 
 __all__ = ["build_trackers", "normalize_log_with"]
 
-_SUPPORTED = ("csv", "tensorboard")
+_SUPPORTED = ("csv", "tensorboard", "mlflow", "wandb")
+# The package each tracker needs; "all" takes the trackers whose package is installed, as Accelerate does.
+_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 
 
 def normalize_log_with(log_with: Any) -> list[Any]:
-    """``None``, ``"csv"``, ``"tensorboard"``, ``"all"``, a fabricx ``Logger``, or a list of them."""
+    """``None``, ``"csv"``, ``"tensorboard"``, ``"mlflow"``, ``"wandb"``, ``"all"``, a fabricx ``Logger``, or a
+    list of them."""
+    import importlib.util
+
     from fabricx.loggers.base import Logger
 
     if log_with is None:
@@ -26,7 +31,8 @@ def normalize_log_with(log_with: Any) -> list[Any]:
             continue
         name = str(getattr(item, "value", item)).lower()
         if name == "all":
-            result.extend(n for n in _SUPPORTED if n not in result)
+            installed = [n for n in _SUPPORTED if n not in _PACKAGES or importlib.util.find_spec(_PACKAGES[n])]
+            result.extend(n for n in installed if n not in result)
         elif name in _SUPPORTED:
             if name not in result:
                 result.append(name)
@@ -42,18 +48,35 @@ def build_trackers(
     names: list[Any], logging_dir: str | os.PathLike[str] | None, project_name: str, init_kwargs: dict[str, Any]
 ) -> list[Any]:
     """Create the loggers for ``init_trackers(project_name, ...)``; ``init_kwargs`` maps a tracker name
-    to extra constructor arguments (``{"tensorboard": {"flush_secs": 5}}``)."""
+    to extra constructor arguments (``{"tensorboard": {"flush_secs": 5}}``, ``{"wandb": {"offline": True}}``,
+    ``{"mlflow": {"run_name": "first", "tags": {...}}}``).
+
+    ``mlflow`` records into the experiment ``project_name`` in a SQLite store under the logging folder
+    (``MLFLOW_TRACKING_URI`` or a ``tracking_uri`` init argument wins); ``wandb`` into the project
+    ``project_name``, writing its files under the logging folder."""
     trackers = []
     for item in names:
         if not isinstance(item, str):
             trackers.append(item)
+            continue
+        kwargs = dict(init_kwargs.get(item, {}))
+        if item == "mlflow":
+            from fabricx.loggers.mlflow import MLFlowLogger
+
+            kwargs.setdefault("save_dir", os.fspath(logging_dir) if logging_dir is not None else "./mlruns")
+            trackers.append(MLFlowLogger(experiment_name=project_name, **kwargs))
+            continue
+        if item == "wandb":
+            from fabricx.loggers.wandb import WandbLogger
+
+            kwargs.setdefault("save_dir", os.fspath(logging_dir) if logging_dir is not None else ".")
+            trackers.append(WandbLogger(project=project_name, **kwargs))
             continue
         if logging_dir is None:
             raise MisconfigurationError(
                 f"log_with={item!r} writes files but no folder was given. Pass project_dir=... or "
                 "project_config=ProjectConfiguration(project_dir=..., logging_dir=...) to the Accelerator."
             )
-        kwargs = dict(init_kwargs.get(item, {}))
         if item == "csv":
             from fabricx.loggers.csv_logs import CSVLogger
 

@@ -94,8 +94,7 @@ def test_properties_of_a_single_process_run():
         ({"deepspeed_plugin": object()}, r"deepspeed_plugin.*Accelerator\(strategy=DeepSpeedStrategy"),
         ({"fsdp_plugin": object()}, r"fsdp_plugin.*Accelerator\(strategy=FSDPStrategy"),
         ({"kwargs_handlers": [object()]}, r"kwargs_handlers.*Accelerator\(strategy=DDPStrategy"),
-        ({"dynamo_backend": "inductor"}, "torch.compile"),
-        ({"log_with": "wandb"}, "wandb"),
+        ({"log_with": "comet_ml"}, "comet_ml"),
     ],
 )
 def test_unsupported_options_are_refused_with_a_reason(kwargs, message):

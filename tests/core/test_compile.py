@@ -103,3 +103,23 @@ def test_dynamo_shim_sees_torchs_compiled_module():
     assert compiled_parts(layer) is None
     again = compile_like(nn.Linear(2, 2), context)
     assert type(again) is type(compiled) and again.dynamo_ctx is context
+
+
+def test_accelerate_dynamo_settings_become_fabric_compile_options():
+    from accelerate.utils import DynamoBackend
+    from accelerate.utils import TorchDynamoPlugin as AccelerateDynamoPlugin
+
+    from fabricx.compat.accelerate import Accelerator, TorchDynamoPlugin
+    from fabricx.compat.accelerate_dynamo import compile_option
+
+    assert compile_option() is None and compile_option("no") is None
+    assert compile_option(DynamoBackend.INDUCTOR) == {"backend": "inductor"}
+    assert compile_option(dynamo_plugin=TorchDynamoPlugin(mode="max-autotune", use_regional_compilation=True)) == {
+        "regional": True, "backend": "inductor", "mode": "max-autotune"
+    }
+    peer = AccelerateDynamoPlugin(backend=DynamoBackend.EAGER, fullgraph=True)
+    assert compile_option(dynamo_plugin=peer) == {"backend": "eager", "fullgraph": True}
+    accelerator = Accelerator(cpu=True, dynamo_backend="eager")
+    model = accelerator.prepare(_model())
+    assert type(model._forward_module).__name__ == "OptimizedModule"
+    assert list(model.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]

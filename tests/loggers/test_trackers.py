@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fabricx.compat.accelerate import Accelerator
 from fabricx.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from fabricx.train import Trainer
 from fabricx.utilities.imports import require
@@ -61,6 +62,18 @@ def test_mlflow_run_holds_the_trainer_metrics_and_params(tmp_path):
     assert run.info.status == "FINISHED"
     assert client.get_experiment(run.info.experiment_id).name == "digits"
 
+    # The Accelerate adapter's log_with="mlflow" writes into the same kind of store.
+    accelerator = Accelerator(cpu=True, log_with="mlflow", project_dir=tmp_path / "mlruns")
+    accelerator.init_trackers("adapter", config={"lr": 0.1}, init_kwargs={"mlflow": {"run_name": "acc"}})
+    for step in range(3):
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+    run_id = accelerator.get_tracker("mlflow").run_id
+    accelerator.end_training()
+    run = client.get_run(run_id)
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(0, 1.0), (1, 0.5), (2, 1 / 3)]
+    assert run.data.params == {"lr": "0.1"} and run.info.run_name == "acc" and run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "adapter"
+
 
 def _wandb_records(run_file: str):
     """The records of a W&B transaction log: blocks of 32 KiB holding CRC/length/type framed chunks."""
@@ -92,13 +105,9 @@ def _wandb_records(run_file: str):
         yield record
 
 
-def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
-    tracker = WandbLogger(project="digits", name="first", offline=True, save_dir=tmp_path / "wandb_runs")
-    expected = _fit(tracker, tmp_path)
-
-    (run_file,) = glob.glob(str(tmp_path / "wandb_runs" / "wandb" / "offline-run-*" / "run-*.wandb"))
+def _wandb_run(folder: Path, metric: str) -> tuple[dict[int, float], dict[str, object]]:
+    """``{step: value}`` of ``metric`` and the config, from the one offline run under ``folder``."""
+    (run_file,) = glob.glob(str(folder / "wandb" / "offline-run-*" / "run-*.wandb"))
     # W&B's service process writes the log on its own schedule; the run is complete once its exit record is in.
     deadline = time.monotonic() + 60
     while not any(r.WhichOneof("record_type") == "exit" for r in _wandb_records(run_file)):
@@ -110,12 +119,30 @@ def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkey
         kind = record.WhichOneof("record_type")
         if kind == "history":
             items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            if "train_loss_step" in items:
-                history[items["trainer/global_step"]] = items["train_loss_step"]
+            if metric in items:
+                history[items["trainer/global_step"]] = items[metric]
         elif kind == "config":
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+    return history, config
+
+
+def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    tracker = WandbLogger(project="digits", name="first", offline=True, save_dir=tmp_path / "wandb_runs")
+    expected = _fit(tracker, tmp_path)
+    history, config = _wandb_run(tmp_path / "wandb_runs", "train_loss_step")
     assert history == pytest.approx(expected, rel=1e-6)
     assert config["lr"] == 0.05 and config["optimizer"] == {"name": "sgd"}
+
+    # The Accelerate adapter's log_with="wandb", offline through init_kwargs as with Accelerate.
+    accelerator = Accelerator(cpu=True, log_with="wandb", project_dir=tmp_path / "adapter")
+    accelerator.init_trackers("adapter", config={"lr": 0.1}, init_kwargs={"wandb": {"offline": True}})
+    for step in range(3):
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+    accelerator.end_training()
+    history, config = _wandb_run(tmp_path / "adapter", "loss")
+    assert history == {0: 1.0, 1: 0.5, 2: pytest.approx(1 / 3)} and config["lr"] == 0.1
 
 
 def test_starting_tracker_runs_leaves_the_random_streams_alone(tmp_path, monkeypatch):
