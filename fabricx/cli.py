@@ -38,6 +38,17 @@ class RunOptions:
     main_port: int | None = None
     precision: str | None = None
     max_restarts: int = 0
+    #: ``--num-nodes MIN:MAX``: the fewest nodes the job runs on (``num_nodes`` holds the most).
+    min_nodes: int | None = None
+    #: Extra ``key=value`` settings of the elastic rendezvous (``--rdzv-conf``).
+    rdzv_conf: str | None = None
+    #: The job's id in the rendezvous: every node of one job gives the same (``--run-id``).
+    run_id: str = "fabricx"
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job runs on a changing number of nodes (``--num-nodes MIN:MAX``)."""
+        return self.min_nodes is not None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,18 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "run":
+        try:
+            min_nodes, num_nodes = parse_num_nodes(args.num_nodes)
+        except _UsageError as error:
+            parser.error(str(error))
         options = RunOptions(
             script=args.script,
             script_args=list(args.script_args),
             accelerator=args.accelerator,
             strategy=args.strategy,
             devices=args.devices,
-            num_nodes=args.num_nodes,
+            num_nodes=num_nodes,
+            min_nodes=min_nodes,
             node_rank=args.node_rank,
             main_address=args.main_address,
             main_port=args.main_port,
             precision=args.precision,
             max_restarts=args.max_restarts,
+            rdzv_conf=args.rdzv_conf,
+            run_id=args.run_id,
         )
         try:
             return run(options)
@@ -83,6 +101,25 @@ class _UsageError(ValueError):
     """A command-line mistake, reported as a usage message rather than a traceback."""
 
 
+def parse_num_nodes(value: str | None) -> tuple[int | None, int | None]:
+    """``--num-nodes`` as ``(min_nodes, num_nodes)``: ``"2"`` is ``(None, 2)``, ``"1:4"`` is ``(1, 4)``.
+
+    Example::
+
+        parse_num_nodes("1:2")  # (1, 2)
+    """
+    if value is None:
+        return None, None
+    low, sep, high = str(value).partition(":")
+    try:
+        numbers = (int(low), int(high)) if sep else (None, int(low))
+    except ValueError:
+        raise _UsageError(f"--num-nodes {value!r}: give a count (2) or a range MIN:MAX (1:4).") from None
+    if numbers[0] is not None and not 1 <= numbers[0] <= numbers[1]:
+        raise _UsageError(f"--num-nodes {value}: MIN:MAX needs 1 <= MIN <= MAX.")
+    return numbers
+
+
 def run(options: RunOptions) -> int:
     """Start ``options.script`` on this node's processes through ``torch.distributed.run``.
 
@@ -99,7 +136,11 @@ def run(options: RunOptions) -> int:
 
     torchrun_args = build_torchrun_args(options)
     os.environ.update(flag_environment(options))
-    if options.max_restarts:
+    if options.elastic:
+        from fabricx.connector import ELASTIC_ENV
+
+        os.environ[ELASTIC_ENV] = "1"
+    if options.max_restarts or options.elastic:
         # A restarted attempt must not reuse the store (and the stale addresses) of the failed one.
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     # torchrun would set 1 thread per process with a warning; divide this node's cores instead.
@@ -131,6 +172,20 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
             port = find_free_port()
         else:
             port = DEFAULT_MULTI_NODE_PORT
+    if options.elastic:
+        # Nodes join and leave: torchrun's elastic c10d rendezvous assigns node ranks, and a change
+        # in membership restarts every worker (counted against --max-restarts).
+        args = [
+            f"--nproc-per-node={processes_per_node(options)}",
+            f"--nnodes={options.min_nodes}:{num_nodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={options.main_address}:{port}",
+            f"--rdzv-id={options.run_id}",
+            f"--max-restarts={options.max_restarts}",
+        ]
+        if options.rdzv_conf:
+            args.append(f"--rdzv-conf={options.rdzv_conf}")
+        return [*args, options.script, *options.script_args]
     args = [f"--nproc-per-node={processes_per_node(options)}", f"--nnodes={num_nodes}"]
     if options.max_restarts:
         # Elastic restarts need a rendezvous that forgets the previous attempt's gloo addresses;
@@ -162,7 +217,8 @@ def flag_environment(options: RunOptions) -> dict[str, str]:
         "accelerator": options.accelerator,
         "strategy": options.strategy,
         "devices": options.devices,
-        "num_nodes": None if options.num_nodes is None else str(options.num_nodes),
+        # A changing number of nodes is read from torchrun's WORLD_SIZE in each attempt instead.
+        "num_nodes": None if options.num_nodes is None or options.elastic else str(options.num_nodes),
         "precision": options.precision,
     }
     return {CLI_FLAG_ENV[name]: value for name, value in values.items() if value is not None}
@@ -214,6 +270,13 @@ def _validate(options: RunOptions) -> None:
     num_nodes = options.num_nodes or 1
     if num_nodes < 1:
         raise _UsageError(f"--num-nodes {options.num_nodes}: give at least 1.")
+    if options.rdzv_conf is not None and not options.elastic:
+        raise _UsageError("--rdzv-conf configures the elastic rendezvous; it needs --num-nodes MIN:MAX.")
+    if options.elastic and options.node_rank:
+        raise _UsageError(
+            f"--node-rank {options.node_rank} with --num-nodes {options.min_nodes}:{num_nodes}: the elastic "
+            "rendezvous numbers the nodes itself. Leave --node-rank out."
+        )
     if not 0 <= options.node_rank < num_nodes:
         raise _UsageError(
             f"--node-rank {options.node_rank} is outside 0..{num_nodes - 1} for --num-nodes {num_nodes}."
@@ -375,9 +438,17 @@ def _parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--accelerator", default=None, help=f"one of {', '.join(_ACCELERATOR_CHOICES)}")
     run_parser.add_argument("--strategy", default=None, help="a registry name such as ddp, fsdp, deepspeed")
     run_parser.add_argument(
-        "--devices", default=None, help="processes per node: a count, 'auto', -1, or GPU indices like '0,1'"
+        "--devices",
+        "--nproc-per-node",
+        dest="devices",
+        default=None,
+        help="processes per node: a count, 'auto', -1, or GPU indices like '0,1'"
     )
-    run_parser.add_argument("--num-nodes", type=int, default=None, help="how many machines take part")
+    run_parser.add_argument(
+        "--num-nodes",
+        default=None,
+        help="how many machines take part: N, or MIN:MAX for an elastic job that continues when nodes leave or join",
+    )
     run_parser.add_argument("--node-rank", type=int, default=0, help="this machine's index (0 .. num-nodes - 1)")
     run_parser.add_argument("--main-address", default="127.0.0.1", help="address of the node with rank 0")
     run_parser.add_argument(
@@ -388,7 +459,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     run_parser.add_argument("--precision", default=None, help="32-true, bf16-mixed, 16-mixed, ...")
     run_parser.add_argument(
-        "--max-restarts", type=int, default=0, help="restart the processes up to N times after a failure"
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restart the processes up to N times after a failure (or, with --num-nodes MIN:MAX, a membership change)",
+    )
+    run_parser.add_argument(
+        "--run-id", default="fabricx", help="the job's id in the elastic rendezvous (the same on every node)"
+    )
+    run_parser.add_argument(
+        "--rdzv-conf",
+        default=None,
+        help="elastic rendezvous settings for torchrun, e.g. last_call_timeout=5,join_timeout=120",
     )
     run_parser.add_argument("script", help="the training script")
     run_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")

@@ -22,6 +22,8 @@ CLI_FLAG_ENV = {
     "num_nodes": "FABRICX_NUM_NODES",
     "precision": "FABRICX_PRECISION",
 }
+#: Set by ``fabricx run --num-nodes MIN:MAX``: the job's number of nodes changes between attempts.
+ELASTIC_ENV = "FABRICX_ELASTIC"
 _DEFAULTS = {"accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None}
 
 
@@ -116,11 +118,17 @@ def _apply_cli_flags(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _layout_from_external_launcher(devices: Any, num_nodes: int) -> tuple[Any, int]:
-    """Under torchrun or ``srun`` with ``devices="auto"``, use the layout that launcher created."""
-    if devices != "auto":
-        return devices, num_nodes
+    """Under torchrun or ``srun`` with ``devices="auto"``, use the layout that launcher created.
+
+    In an elastic job (``fabricx run --num-nodes MIN:MAX``) the number of nodes changes between
+    attempts, so it always comes from torchrun's ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``.
+    """
     world = os.environ.get("WORLD_SIZE")
     local_world = os.environ.get("LOCAL_WORLD_SIZE")
+    if devices != "auto":
+        if os.environ.get(ELASTIC_ENV) == "1" and world is not None and local_world is not None:
+            return devices, max(1, int(world) // max(1, int(local_world)))
+        return devices, num_nodes
     if "TORCHELASTIC_RUN_ID" in os.environ and world is not None and local_world is not None:
         world_size, local_world_size = int(world), int(local_world)
     else:
