@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint.manager import CheckpointManager
+from fabricx.checkpoint.storage import is_url
 
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
@@ -53,7 +54,9 @@ def _rank_zero_value(fabric: Fabric, value: Path | None) -> Path | None:
     text = os.fspath(value) if value is not None else None
     if fabric.world_size > 1:
         text = fabric.broadcast(text, src=0)
-    return Path(text) if text is not None else None
+    if text is None:
+        return None
+    return text if is_url(text) else Path(text)  # type: ignore[return-value]  # a URL stays a string
 
 
 def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.PathLike[str]) -> Path | None:

@@ -28,7 +28,7 @@ from fabricx.checkpoint.background import (
     start_background_save,
     wait_for_pending_save,
 )
-from fabricx.checkpoint.fabric_state import split_state
+from fabricx.checkpoint.fabric_state import _claimed, _io, _storage, split_state
 from fabricx.checkpoint.format import CheckpointWriter
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -43,11 +43,12 @@ def save_fabric_checkpoint_async(
     path: str,
     state: dict[str, Any],
     filter: dict[str, Callable] | None = None,
-    on_commit: Callable[[], Any] | None = None,
 ) -> AsyncSave:
     """Stage ``state`` in host memory and write it to ``path`` in the background; every rank calls it.
 
-    ``on_commit`` runs on rank 0 in the background thread right after the commit (e.g. retention).
+    The same pipeline as :func:`~fabricx.checkpoint.fabric_state.save_fabric_checkpoint`: entries a
+    strategy stores itself go through its :class:`~fabricx.checkpoint.fabric_state.EntryStorage`, in
+    the background where it has a ``save_async`` (DCP shards), otherwise in the foreground (engine files).
 
     Example::
 
@@ -55,15 +56,18 @@ def save_fabric_checkpoint_async(
         handle.wait()  # the checkpoint is committed on every rank once this returns
     """
     wait_for_pending_save()
-    if type(strategy).save_checkpoint.__qualname__ != "Strategy.save_checkpoint":
-        # A strategy with its own checkpoint layout (sharded, engine files) writes in the foreground.
-        strategy.save_checkpoint(path, state, filter=filter)
-        return _committed(path, on_commit if strategy.is_global_zero else None)
-    group = background_group()
+    storage = _storage(strategy)
+    claimed = _claimed(storage, state)
+    plain = {key: obj for key, obj in state.items() if key not in claimed}
+    if claimed and storage is not None:
+        storage.check_filter(list(claimed), filter)
+    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in plain} or None
+    shared, per_rank = split_state(strategy, plain, plain_filter)
+    extra_meta = {storage.meta_key: storage.record(claimed)} if claimed and storage is not None else None
     distributed = strategy.world_size > 1
-    shared, per_rank = split_state(strategy, state, filter)
+    group = background_group()
     buffers: list = []
-    shared_copy = stage_to_host(shared, reuse=buffers) if strategy.is_global_zero else None
+    shared_copy = stage_to_host(shared, reuse=buffers) if strategy.is_global_zero else {}
     del shared
     rank_copy = stage_to_host(per_rank, reuse=buffers)
     token = strategy.broadcast(uuid.uuid4().hex) if distributed else None
@@ -78,28 +82,48 @@ def save_fabric_checkpoint_async(
         world_size=strategy.world_size,
         barrier=barrier if distributed else None,
         token=token,
+        extra_meta=extra_meta,
+        io=_io(strategy),
     )
-    writer.begin()  # rank 0 creates the temporary directory; no other thread uses the group now
+    staging = writer.begin()  # rank 0 creates the staging directory; no other thread uses the group now
+    finish_claimed: Callable[[], dict[str, Any]] = dict
+    try:
+        if claimed and storage is not None:
+            save_async = getattr(storage, "save_async", None)
+            if callable(save_async):  # stages now, writes in the background (DCP async_save)
+                finish_claimed = save_async(staging, claimed, filter, group)
+            else:  # the strategy's own files are written here, before the rest goes to the background
+                written = storage.save(staging, claimed, filter)
+                finish_claimed = lambda: written  # noqa: E731
+    except BaseException:
+        writer.abort()
+        _pool.give_back(buffers)
+        raise
 
     def job() -> None:
         try:
-            _write_and_commit(writer, shared_copy, rank_copy, group)
+            _write_and_commit(writer, shared_copy, rank_copy, finish_claimed, group)
         finally:
             _pool.give_back(buffers)  # the next save (which waits for this one) copies into them
-        if on_commit is not None and writer.rank == 0:
-            on_commit()
 
     return start_background_save(path, job)
 
 
-def _write_and_commit(writer: CheckpointWriter, shared: dict | None, per_rank: dict, group: Any) -> None:
-    """Background: write this rank's files, agree that every rank did, then commit (rank 0)."""
+def _write_and_commit(
+    writer: CheckpointWriter,
+    shared: dict,
+    per_rank: dict,
+    finish_claimed: Callable[[], dict[str, Any]],
+    group: Any,
+) -> None:
+    """Background: write this rank's files, make them durable, agree that every rank did, commit (rank 0)."""
     error: BaseException | None = None
     try:
-        if shared is not None:
-            writer.write_shared(shared)
+        shared.update(finish_claimed())
+        writer.write_shared(shared)
         writer.write_rank(per_rank)
-        _make_durable(writer)
+        with writer._writing():
+            writer.io.finish_rank(writer.tmp, writer.path, writer.rank)
     except BaseException as caught:
         error = caught
     if not agree(error is None, group):
@@ -122,14 +146,3 @@ def _write_and_commit(writer: CheckpointWriter, shared: dict | None, per_rank: d
             raise committed
         raise CheckpointError(f"Rank 0 could not commit the checkpoint {writer.path}.")
     writer._state = "committed"
-
-
-def _make_durable(writer: CheckpointWriter) -> None:
-    from fabricx.checkpoint.atomic import fsync_tree
-
-    fsync_tree(writer.tmp)
-
-
-def _committed(path: str, on_commit: Callable[[], Any] | None) -> AsyncSave:
-    """A handle for a save that is already committed (written in the foreground)."""
-    return start_background_save(path, on_commit or (lambda: None))

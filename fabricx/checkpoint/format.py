@@ -37,6 +37,7 @@ from safetensors import SafetensorError
 
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.serialization import dump, json_path, load
+from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -162,14 +163,14 @@ class CheckpointWriter:
                 raise CheckpointError(
                     f"extra_meta must be JSON-serializable (str, numbers, bools, None, lists, dicts): {error}"
                 ) from None
-        self.path = Path(path)
+        self.path: Any = path if is_url(path) else Path(path)
         self.rank = rank
         self.world_size = world_size
         self._barrier = barrier
         if token is None:
             token = _DEFAULT_DISTRIBUTED_TOKEN if world_size > 1 else secrets.token_hex(4)
         self._token = token
-        self.io = io or default_io()
+        self.io = io_for(path, io or default_io())
         self.tmp = self.io.staging_dir(self.path, token)
         self._extra_meta = extra_meta
         self._shared_keys: list[str] | None = None
@@ -423,6 +424,8 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
         loaded = read_checkpoint("run/ckpt", rank=fabric.global_rank)
         model.load_state_dict(loaded.shared["model"])
     """
+    if is_url(path):
+        return _read_remote(path, rank, io_for(path, io or default_io()))
     target = Path(path)
     if target.is_file():
         return _read_single_file(target)
@@ -440,6 +443,21 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
         raise CheckpointError(f"No checkpoint found at {target}.{hint}")
     if found.is_file():
         return _read_single_file(found)
+    return _read_directory(found, rank)
+
+
+def _read_remote(url: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
+    found = io.resolve(url, is_complete)
+    if found is None:
+        raise CheckpointError(
+            f"No committed checkpoint found at {url} (nothing saved there, or the save did not finish)."
+        )
+    if found.is_file():
+        return _read_single_file(found)
+    return _read_directory(found, rank)
+
+
+def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:
     meta = read_meta(found)
     shared = load(found, SHARED_STEM)
     if not isinstance(shared, dict):
@@ -571,6 +589,6 @@ def write_single_file(path: str | os.PathLike[str], state: dict, io: CheckpointI
         _check_weights_only(state, "")
     except RecursionError:
         raise CheckpointError("Cannot save the state: it is nested too deeply.") from None
-    target = Path(path)
-    (io or default_io()).write_file(target, lambda handle: torch.save(state, handle))
+    target: Any = path if is_url(path) else Path(path)
+    io_for(path, io or default_io()).write_file(target, lambda handle: torch.save(state, handle))
     return target

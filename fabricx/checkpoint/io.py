@@ -89,6 +89,10 @@ class CheckpointIO(ABC):
     def resolve(self, path: str | os.PathLike[str], is_complete: Completeness) -> Path | None:
         """A local directory (or file) holding the complete checkpoint saved at ``path``; ``None`` if none."""
 
+    def has_complete(self, path: str | os.PathLike[str], is_complete: Completeness) -> bool:
+        """Whether a complete checkpoint is saved at ``path`` (cheap where the storage can tell without a copy)."""
+        return self.resolve(path, is_complete) is not None
+
     @abstractmethod
     def recover(self, path: str | os.PathLike[str], is_complete: Completeness) -> None:
         """Rank 0: after crashed saves, put the newest complete copy at ``path`` and delete the left-overs."""

@@ -12,10 +12,12 @@ import contextlib
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from fabricx.checkpoint.format import default_io, is_complete
 from fabricx.checkpoint.io import CheckpointIO
+from fabricx.checkpoint.storage import io_for, is_url, join_path
 
 try:  # advisory locks tell a live writer's reservation from one a killed writer left
     import fcntl
@@ -40,7 +42,7 @@ def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = No
 @dataclass(frozen=True)
 class _Entry:
     index: int
-    path: Path
+    path: Any  # a Path, or a string for a URL
     kind: str  # "committed", "tmp", "old", "del" or "reserved"
 
 
@@ -75,40 +77,45 @@ class CheckpointManager:
             raise ValueError(f"total_limit must be None (keep all) or an int >= 1; got {total_limit!r}.")
         if not prefix or "/" in prefix or os.sep in prefix:
             raise ValueError(f"prefix must be a non-empty name without path separators; got {prefix!r}.")
-        self.project_dir = Path(project_dir)
+        # A URL (s3://...) stays a string: its storage lists names and commits markers instead of renaming.
+        self._remote = is_url(project_dir)
+        self.project_dir: Any = project_dir if self._remote else Path(project_dir)
         self.total_limit = total_limit
         self.prefix = prefix
-        self.io = io or default_io()
+        self.io = io_for(project_dir, io or default_io())
         self._pattern = re.compile(
             rf"^{re.escape(prefix)}_(\d+)(?:\.(tmp|old|del)-[A-Za-z0-9_-]+|\.({_RESERVED}))?$"
         )
         self._held: dict[int, int] = {}  # index -> locked file descriptor of our reservation
 
     @property
-    def directory(self) -> Path:
-        """The folder holding the checkpoints: ``<project_dir>/checkpoints``."""
-        return self.project_dir / "checkpoints"
+    def directory(self) -> Any:
+        """The folder holding the checkpoints: ``<project_dir>/checkpoints`` (a string for a URL)."""
+        return join_path(self.project_dir, "checkpoints")
 
-    def path_for(self, index: int) -> Path:
+    def path_for(self, index: int) -> Any:
         """The committed path of checkpoint number ``index``."""
-        return self.directory / f"{self.prefix}_{index}"
+        return join_path(self.directory, f"{self.prefix}_{index}")
 
     def _reservation(self, index: int) -> Path:
         return self.directory / f"{self.prefix}_{index}.{_RESERVED}"
 
     def _scan(self) -> list[_Entry]:
-        try:
-            children = list(self.directory.iterdir())
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        if self._remote:  # one name per checkpoint; whether it is committed is its marker's business
+            names = [(name, join_path(self.directory, name)) for name in self.io.list_names(self.directory)]
+        else:
+            try:
+                names = [(child.name, child) for child in self.directory.iterdir()]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
         entries = []
-        for child in children:
-            match = self._pattern.match(child.name)
+        for name, child in names:
+            match = self._pattern.match(name)
             if match is None:
                 continue
             kind = match.group(2) or match.group(3) or "committed"
             entries.append(_Entry(int(match.group(1)), child, kind))
-        return sorted(entries, key=lambda e: (e.index, e.path.name))
+        return sorted(entries, key=lambda e: (e.index, PurePosixPath(os.fspath(e.path)).name))
 
     @property
     def iteration(self) -> int:
@@ -139,7 +146,12 @@ class CheckpointManager:
             path = manager.reserve()
             fabric.save(path, state)
             manager.release(path)
+
+        Object stores have no exclusive create: for a URL this is :meth:`next_path`, so concurrent
+        writers to one remote project must use different project directories.
         """
+        if self._remote:
+            return self.next_path()
         self.directory.mkdir(parents=True, exist_ok=True)
         while True:
             index = self.iteration
@@ -160,7 +172,7 @@ class CheckpointManager:
             manager.release(path)
         """
         match = self._pattern.match(Path(path).name)
-        if match is None:
+        if match is None or self._remote:
             return
         index = int(match.group(1))
         fd = self._held.pop(index, None)
@@ -191,7 +203,7 @@ class CheckpointManager:
 
     def _complete_indices(self, entries: list[_Entry]) -> list[int]:
         indices = sorted({e.index for e in entries if e.kind in ("committed", "old")})
-        return [i for i in indices if self.io.resolve(self.path_for(i), is_complete) is not None]
+        return [i for i in indices if self.io.has_complete(self.path_for(i), is_complete)]
 
     def list_complete(self) -> list[Path]:
         """Loadable checkpoints, oldest first: every file their ``meta.json`` lists is there.
@@ -253,6 +265,9 @@ class CheckpointManager:
                 self.io.recover(self.path_for(index), is_complete)
             else:
                 remove_checkpoint(self.path_for(index), self.io)
+            if self._remote:
+                doomed += leftovers
+                continue
             with contextlib.suppress(FileNotFoundError):
                 self._reservation(index).unlink()
             doomed += [p for p in leftovers if not p.exists()]

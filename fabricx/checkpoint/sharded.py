@@ -271,6 +271,43 @@ def write_sharded(staging: str | os.PathLike[str], sharded: Mapping[str, Mapping
     return rest
 
 
+def write_sharded_async(
+    staging: str | os.PathLike[str], sharded: Mapping[str, Mapping[str, Any]], process_group: Any = None
+) -> Callable[[], dict[str, Any]]:
+    """Every rank: stage the shards of ``sharded`` now and write them with DCP ``async_save`` in the background.
+
+    ``process_group`` is the group the background write may use (never the training one; ``None``
+    alone). Returns a function that waits for the write and gives the shared entries
+    :func:`write_sharded` would return, staged too.
+
+    Example::
+
+        finish = write_sharded_async(tmp, {"model": get_model_state(fsdp_model, full=False)}, group)
+        shared.update(finish())   # in the background thread, before the commit
+    """
+    import torch.distributed.checkpoint as dcp
+
+    from fabricx.checkpoint.background import stage_to_host
+
+    tensors: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, state in sharded.items():
+        tensors[key], rest[key] = _split_tensors(state)
+    staged_rest = stage_to_host(rest)  # e.g. param groups a scheduler changes in place
+    future = dcp.async_save(
+        tensors,
+        storage_writer=dcp.FileSystemWriter(Path(staging) / SHARDED_DIR),
+        process_group=process_group,
+        no_dist=process_group is None,
+    )
+
+    def finish() -> dict[str, Any]:
+        future.result()
+        return {REST_KEY: staged_rest}
+
+    return finish
+
+
 def save_sharded(
     path: str | os.PathLike[str],
     *,

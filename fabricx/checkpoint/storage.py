@@ -37,9 +37,10 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.utilities.exceptions import CheckpointError
 
-__all__ = ["COMMIT_MARKER", "FsspecCheckpointIO", "is_url", "join_path"]
+__all__ = ["COMMIT_MARKER", "FsspecCheckpointIO", "io_for", "is_url", "join_path"]
 
 #: The object naming a checkpoint's committed version; written after every file of that version.
 COMMIT_MARKER = "COMMIT"
@@ -86,7 +87,7 @@ def _strip_local(path: str | os.PathLike[str]) -> Path:
     return Path(text)
 
 
-class FsspecCheckpointIO:
+class FsspecCheckpointIO(CheckpointIO):
     """Checkpoint I/O for fsspec URLs: upload under a version prefix, then a commit marker written last.
 
     ``storage_options`` go to the file system (for S3: ``endpoint_url``, ``key``, ``secret``, ...;
@@ -147,10 +148,8 @@ class FsspecCheckpointIO:
             fs.invalidate_cache()
         return fs, root
 
-    def _local_io(self) -> Any:
+    def _local_io(self) -> CheckpointIO:
         if self._local is None:
-            from fabricx.checkpoint.io import LocalCheckpointIO
-
             self._local = LocalCheckpointIO()
         return self._local
 
@@ -324,6 +323,16 @@ class FsspecCheckpointIO:
         except CheckpointError:
             return False
 
+    def has_complete(self, path: str | os.PathLike[str], is_complete: Callable[[Path], bool]) -> bool:
+        """Whether a checkpoint is committed at ``path``: its marker exists (no download needed).
+
+        The marker is written only after every file of its version, and readers still check the copy
+        they download.
+        """
+        if not is_url(path):
+            return self._local_io().has_complete(_strip_local(path), is_complete)
+        return self.is_committed(path)
+
     def list_names(self, directory: str | os.PathLike[str]) -> list[str]:
         """The names directly inside ``directory`` (``[]`` when it does not exist).
 
@@ -471,3 +480,30 @@ def _child_names(fs: Any, root: str) -> list[str]:
         if text and text != own:
             names.append(PurePosixPath(text).name)
     return names
+
+
+_DEFAULT_REMOTE: FsspecCheckpointIO | None = None
+
+
+def io_for(path: str | os.PathLike[str], io: CheckpointIO) -> CheckpointIO:
+    """The checkpoint I/O to use for ``path``: ``io``, unless ``path`` is a URL that ``io`` cannot store.
+
+    A URL given while the strategy uses local I/O goes through a shared :class:`FsspecCheckpointIO`
+    whose store options come from the environment (e.g. ``AWS_ENDPOINT_URL``); pass
+    ``Fabric(plugins=[FsspecCheckpointIO(storage_options=...)])`` to give them explicitly.
+
+    Example::
+
+        io_for("s3://bucket/ckpt", LocalCheckpointIO())  # a FsspecCheckpointIO
+    """
+    global _DEFAULT_REMOTE
+    if not is_url(path) or isinstance(io, FsspecCheckpointIO):
+        return io
+    if type(io) is not LocalCheckpointIO:
+        raise CheckpointError(
+            f"{path} is a URL, but the checkpoint I/O plugin {type(io).__name__} stores local paths only. "
+            "Use FsspecCheckpointIO (fabricx.checkpoint.storage) for URLs, or give a local path."
+        )
+    if _DEFAULT_REMOTE is None:
+        _DEFAULT_REMOTE = FsspecCheckpointIO()
+    return _DEFAULT_REMOTE

@@ -321,6 +321,18 @@ class _ShardedEntries(EntryStorage):
             sharded[key] = value
         return {REST_KEY: write_sharded(staging, sharded)}
 
+    def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Any:
+        """Like :meth:`save`, but the shards are staged now and written in the background (DCP async_save)."""
+        from fabricx.checkpoint.sharded import write_sharded_async
+
+        sharded = {}
+        for key, obj in entries.items():
+            value = self._live_state(obj)
+            if filter and key in filter and self._kind(obj) == "model":
+                value = {name: item for name, item in value.items() if filter[key](name, item)}
+            sharded[key] = value
+        return write_sharded_async(staging, sharded, group)
+
     def _live_state(self, obj: Any) -> dict[str, Any]:
         from fabricx.checkpoint.sharded import get_model_state, get_optimizer_state
 

@@ -47,7 +47,7 @@ def train_forever(project: str) -> None:
     model(torch.ones(2, width)).sum().backward()
     optimizer.step()
     state = {"model": model, "optimizer": optimizer, "step": 0}
-    manager = CheckpointManager(project, total_limit=2)
+    manager = CheckpointManager(project, total_limit=2, io=plugins[0] if plugins else None)
     fabric.load_latest(manager, state)
     step = state["step"]
     while True:
@@ -67,6 +67,11 @@ def main() -> None:
     # Creating the first optimizer imports much of torch (seconds); do it once here, not in every trainer.
     torch.optim.Adam(nn.Linear(1, 1).parameters())
     Fabric(accelerator="cpu")
+    if os.environ.get("FABRICX_TEST_STORAGE_OPTIONS"):  # the S3 client stack, imported once
+        import botocore.session
+        import s3fs  # noqa: F401
+
+        botocore.session.get_session().get_service_model("s3")
     for line in sys.stdin:
         pid = os.fork()
         if pid == 0:

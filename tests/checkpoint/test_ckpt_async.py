@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +21,6 @@ from fabricx import Fabric
 from fabricx.checkpoint.background import AsyncSave, pending_save, stage_to_host
 from fabricx.checkpoint.format import read_checkpoint
 from fabricx.checkpoint.manager import CheckpointManager
-from fabricx.strategies import DDPStrategy
 from fabricx.train import TrainModule
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -196,8 +196,13 @@ def test_process_end_waits_for_the_background_save(tmp_path: Path) -> None:
 
 
 def _two_ranks(fabric: Fabric, root: str) -> dict[str, Any]:
+    """FSDP2 on two ranks: sharded entries go through DCP async_save, plain ones through the staged copy."""
     torch.set_num_threads(1)
-    model = fabric.setup_module(nn.Linear(32, 32))
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 4))
+    model, optimizer = fabric.setup(module, torch.optim.Adam(module.parameters(), lr=0.1))
+    fabric.backward(model(torch.ones(2, 16)).sum())
+    optimizer.step()  # Adam's moments exist, sharded like the parameters
     rank = fabric.global_rank
     results: dict[str, Any] = {}
     # Rank 0 alone writes the shared entries: its failure must stop rank 1 from committing too.
@@ -210,31 +215,42 @@ def _two_ranks(fabric: Fabric, root: str) -> dict[str, Any]:
         results["failed"] = "failed" in str(error)
     results["after_failure"] = os.path.exists(os.path.join(root, "ckpt"))
     fabric.barrier()
-    with torch.no_grad():
-        model.weight.fill_(0.5)
-    handle = fabric.save(os.path.join(root, "ckpt"), {"model": model, "step": 2}, async_save=True)
-    with torch.no_grad():
-        model.weight.fill_(-9.0)
+    state = {"model": model, "optimizer": optimizer, "step": 2}
+    fabric.save(os.path.join(root, "sync"), state)
+    handle = fabric.save(os.path.join(root, "ckpt"), state, async_save=True)
+    with torch.no_grad():  # training changes the local shards while the background write runs
+        for parameter in model.parameters():
+            parameter.fill_(-9.0)
     results["path"] = handle.wait()
     results["committed_on_return"] = os.path.isfile(os.path.join(root, "ckpt", "meta.json"))
-    state = {"model": model, "step": 0}
+    loaded = {name: fabric.load(os.path.join(root, name))["model"] for name in ("sync", "ckpt")}
+    results["same_as_sync"] = loaded["sync"].keys() == loaded["ckpt"].keys() and all(
+        torch.equal(loaded["sync"][key], loaded["ckpt"][key]) for key in loaded["sync"]
+    )
+    state = {"model": model, "optimizer": optimizer, "step": 0}
     fabric.load(os.path.join(root, "ckpt"), state)
     results["step"] = state["step"]
-    results["weight"] = float(model.weight.mean())
-    results["rank_file"] = os.path.isfile(os.path.join(root, "ckpt", f"rank_{rank}.json"))
+    full = fabric.strategy.get_module_state_dict(fabric.unwrap(model))  # collective; rank 0 gets the tensors
+    results["restored"] = all(torch.equal(full[key], loaded["sync"][key]) for key in full)
+    results["full_keys"] = len(full)
     other = fabric.broadcast(results if rank == 1 else None, src=1)  # rank 0 returns both
     return {"ranks": [results, other]}
 
 
 @pytest.mark.distributed
-def test_two_ranks_commit_only_when_both_succeeded(tmp_path: Path) -> None:
-    fabric = Fabric(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn", timeout=60))
+def test_two_fsdp_ranks_commit_only_when_both_succeeded(tmp_path: Path) -> None:
+    from fabricx.strategies import FSDPStrategy
+
+    fabric = Fabric(accelerator="cpu", devices=2, strategy=FSDPStrategy(start_method="spawn", timeout=60))
     results = fabric.launch(_two_ranks, str(tmp_path))
     for rank, result in enumerate(results["ranks"]):
         assert result["failed"] is True, (rank, result)
         assert result["after_failure"] is False, (rank, result)
-        assert result["committed_on_return"] and result["rank_file"], (rank, result)
-        assert result["step"] == 2 and result["weight"] == 0.5, (rank, result)
+        assert result["committed_on_return"] and result["same_as_sync"], (rank, result)
+        assert result["step"] == 2 and result["restored"], (rank, result)
+    assert results["ranks"][0]["full_keys"] == 4
+    meta = json.loads((tmp_path / "ckpt" / "meta.json").read_text())
+    assert any(name.startswith("sharded/") and name.endswith(".distcp") for name in meta["files"]), meta["files"]
 
 
 # -------------------------------------------------------------------- Trainer and Accelerate adapter

@@ -11,6 +11,7 @@ last save the trainer is known to have committed (the one before its last ``savi
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -126,3 +127,25 @@ def test_sigkill_during_background_writes_local(tmp_path: Path) -> None:
     assert counts["uncommitted_kills"] >= 5, counts
     leftovers = [p.name for p in manager.directory.iterdir() if ".tmp-" in p.name]
     assert len(leftovers) <= 20, leftovers
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the trainers are forked from a helper process")
+@pytest.mark.parametrize(
+    "trials", [6, pytest.param(20, marks=pytest.mark.slow)], ids=["6-trials", "20-trials"]
+)
+def test_sigkill_during_background_writes_s3(s3_server: Any, trials: int) -> None:
+    """The same trials against a real S3 server on loopback (6 in the fast suite, 20 with ``-m slow``)."""
+    from fabricx.checkpoint.storage import FsspecCheckpointIO
+
+    project = s3_server.url("async-crash")
+    io = FsspecCheckpointIO(storage_options=s3_server.storage_options)
+    manager = CheckpointManager(project, total_limit=2, io=io)
+
+    def latest(where: str) -> dict[str, Any] | None:
+        path = manager.latest()
+        return None if path is None else read_checkpoint(path, io=io).shared
+
+    options = {key: value for key, value in s3_server.storage_options.items() if key != "skip_instance_cache"}
+    env = {**s3_server.env, "FABRICX_TEST_STORAGE_OPTIONS": json.dumps(options), "FABRICX_TEST_WIDTH": "128"}
+    counts = run_trials(project, trials, latest, seed=20, env=env)
+    assert counts["uncommitted_kills"] >= trials // 4, counts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -166,3 +167,81 @@ def test_single_object_checkpoint(store: tuple[FsspecCheckpointIO, str]) -> None
 def test_missing_backend_names_the_package() -> None:
     with pytest.raises(CheckpointError, match="no usable fsspec implementation"):
         FsspecCheckpointIO().resolve("nosuchproto://bucket/x", _complete)
+
+
+# ------------------------------------------------------------------------ through Fabric and the manager
+
+
+def _fabric_state(store_io: FsspecCheckpointIO | None) -> tuple[Any, dict[str, Any]]:
+    import torch
+    from torch import nn
+
+    from fabricx import Fabric
+
+    fabric = Fabric(accelerator="cpu", plugins=[store_io] if store_io is not None else None)
+    model = nn.Linear(16, 16)
+    optimizer = torch.optim.Adam(model.parameters())
+    model, optimizer = fabric.setup(model, optimizer)
+    model(torch.ones(2, 16)).sum().backward()
+    optimizer.step()
+    return fabric, {"model": model, "optimizer": optimizer, "step": 5}
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_fabric_save_and_load_on_s3(s3_server: Any, async_save: bool) -> None:
+    import torch
+
+    store_io = FsspecCheckpointIO(storage_options=s3_server.storage_options)
+    fabric, state = _fabric_state(store_io)
+    url = s3_server.url("fabric")
+    expected = {k: v.clone() for k, v in state["model"].state_dict().items()}
+    handle = fabric.save(url, state, async_save=async_save)
+    with torch.no_grad():
+        state["model"].weight.fill_(3.0)
+    if handle is not None:
+        handle.wait()
+    state["step"] = 0
+    fabric.load(url, state)
+    assert state["step"] == 5
+    assert all(torch.equal(state["model"].state_dict()[k], v) for k, v in expected.items())
+    assert store_io.is_committed(url)
+    # Overwriting keeps exactly one version, the new one.
+    state["step"] = 6
+    fabric.save(url, state)
+    fs, root = fsspec.core.url_to_fs(url, **store_io.storage_options)
+    fs.invalidate_cache()
+    assert len([p for p in fs.ls(root, detail=False) if Path(p).name.startswith("v-")]) == 1
+    assert fabric.load(url)["step"] == 6
+
+
+def test_memory_url_without_a_plugin() -> None:
+    fabric, state = _fabric_state(None)
+    url = f"memory://fabricx-tests/{uuid.uuid4().hex}/ckpt"
+    fabric.save(url, state)
+    assert fabric.load(url)["step"] == 5
+    with pytest.raises(CheckpointError, match="No committed checkpoint found at memory://"):
+        fabric.load(url + "-missing")
+
+
+def test_manager_on_s3_keeps_k_and_never_deletes_a_newer_uncommitted_one(s3_server: Any) -> None:
+    from fabricx.checkpoint.manager import CheckpointManager
+
+    store_io = FsspecCheckpointIO(storage_options=s3_server.storage_options)
+    fabric, state = _fabric_state(store_io)
+    project = s3_server.url("manager")
+    manager = CheckpointManager(project, total_limit=2, io=store_io)
+    assert manager.directory == f"{project}/checkpoints" and manager.latest() is None
+    # A save that crashed before its commit marker, older than what follows: stale, removed by retention.
+    _save(store_io, manager.path_for(0), "crashed", commit=False)
+    for step in (1, 2, 3):
+        state["step"] = step
+        path = fabric.save_checkpoint(manager, state, async_save=step == 3)
+    fabric.load_latest(manager, state)  # waits for the asynchronous one
+    assert state["step"] == 3 and path == manager.path_for(3)
+    assert [p.rsplit("/", 1)[1] for p in manager.list_complete()] == ["checkpoint_2", "checkpoint_3"]
+    # An upload still under way (no marker yet) newer than the newest committed one is never deleted.
+    _save(store_io, manager.path_for(4), "in flight", commit=False)
+    manager.apply_retention()
+    names = store_io.list_names(manager.directory)
+    assert names == ["checkpoint_2", "checkpoint_3", "checkpoint_4"], names
+    assert manager.latest() == manager.path_for(3) and manager.next_path() == manager.path_for(5)
