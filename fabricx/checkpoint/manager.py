@@ -203,7 +203,10 @@ class CheckpointManager:
 
     def _complete_indices(self, entries: list[_Entry]) -> list[int]:
         indices = sorted({e.index for e in entries if e.kind in ("committed", "old")})
-        return [i for i in indices if self.io.has_complete(self.path_for(i), is_complete)]
+        check = getattr(self.io, "has_complete", None)
+        if not callable(check):  # a duck-typed I/O plugin without it: look for a complete copy
+            return [i for i in indices if self.io.resolve(self.path_for(i), is_complete) is not None]
+        return [i for i in indices if check(self.path_for(i), is_complete)]
 
     def list_complete(self) -> list[Path]:
         """Loadable checkpoints, oldest first: every file their ``meta.json`` lists is there.

@@ -486,7 +486,7 @@ _DEFAULT_REMOTE: FsspecCheckpointIO | None = None
 
 
 def io_for(path: str | os.PathLike[str], io: CheckpointIO) -> CheckpointIO:
-    """The checkpoint I/O to use for ``path``: ``io``, unless ``path`` is a URL that ``io`` cannot store.
+    """The checkpoint I/O to use for ``path``: ``io``, unless ``path`` is a URL and ``io`` stores local files.
 
     A URL given while the strategy uses local I/O goes through a shared :class:`FsspecCheckpointIO`
     whose store options come from the environment (e.g. ``AWS_ENDPOINT_URL``); pass
@@ -497,8 +497,8 @@ def io_for(path: str | os.PathLike[str], io: CheckpointIO) -> CheckpointIO:
         io_for("s3://bucket/ckpt", LocalCheckpointIO())  # a FsspecCheckpointIO
     """
     global _DEFAULT_REMOTE
-    if not is_url(path) or isinstance(io, FsspecCheckpointIO):
-        return io
+    if not is_url(path) or not isinstance(io, LocalCheckpointIO):
+        return io  # a plugin of the user's own stores what it is given
     if type(io) is not LocalCheckpointIO:
         raise CheckpointError(
             f"{path} is a URL, but the checkpoint I/O plugin {type(io).__name__} stores local paths only. "
