@@ -502,28 +502,61 @@ class DeepSpeedStrategy(ParallelStrategy):
         )
 
     def get_gradient_state(self, module: Module) -> dict[str, Any]:
-        """Inside an accumulation window the engine holds the accumulated gradients in its own buffers
-        (ZeRO reduces and partitions them as backward runs), which no DeepSpeed API exports: refused."""
+        """ZeRO-0/1 accumulate each rank's gradients on the parameters until the boundary (``param.grad``, or
+        DeepSpeed's ``grad_accum`` attribute); ZeRO-2/3 reduce and partition them into private buffers as
+        backward runs, which no DeepSpeed API exports, so a save inside a window is refused there."""
         engine = self._engine_of(module)
-        steps = engine.gradient_accumulation_steps() if engine is not None else 1
+        if engine is None:
+            return super().get_gradient_state(module)
+        steps = engine.gradient_accumulation_steps()
         if steps > 1 and getattr(engine, "micro_steps", 0) % steps != 0:  # the engine's own accumulation
             self._refuse_mid_window()
-        return {}
+        if not self._gradients_on_parameters(engine):
+            return {}
+        separate = getattr(engine.optimizer, "use_grad_accum_attribute", False)
+        grads = {}
+        for name, param in engine.module.named_parameters():
+            grad = getattr(param, "grad_accum", None) if separate else None
+            grad = param.grad if grad is None else grad
+            if grad is not None:
+                grads[name] = grad.detach()
+        return grads
 
     def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
-        if state:
+        engine = self._engine_of(module)
+        if engine is None:
+            super().load_gradient_state(module, state)
+            return
+        if not state:
+            return
+        if not self._gradients_on_parameters(engine):
             self._refuse_mid_window()
+        separate = getattr(engine.optimizer, "use_grad_accum_attribute", False)
+        for name, param in engine.module.named_parameters():
+            saved = state.get(name)
+            grad = None if saved is None else saved.to(device=param.device)
+            if separate:
+                param.grad_accum = None if grad is None else grad.to(engine.optimizer.gradient_accumulation_dtype)
+                param.grad = None
+            else:
+                param.grad = None if grad is None else grad.to(param.dtype)
 
     def check_mid_window_save(self, counter: int, window_length: int) -> None:
-        self._refuse_mid_window()
+        for engine in self._engines:
+            if not self._gradients_on_parameters(engine):
+                self._refuse_mid_window()
+
+    @staticmethod
+    def _gradients_on_parameters(engine: Any) -> bool:
+        return engine.zero_optimization_stage() in (0, 1)
 
     def _refuse_mid_window(self) -> None:
         raise FabricxError(
             f"fabric.save() inside a gradient-accumulation window cannot be exact under DeepSpeed ZeRO stage "
-            f"{self.zero_stage}: the engine keeps the accumulated gradients in its own partitioned buffers and "
-            "exports them through no API. Save at a window boundary (after optimizer.step(), when "
-            "fabric.sync_gradients is True), or use strategy='ddp' / 'fsdp', whose mid-window saves store "
-            "every rank's accumulated gradients."
+            f"{self.zero_stage}: the engine reduces the gradients as backward runs and keeps them partitioned in "
+            "its own buffers, which it exports through no API. Save at a window boundary (after "
+            "optimizer.step(), when fabric.sync_gradients is True), or use ZeRO stage 1 (DeepSpeedStrategy(stage=1)) "
+            "or strategy='ddp' / 'fsdp', whose mid-window saves store every rank's accumulated gradients."
         )
 
     # -- checkpoints -----------------------------------------------------------------------------------
@@ -606,7 +639,7 @@ class _EngineEntries(EntryStorage):
         engines = list(models.values())
         return {
             "zero_stage": self.strategy.zero_stage,
-            "elastic_checkpoint": bool(engines) and all(engine.zero_elastic_checkpoint() for engine in engines),
+            "elastic_checkpoint": bool(engines) and all(_elastic_engine(engine) for engine in engines),
             "models": {key: {"optimizer": optimizer_keys.get(key)} for key in models},
         }
 
@@ -667,9 +700,7 @@ class _EngineEntries(EntryStorage):
     @staticmethod
     def _elastic(engine: Any, loaded: Any) -> bool:
         record = (loaded.meta.get("extra_meta") or {}).get(META_KEY) or {}
-        return engine.zero_optimization_stage() in (1, 2) and engine.zero_elastic_checkpoint() and bool(
-            record.get("elastic_checkpoint")
-        )
+        return _elastic_engine(engine) and bool(record.get("elastic_checkpoint"))
 
     def _refuse_resharding(self, engine: Any, loaded: Any, key: str) -> None:
         stage = engine.zero_optimization_stage()
@@ -680,6 +711,11 @@ class _EngineEntries(EntryStorage):
             f"stages; this engine: stage {stage}, elastic_checkpoint={engine.zero_elastic_checkpoint()}). Resume with "
             f"{loaded.meta['world_size']} process(es), or leave the optimizer out of the state to load the weights."
         )
+
+
+def _elastic_engine(engine: Any) -> bool:
+    """Whether the engine saves ZeRO-1/2 optimizer shards in DeepSpeed's elastic (re-shardable) layout."""
+    return engine.zero_optimization_stage() in (1, 2) and bool(engine.zero_elastic_checkpoint())
 
 
 def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
