@@ -259,10 +259,7 @@ class CheckpointWriter:
                 },
             }
             text = json.dumps(meta, indent=2, allow_nan=False)
-            with open(self.tmp / META_FILE, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
+            (self.tmp / META_FILE).write_text(text, encoding="utf-8")  # flushed by the commit
             self.io.commit(self.tmp, self.path)
 
     def abort(self) -> None:

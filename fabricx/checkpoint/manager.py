@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fabricx.checkpoint.format import default_io, is_complete
+from fabricx.checkpoint.format import _write_failure, default_io, is_complete
 from fabricx.checkpoint.io import CheckpointIO
 from fabricx.checkpoint.storage import io_for, is_url, join_path
 
@@ -152,13 +152,18 @@ class CheckpointManager:
         """
         if self._remote:
             return self.next_path()
-        self.directory.mkdir(parents=True, exist_ok=True)
         while True:
             index = self.iteration
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # a file in the way, no permission, a full disk: say so
+                raise _write_failure(self.path_for(index), error) from error
             try:
                 fd = os.open(self._reservation(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 continue  # another writer claimed it between our scan and our create
+            except OSError as error:
+                raise _write_failure(self.path_for(index), error) from error
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._held[index] = fd

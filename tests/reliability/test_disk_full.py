@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-import fabricx.checkpoint.format as checkpoint_format
+import fabricx.checkpoint.atomic as checkpoint_atomic
 import fabricx.checkpoint.serialization as serialization
 from fabricx import Fabric
 from fabricx.checkpoint import CheckpointManager, read_checkpoint
@@ -120,7 +120,7 @@ def test_permission_denied_is_explained(tmp_path, monkeypatch):
     def denied(path, token=None):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(pathlib.Path(path).parent))
 
-    monkeypatch.setattr(checkpoint_format, "prepare_directory", denied)
+    monkeypatch.setattr(checkpoint_atomic, "prepare_directory", denied)  # what the local checkpoint I/O calls
     state["step"] = 5
     with pytest.raises(CheckpointError) as error:
         fabric.save(tmp_path / "ckpt", state)
