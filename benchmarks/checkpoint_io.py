@@ -100,6 +100,7 @@ def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, floa
     model, optimizer = fabric.setup(model, optimizer)
     model(torch.randn(4, 1024)).sum().backward()
     optimizer.step()  # Adam's moments exist: the state is 3x the weights
+    optimizer.zero_grad()  # saved where a loop saves, between steps (no gradients to store)
     state = {"model": model, "optimizer": optimizer, "step": 1}
     plain = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     tensors = [*plain["model"].values()] + [
