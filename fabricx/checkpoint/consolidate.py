@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from fabricx.utilities.exceptions import CheckpointError
 __all__ = ["consolidate_checkpoint", "default_output"]
 
 _SUFFIX = ".consolidated"
+_RANK_FILE = re.compile(r"rank_([1-9][0-9]{0,8})\.(json|safetensors)")
 
 
 def default_output(path: str | os.PathLike[str]) -> Path:
@@ -33,13 +36,17 @@ def _has_deepspeed_state(loaded: Any) -> bool:
     return "deepspeed" in extra or (loaded.path / "deepspeed").is_dir()
 
 
-def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
+def consolidate_checkpoint(
+    path: str | os.PathLike[str], output: str | os.PathLike[str] | None = None, *, allow_pickle: bool = False
+) -> Path:
     """Read every shard of a sharded (FSDP / model-parallel) checkpoint in this process and write a
     normal fabricx checkpoint directory whose shared state holds the full tensors.
 
     Models come out as plain state dicts, optimizers in ``torch.optim``'s indexed form, so the result
     loads with :func:`fabricx.checkpoint.format.read_checkpoint`, ``Fabric(accelerator="cpu").load`` or
-    any strategy. Per-rank files (data positions, random states) are copied as they are.
+    any strategy. Per-rank files (data positions, random states) are copied as they are (regular files
+    only: a symlink in the checkpoint is refused, never followed). DeepSpeed engine files are read
+    weights-only; ``allow_pickle=True`` opts into full unpickling for trusted foreign files.
 
     Example::
 
@@ -66,7 +73,7 @@ def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLi
     if deepspeed:
         from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
 
-        shared.update(deepspeed_model_states(loaded.path))
+        shared.update(deepspeed_model_states(loaded.path, allow_pickle=allow_pickle))
     extra = {"consolidated_from": str(loaded.path), "source_world_size": loaded.meta["world_size"]}
     writer = CheckpointWriter(target, rank=0, world_size=1, extra_meta=extra)
     tmp = writer.begin()
@@ -74,11 +81,29 @@ def consolidate_checkpoint(path: str | os.PathLike[str], output: str | os.PathLi
         writer.write_shared(shared)
         if loaded.per_rank is not None:
             writer.write_rank(loaded.per_rank)
-        for rank in range(1, int(loaded.meta["world_size"])):
-            for file in (json_path(loaded.path, rank_stem(rank)), tensors_path(loaded.path, rank_stem(rank))):
-                if file.exists():
-                    shutil.copy2(file, tmp / file.name)
+        for file in _other_rank_files(loaded.path, int(loaded.meta["world_size"])):
+            shutil.copy2(file, tmp / file.name, follow_symlinks=False)
     except BaseException:
         writer.abort()
         raise
     return writer.commit()
+
+
+def _other_rank_files(directory: Path, world_size: int) -> list[Path]:
+    """The per-rank files of ranks 1.. in ``directory`` (found by listing it, whatever meta.json claims),
+    each a regular file: a symlink or anything else is refused rather than followed."""
+    found = []
+    for child in sorted(directory.iterdir()):
+        match = _RANK_FILE.fullmatch(child.name)
+        if match is None or int(match.group(1)) >= world_size:
+            continue
+        if child.name not in (json_path(directory, rank_stem(int(match.group(1)))).name,
+                              tensors_path(directory, rank_stem(int(match.group(1)))).name):
+            continue
+        if not stat.S_ISREG(os.lstat(child).st_mode):
+            raise CheckpointError(
+                f"Refusing to copy {child}: it is a symbolic link or not a regular file. A checkpoint holds its "
+                "own files; consolidation never follows links out of it."
+            )
+        found.append(child)
+    return found

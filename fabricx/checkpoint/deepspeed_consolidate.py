@@ -5,7 +5,9 @@ A checkpoint saved under the DeepSpeed strategy holds, next to fabricx's own fil
 ``engine.save_checkpoint``. ZeRO stages 1-3 keep the fp32 master weights sharded in the optimizer
 files; DeepSpeed's ``zero_to_fp32`` merges them. Stage 0 stores the full module.
 
-DeepSpeed's files are ``torch.save`` pickles: read only checkpoints you trust.
+DeepSpeed's files are ``torch.save`` pickles; they are read with ``weights_only=True`` and only
+DeepSpeed's own checkpoint types allowed (see :mod:`fabricx.checkpoint.deepspeed_files`), so reading
+them never runs code. ``allow_pickle=True`` opts into full unpickling for trusted foreign files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fabricx.checkpoint.dcp_metadata import safe_member
+from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file, safe_engine_loading
 from fabricx.utilities.exceptions import CheckpointError
 
 #: Folder inside a fabricx checkpoint directory that holds the engines' own checkpoint files.
@@ -29,7 +33,7 @@ META_KEY = "deepspeed"
 
 
 def deepspeed_model_states(
-    directory: str | os.PathLike[str], keys: Iterable[str] | None = None
+    directory: str | os.PathLike[str], keys: Iterable[str] | None = None, *, allow_pickle: bool = False
 ) -> dict[str, dict[str, Tensor]]:
     """Every DeepSpeed model in a fabricx checkpoint (or those named by ``keys``) as
     ``{state key: full fp32 state dict}``.
@@ -41,17 +45,21 @@ def deepspeed_model_states(
     """
     root = Path(directory)
     engine_dir = root / ENGINE_FOLDER
-    if not engine_dir.is_dir():
+    if engine_dir.is_symlink() or not engine_dir.is_dir():
         raise CheckpointError(
             f"{root} holds no {ENGINE_FOLDER}/ folder, so it was not saved by the DeepSpeed strategy."
         )
     tags = _model_tags(root, engine_dir) if keys is None else list(keys)
     if not tags:
         raise CheckpointError(f"{engine_dir} holds no DeepSpeed engine checkpoint (no <key>/ folders).")
-    return {tag: _consolidate_tag(engine_dir, tag) for tag in tags}
+    for tag in tags:
+        safe_member(tag, f"{root / 'meta.json'} (DeepSpeed model tag)")
+    return {tag: _consolidate_tag(engine_dir, tag, allow_pickle) for tag in tags}
 
 
-def consolidate_deepspeed_checkpoint(directory: str | os.PathLike[str]) -> dict[str, Tensor]:
+def consolidate_deepspeed_checkpoint(
+    directory: str | os.PathLike[str], *, allow_pickle: bool = False
+) -> dict[str, Tensor]:
     """The weights of a DeepSpeed checkpoint as one fp32 state dict that loads into a plain model.
 
     With one model its keys are the model's own; with several (a GAN) each key is prefixed by the
@@ -61,7 +69,7 @@ def consolidate_deepspeed_checkpoint(directory: str | os.PathLike[str]) -> dict[
 
         model.load_state_dict(consolidate_deepspeed_checkpoint("runs/ckpt_10"))
     """
-    states = deepspeed_model_states(directory)
+    states = deepspeed_model_states(directory, allow_pickle=allow_pickle)
     if len(states) == 1:
         return next(iter(states.values()))
     return {f"{tag}.{name}": tensor for tag, state in states.items() for name, tensor in state.items()}
@@ -73,35 +81,45 @@ def _model_tags(root: Path, engine_dir: Path) -> list[str]:
         from fabricx.checkpoint.format import read_meta
 
         extra = read_meta(root).get("extra_meta") or {}
-        models = (extra.get(META_KEY) or {}).get("models")
+        record = extra.get(META_KEY) if isinstance(extra, dict) else None
+        models = record.get("models") if isinstance(record, dict) else None
         if models:
+            if not isinstance(models, (dict, list)):
+                raise CheckpointError(f"{meta_file} is damaged: its DeepSpeed models record is {models!r:.100}.")
             return list(models)
-    return sorted(entry.name for entry in engine_dir.iterdir() if entry.is_dir())
+    return sorted(entry.name for entry in engine_dir.iterdir() if entry.is_dir() and not entry.is_symlink())
 
 
-def _consolidate_tag(engine_dir: Path, tag: str) -> dict[str, Tensor]:
-    tag_dir = engine_dir / tag
-    if not tag_dir.is_dir():
-        raise CheckpointError(f"The DeepSpeed checkpoint folder {tag_dir} is missing.")
+def _consolidate_tag(engine_dir: Path, tag: str, allow_pickle: bool) -> dict[str, Tensor]:
+    tag_dir = check_engine_folder(engine_dir / tag)
     if any(tag_dir.glob("*optim_states.pt")):
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         # zero_to_fp32 reports its progress with print(); keep the caller's output clean.
-        with contextlib.redirect_stdout(io.StringIO()):
-            state = get_fp32_state_dict_from_zero_checkpoint(os.fspath(engine_dir), tag=tag)
+        with contextlib.redirect_stdout(io.StringIO()), safe_engine_loading(allow_pickle=allow_pickle):
+            try:
+                state = get_fp32_state_dict_from_zero_checkpoint(os.fspath(engine_dir), tag=tag)
+            except CheckpointError:
+                raise
+            except Exception as error:
+                raise CheckpointError(
+                    f"Cannot consolidate the DeepSpeed checkpoint {tag_dir}: {type(error).__name__}: "
+                    f"{str(error)[:300]}"
+                ) from None
         return dict(state)
-    return _stage0_module_state(tag_dir)
+    return _stage0_module_state(tag_dir, allow_pickle)
 
 
-def _stage0_module_state(tag_dir: Path) -> dict[str, Tensor]:
+def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]:
     files = sorted(tag_dir.glob("mp_rank_*_model_states.pt"))
     if not files:
         raise CheckpointError(f"{tag_dir} holds neither ZeRO optimizer shards nor a model states file.")
-    # DeepSpeed writes its own pickles (configs, versions); they cannot load with weights_only=True.
-    checkpoint: dict[str, Any] = torch.load(files[0], map_location="cpu", weights_only=False)
-    module = checkpoint.get("module")
+    checkpoint: Any = load_engine_file(files[0], allow_pickle=allow_pickle)
+    module = checkpoint.get("module") if isinstance(checkpoint, dict) else None
     if not isinstance(module, dict):
         raise CheckpointError(f"{files[0]} has no 'module' state dict.")
+    if not all(isinstance(name, str) and isinstance(t, Tensor) for name, t in module.items()):
+        raise CheckpointError(f"{files[0]} is damaged: its 'module' entry is not a state dict of tensors.")
     return {
         name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()
     }

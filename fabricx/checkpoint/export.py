@@ -25,7 +25,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from fabricx.checkpoint.atomic import atomic_directory
+from fabricx.checkpoint.atomic import atomic_directory, resolve_directory
 from fabricx.checkpoint.serialization import SAFETENSORS_DTYPES
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -197,9 +197,11 @@ def save_weights(
     target = Path(directory)
     if target.exists() and not target.is_dir():
         raise CheckpointError(f"Cannot export weights to {target}: it exists and is not a directory.")
+    # After a crash in the middle of the previous save's swap, its complete copy is a `.old-*` sibling.
+    previous = target if target.is_dir() else resolve_directory(target)
     with atomic_directory(target) as tmp:
-        if target.is_dir():
-            _carry_over(target, tmp, lambda name: not _is_ours(name, filename_prefix))
+        if previous is not None and previous.is_dir():
+            _carry_over(previous, tmp, lambda name: not _is_ours(name, filename_prefix))
         if len(shards) == 1:
             metadata = {"format": "pt"}
             if aliases:
@@ -317,6 +319,9 @@ def load_weights(
     """
     _check_prefix(filename_prefix)
     source = Path(directory_or_file)
+    if not source.exists():
+        # A crash between the two renames of a save leaves the previous, complete export as `.old-*`.
+        source = resolve_directory(source) or source
     if source.is_file():
         if source.name.endswith(".index.json"):
             return _read_index(source)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -510,6 +511,27 @@ def _numpy_dtype(np: Any, name: Any) -> Any:
     return dtype
 
 
+def _require_own_file(directory: Path, file: Path) -> None:
+    """Refuse a checkpoint file that is a symlink leading out of its directory, or not a regular file."""
+    try:
+        info = os.lstat(file)
+    except OSError:
+        return  # missing: reported by the reader with the file's name
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = file.resolve(strict=True)
+            inside = target.is_relative_to(directory.resolve(strict=True)) and target.is_file()
+        except (OSError, RuntimeError):
+            inside = False
+        if not inside:
+            raise CheckpointError(
+                f"Refusing to read {file}: it is a symbolic link to a file outside the checkpoint {directory}. "
+                "A checkpoint holds its own files."
+            )
+    elif not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"Refusing to read {file}: it is not a regular file.")
+
+
 def load(directory: str | os.PathLike[str], stem: str) -> Any:
     """Read back what :func:`dump` wrote; tensors come back on CPU. Never executes code.
 
@@ -520,6 +542,8 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
         state = load("ckpt_dir", "shared")
     """
     structure, tensors_file = json_path(directory, stem), tensors_path(directory, stem)
+    _require_own_file(Path(directory), structure)
+    _require_own_file(Path(directory), tensors_file)
     try:
         text = structure.read_bytes().decode("utf-8")
     except FileNotFoundError:

@@ -19,7 +19,6 @@ consolidated checkpoint loads into a plain optimizer and vice versa.
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx.checkpoint.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
 from fabricx.checkpoint.format import CheckpointWriter, reserved_key
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -357,8 +357,12 @@ def sharded_info(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     if info is None:
         return None
     if not isinstance(info, Mapping) or info.get("format") != _FORMAT or not isinstance(info.get("entries"), Mapping):
-        raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {info!r}.")
-    return dict(info)
+        raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {info!r:.200}.")
+    info = dict(info)
+    safe_member(info.get("directory"), f"meta.json's {META_KEY!r} record")
+    if not all(isinstance(k, str) and v in ("model", "optimizer") for k, v in info["entries"].items()):
+        raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} entries are damaged: {info['entries']!r:.200}.")
+    return info
 
 
 def load_sharded(
@@ -384,7 +388,10 @@ def load_sharded(
     tensors = {key: _split_tensors(state)[0] for key, state in targets.items()}
     metadata = _safe_reader(directory).read_metadata()
     _check_against_metadata(directory, tensors, metadata, kinds, strict)
-    dcp.load(tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict))
+    _converting_dcp_errors(
+        directory,
+        lambda: dcp.load(tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict)),
+    )
     return {key: _merge(tensors[key], rest.get(key, {})) for key in targets}
 
 
@@ -403,10 +410,14 @@ def read_full_entries(
 
     keys = set(kinds)
     state: dict[str, Any] = {}
+    folder = Path(directory)
     if keys:
-        _safe_reader(Path(directory)).read_metadata()  # its errors are clearer than DCP's wrapped ones
-        _load_state_dict(
-            state, storage_reader=_safe_reader(Path(directory)), planner=_safe_empty_planner(keys), no_dist=True
+        _safe_reader(folder).read_metadata()  # its errors are clearer than DCP's wrapped ones
+        _converting_dcp_errors(
+            folder,
+            lambda: _load_state_dict(
+                state, storage_reader=_safe_reader(folder), planner=_safe_empty_planner(keys), no_dist=True
+            ),
         )
     full: dict[str, Any] = {}
     for key, kind in kinds.items():
@@ -470,58 +481,94 @@ def _check_against_metadata(
 
 # ----------------------------------------------------------------------------- reading DCP without pickle code
 
-# The only globals a DCP ``.metadata`` file of a FileSystemWriter refers to.
-_METADATA_MODULES = frozenset({"torch.distributed.checkpoint.metadata"})
-_METADATA_GLOBALS = frozenset(
-    {
-        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-        ("torch.serialization", "_get_layout"),
-        ("torch", "Size"),
-        ("pathlib", "PosixPath"),
-        ("pathlib", "PurePosixPath"),
-        ("pathlib", "WindowsPath"),
-        ("pathlib", "PureWindowsPath"),
-        ("collections", "OrderedDict"),
-    }
-)
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module in _METADATA_MODULES or (module, name) in _METADATA_GLOBALS:
-            return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        raise CheckpointError(
-            f"Refusing to read the sharded checkpoint's metadata: it refers to {module}.{name}, which a "
-            "torch.distributed.checkpoint metadata file never needs. Nothing was executed."
-        )
-
 
 def _reader_class() -> type:
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import StorageMeta
 
     class SafeReader(FileSystemReader):
-        """A DCP file reader whose metadata is unpickled with an allow-list of DCP's own classes."""
+        """A DCP file reader that reads metadata with :func:`read_dcp_metadata` (no code runs), checks it
+        against the files before anything is allocated, and reads tensors only from checked byte ranges."""
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-            file = Path(self.path) / ".metadata"
-            try:
-                with open(file, "rb") as handle:
-                    metadata = _MetadataUnpickler(handle).load()
-            except FileNotFoundError:
-                raise CheckpointError(f"{file.parent} is not a complete sharded checkpoint: no .metadata.") from None
-            except CheckpointError:
-                raise
-            except (pickle.UnpicklingError, EOFError, AttributeError, ValueError) as error:
-                raise CheckpointError(f"Cannot read {file} (truncated or damaged?): {error}") from None
+            directory = Path(self.path)
+            metadata = read_dcp_metadata(directory / ".metadata")
+            check_dcp_metadata(directory, metadata)
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = getattr(self, "load_id", None)
             return metadata
 
+        def read_data(self, plan: Any, planner: Any) -> Any:
+            from torch.futures import Future
+
+            directory = Path(self.path)
+            per_file: dict[str, list[Any]] = {}
+            for item in plan.items:
+                per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
+            for name, items in per_file.items():
+                file = directory / name
+                with open(file, "rb") as stream:
+                    for item in items:
+                        _read_item(file, stream, self.storage_data[item.storage_index], item, planner)
+            future: Any = Future()
+            future.set_result(None)
+            return future
+
     return SafeReader
+
+
+def _read_item(file: Path, stream: Any, info: Any, item: Any, planner: Any) -> None:
+    from torch.distributed._shard._utils import narrow_tensor_by_index
+    from torch.distributed.checkpoint.planner import LoadItemType
+
+    stream.seek(info.offset)
+    data = stream.read(info.length)
+    if len(data) != info.length:
+        raise CheckpointError(f"{file} is truncated: item {item.storage_index.fqn!r} is cut off.")
+    if item.type == LoadItemType.BYTE_IO:
+        _refuse_bytes(item)
+    tensor = _stored_tensor(file, data, item.storage_index.fqn)
+    tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
+    target = planner.resolve_tensor(item).detach()
+    if target.size() != tensor.size():
+        raise CheckpointError(
+            f"{file} is damaged: {item.storage_index.fqn!r} holds a block of shape {tuple(tensor.size())} where "
+            f"the metadata promised {tuple(target.size())}."
+        )
+    target.copy_(tensor)
+    planner.commit_tensor(item, target)
+
+
+def _stored_tensor(file: Path, data: bytes, fqn: str) -> Tensor:
+    """One tensor saved by DCP (a ``torch.save`` zip): uncompressed records only, loaded weights-only,
+    and a plain dense tensor whose elements all have their own bytes (no stride-0 expansion)."""
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as error:
+        raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a torch.save archive ({error}).") from None
+    if any(r.compress_type != zipfile.ZIP_STORED or r.file_size > len(data) for r in records):
+        raise CheckpointError(
+            f"{file} is damaged: the item {fqn!r} holds compressed records, which DCP never writes."
+        )
+    try:
+        tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(
+            f"Cannot read {fqn!r} from {file} (truncated or damaged?): {type(error).__name__}: {str(error)[:200]}"
+        ) from None
+    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided:
+        raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a dense tensor.")
+    if tensor.numel() and tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
+        raise CheckpointError(
+            f"{file} is damaged: the item {fqn!r} is a {tuple(tensor.shape)} view of only "
+            f"{tensor.untyped_storage().nbytes()} bytes (an expanded tensor); a checkpoint stores every element."
+        )
+    return tensor
 
 
 _SAFE_READER: type | None = None
@@ -531,7 +578,33 @@ def _safe_reader(directory: Path) -> Any:
     global _SAFE_READER
     if _SAFE_READER is None:
         _SAFE_READER = _reader_class()
+    if directory.is_symlink():
+        raise CheckpointError(
+            f"Refusing to read the sharded checkpoint folder {directory}: it is a symbolic link. A checkpoint "
+            "holds its own files."
+        )
     return _SAFE_READER(directory)
+
+
+def _converting_dcp_errors(directory: Path, run: Callable[[], Any]) -> Any:
+    """Run a DCP load; its ``CheckpointException`` (a ``BaseException``) and stray errors become ``CheckpointError``."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        return run()
+    except CheckpointError:
+        raise
+    except CheckpointException as wrapped:
+        failures = [pair[0] if isinstance(pair, tuple) else pair for pair in wrapped.failures.values()]
+        for failure in failures:
+            if isinstance(failure, CheckpointError):
+                raise failure from None
+        detail = "; ".join(f"{type(f).__name__}: {str(f)[:200]}" for f in failures[:2]) or str(wrapped)[:300]
+        raise CheckpointError(f"Cannot read the sharded checkpoint {directory}: {detail}") from None
+    except Exception as error:
+        raise CheckpointError(
+            f"Cannot read the sharded checkpoint {directory}: {type(error).__name__}: {str(error)[:300]}"
+        ) from None
 
 
 def _refuse_bytes(read_item: Any) -> None:

@@ -4,16 +4,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fabricx.checkpoint.atomic import atomic_write_file
+from fabricx.checkpoint.atomic import atomic_write_file, fsync_tree
 from fabricx.checkpoint.export import parse_size, save_weights
 
 __all__ = ["save_object", "save_state_dict"]
@@ -60,6 +63,14 @@ def save_state_dict(
 
 
 def _save_bin(state_dict: Mapping[str, torch.Tensor], target: Path, limit: int) -> Path:
+    """Write ``pytorch_model.bin`` (or shards and an index) so that a crash or a full disk at any moment
+    leaves the previous weights or the new ones loadable: write new, then switch, then delete.
+
+    The switch is one atomic rename: of ``pytorch_model.bin`` itself, or of the index. Loaders prefer
+    the single file over an index, so a sharded save removes an old single file only after its index
+    is in place; old shards whose names the new ones reuse are first re-pointed to by the old index
+    under other names (hard links), so the old index never lists a file of the new save.
+    """
     target.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -70,26 +81,78 @@ def _save_bin(state_dict: Mapping[str, torch.Tensor], target: Path, limit: int) 
             size = 0
         shards[-1][name] = tensor
         size += nbytes
-    _remove_old_bin_files(target)
+    token = secrets.token_hex(4)
+    single, index_file = target / f"{_BIN_PREFIX}.bin", target / f"{_BIN_PREFIX}.bin.index.json"
     if len(shards) == 1:
-        atomic_write_file(target / f"{_BIN_PREFIX}.bin", lambda handle: torch.save(shards[0], handle))
+        atomic_write_file(single, lambda handle: torch.save(shards[0], handle))  # the switch
+        _remove_bin_files(target, keep={single.name})
         return target
-    weight_map: dict[str, str] = {}
-    total = 0
-    for index, shard in enumerate(shards, start=1):
-        name = f"{_BIN_PREFIX}-{index:05d}-of-{len(shards):05d}.bin"
-        atomic_write_file(target / name, lambda handle, shard=shard: torch.save(shard, handle))
-        weight_map.update(dict.fromkeys(shard, name))
-        total += sum(t.numel() * t.element_size() for t in shard.values() if isinstance(t, torch.Tensor))
-    index_doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    payload = json.dumps(index_doc, indent=2).encode()
-    atomic_write_file(target / f"{_BIN_PREFIX}.bin.index.json", lambda handle: handle.write(payload))
+    names = [f"{_BIN_PREFIX}-{i:05d}-of-{len(shards):05d}.bin" for i in range(1, len(shards) + 1)]
+    staged: list[Path] = []
+    try:
+        for name, shard in zip(names, shards, strict=True):
+            staged.append(target / f"{name}{_STAGED}{token}")
+            _write_durably(staged[-1], lambda handle, shard=shard: torch.save(shard, handle))
+        _move_old_shards_aside(target, index_file, set(names), token)
+        for name, path in zip(names, staged, strict=True):
+            os.replace(path, target / name)
+        fsync_tree(target)  # the shards' names are durable before the index that lists them
+        weight_map = {key: name for name, shard in zip(names, shards, strict=True) for key in shard}
+        total = sum(
+            t.numel() * t.element_size() for shard in shards for t in shard.values() if isinstance(t, torch.Tensor)
+        )
+        payload = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode()
+        atomic_write_file(index_file, lambda handle: handle.write(payload))  # the switch
+    except BaseException:
+        for path in staged:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        raise
+    _remove_bin_files(target, keep={index_file.name, *names})
     return target
 
 
-def _remove_old_bin_files(target: Path) -> None:
-    # Shards of an earlier save with a different count would otherwise sit next to the new index.
-    pattern = re.compile(rf"^{_BIN_PREFIX}(-\d{{5}}-of-\d{{5}})?\.bin(\.index\.json)?$")
-    for child in target.iterdir():
-        if pattern.match(child.name) and child.is_file():
+_STAGED = ".tmp-"
+_BIN_FILE = re.compile(rf"^{_BIN_PREFIX}(\.old-[0-9a-f]+)?(-\d{{5}}-of-\d{{5}})?\.bin(\.index\.json)?$")
+
+
+def _write_durably(path: Path, write: Any) -> None:
+    with open(path, "wb") as handle:
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _move_old_shards_aside(target: Path, index_file: Path, new_names: set[str], token: str) -> None:
+    """Make the current index list its shards under names the new save does not use (hard links, or
+    copies where links are impossible), switching the index atomically, so it stays complete."""
+    try:
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+        used = set(weight_map.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # no (readable) old index: nothing of it to keep loadable
+    clashing = {name for name in used if isinstance(name, str) and name in new_names}
+    if not clashing:
+        return
+    renamed = {}
+    for name in sorted(clashing):
+        aside = name.replace(_BIN_PREFIX, f"{_BIN_PREFIX}.old-{token}", 1)
+        try:
+            os.link(target / name, target / aside)
+        except FileExistsError:
+            pass
+        except OSError:
+            shutil.copy2(target / name, target / aside)
+        renamed[name] = aside
+    index["weight_map"] = {key: renamed.get(value, value) for key, value in weight_map.items()}
+    payload = json.dumps(index, indent=2).encode()
+    atomic_write_file(index_file, lambda handle: handle.write(payload))
+
+
+def _remove_bin_files(target: Path, keep: set[str]) -> None:
+    """Delete the weight files of earlier saves (the index first, so no index lists a deleted shard)."""
+    stale = [c for c in target.iterdir() if _BIN_FILE.match(c.name) and c.name not in keep and c.is_file()]
+    for child in sorted(stale, key=lambda c: not c.name.endswith(".index.json")):
+        with contextlib.suppress(FileNotFoundError):
             child.unlink()

@@ -685,17 +685,21 @@ class _EngineEntries(EntryStorage):
             elastic = with_optimizer and self._elastic(engine, loaded)
             if with_optimizer and not elastic and int(loaded.meta["world_size"]) != self.strategy.world_size:
                 self._refuse_resharding(engine, loaded, key)
-            load_path, _ = engine.load_checkpoint(
-                engine_dir,
-                tag=key,
-                load_module_strict=strict,
-                load_optimizer_states=with_optimizer and not elastic,
-                load_lr_scheduler_states=False,
-            )
-            if load_path is None:
-                raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{key}; see its log above.")
-            if elastic:
-                _load_elastic_optimizer(engine, engine_dir, key)
+            from fabricx.checkpoint.deepspeed_files import check_engine_folder, safe_engine_loading
+
+            check_engine_folder(os.path.join(engine_dir, key))
+            with safe_engine_loading(engine):  # DeepSpeed's files are read weights-only
+                load_path, _ = engine.load_checkpoint(
+                    engine_dir,
+                    tag=key,
+                    load_module_strict=strict,
+                    load_optimizer_states=with_optimizer and not elastic,
+                    load_lr_scheduler_states=False,
+                )
+                if load_path is None:
+                    raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{key}; see its log above.")
+                if elastic:
+                    _load_elastic_optimizer(engine, engine_dir, key)
 
     @staticmethod
     def _elastic(engine: Any, loaded: Any) -> bool:
