@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_environment()
         return 0
     if args.command == "consolidate":
-        return consolidate(args.checkpoint_dir, args.output)
+        return consolidate(args.checkpoint_dir, args.output, allow_pickle=args.allow_pickle)
     if args.command == "plot":
         return plot(args.run_dir, args.output)
     parser.print_help()
@@ -391,7 +391,7 @@ def _safe(getter: object) -> str:
 
 
 # -- consolidate --------------------------------------------------------------------------------------
-def consolidate(checkpoint_dir: str, output: str | None = None) -> int:
+def consolidate(checkpoint_dir: str, output: str | None = None, *, allow_pickle: bool = False) -> int:
     """Turn a sharded checkpoint directory into one checkpoint (``<dir>.consolidated`` by default).
 
     Returns the exit status. Example::
@@ -414,7 +414,7 @@ def consolidate(checkpoint_dir: str, output: str | None = None) -> int:
     from fabricx.utilities.exceptions import CheckpointError
 
     try:
-        written = consolidate_checkpoint(checkpoint_dir, output)
+        written = consolidate_checkpoint(checkpoint_dir, output, allow_pickle=allow_pickle)
     except CheckpointError as error:
         sys.stderr.write(f"fabricx consolidate: {error}\n")
         return 1
@@ -481,6 +481,11 @@ def _parser() -> argparse.ArgumentParser:
     consolidate_parser.add_argument("checkpoint_dir", help="the sharded checkpoint directory")
     consolidate_parser.add_argument(
         "-o", "--output", default=None, help="where to write (default: CHECKPOINT_DIR.consolidated)"
+    )
+    consolidate_parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="unpickle DeepSpeed engine files fully (runs code stored in them: only for files you trust)",
     )
 
     plot_parser = commands.add_parser("plot", help="draw the metrics a CSV logger wrote into a PNG")

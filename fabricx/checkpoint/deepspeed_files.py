@@ -5,7 +5,8 @@ The files it writes hold tensors, plain containers and four DeepSpeed types (the
 the loss scalers and ``fragment_address``), so fabricx reads them with ``weights_only=True`` plus an
 explicit allow-list of exactly those types (:data:`DEEPSPEED_SAFE_GLOBALS`). A file that needs any
 other global is refused with a :class:`CheckpointError` naming it; ``allow_pickle=True`` is the
-explicit opt-in for engine files you trust that were written by other tools.
+explicit opt-in for engine files you trust that were written by other tools (so is
+``fabric.load(..., weights_only=False)``).
 
 :func:`safe_engine_loading` routes DeepSpeed's own loads (``engine.load_checkpoint`` and
 ``zero_to_fp32``) through the same reader for the duration of a load.
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["DEEPSPEED_SAFE_GLOBALS", "check_engine_folder", "load_engine_file", "safe_engine_loading"]
@@ -77,7 +79,7 @@ def load_engine_file(
     """
     path = Path(file)
     _require_regular(path)
-    if allow_pickle:
+    if allow_pickle or pickle_allowed():  # also the opt-in of fabric.load(..., weights_only=False)
         return torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
     try:
         with torch.serialization.safe_globals(_safe_globals()):

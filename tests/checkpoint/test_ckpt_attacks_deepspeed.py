@@ -212,3 +212,15 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_command_line_refuses_then_opts_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fabricx.cli import main
+
+    marker = tmp_path / "executed"
+    files = {"mp_rank_00_model_states.pt": {"module": {"w": torch.ones(2)}, "x": _Payload(marker)}}
+    path = _engine_checkpoint(tmp_path / "ckpt", files)
+    assert main(["consolidate", str(path), "-o", str(tmp_path / "out")]) == 1
+    assert "Refusing to load the DeepSpeed file" in capsys.readouterr().err and not marker.exists()
+    assert main(["consolidate", str(path), "-o", str(tmp_path / "out"), "--allow-pickle"]) == 0
+    assert marker.exists() and (tmp_path / "out" / "meta.json").exists()
