@@ -15,6 +15,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fabricx import Fabric
 from fabricx.checkpoint.consolidate import consolidate_checkpoint
@@ -514,3 +517,30 @@ def test_crafted_checkpoints_fail_fast_with_bounded_memory(tmp_path: Path, prist
         assert result["outcome"].startswith("CheckpointError"), (path, result)
         assert result["seconds"] < 1.0, (path, result)
         assert result["rss_growth"] < 100 * 2**20 and result["python_peak"] < 100 * 2**20, (path, result)
+
+
+# ----------------------------------------------------------------------------------------------- fuzzing
+
+
+@settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_fuzzed_metadata_and_shards_load_or_raise_checkpoint_error(pristine: Path, data: st.DataObject) -> None:
+    """Random byte damage to a real .metadata or .distcp: the load succeeds or raises CheckpointError
+    (never another exception, never DCP's BaseException)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "ckpt"
+        shutil.copytree(pristine, copy)
+        target = data.draw(st.sampled_from([copy / SHARDED_DIR / ".metadata", _distcp(copy)]))
+        raw = bytearray(target.read_bytes())
+        for _ in range(data.draw(st.integers(1, 4))):
+            position = data.draw(st.integers(0, len(raw) - 1))
+            raw[position] = data.draw(st.integers(0, 255))
+        if data.draw(st.booleans()):
+            raw = raw[: data.draw(st.integers(0, len(raw)))]
+        target.write_bytes(bytes(raw))
+        try:
+            _load(copy)
+        except CheckpointError:
+            pass
