@@ -9,8 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from fabricx.checkpoint.format import CheckpointWriter, rank_stem, read_checkpoint
-from fabricx.checkpoint.serialization import json_path, tensors_path
+from fabricx.checkpoint.format import CheckpointWriter, read_checkpoint
 from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -96,9 +95,6 @@ def _other_rank_files(directory: Path, world_size: int) -> list[Path]:
     for child in sorted(directory.iterdir()):
         match = _RANK_FILE.fullmatch(child.name)
         if match is None or int(match.group(1)) >= world_size:
-            continue
-        if child.name not in (json_path(directory, rank_stem(int(match.group(1)))).name,
-                              tensors_path(directory, rank_stem(int(match.group(1)))).name):
             continue
         if not stat.S_ISREG(os.lstat(child).st_mode):
             raise CheckpointError(
