@@ -414,7 +414,8 @@ def consolidate(checkpoint_dir: str, output: str | None = None, *, allow_pickle:
     from fabricx.utilities.exceptions import CheckpointError
 
     try:
-        written = consolidate_checkpoint(checkpoint_dir, output, allow_pickle=allow_pickle)
+        opt_in = {"allow_pickle": True} if allow_pickle else {}
+        written = consolidate_checkpoint(checkpoint_dir, output, **opt_in)
     except CheckpointError as error:
         sys.stderr.write(f"fabricx consolidate: {error}\n")
         return 1
