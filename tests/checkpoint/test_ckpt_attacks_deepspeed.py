@@ -224,3 +224,17 @@ def test_command_line_refuses_then_opts_in(tmp_path: Path, capsys: pytest.Captur
     assert "Refusing to load the DeepSpeed file" in capsys.readouterr().err and not marker.exists()
     assert main(["consolidate", str(path), "-o", str(tmp_path / "out"), "--allow-pickle"]) == 0
     assert marker.exists() and (tmp_path / "out" / "meta.json").exists()
+
+
+def test_fabric_load_weights_only_false_is_the_opt_in_for_engine_files(tmp_path: Path) -> None:
+    from fabricx.checkpoint.deepspeed_files import load_engine_file
+    from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
+
+    marker = tmp_path / "executed"
+    torch.save({"module": {}, "x": _Payload(marker)}, tmp_path / "model_states.pt")
+    with pytest.raises(CheckpointError, match="Refusing to load"):
+        load_engine_file(tmp_path / "model_states.pt")
+    assert not marker.exists()
+    with pytest.warns(UserWarning, match="weights_only=False"), allow_unsafe_pickle(tmp_path):
+        load_engine_file(tmp_path / "model_states.pt")
+    assert marker.exists()
