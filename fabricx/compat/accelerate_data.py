@@ -421,9 +421,9 @@ class AcceleratedDataLoader:
             for generator, state in zip(self._generators, now_generators, strict=True):
                 generator.set_state(state)
 
-        inner_skip = skip
-        if self._dispatch and not self._options.split_batches:
-            inner_skip = skip * self._options.num_processes
+        # Dispatched batches are read again and not handed out (the padding of the last round needs the
+        # pass's first samples); the others skip the indices (map-style) or read again (iterable).
+        inner_skip = 0 if self._dispatch else skip
         if self._planned is not None:
             self._planned.skip = inner_skip
             self._planned.on_planned = back_to_now
@@ -494,6 +494,7 @@ class AcceleratedDataLoader:
             return payload[0]
 
         first_samples = None
+        not_yet = int(resume["yielded"]) if resume is not None else 0
         current = fetch()
         while current is not None:
             following = fetch()
@@ -508,7 +509,10 @@ class AcceleratedDataLoader:
                     current = _concatenate([current, first_samples])
                     per_process += 1
             mine = _slice(current, slice(rank * per_process, (rank + 1) * per_process))
-            yield self._deliver(mine)
+            if not_yet:
+                not_yet -= 1
+            else:
+                yield self._deliver(mine)
             current = following
 
     # -- state --------------------------------------------------------------------------------------
