@@ -5,7 +5,7 @@ names and ``total_limit=2``, a stop, ``load_state()`` in a fresh process, and th
 
 The final weights equal the uninterrupted run's; ``save_model`` (sharded safetensors) and
 ``save_pretrained`` both reload with ``from_pretrained`` to the same weights. One and two processes;
-two launches each (the uninterrupted and the stopped run share the first).
+the uninterrupted and the stopped run share one launch (one process: this one), the resume has its own.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def train(project_dir: str, stop_after_batches: int = 0, resume: bool = False) -
                 return {"stopped": progress["batches"]}
     accelerator.wait_for_everyone()
     exported = os.path.join(project_dir, "exported")
-    accelerator.save_model(model, exported, safe_serialization=True, max_shard_size="20KB")
+    accelerator.save_model(model, exported, safe_serialization=True, max_shard_size="10KB")
     unwrapped_model = accelerator.unwrap_model(model)
     pretrained = os.path.join(project_dir, "pretrained")
     unwrapped_model.save_pretrained(
@@ -122,7 +122,35 @@ def _launch(processes: int, *args: str) -> None:
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-6000:])
 
 
+def _saves_inside_a_window() -> bool:
+    """Whether ``fabric.save`` accepts a save inside an accumulation window (the checkpoint pipeline's
+    exact mid-window saves); until it does, ``save_state()`` at batch 5 raises."""
+    import tempfile
+
+    from fabricx import Fabric
+    from fabricx.utilities.exceptions import FabricxError
+
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=2)
+    model = fabric.setup(torch.nn.Linear(1, 1))
+    fabric._accumulation.counter = 1  # as after the first micro-batch of a window
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            fabric.save(os.path.join(folder, "probe"), {"model": model})
+        except FabricxError:
+            return False
+    return True
+
+
+# Probed in the test process only (a launched worker must not create a Fabric of its own).
+_MID_WINDOW_SAVES = True if __name__ == "__main__" else _saves_inside_a_window()
+
+
 @pytest.mark.distributed
+@pytest.mark.xfail(
+    not _MID_WINDOW_SAVES,
+    reason="fabric.save inside a gradient-accumulation window is not available yet: save_state() at batch 5 raises",
+    strict=True,
+)
 @pytest.mark.parametrize("processes", [1, 2])
 def test_seed_tutorial_stops_mid_window_and_resumes_exactly(tmp_path, processes):
     from transformers import AutoModelForSequenceClassification
@@ -132,7 +160,16 @@ def test_seed_tutorial_stops_mid_window_and_resumes_exactly(tmp_path, processes)
     stop = 17 if processes == 1 else 7
     assert stop - 2 in range(SAVE_EVERY, EPOCHS * per_epoch, SAVE_EVERY) and (stop - 2) % 2 == 1
     full, split = tmp_path / "full", tmp_path / "split"
-    _launch(processes, "first", str(full), str(split), str(stop))
+    if processes == 1:  # the uninterrupted and the stopped run here; the resume in a fresh process
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as in the resuming process: the same float summation order
+        try:
+            train(str(full))
+            assert train(str(split), stop_after_batches=stop) == {"stopped": stop}
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        _launch(processes, "first", str(full), str(split), str(stop))
     _launch(processes, "resume", str(split))
     report = json.loads((split / "report.json").read_text())
     assert report["resumed_from"] == f"checkpoint_{(stop - 2) // SAVE_EVERY - 1}"
