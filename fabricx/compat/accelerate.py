@@ -143,6 +143,10 @@ def prepare_data_loader(
     return AcceleratedDataLoader(dataloader, options, GradientState())
 
 
+def _unchanged(data: Any) -> Any:
+    return data
+
+
 def _ddp_of(model: Any) -> torch.nn.parallel.DistributedDataParallel | None:
     inner = getattr(model, "_forward_module", model)
     return inner if isinstance(inner, torch.nn.parallel.DistributedDataParallel) else None
@@ -281,6 +285,10 @@ class Accelerator(StateMixin, CollectivesMixin):
             grad_accum_steps=gradient_accumulation_steps,
             compile=compile_models,
         )
+        if accelerate_precision_name(self._fabric.precision) != "no":
+            # Accelerate autocasts forward but hands the model its inputs as they are (Lightning Fabric,
+            # and so fabricx's own API, casts floating inputs to the half dtype first).
+            self._fabric.precision.convert_input = _unchanged  # type: ignore[method-assign]
         if self._fabric.strategy.launcher is not None:
             raise FabricxError(
                 "This Accelerator needs several processes but none were started for it. Start the script with "

@@ -15,7 +15,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fabricx.compat.accelerate import Accelerator, DataLoaderConfiguration, ProjectConfiguration
-from fabricx.utilities.exceptions import FabricxError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -200,14 +199,31 @@ def test_without_stateful_loaders_the_epoch_restarts_and_skip_first_batches_resu
     assert len(skipped) == 2 and len(list(skipped)) == 2
 
 
-def test_save_state_inside_an_accumulation_window_is_refused(tmp_path):
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
-    model, _, loader, _ = _training_objects(accelerator)
-    x, y = next(iter(loader))
-    with accelerator.accumulate(model):
-        accelerator.backward(nn.functional.mse_loss(model(x), y))
-    with pytest.raises(FabricxError, match="accumulation"):
-        accelerator.save_state(tmp_path / "mid")
+def test_save_state_inside_an_accumulation_window_resumes_the_window(tmp_path):
+    def objects():
+        accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+        model, optimizer, loader, _ = _training_objects(accelerator)
+        return accelerator, model, optimizer, [batch for batch in loader]
+
+    def micro_batch(accelerator, model, optimizer, batch):
+        with accelerator.accumulate(model):
+            accelerator.backward(nn.functional.mse_loss(model(batch[0]), batch[1]))
+            optimizer.step()
+            optimizer.zero_grad()
+
+    accelerator, model, optimizer, batches = objects()
+    for batch in batches[:3]:
+        micro_batch(accelerator, model, optimizer, batch)
+    accelerator.save_state(tmp_path / "mid")  # one micro-batch into the second window
+    for batch in batches[3:4]:
+        micro_batch(accelerator, model, optimizer, batch)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+
+    fresh, model2, optimizer2, batches2 = objects()
+    fresh.load_state(tmp_path / "mid")
+    assert fresh.fabric._accumulation.counter == 1  # the window goes on where it was saved
+    micro_batch(fresh, model2, optimizer2, batches2[3])
+    assert all(torch.equal(expected[k], v) for k, v in model2.state_dict().items())
 
 
 _SHUFFLE_SCRIPT = textwrap.dedent(

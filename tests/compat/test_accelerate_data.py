@@ -180,7 +180,23 @@ def _two_process_checks() -> dict:
         for x in accelerator.gather_for_metrics(b).tolist()
     ]
     report["rank"] = rank
+    report["sync_each_batch"] = {str(flag): _first_micro_batch_grads_agree(flag) for flag in (True, False)}
     return report
+
+
+def _first_micro_batch_grads_agree(sync_each_batch: bool) -> bool:
+    """After one micro-batch of a window of 2, are the gradients already averaged over the processes?"""
+    from fabricx.compat.accelerate import GradientAccumulationPlugin
+
+    plugin = GradientAccumulationPlugin(num_steps=2, sync_each_batch=sync_each_batch)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_plugin=plugin)
+    torch.manual_seed(0)
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    inputs = torch.full((1, 2), float(accelerator.process_index + 1))
+    with accelerator.accumulate(model):
+        accelerator.backward(model(inputs).sum())
+    grads = accelerator.gather(model.weight.grad.detach().reshape(1, -1))
+    return bool(torch.equal(grads[0], grads[1]))
 
 
 def _hf_options(options: dict) -> dict:
@@ -235,6 +251,7 @@ def test_two_processes_match_accelerate_and_resume_exactly(tmp_path):
             ours, theirs = report[name]
             assert ours == theirs, (name, report["rank"], ours, theirs)
         assert report["global_rng_equal"]
+        assert report["sync_each_batch"] == {"True": True, "False": False}
         assert report["gathered_sequential"] == list(range(16))  # whole batches in turn, not strided
         assert sorted(report["gather_for_metrics"]) == list(range(13))
         for name, (same_rest, same_next_pass, rest_length) in report["resume"].items():
@@ -252,3 +269,27 @@ if __name__ == "__main__":
     data["resume"] = _two_process_resume(out)
     with open(os.path.join(out, f"data_{os.environ['RANK']}.json"), "w") as handle:
         json.dump(data, handle)
+
+
+@pytest.mark.parametrize("adjust", [True, False])
+def test_adjust_scheduler_counts_the_skipped_micro_batches(adjust):
+    from fabricx.compat.accelerate import GradientAccumulationPlugin
+
+    plugin = GradientAccumulationPlugin(num_steps=2, adjust_scheduler=adjust)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_plugin=plugin)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    counts = []
+    for _ in range(4):
+        with accelerator.accumulate(model):
+            accelerator.backward(model(torch.ones(1, 2)).sum())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        counts.append(scheduler._step_count)
+    # two real steps either way (the rate halves twice); adjust_scheduler also counts the skipped calls
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
+    assert counts == ([2, 3, 4, 5] if adjust else [1, 2, 2, 3])
+

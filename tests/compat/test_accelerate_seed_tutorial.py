@@ -122,35 +122,7 @@ def _launch(processes: int, *args: str) -> None:
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-6000:])
 
 
-def _saves_inside_a_window() -> bool:
-    """Whether ``fabric.save`` accepts a save inside an accumulation window (the checkpoint pipeline's
-    exact mid-window saves); until it does, ``save_state()`` at batch 5 raises."""
-    import tempfile
-
-    from fabricx import Fabric
-    from fabricx.utilities.exceptions import FabricxError
-
-    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=2)
-    model = fabric.setup(torch.nn.Linear(1, 1))
-    fabric._accumulation.counter = 1  # as after the first micro-batch of a window
-    with tempfile.TemporaryDirectory() as folder:
-        try:
-            fabric.save(os.path.join(folder, "probe"), {"model": model})
-        except FabricxError:
-            return False
-    return True
-
-
-# Probed in the test process only (a launched worker must not create a Fabric of its own).
-_MID_WINDOW_SAVES = True if __name__ == "__main__" else _saves_inside_a_window()
-
-
 @pytest.mark.distributed
-@pytest.mark.xfail(
-    not _MID_WINDOW_SAVES,
-    reason="fabric.save inside a gradient-accumulation window is not available yet: save_state() at batch 5 raises",
-    strict=True,
-)
 @pytest.mark.parametrize("processes", [1, 2])
 def test_seed_tutorial_stops_mid_window_and_resumes_exactly(tmp_path, processes):
     from transformers import AutoModelForSequenceClassification
