@@ -12,6 +12,9 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 
 #: Ports torchrun uses when none is given; a multi-node job needs the same port on every node.
 DEFAULT_MULTI_NODE_PORT = 29500
@@ -148,9 +151,21 @@ def run(options: RunOptions) -> int:
     try:
         torchrun_main(torchrun_args)
     except ChildFailedError as error:
+        if _all_left_for_requeue(error):
+            # Every rank called fabric.exit_for_requeue(): hand the requeue code on (torchrun would say 1).
+            sys.stderr.write(f"\nfabricx run: the job exited for requeueing (code {REQUEUE_EXIT_CODE}).\n")
+            return REQUEUE_EXIT_CODE
         sys.stderr.write(f"\nfabricx run: a process of the job failed.\n{error}\n")
         return 1
     return 0
+
+
+def _all_left_for_requeue(error: Any) -> bool:
+    """Whether every failed worker of a torchrun job exited with the requeue code (or was stopped after one did)."""
+    import signal
+
+    codes = {failure.exitcode for failure in getattr(error, "failures", {}).values()}
+    return REQUEUE_EXIT_CODE in codes and codes <= {REQUEUE_EXIT_CODE, -signal.SIGTERM, -signal.SIGKILL}
 
 
 def build_torchrun_args(options: RunOptions) -> list[str]:

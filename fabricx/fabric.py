@@ -246,8 +246,16 @@ class Fabric:
         return bool(self._strategy.all_reduce(flag, reduce_op="max").item() > 0)
 
     def exit_for_requeue(self, code: int = REQUEUE_EXIT_CODE) -> None:
-        """Wait for every rank, release the process group and exit with ``code`` so a scheduler can requeue."""
+        """Wait for every rank, release the process group and exit with ``code`` so a scheduler can requeue.
+
+        On SLURM, global rank 0 also runs ``scontrol requeue`` for the job (an exit code does not reach
+        SLURM through torchrun); ``FABRICX_SLURM_REQUEUE=0`` turns that off.
+        """
         self.barrier("exit_for_requeue")
+        if self.is_global_zero:
+            from fabricx.utilities.requeue import request_slurm_requeue
+
+            request_slurm_requeue()
         self._teardown()
         raise SystemExit(code)
 

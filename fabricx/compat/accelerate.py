@@ -959,7 +959,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             tracker.log_metrics(values, step=step)
 
     def end_training(self) -> None:
-        """Finish and close the trackers; every process must call it.
+        """Finish and close the trackers and release the process group; every process must call it last.
 
         Example::
 
@@ -968,6 +968,11 @@ class Accelerator(StateMixin, CollectivesMixin):
         for tracker in self.trackers:
             tracker.finalize("success")
         self.wait_for_everyone()
+        # As Accelerate's end_training: the process group goes (and gloo's threads settle) here, so the
+        # process can exit cleanly right after.
+        from fabricx.utilities.process_group import release_process_group
+
+        release_process_group(wait_for_peers=False)
 
     def free_memory(self, *objects: Any) -> list[Any]:
         """Forget prepared objects (and collect garbage); returns ``objects`` as ``None`` placeholders.

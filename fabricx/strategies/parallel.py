@@ -14,6 +14,7 @@ from fabricx.accelerators.accelerator import Accelerator
 from fabricx.precision.precision import Precision
 from fabricx.strategies.strategy import Strategy
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.process_group import register_release_at_exit, release_process_group
 from fabricx.utilities.rank_zero import set_global_rank
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
@@ -204,11 +205,12 @@ class ParallelStrategy(Strategy):
         dist.init_process_group(
             self.process_group_backend, rank=self.global_rank, world_size=self.world_size, **kwargs
         )
+        # A group fabricx created is also released by fabricx before the interpreter exits.
+        register_release_at_exit()
 
     def teardown(self) -> None:
         super().teardown()
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        release_process_group(wait_for_peers=False)
         if self.cluster_environment is not None:
             self.cluster_environment.teardown()
 

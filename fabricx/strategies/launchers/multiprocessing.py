@@ -19,6 +19,7 @@ from torch.optim import Optimizer
 from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
+from fabricx.utilities.process_group import release_process_group
 
 if TYPE_CHECKING:
     from fabricx.strategies.parallel import ParallelStrategy
@@ -127,8 +128,9 @@ def _run_rank(
     if strategy.global_rank == 0:
         # Bytes, so tensors are copied rather than shared through memory of a process about to exit.
         results.put(pickle.dumps(output))
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    # Every rank waits for the others, then the group goes and gloo's threads settle, before this
+    # process finalizes (see fabricx.utilities.process_group).
+    release_process_group()
 
 
 def _own_module_memory(payload: Any) -> Any:
