@@ -10,20 +10,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fabricx.train.combined_loader import CombinedLoader
+    from fabricx.train.datamodule import DataModule
+    from fabricx.train.hparams import AttributeDict
     from fabricx.train.module import TrainModule
+    from fabricx.train.progress import Progress
     from fabricx.train.trainer import Trainer
 
-__all__ = ["TrainModule", "Trainer"]
+__all__ = ["AttributeDict", "CombinedLoader", "DataModule", "Progress", "TrainModule", "Trainer"]
+
+_WHERE = {
+    "AttributeDict": "fabricx.train.hparams",
+    "CombinedLoader": "fabricx.train.combined_loader",
+    "DataModule": "fabricx.train.datamodule",
+    "Progress": "fabricx.train.progress",
+    "TrainModule": "fabricx.train.module",
+    "Trainer": "fabricx.train.trainer",
+}
 
 
 def __getattr__(name: str) -> Any:
     # Resolved on first use so that importing fabricx.train costs almost nothing.
-    if name == "TrainModule":
-        from fabricx.train.module import TrainModule
+    if name in _WHERE:
+        import importlib
 
-        return TrainModule
-    if name == "Trainer":
-        from fabricx.train.trainer import Trainer
-
-        return Trainer
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'fabricx.train' has no attribute {name!r}")

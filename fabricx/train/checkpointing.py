@@ -27,21 +27,45 @@ class ProgressState:
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self.trainer
+        progress = trainer.progress
         return {
-            "global_step": trainer.global_step,
-            "current_epoch": trainer.current_epoch,
-            "epoch_done": trainer._epoch_done,
+            "global_step": progress.global_step,
+            "current_epoch": progress.current_epoch,
+            "epoch_done": progress.epoch_done,
+            "progress": progress.state_dict(),
             "epoch_metrics": {k: _detached(v) for k, v in trainer._epoch_metrics.items()},
             "epoch_prog_bar": {k: _detached(v) for k, v in trainer._epoch_prog_bar.items()},
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         trainer = self.trainer
-        trainer.global_step = int(state_dict["global_step"])
-        trainer.current_epoch = int(state_dict["current_epoch"])
-        trainer._epoch_done = bool(state_dict.get("epoch_done", False))
+        progress = trainer.progress
+        progress.load_state_dict(state_dict.get("progress", {}))
+        progress.global_step = int(state_dict["global_step"])
+        progress.current_epoch = int(state_dict["current_epoch"])
+        progress.epoch_done = bool(state_dict.get("epoch_done", False))
+        if "progress" not in state_dict:
+            progress.batches_that_stepped = progress.global_step
         trainer._epoch_metrics = dict(state_dict.get("epoch_metrics", {}))
         trainer._epoch_prog_bar = dict(state_dict.get("epoch_prog_bar", {}))
+
+
+class DataModuleState:
+    """The DataModule's ``state_dict`` (empty without one)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        datamodule = self.trainer.datamodule
+        state = datamodule.state_dict() if datamodule is not None and hasattr(datamodule, "state_dict") else {}
+        return {"state": state or {}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        datamodule = self.trainer.datamodule
+        state = state_dict.get("state") or {}
+        if datamodule is not None and state and hasattr(datamodule, "load_state_dict"):
+            datamodule.load_state_dict(state)
 
 
 class CallbackStates:
@@ -121,16 +145,32 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
     return os.fspath(max(candidates, key=lambda p: p.stat().st_mtime))
 
 
-def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | os.PathLike | None) -> str | None:
-    """``None``, a given path, or for ``"last"`` the newest last checkpoint (warning when there is none)."""
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | os.PathLike | None, stage: str = "fit") -> str | None:
+    """``None``, a given path, ``"last"`` (the newest last checkpoint) or ``"best"`` (the ModelCheckpoint's best)."""
     if ckpt_path is None:
         return None
     if ckpt_path == "last":
         found = find_last_checkpoint(trainer)
         if found is None:
             rank_zero_warn(
-                'fit(ckpt_path="last") found no last checkpoint (looked in the ModelCheckpoint folders and '
-                f"{os.path.join(trainer.default_root_dir, 'checkpoints')}); training starts from scratch."
+                f'{stage}(ckpt_path="last") found no last checkpoint (looked in the ModelCheckpoint folders and '
+                f"{os.path.join(trainer.default_root_dir, 'checkpoints')}); "
+                + ("training starts from scratch." if stage == "fit" else "the module's current weights are used.")
             )
         return found
+    if ckpt_path == "best":
+        callback = trainer.checkpoint_callback
+        best = getattr(callback, "best_model_path", "") if callback is not None else ""
+        if not best:
+            from fabricx.utilities.exceptions import MisconfigurationError
+
+            raise MisconfigurationError(
+                f'{stage}(ckpt_path="best") needs a ModelCheckpoint that saved a best checkpoint (one with '
+                "monitor= and save_top_k >= 1), but none did. Pass ckpt_path=\"last\" or a path."
+            )
+        return os.fspath(best)
+    if ckpt_path == "hpc":
+        from fabricx.utilities.exceptions import MisconfigurationError
+
+        raise MisconfigurationError('ckpt_path="hpc" (Lightning\'s SLURM auto-requeue file) is not supported; pass "last".')
     return os.fspath(ckpt_path)

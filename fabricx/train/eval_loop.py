@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,51 @@ def evaluation_mode(module: torch.nn.Module) -> Generator[None, None, None]:
             submodule.training = mode
 
 
+def takes_batch_idx(method: Any) -> bool:
+    """Whether a ``*_step`` accepts ``batch_idx`` (Lightning passes it only then)."""
+    try:
+        spec = inspect.getfullargspec(method)
+    except TypeError:
+        return True
+    args = spec.args[1:] if inspect.ismethod(method) or (spec.args and spec.args[0] == "self") else spec.args
+    return "batch_idx" in args or spec.varargs is not None or len(args) >= 2
+
+
+def _model_mode_hooks(trainer: Trainer, prefix: str) -> tuple[Any, Any]:
+    from fabricx.train.datamodule import defines
+    from fabricx.train.module import TrainModule
+
+    module = trainer._module
+    eval_hook = getattr(module, f"on_{prefix}_model_eval", None) if isinstance(module, TrainModule) else None
+    train_name = f"on_{prefix}_model_train"
+    train_hook = None
+    if isinstance(module, TrainModule) and hasattr(TrainModule, train_name) and defines(module, train_name, TrainModule):
+        train_hook = getattr(module, train_name)
+    return eval_hook, train_hook
+
+
+@contextlib.contextmanager
+def _eval_context(trainer: Trainer, prefix: str) -> Generator[None, None, None]:
+    """``on_*_model_eval`` (default: eval mode), no gradients, then ``on_*_model_train`` or the modes restored."""
+    module = trainer._module
+    eval_hook, train_hook = _model_mode_hooks(trainer, prefix)
+    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    if eval_hook is not None:
+        eval_hook()
+    else:
+        module.eval()
+    grad_context = torch.inference_mode() if getattr(trainer, "inference_mode", False) else torch.no_grad()
+    try:
+        with grad_context:
+            yield
+    finally:
+        if train_hook is not None:
+            train_hook()
+        else:
+            for submodule, mode in modes:
+                submodule.training = mode
+
+
 def run_evaluation(
     trainer: Trainer,
     stage: str,
@@ -47,13 +93,16 @@ def run_evaluation(
     """One validation or test pass over ``loaders``; returns the epoch metrics per loader."""
     prefix = _HOOK_PREFIX[stage]
     hooks = trainer._hooks
-    step = trainer._step_function(f"{prefix}_step" if stage != "validate" else "validation_step")
+    step_name = f"{prefix}_step" if stage != "validate" else "validation_step"
+    step = trainer._step_function(step_name)
+    with_batch_idx = takes_batch_idx(getattr(trainer._module, step_name))
+    process = trainer._batch_processor
     previous = trainer._results
     trainer._results = results
     multiple = len(loaders) > 1
     computed: dict[str, Any] = {}
     try:
-        with evaluation_mode(trainer._module):
+        with _eval_context(trainer, prefix):
             results.in_step = False
             results.hook = f"on_{prefix}_epoch_start"
             hooks.call(f"on_{prefix}_start")
@@ -66,10 +115,15 @@ def run_evaluation(
                 results.suffix = f"/dataloader_idx_{dataloader_idx}" if multiple else ""
                 extra = (dataloader_idx,) if multiple else ()
                 for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
+                    if process is not None:
+                        batch = process(batch, dataloader_idx)
                     results.new_batch(batch)
-                    hooks.call(batch_start, batch, batch_idx, dataloader_idx)
-                    outputs = step(batch, batch_idx, *extra)
-                    hooks.call(batch_end, outputs, batch, batch_idx, dataloader_idx)
+                    hooks.call(batch_start, batch, batch_idx, *extra)
+                    if with_batch_idx:
+                        outputs = step(batch, batch_idx, *extra)
+                    else:
+                        outputs = step(batch, *extra)
+                    hooks.call(batch_end, outputs, batch, batch_idx, *extra)
             results.suffix = ""
             results.in_step = False
             results.hook = f"on_{prefix}_epoch_end"
@@ -91,18 +145,22 @@ def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[fl
     """Collect ``predict_step`` outputs (one list per loader when several are given)."""
     hooks = trainer._hooks
     step = trainer._step_function("predict_step")
+    with_batch_idx = takes_batch_idx(trainer._module.predict_step)
+    process = trainer._batch_processor
     multiple = len(loaders) > 1
     outputs: list[list[Any]] = []
-    with evaluation_mode(trainer._module):
+    with _eval_context(trainer, "predict"):
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         for dataloader_idx, loader in enumerate(loaders):
             extra = (dataloader_idx,) if multiple else ()
             collected: list[Any] = []
             for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
-                hooks.call("on_predict_batch_start", batch, batch_idx, dataloader_idx)
-                prediction = step(batch, batch_idx, *extra)
-                hooks.call("on_predict_batch_end", prediction, batch, batch_idx, dataloader_idx)
+                if process is not None:
+                    batch = process(batch, dataloader_idx)
+                hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
+                prediction = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
+                hooks.call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
                 collected.append(prediction)
             outputs.append(collected)
         hooks.call("on_predict_epoch_end")

@@ -1,20 +1,30 @@
-"""The training epochs of ``Trainer.fit``: batches, accumulation, optimizer steps, validation checks.
+"""The training epochs of ``Trainer.fit``, in Lightning's order.
 
-Order inside one batch (the same on every process)::
+One batch::
 
-    on_train_batch_start -> training_step -> on_before_backward -> backward -> on_after_backward
-    [at an accumulation boundary: on_before_optimizer_step -> clip -> step -> zero_grad -> step schedulers]
-    [every log_every_n_steps optimizer steps: step metrics to the loggers]
-    [when due: validation]
+    [on_before_batch_transfer -> transfer_batch_to_device -> on_after_batch_transfer]  (when overridden)
+    on_train_batch_start
+    automatic optimization, at a window boundary:
+        optimizer_step(epoch, batch_idx, optimizer, closure)   closure = training_step ->
+            [first batch of a window: on_before_zero_grad -> optimizer_zero_grad] ->
+            on_before_backward -> backward -> on_after_backward;
+        then on_before_optimizer_step -> configure_gradient_clipping -> the step
+    inside a window: the closure alone (no gradient sync)
+    manual optimization: training_step (the module steps its optimizers)
+    step-interval schedulers (and, at the epoch's last batch, epoch-interval ones)
     on_train_batch_end (callbacks, module, then monitoring callbacks such as ModelCheckpoint)
+    step metrics to the loggers (every log_every_n_steps stepped batches)
+    [when due: on_validation_model_zero_grad -> validation]
+    ReduceLROnPlateau step schedulers; the stepped-batch counter moves on
 
-Validation runs before ``on_train_batch_end`` so that a checkpoint written there holds everything
-that happened in the batch, and a resumed run continues exactly with the next one.
+A checkpoint written in ``on_train_batch_end`` records whether validation was still due; a run
+resumed from it finishes that batch (validation included) before the next one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -26,11 +36,16 @@ if TYPE_CHECKING:
 
 
 def run_fit_loop(trainer: Trainer) -> None:
-    """Train epochs until ``max_epochs``/``max_steps`` or ``trainer.should_stop``."""
+    """Train epochs until ``max_epochs``/``max_steps``/``max_time`` or ``trainer.should_stop``."""
+    progress = trainer.progress
+    if progress.resumed_mid_epoch and progress.batch_idx >= 0:
+        # Restored from a checkpoint written in on_train_batch_end: finish that batch first.
+        finish_batch(trainer, progress.val_pending)
     while not trainer._fit_is_done():
+        trainer._maybe_reload_train_loader()
         run_train_epoch(trainer)
         finish_train_epoch(trainer)
-        if trainer.should_stop:
+        if trainer.should_stop and trainer._can_stop_early():
             break
 
 
@@ -40,18 +55,24 @@ def run_train_epoch(trainer: Trainer) -> None:
     loader = trainer._train_loader
     hooks = trainer._hooks
     results = trainer._train_results
+    progress = trainer.progress
     trainer._results = results
     results.in_step = True
     results.hook = "training_step"
-    if trainer._resume_mid_epoch:
-        trainer._resume_mid_epoch = False
+    resumed = progress.resumed_mid_epoch
+    if resumed:
+        progress.resumed_mid_epoch = False
     else:
         loader.set_epoch(trainer.current_epoch)
+        progress.batch_idx = -1
+        progress.validated_at_epoch_end = False
         hooks.call("on_train_epoch_start")
-    trainer._validated_this_epoch_end = False
+    trainer._train_step_live = True
 
     limit = trainer.num_training_batches
     limited = _is_limited(loader, limit)
+    if resumed and limited and loader.batches_consumed >= limit:
+        return
     iterator = iter(loader)
     # The last window of a limited epoch ends at the limit, not at the loader's end.
     epoch_length = int(limit) if limited else None
@@ -63,13 +84,14 @@ def run_train_epoch(trainer: Trainer) -> None:
     batch_end_module = hooks.module_hook("on_train_batch_end")
     batch_end_monitoring = hooks.callback_hooks("on_train_batch_end", monitoring=True)
     module = trainer._module
+    automatic = trainer._automatic
     accumulate = fabric.grad_accum_steps > 1
     model = trainer._model
-    log_every = trainer.log_every_n_steps
-    has_loggers = bool(trainer.loggers)
-    val_interval = trainer._val_check_batch
-    max_steps = trainer.max_steps
-    one_step = trainer._run_training_step
+    process = trainer._batch_processor
+    step_schedulers = bool(trainer._step_schedulers_cache) and automatic
+    epoch_schedulers = bool(trainer._epoch_schedulers_cache) and automatic
+    automatic_step = trainer._automatic_step
+    manual_step = trainer._manual_step
     new_batch = results.new_batch
 
     while True:
@@ -80,90 +102,159 @@ def run_train_epoch(trainer: Trainer) -> None:
         except StopIteration:
             break
         batch_idx = loader.batches_consumed - 1
+        progress.batch_idx = batch_idx
+        progress.is_last_batch = batch_idx + 1 >= limit
+        if process is not None:
+            batch = process(batch, 0)
         new_batch(batch)
         for method in batch_start_callbacks:
             method(trainer, module, batch, batch_idx)
         if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
             break
-        done = batch_idx + 1
-        trainer.is_last_batch = done >= limit
-        if accumulate:
-            with fabric.accumulate(model, epoch_length=epoch_length):
-                outputs = one_step(batch, batch_idx)
-                stepped = fabric.sync_gradients
-                if stepped:
-                    trainer._optimizer_step()
+        if automatic:
+            if accumulate:
+                with fabric.accumulate(model, epoch_length=epoch_length):
+                    stepped = fabric.sync_gradients
+                    outputs = automatic_step(batch, batch_idx, stepped)
+            else:
+                stepped = True
+                outputs = automatic_step(batch, batch_idx, True)
         else:
-            outputs = one_step(batch, batch_idx)
-            trainer._optimizer_step()
+            steps_before = progress.global_step
+            outputs = manual_step(batch, batch_idx)
             stepped = True
-        trainer._stepped = stepped
-        if stepped and has_loggers and trainer.global_step % log_every == 0:
-            trainer._log_step_metrics()
-        if (
-            val_interval
-            and (done % val_interval == 0 or (trainer.is_last_batch and val_interval >= limit))
-            and trainer._should_validate_this_epoch()
-        ):
-            trainer._run_validation_in_fit()
-            if trainer.is_last_batch:
-                trainer._validated_this_epoch_end = True
+            progress.stepped = progress.global_step != steps_before
+        if automatic:
+            progress.stepped = stepped
+        if stepped and step_schedulers:
+            trainer._step_schedulers("step", plateau=False)
+        if epoch_schedulers and progress.is_last_batch:
+            trainer._step_schedulers("epoch", plateau=False)
+        progress.val_pending = _validation_due(trainer)
+        progress.accumulating = not stepped
         for method in batch_end_callbacks:
             method(trainer, module, outputs, batch, batch_idx)
         if batch_end_module is not None:
             batch_end_module(outputs, batch, batch_idx)
         for method in batch_end_monitoring:
             method(trainer, module, outputs, batch, batch_idx)
-        if trainer.should_stop or (max_steps >= 0 and trainer.global_step >= max_steps):
+        finish_batch(trainer, progress.val_pending, accumulating=not stepped)
+        if trainer._should_end_epoch():
             break
     if (
-        not trainer._validated_this_epoch_end
+        not progress.validated_at_epoch_end
         and math.isinf(limit)
-        and trainer._val_loaders
+        and trainer._validation_enabled()
         and trainer._should_validate_this_epoch()
     ):
         # A loader without a length: the end of the epoch is only known now.
         trainer._run_validation_in_fit()
+        progress.validated_at_epoch_end = True
+
+
+def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -> None:
+    """What follows ``on_train_batch_end``: step metrics, validation when due, plateau schedulers, counters."""
+    progress = trainer.progress
+    if not accumulating:
+        if trainer.loggers and (
+            (progress.batches_that_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
+        ):
+            trainer._log_step_metrics()
+    if validate:
+        progress.val_pending = False
+        if not accumulating:
+            trainer._call_module_hook("on_validation_model_zero_grad")
+        trainer._run_validation_in_fit()
+        if progress.is_last_batch:
+            progress.validated_at_epoch_end = True
+    if not accumulating:
+        if trainer._automatic and trainer._step_schedulers_cache:
+            trainer._step_schedulers("step", plateau=True)
+        progress.batches_that_stepped += 1
+    progress.val_pending = False
+
+
+def _validation_due(trainer: Trainer) -> bool:
+    if not trainer._validation_enabled() or not trainer._should_validate_this_epoch():
+        return False
+    progress = trainer.progress
+    if trainer.should_stop and trainer._can_stop_early():
+        return True
+    interval = trainer._val_check_batch
+    if not interval:
+        return False
+    done = progress.batch_idx + 1
+    if math.isinf(interval):
+        return False
+    return done % interval == 0 or (progress.is_last_batch and interval >= trainer.num_training_batches)
 
 
 def finish_train_epoch(trainer: Trainer) -> None:
-    """Epoch-end hooks, epoch metrics, epoch-interval schedulers, then monitoring callbacks."""
+    """Epoch-end hooks, epoch metrics, epoch-interval plateau schedulers, then monitoring callbacks."""
     hooks = trainer._hooks
     results = trainer._train_results
     results.in_step = False
     results.hook = "on_train_epoch_end"
+    if trainer._train_step_live:
+        trainer._step_snapshot.update(results.step_metrics(naming="both"))
+        trainer._logged_snapshot.update(results.step_metrics(for_logger=True))
+        trainer._train_step_live = False
     try:
         # Aggregates of what the steps logged are visible to every on_train_epoch_end hook; what the
         # hooks themselves log is reduced after them.
-        trainer._finish_epoch_metrics(results)
+        trainer._finish_epoch_metrics(results, log=False)
         hooks.call("on_train_epoch_end", monitoring=False)
         trainer._finish_epoch_metrics(results)
     finally:
         results.in_step = True
         results.hook = "training_step"
-    trainer._step_schedulers("epoch")
-    trainer._epoch_done = True
+    if trainer._automatic:
+        if trainer.progress.batch_idx < 0 or not trainer.progress.is_last_batch:
+            # The epoch ended early (no batches, or cut short): epoch schedulers were not stepped yet.
+            trainer._step_schedulers("epoch", plateau=False)
+        trainer._step_schedulers("epoch", plateau=True)
+    trainer.progress.epoch_done = True
     hooks.call("on_train_epoch_end", monitoring=True, module=False)
-    trainer.current_epoch += 1
-    trainer._epoch_done = False
+    trainer.progress.current_epoch += 1
+    trainer.progress.epoch_done = False
 
 
-def extract_loss(outputs: Any) -> Tensor:
-    """The loss from what ``training_step`` returned (a tensor or a dict with ``"loss"``)."""
+def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor | None, dict[str, Any]]:
+    """The loss to back-propagate and what ``on_train_batch_end`` receives (Lightning's shapes)."""
+    if automatic:
+        if outputs is None:
+            return None, {}
+        if isinstance(outputs, Tensor):
+            loss, extra = outputs, {}
+        elif isinstance(outputs, Mapping) and "loss" in outputs:
+            loss = outputs["loss"]
+            extra = {k: v for k, v in outputs.items() if k != "loss"}
+        else:
+            what = f"a dict with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else f"a {type(outputs).__name__}"
+            raise MisconfigurationError(
+                f"training_step returned {what}; under automatic optimization it must return the loss tensor, a "
+                "dict with the loss under 'loss', or None to skip the batch. Add `return loss` at the end of "
+                "training_step."
+            )
+        check_loss(loss)
+        reported = loss.detach() if scale == 1 else loss.detach() / scale
+        return loss, {"loss": reported, **extra}
+    if outputs is None:
+        return None, {}
     if isinstance(outputs, Tensor):
-        loss = outputs
-    elif isinstance(outputs, dict) and "loss" in outputs:
-        loss = outputs["loss"]
-    else:
-        what = (
-            "None"
-            if outputs is None
-            else (f"a dict with keys {sorted(outputs)}" if isinstance(outputs, dict) else f"a {type(outputs).__name__}")
-        )
-        raise MisconfigurationError(
-            f"training_step returned {what}; it must return the loss tensor, or a dict with the loss under "
-            "'loss'. Add `return loss` at the end of training_step."
-        )
+        return None, {"loss": outputs.detach()}
+    if isinstance(outputs, Mapping):
+        extra = dict(outputs)
+        if isinstance(extra.get("loss"), Tensor):
+            extra["loss"] = extra["loss"].detach()
+        return None, extra
+    raise MisconfigurationError(
+        f"training_step returned a {type(outputs).__name__}; under manual optimization it must return a tensor, a "
+        "dict, or nothing."
+    )
+
+
+def check_loss(loss: Any) -> None:
     if not isinstance(loss, Tensor):
         raise MisconfigurationError(
             f"training_step returned a loss of type {type(loss).__name__}; it must be a torch.Tensor."
@@ -174,6 +265,16 @@ def extract_loss(outputs: Any) -> Tensor:
             "detached, or from frozen parameters only), so there is nothing to train. Return the loss "
             "straight from the model's output."
         )
+
+
+def extract_loss(outputs: Any) -> Tensor:
+    """The loss from what ``training_step`` returned (a tensor or a dict with ``"loss"``)."""
+    loss, _ = training_output(outputs, True, 1)
+    if loss is None:
+        raise MisconfigurationError(
+            "training_step returned None; it must return the loss tensor, or a dict with the loss under "
+            "'loss'. Add `return loss` at the end of training_step."
+        )
     return loss
 
 
@@ -182,3 +283,4 @@ def _is_limited(loader: Any, limit: float) -> bool:
         return limit < len(loader)
     except TypeError:
         return not math.isinf(limit)
+

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
-from collections.abc import Mapping
+import os
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from fabricx.utilities.exceptions import FabricxError
+from fabricx.train.hparams import AttributeDict, collect_init_arguments
+from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -50,7 +54,7 @@ class TrainModule(nn.Module):
         super().__init__(*args, **kwargs)
         # Kept out of nn.Module's registries: the trainer is not a sub-module.
         self.__dict__["_trainer"] = None
-        self.__dict__["_hparams"] = {}
+        self.__dict__["_hparams"] = AttributeDict()
 
     # -- where the module is running ------------------------------------------------------------------
     @property
@@ -92,35 +96,244 @@ class TrainModule(nn.Module):
         return trainer.current_epoch if trainer is not None else 0
 
     @property
-    def hparams(self) -> dict[str, Any]:
-        """Hyperparameters recorded by :meth:`save_hyperparameters` (sent to the loggers at fit start)."""
-        return self.__dict__["_hparams"]
+    def hparams(self) -> AttributeDict:
+        """Hyperparameters recorded by :meth:`save_hyperparameters` (``self.hparams.lr`` or ``["lr"]``;
+        sent to the loggers at fit start and stored in checkpoints)."""
+        hparams = self.__dict__["_hparams"]
+        if not isinstance(hparams, AttributeDict):
+            hparams = self.__dict__["_hparams"] = AttributeDict(hparams)
+        return hparams
 
-    def save_hyperparameters(self, *names: str, ignore: list[str] | None = None, **values: Any) -> None:
-        """Record the caller's ``__init__`` arguments (all, or those in ``names``) and ``values`` as hparams.
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of :attr:`hparams` as :meth:`save_hyperparameters` recorded them."""
+        return AttributeDict(copy.deepcopy(self.__dict__.get("_hparams_initial", {})))
+
+    def save_hyperparameters(
+        self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None, logger: bool = True, **values: Any
+    ) -> None:
+        """Record the caller's ``__init__`` arguments (all, those named, or one dict given) as :attr:`hparams`.
+
+        As in Lightning, the ``__init__`` arguments of subclasses calling ``super().__init__`` are
+        collected too; ``ignore`` drops names (e.g. modules passed in). :meth:`load_from_checkpoint`
+        builds the module again from them.
 
         Example::
 
             def __init__(self, lr=0.1, hidden=64):
                 super().__init__()
-                self.save_hyperparameters()  # self.hparams == {"lr": 0.1, "hidden": 64}
+                self.save_hyperparameters()  # self.hparams.lr == 0.1
         """
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        found: dict[str, Any] = {}
-        if caller is not None:
-            info = inspect.getargvalues(caller)
-            for arg in info.args[1:]:  # skip self
-                found[arg] = info.locals[arg]
-            if info.keywords and isinstance(info.locals.get(info.keywords), Mapping):
-                found.update(info.locals[info.keywords])
-        del frame, caller
-        if names:
-            found = {key: found[key] for key in names if key in found}
-        for key in ignore or ():
-            found.pop(key, None)
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current is not None else None
+            del current
+        found = collect_init_arguments(frame, names, ignore)
+        del frame
         found.update(values)
-        self.__dict__["_hparams"].update(found)
+        self.hparams.update(found)
+        self.__dict__["_hparams_initial"] = copy.deepcopy(dict(self.hparams))
+        self.__dict__["_log_hyperparams"] = logger
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | os.PathLike,
+        map_location: Any = None,
+        hparams_file: str | os.PathLike | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Build the module from the hyper-parameters saved in a checkpoint (``kwargs`` override them),
+        then load its weights. Reads fabricx checkpoints and Lightning ``.ckpt`` files.
+
+        Example::
+
+            model = Classifier.load_from_checkpoint("checkpoints/last", lr=0.01)
+        """
+        from fabricx.train.lightning_checkpoint import load_module_from_checkpoint
+
+        return load_module_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, strict, kwargs)
+
+    # -- optimization ------------------------------------------------------------------------------------
+    #: Set to ``False`` in ``__init__`` to step the optimizers yourself in ``training_step``.
+    automatic_optimization: bool = True
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward under manual optimization, through the strategy and precision (loss scaling, DDP).
+
+        Example::
+
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        """
+        trainer = self.trainer
+        if self.automatic_optimization:
+            raise FabricxError(
+                "manual_backward() is for manual optimization; this module has automatic_optimization=True, where "
+                "the Trainer calls backward itself. Set self.automatic_optimization = False in __init__, or return "
+                "the loss from training_step instead."
+            )
+        trainer._backward(loss, *args, **kwargs)
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """How the loss is back-propagated (override for custom behaviour; the default goes through the strategy)."""
+        self.trainer.fabric.backward(loss, *args, model=self.trainer.model, **kwargs)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only ``optimizer``'s parameters require grad until :meth:`untoggle_optimizer` (for several optimizers).
+
+        Example::
+
+            self.toggle_optimizer(opt_g)
+            self.manual_backward(g_loss)
+            self.untoggle_optimizer(opt_g)
+        """
+        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        saved: dict[int, bool] = {}
+        for other in self.trainer.optimizers:
+            for group in other.param_groups:
+                for param in group["params"]:
+                    if id(param) in own or id(param) in saved:
+                        continue
+                    saved[id(param)] = param.requires_grad
+                    param.requires_grad = False
+        self.__dict__["_toggled"] = saved
+        self.__dict__["_toggled_optimizer"] = optimizer
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Undo :meth:`toggle_optimizer` (the parameters' ``requires_grad`` as before)."""
+        saved = self.__dict__.pop("_toggled", {})
+        self.__dict__.pop("_toggled_optimizer", None)
+        for other in self.trainer.optimizers:
+            for group in other.param_groups:
+                for param in group["params"]:
+                    if id(param) in saved:
+                        param.requires_grad = saved[id(param)]
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Generator[None, None, None]:
+        """:meth:`toggle_optimizer` for the duration of a ``with`` block."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    def clip_gradients(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip the gradients of ``optimizer``'s parameters by norm (default) or by value.
+
+        Example::
+
+            self.clip_gradients(opt, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
+        """
+        if gradient_clip_val is None or gradient_clip_val == 0:
+            return
+        algorithm = gradient_clip_algorithm or "norm"
+        if algorithm not in ("norm", "value"):
+            raise MisconfigurationError(
+                f"clip_gradients(gradient_clip_algorithm={algorithm!r}); allowed are 'norm' and 'value'."
+            )
+        fabric = self.trainer.fabric
+        model = self.trainer.model
+        inner = getattr(optimizer, "_fabric_optimizer", optimizer)
+        if algorithm == "norm":
+            fabric.clip_gradients(model, inner, max_norm=gradient_clip_val, error_if_nonfinite=False)
+        else:
+            fabric.clip_gradients(model, inner, clip_val=gradient_clip_val)
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        """Called before each automatic optimizer step with the Trainer's clipping settings."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        """Step ``optimizer``; ``optimizer_closure`` runs training_step, zero_grad and backward (automatic)."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        """Zero the gradients before the backward of a new accumulation window."""
+        optimizer.zero_grad()
+
+    def on_before_zero_grad(self, optimizer: Any) -> None: ...
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one LR scheduler (``metric`` for ``ReduceLROnPlateau``)."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    # -- where the module runs (Lightning names) -----------------------------------------------------------
+    @property
+    def logger(self) -> Any:
+        """The trainer's first logger (``None`` when none or not attached)."""
+        trainer = self.__dict__.get("_trainer")
+        return trainer.logger if trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The trainer's loggers (empty when not attached)."""
+        trainer = self.__dict__.get("_trainer")
+        return list(trainer.loggers) if trainer is not None else []
+
+    @property
+    def global_rank(self) -> int:
+        trainer = self.__dict__.get("_trainer")
+        return trainer.global_rank if trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        trainer = self.__dict__.get("_trainer")
+        return trainer.local_rank if trainer is not None else 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the first floating-point parameter (the default dtype when there is none)."""
+        for tensor in self.parameters():
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def example_input_array(self) -> Any:
+        """An example input (the model summary shows sizes for it); set it in ``__init__``."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, value: Any) -> None:
+        self.__dict__["_example_input_array"] = value
+
+    def freeze(self) -> None:
+        """No parameter requires grad, and the module is in eval mode."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Every parameter requires grad, and the module is in train mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather ``data`` (tensors, nested) from every process (a new leading dimension of size world_size)."""
+        trainer = self.__dict__.get("_trainer")
+        if trainer is None:
+            return data
+        return trainer.fabric.all_gather(data, group=group, sync_grads=sync_grads)
 
     # -- logging ---------------------------------------------------------------------------------------
     def log(
@@ -128,17 +341,17 @@ class TrainModule(nn.Module):
         name: str,
         value: Any,
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
         reduce_fx: str | Any = "mean",
-        sync_dist: bool = False,
-        batch_size: int | None = None,
         enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
         add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
         metric_attribute: str | None = None,
         rank_zero_only: bool = False,
-        sync_dist_group: Any = None,
     ) -> None:
         """Record a metric: a tensor, a number, or a torchmetrics ``Metric``.
 
@@ -160,18 +373,24 @@ class TrainModule(nn.Module):
         if trainer is None:
             _warn_not_attached(name)
             return
-        trainer._results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+        trainer._results.log(
+            name, value, prog_bar, True if logger is None else logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size
+        )
 
     def log_dict(
         self,
         dictionary: Mapping[str, Any],
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
         reduce_fx: str | Any = "mean",
+        enable_graph: bool = False,
         sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
         """:meth:`log` every entry of ``dictionary`` with the same options.
 
@@ -180,11 +399,18 @@ class TrainModule(nn.Module):
             self.log_dict({"loss": loss, "acc": acc}, prog_bar=True)
         """
         for name, value in dictionary.items():
-            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
 
-    def optimizers(self) -> Any:
-        """The set-up optimizer (a list when ``configure_optimizers`` returned several)."""
-        optimizers = self.trainer.optimizers
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizer (a list when ``configure_optimizers`` returned several); stepping it runs the
+        trainer's hooks and counts toward ``global_step`` under manual optimization."""
+        trainer = self.trainer
+        optimizers = trainer._module_optimizers if use_pl_optimizer else [o.optimizer for o in trainer._module_optimizers]
+        if not optimizers:
+            raise FabricxError(
+                "self.optimizers() has nothing to return yet: the optimizers exist once Trainer.fit has called "
+                "configure_optimizers (from on_fit_start on)."
+            )
         return optimizers[0] if len(optimizers) == 1 else list(optimizers)
 
     def lr_schedulers(self) -> Any:
@@ -270,6 +496,67 @@ class TrainModule(nn.Module):
     def on_predict_epoch_end(self) -> None: ...
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
+
+    def prepare_data(self) -> None:
+        """Download or write data once (global rank zero) before ``setup``."""
+
+    def configure_model(self) -> None:
+        """Create layers here to have them built on the device, sharded (called in fit/validate/test/predict)."""
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module needs (they replace the Trainer's callbacks of the same type)."""
+        return []
+
+    def train_dataloader(self) -> Any:
+        """The training loader ``Trainer.fit(model)`` uses when none is passed."""
+        raise NotImplementedError(f"{type(self).__name__} defines no train_dataloader().")
+
+    def val_dataloader(self) -> Any:
+        """The validation loader(s) used when none are passed."""
+        raise NotImplementedError(f"{type(self).__name__} defines no val_dataloader().")
+
+    def test_dataloader(self) -> Any:
+        """The test loader(s) used when none are passed."""
+        raise NotImplementedError(f"{type(self).__name__} defines no test_dataloader().")
+
+    def predict_dataloader(self) -> Any:
+        """The prediction loader(s) used when none are passed."""
+        raise NotImplementedError(f"{type(self).__name__} defines no predict_dataloader().")
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch before it is moved to the device."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device`` (override for custom batch types)."""
+        from fabricx.train.batch_transfer import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch after it was moved to the device."""
+        return batch
+
+    def on_validation_model_eval(self) -> None:
+        """Put the module in eval mode for validation."""
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        """Put the module back in train mode after validation inside fit."""
+        self.train()
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Drop gradients before validation inside fit (frees their memory)."""
+        self.zero_grad(set_to_none=True)
+
+    def on_test_model_eval(self) -> None:
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        self.eval()
 
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...

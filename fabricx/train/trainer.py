@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -12,14 +14,21 @@ from torch import Tensor
 
 from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
-from fabricx.train.eval_loop import run_evaluation, run_prediction
-from fabricx.train.fit_loop import extract_loss, run_fit_loop
+from fabricx.train import data_connector as data
+from fabricx.train import flags
+from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_idx
+from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
+from fabricx.train.lightning_checkpoint import HParamsState
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.module import TrainModule
+from fabricx.train.optimizer_proxy import TrainerOptimizer
 from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
+from fabricx.train.progress import Progress
 from fabricx.train.step_call import step_caller
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
 from fabricx.wrappers import unwrap
@@ -76,31 +85,103 @@ class Trainer:
         precision: str | int | None = None,
         plugins: Any = None,
         max_epochs: int | None = None,
+        min_epochs: int | None = None,
         max_steps: int = -1,
+        min_steps: int | None = None,
+        max_time: Any = None,
         grad_accum_steps: int = 1,
+        accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
+        gradient_clip_algorithm: str | None = None,
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        num_sanity_val_steps: int = 2,
-        log_every_n_steps: int = 50,
+        overfit_batches: int | float = 0.0,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
         callbacks: Any = None,
         loggers: Any = None,
+        logger: Any = None,
         default_root_dir: str | os.PathLike | None = None,
-        enable_progress_bar: bool = True,
-        enable_model_summary: bool = True,
-        enable_checkpointing: bool = True,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
+        enable_checkpointing: bool | None = None,
+        fast_dev_run: int | bool = False,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
         seed: int | None = None,
     ) -> None:
+        flags.refuse_profiler(profiler)
+        flags.refuse_unsupported(model_registry=model_registry)
+        grad_accum_steps = flags.merge_alias("grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches",
+                                             accumulate_grad_batches, 1)
+        if loggers is not None and logger is not None and loggers is not logger:
+            raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
+        loggers = logger if logger is not None else loggers
+        if barebones:
+            enabled = [name for name, value in (("enable_progress_bar", enable_progress_bar),
+                       ("enable_model_summary", enable_model_summary), ("enable_checkpointing", enable_checkpointing))
+                       if value]
+            if enabled or (loggers not in (None, False)):
+                raise MisconfigurationError(
+                    f"Trainer(barebones=True) runs without progress bar, summary, checkpointing and loggers, but "
+                    f"{enabled + (['logger'] if loggers not in (None, False) else [])} were enabled. Drop those "
+                    "arguments or barebones=True."
+                )
+            enable_progress_bar = enable_model_summary = enable_checkpointing = False
+            loggers = False
+        self.fast_dev_run = flags.fast_dev_run_batches(fast_dev_run)
+        if self.fast_dev_run:
+            n = self.fast_dev_run
+            max_steps, max_epochs, num_sanity_val_steps = n, 1, 0
+            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = n
+            val_check_interval, check_val_every_n_epoch = 1.0, 1
+            loggers, enable_checkpointing = False, False
+            rank_zero_info(
+                f"Running in fast_dev_run mode: {n} batch(es) per loop; logging and checkpointing are off."
+            )
+        self.overfit_batches = flags.check_overfit(overfit_batches)
+        if self.overfit_batches:
+            limit_train_batches = limit_val_batches = self.overfit_batches
+        self.max_time = flags.max_time_seconds(max_time)
+        self.reload_dataloaders_every_n_epochs = flags.check_reload_every(reload_dataloaders_every_n_epochs)
+        flags.apply_determinism(deterministic, benchmark)
+        self.deterministic = deterministic
+        self.inference_mode = bool(inference_mode)
+        self.use_distributed_sampler = bool(use_distributed_sampler)
+        self.detect_anomaly = bool(detect_anomaly)
+        self.sync_batchnorm = bool(sync_batchnorm)
+        self.enable_autolog_hparams = bool(enable_autolog_hparams)
+        self.barebones = bool(barebones)
+        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
+        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
+        enable_progress_bar = True if enable_progress_bar is None else enable_progress_bar
+        enable_model_summary = True if enable_model_summary is None else enable_model_summary
+        enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
+        gradient_clip_algorithm = gradient_clip_algorithm or "norm"
+
         _check_int("max_steps", max_steps, minimum=-1)
         if max_epochs is not None:
             _check_int("max_epochs", max_epochs, minimum=-1)
-        elif max_steps == -1:
+        elif max_steps == -1 and self.max_time is None:
             max_epochs = 1000
+        for name, value in (("min_epochs", min_epochs), ("min_steps", min_steps)):
+            if value is not None:
+                _check_int(name, value, minimum=0)
+        self.min_epochs = min_epochs
+        self.min_steps = min_steps
         if gradient_clip_val is not None and (
             isinstance(gradient_clip_val, bool)
             or not isinstance(gradient_clip_val, (int, float))
@@ -138,6 +219,10 @@ class Trainer:
         if seed is not None:
             seed_everything(seed)
         self._loggers = self._build_loggers(loggers)
+        self._num_nodes = num_nodes
+        self._precision_flag = precision if precision is not None else "32-true"
+        self._ckpt_path: str | None = None
+        self._in_validation = False
         self._fabric = _TrainerFabric(
             accelerator=accelerator,
             strategy=strategy,
@@ -168,40 +253,48 @@ class Trainer:
             callbacks, enable_progress_bar, enable_model_summary, enable_checkpointing
         )
 
-        # progress
-        self.global_step = 0
-        self.current_epoch = 0
+        # progress (owned by the loops; trainer.progress is public)
+        self.progress = Progress()
         self.should_stop = False
         self.sanity_checking = False
-        self.is_last_batch = False
         self.state = "initializing"
-        self._epoch_done = False
-        self._resume_mid_epoch = False
-        self._stepped = False
-        self._validated_this_epoch_end = False
         self._epoch_metrics: dict[str, Any] = {}
         self._epoch_prog_bar: dict[str, Any] = {}
+        self._logged_metrics: dict[str, Any] = {}
+        self._step_snapshot: dict[str, Any] = {}
+        self._logged_snapshot: dict[str, Any] = {}
+        self._train_step_live = False
         self._last_loss: Tensor | None = None
+        self._fit_started_at: float | None = None
 
         # set up per run
         self._module: TrainModule | None = None
+        self._datamodule: Any = None
         self._model: FabricModule | None = None
         self._wrapped: dict[int, FabricModule] = {}
         self._optimizers: list[Any] = []
+        self._module_optimizers: list[TrainerOptimizer] = []
         self._scheduler_configs: list[SchedulerConfig] = []
         self._step_schedulers_cache: list[SchedulerConfig] = []
+        self._epoch_schedulers_cache: list[SchedulerConfig] = []
+        self._automatic = True
         self._train_loader: Any = None
+        self._train_source: Any = None
         self._val_loaders: list[Any] = []
+        self._val_source: Any = None
         self._val_limits: list[float] = []
-        self._val_check_batch: int = 0
+        self._val_check_batch: float = 0
+        self._batch_processor: Any = None
+        self._given_callbacks = list(self.callbacks)
         self.num_training_batches: float = 0
         self._train_results = ResultCollection("train", training=True)
         self._val_results = ResultCollection("validate", training=False)
         self._results = self._train_results
         self._hooks: Hooks = Hooks(self, None, self.callbacks)
         self._step_fns: dict[str, Any] = {}
-        self._run_training_step: Any = None
-        self._before_optimizer_step_hooks: tuple[Any, Any] = ((), None)
+        self._automatic_step: Any = None
+        self._manual_step: Any = None
+        self._before_optimizer_step_hooks: tuple[Any, Any, Any] = ((), None, None)
 
     # -- construction helpers -------------------------------------------------------------------------------
     def _build_loggers(self, loggers: Any) -> list[Any]:
@@ -243,9 +336,46 @@ class Trainer:
         return self._module
 
     @property
+    def lightning_module(self) -> TrainModule | None:
+        """The module being run (Lightning's name for :attr:`module`)."""
+        return self._module
+
+    @property
     def model(self) -> FabricModule | None:
         """The set-up (wrapped) module."""
         return self._model
+
+    @property
+    def datamodule(self) -> Any:
+        """The DataModule of the current (or last) run, or ``None``."""
+        return self._datamodule
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self.progress.global_step
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.progress.global_step = value
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being trained, from 0."""
+        return self.progress.current_epoch
+
+    @current_epoch.setter
+    def current_epoch(self, value: int) -> None:
+        self.progress.current_epoch = value
+
+    @property
+    def is_last_batch(self) -> bool:
+        return self.progress.is_last_batch
+
+    @property
+    def last_loss(self) -> Tensor | None:
+        """The loss of the latest training batch (automatic optimization)."""
+        return self._last_loss
 
     @property
     def optimizers(self) -> list[Any]:
@@ -278,18 +408,84 @@ class Trainer:
         return self._fabric.global_rank
 
     @property
+    def local_rank(self) -> int:
+        return self._fabric.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self._fabric.node_rank
+
+    @property
     def world_size(self) -> int:
         return self._fabric.world_size
 
     @property
+    def num_devices(self) -> int:
+        """Processes per node."""
+        return max(1, self._fabric.world_size // max(1, self._num_nodes))
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    @property
+    def strategy(self) -> Any:
+        return self._fabric.strategy
+
+    @property
+    def accelerator(self) -> Any:
+        return self._fabric.accelerator
+
+    @property
+    def precision(self) -> str:
+        """The precision setting, e.g. ``"32-true"``."""
+        plugin = self._fabric.strategy.precision
+        return str(getattr(plugin, "precision", self._precision_flag))
+
+    @property
+    def device_ids(self) -> list[int]:
+        device = self._fabric.device
+        return [device.index if device.index is not None else self.local_rank]
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self._fabric.grad_accum_steps
+
+    @property
     def training(self) -> bool:
-        return self.state == "fit" and not self.sanity_checking
+        return self.state == "fit" and not self.sanity_checking and not self._in_validation
+
+    @property
+    def validating(self) -> bool:
+        return self.state == "validate" or (self.state == "fit" and self._in_validation and not self.sanity_checking)
+
+    @property
+    def testing(self) -> bool:
+        return self.state == "test"
+
+    @property
+    def predicting(self) -> bool:
+        return self.state == "predict"
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
-        """Metrics callbacks can monitor: epoch values of every stage plus the current step's values."""
-        metrics = dict(self._epoch_metrics)
-        metrics.update(self._train_results.step_metrics(naming="both"))
+        """Metrics callbacks can monitor: the latest value of every name, as in Lightning.
+
+        A metric logged with ``on_step=True, on_epoch=True`` appears as ``name_step``, ``name_epoch``
+        and ``name``: the step value during the epoch, the epoch value once the epoch ended."""
+        metrics = dict(self._step_snapshot)
+        metrics.update(self._epoch_metrics)
+        if self._train_step_live:
+            metrics.update(self._train_results.step_metrics(naming="both"))
+        return metrics
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        """The latest value of every metric meant for the loggers (without ``epoch``), as in Lightning."""
+        metrics = dict(self._logged_snapshot)
+        metrics.update(self._logged_metrics)
+        if self._train_step_live:
+            metrics.update(self._train_results.step_metrics(for_logger=True))
         return metrics
 
     @property
@@ -300,8 +496,41 @@ class Trainer:
         return metrics
 
     @property
+    def stage_metric_names(self) -> set[str]:
+        """Names logged so far in the stage that runs now (training, validation, test)."""
+        return set(self._results.entries)
+
+    @property
     def num_val_batches(self) -> list[float]:
         return list(self._val_limits)
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The set-up training loader of the current fit."""
+        return self._train_loader
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The set-up validation loader (a list when there are several)."""
+        loaders = self._val_loaders
+        if not loaders:
+            return None
+        return loaders[0] if len(loaders) == 1 else list(loaders)
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """Optimizer steps the whole fit will take (``max_steps`` when set; ``inf`` for unsized data)."""
+        if self.max_steps >= 0 and (self.max_epochs is None or self.max_epochs < 0):
+            return self.max_steps
+        batches = self.num_training_batches
+        if self._train_loader is None:
+            raise FabricxError("estimated_stepping_batches is known once fit has set up the training data.")
+        if math.isinf(batches):
+            return self.max_steps if self.max_steps >= 0 else math.inf
+        per_epoch = math.ceil(batches / self.accumulate_grad_batches)
+        epochs = self.max_epochs if self.max_epochs is not None and self.max_epochs >= 0 else math.inf
+        total = per_epoch * epochs
+        return min(total, self.max_steps) if self.max_steps >= 0 else total
 
     @property
     def checkpoint_callbacks(self) -> list[Any]:
@@ -320,6 +549,17 @@ class Trainer:
 
         return next((cb for cb in self.callbacks if isinstance(cb, EarlyStopping)), None)
 
+    @property
+    def progress_bar_callback(self) -> Any:
+        from fabricx.train.callbacks.progress_bar import RichProgressBar
+
+        return next((cb for cb in self.callbacks if isinstance(cb, RichProgressBar)), None)
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the current run was restored from."""
+        return self._ckpt_path
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank zero only."""
         self._fabric.print(*args, **kwargs)
@@ -327,62 +567,122 @@ class Trainer:
     # -- entry points ----------------------------------------------------------------------------------------
     def fit(
         self,
-        module: TrainModule,
-        train_dataloaders: Any,
+        model: TrainModule,
+        train_dataloaders: Any = None,
         val_dataloaders: Any = None,
+        datamodule: Any = None,
         ckpt_path: str | os.PathLike | None = None,
     ) -> None:
-        """Train ``module``; ``ckpt_path`` (a checkpoint, or ``"last"``) resumes exactly where it stopped.
+        """Train ``model``; ``ckpt_path`` (a checkpoint, ``"last"``, ``"best"``) resumes exactly where it stopped.
 
+        The data comes from ``train_dataloaders``/``val_dataloaders``, else ``datamodule`` (also
+        accepted in second position), else the module's own ``train_dataloader()``/``val_dataloader()``.
+        Several training loaders (a dict or list) are combined batch by batch (``CombinedLoader``).
         A resumed run continues with the batch after the checkpoint, with the optimizer, scheduler,
-        grad-scaler, random-generator, callback and metric states of that moment. Hooks that already ran
-        for the interrupted epoch (``on_train_epoch_start``) are not called again.
+        grad-scaler, random-generator, callback and metric states of that moment.
 
         Example::
 
+            trainer.fit(model, datamodule=dm)
             trainer.fit(model, train_loader, val_loader, ckpt_path="last")
         """
-        _check_module(module, "fit")
-        self._launch(self._fit_in_process, module, train_dataloaders, val_dataloaders, ckpt_path)
+        _check_module(model, "fit")
+        train_dataloaders, datamodule = data.check_fit_arguments(train_dataloaders, val_dataloaders, datamodule)
+        self._launch(self._fit_in_process, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(
-        self, module: TrainModule, dataloaders: Any, ckpt_path: str | os.PathLike | None = None
+        self,
+        model: TrainModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike | None = None,
+        verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
-        """Run ``validation_step`` over ``dataloaders``; returns the epoch metrics (one dict per loader).
+        """Run ``validation_step`` over the data; returns the epoch metrics (one dict per loader).
+
+        Without ``model`` the module of the last ``fit`` is used (with ``ckpt_path="best"`` by default
+        when a ModelCheckpoint has a best checkpoint).
 
         Example::
 
             [metrics] = trainer.validate(model, val_loader)
         """
-        _check_module(module, "validate")
-        return self._launch(self._evaluate_in_process, module, dataloaders, ckpt_path, "validate")
+        return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
 
     def test(
-        self, module: TrainModule, dataloaders: Any, ckpt_path: str | os.PathLike | None = None
+        self,
+        model: TrainModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike | None = None,
+        verbose: bool = True,
+        datamodule: Any = None,
     ) -> list[dict[str, float]]:
-        """Run ``test_step`` over ``dataloaders``; returns the epoch metrics (one dict per loader).
+        """Run ``test_step`` over the data; returns the epoch metrics (one dict per loader).
 
         Example::
 
-            [metrics] = trainer.test(model, test_loader, ckpt_path=trainer.checkpoint_callback.best_model_path)
+            [metrics] = trainer.test(dataloaders=test_loader, ckpt_path="best")
         """
-        _check_module(module, "test")
-        return self._launch(self._evaluate_in_process, module, dataloaders, ckpt_path, "test")
+        return self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
 
-    def predict(self, module: TrainModule, dataloaders: Any, ckpt_path: str | os.PathLike | None = None) -> Any:
+    def predict(
+        self,
+        model: TrainModule | None = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
+        ckpt_path: str | os.PathLike | None = None,
+    ) -> Any:
         """Collect ``predict_step`` outputs (this process's share of the data; rank 0's with spawn).
 
         Example::
 
             predictions = trainer.predict(model, loader)
         """
-        _check_module(module, "predict")
-        return self._launch(self._predict_in_process, module, dataloaders, ckpt_path)
+        module, dataloaders, datamodule, ckpt_path = self._eval_arguments(
+            "predict", model, dataloaders, ckpt_path, datamodule
+        )
+        predictions = self._launch(self._predict_in_process, module, dataloaders, datamodule, ckpt_path)
+        return predictions if return_predictions is not False else None
 
-    def save_checkpoint(self, path: str | os.PathLike, async_save: bool = False) -> Any:
+    def _evaluate(self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+        module, dataloaders, datamodule, ckpt_path = self._eval_arguments(stage, model, dataloaders, ckpt_path, datamodule)
+        return self._launch(self._evaluate_in_process, module, dataloaders, datamodule, ckpt_path, stage)
+
+    def _eval_arguments(self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> tuple:
+        if model is not None and not isinstance(model, torch.nn.Module):
+            if data.is_datamodule(model) or hasattr(model, "__iter__"):
+                # test(dataloaders) / test(dm) given positionally without a model
+                model, dataloaders = None, model if dataloaders is None else dataloaders
+        dataloaders, datamodule = data.check_eval_arguments(stage, dataloaders, datamodule)
+        if model is None:
+            model = self._module
+            if model is None:
+                raise MisconfigurationError(
+                    f"Trainer.{stage}() got no model and this trainer has not fitted one. Pass "
+                    f"trainer.{stage}(model, ...)."
+                )
+            if ckpt_path is None and self.checkpoint_callback is not None and getattr(
+                self.checkpoint_callback, "best_model_path", ""
+            ):
+                ckpt_path = "best"
+        _check_module(model, stage)
+        if datamodule is None and dataloaders is None and self._datamodule is not None and model is self._module:
+            datamodule = self._datamodule
+        return model, dataloaders, datamodule, ckpt_path
+
+    def save_checkpoint(
+        self,
+        filepath: str | os.PathLike,
+        weights_only: bool = False,
+        storage_options: Any = None,
+        async_save: bool = False,
+    ) -> Any:
         """Write a full training checkpoint (every process must call it; outside accumulation windows).
 
-        ``async_save=True`` writes it in the background and returns its handle (see ``Fabric.save``).
+        A path ending in ``.ckpt`` is written as one Lightning-style file (``torch.load(path,
+        weights_only=True)["state_dict"]`` works on it); any other path as a fabricx checkpoint folder.
+        ``async_save=True`` writes a folder in the background and returns its handle (see ``Fabric.save``).
 
         Example::
 
@@ -390,13 +690,22 @@ class Trainer:
         """
         if self._model is None:
             raise FabricxError("save_checkpoint() needs a module set up by fit/validate/test first.")
+        if storage_options is not None:
+            raise MisconfigurationError(
+                "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
+            )
         extras = ckpt.Extras()
         hook = self._hooks.module_hook("on_save_checkpoint")
         if hook is not None:
             hook(extras.values)
         for method in self._hooks.callback_hooks("on_save_checkpoint"):
             method(self, self._module, extras.values)
-        return self._fabric.save(path, self._checkpoint_state(extras), async_save=async_save)
+        if os.fspath(filepath).endswith(".ckpt"):
+            from fabricx.train.lightning_checkpoint import save_lightning_checkpoint
+
+            save_lightning_checkpoint(self, os.fspath(filepath), extras.values, weights_only)
+            return None
+        return self._fabric.save(filepath, self._checkpoint_state(extras), async_save=async_save)
 
     # -- running in each process ------------------------------------------------------------------------------
     def _launch(self, function: Any, *args: Any) -> Any:
@@ -405,97 +714,209 @@ class Trainer:
             return self._apply_spawn_result(args[0], returned)
         return returned
 
-    def _prepare_process(self, module: TrainModule, stage: str) -> None:
+    def _prepare_process(self, module: TrainModule, stage: str, datamodule: Any) -> None:
         if self._spawns and self.seed is not None:
             seed_everything(self.seed)
         self.state = stage
         self.should_stop = False
+        self._in_validation = False
         module.__dict__["_trainer"] = self
         self._module = module
+        self._datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = self
+        self._automatic = bool(getattr(module, "automatic_optimization", True))
+        self.callbacks = self._merge_module_callbacks(module)
         self._hooks = Hooks(self, module, self.callbacks)
         self._train_results.module = module
+        self._batch_processor = batch_processor(module, datamodule, self._fabric.device)
+        self._prepare_data(module, datamodule)
+
+    def _merge_module_callbacks(self, module: TrainModule) -> list[Any]:
+        """``configure_callbacks()`` results replace the Trainer's callbacks of the same types."""
+        hook = getattr(module, "configure_callbacks", None)
+        returned = hook() if callable(hook) else []
+        extra = list(returned) if isinstance(returned, (list, tuple)) else ([returned] if returned else [])
+        if not extra:
+            return list(self._given_callbacks)
+        kinds = {type(cb) for cb in extra}
+        kept = [cb for cb in self._given_callbacks if type(cb) not in kinds]
+        from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+
+        merged = kept + extra
+        checkpoints = [cb for cb in merged if isinstance(cb, ModelCheckpoint)]
+        return [cb for cb in merged if not isinstance(cb, ModelCheckpoint)] + checkpoints
+
+    def _prepare_data(self, module: TrainModule, datamodule: Any) -> None:
+        """``prepare_data`` on the first process of each node (or global zero), then a barrier."""
+        fabric = self._fabric
+        for owner in (datamodule, module):
+            hook = getattr(owner, "prepare_data", None) if owner is not None else None
+            if not callable(hook):
+                continue
+            per_node = getattr(owner, "prepare_data_per_node", True)
+            if (fabric.local_rank == 0) if per_node else fabric.is_global_zero:
+                hook()
+        if fabric.world_size > 1:
+            fabric.barrier()
+
+    def _call_setup(self, stage: str) -> None:
+        if self._datamodule is not None and callable(getattr(self._datamodule, "setup", None)):
+            self._datamodule.setup(stage)
+        self._hooks.call("setup", stage)
+        configure_model = self._hooks.module_hook("configure_model")
+        if configure_model is not None:
+            configure_model()
+
+    def _call_teardown(self, stage: str) -> None:
+        if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
+            self._datamodule.teardown(stage)
+        self._hooks.call("teardown", stage)
+
+    def _call_module_hook(self, name: str, *args: Any) -> Any:
+        method = self._hooks.module_hook(name)
+        return method(*args) if method is not None else None
 
     def _fit_in_process(
-        self, fabric: Fabric, module: TrainModule, train_dataloaders: Any, val_dataloaders: Any, ckpt_path: Any
+        self,
+        fabric: Fabric,
+        module: TrainModule,
+        train_dataloaders: Any,
+        val_dataloaders: Any,
+        datamodule: Any,
+        ckpt_path: Any,
     ) -> Any:
-        self._prepare_process(module, "fit")
+        self._prepare_process(module, "fit", datamodule)
         hooks = self._hooks
         try:
-            hooks.call("setup", "fit")
+            self._call_setup("fit")
             self._setup_fit(module, train_dataloaders, val_dataloaders)
-            hooks.call("on_fit_start")
-            if self._val_loaders and self.num_sanity_val_steps != 0:
-                self._run_sanity_check()
-            path = ckpt.resolve_ckpt_path(self, ckpt_path) if fabric.is_global_zero else None
+            path = ckpt.resolve_ckpt_path(self, ckpt_path, "fit") if fabric.is_global_zero else None
             if fabric.world_size > 1:
                 path = fabric.broadcast(path)
+            self._ckpt_path = path
+            hooks.call("on_fit_start")
+            if self._validation_enabled() and self.num_sanity_val_steps != 0 and path is None:
+                self._run_sanity_check()
             if path is not None:
                 self._restore(path)
             self._log_hyperparams()
-            hooks.call("on_train_start")
-            run_fit_loop(self)
-            hooks.call("on_train_end")
+            self._fit_started_at = time.monotonic()
+            anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
+            with anomaly:
+                hooks.call("on_train_start")
+                run_fit_loop(self)
+                hooks.call("on_train_end")
             hooks.call("on_fit_end")
             self._finalize_loggers("success")
         except BaseException as exception:
             self._on_exception(exception)
             raise
         finally:
-            hooks.call("teardown", "fit")
+            self._call_teardown("fit")
             self.state = "finished"
         if self._spawns:
             return self._spawn_result(None)
         return None
 
     def _evaluate_in_process(
-        self, fabric: Fabric, module: TrainModule, dataloaders: Any, ckpt_path: Any, stage: str
+        self, fabric: Fabric, module: TrainModule, dataloaders: Any, datamodule: Any, ckpt_path: Any, stage: str
     ) -> Any:
-        self._prepare_process(module, stage)
-        hooks = self._hooks
+        self._prepare_process(module, stage, datamodule)
         try:
-            hooks.call("setup", stage)
+            self._call_setup(stage)
             self._setup_module_only(module)
-            if ckpt_path is not None:
-                fabric.load(ckpt.resolve_ckpt_path(self, ckpt_path), {"module": self._model})
-            loaders = self._setup_loaders(dataloaders, f"Trainer.{stage}")
+            self._load_weights_for(stage, ckpt_path)
+            kind = "validate" if stage == "validate" else "test"
+            raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True)
+            loaders = self._setup_loaders(data.as_list(raw), f"Trainer.{stage}")
             limit = self.limit_val_batches if stage == "validate" else self.limit_test_batches
             limits = [_limited_length(loader, limit) for loader in loaders]
             results = ResultCollection(stage, training=False, module=module)
             if stage == "validate":
                 self._val_limits = limits
+                self._val_loaders = loaders
+            self._epoch_metrics = {}
+            self._step_snapshot = {}
+            self._logged_snapshot = {}
+            self._train_step_live = False
             metrics = run_evaluation(self, stage, results, loaders, limits)
             self._finalize_loggers("success")
         except BaseException as exception:
             self._on_exception(exception)
             raise
         finally:
-            hooks.call("teardown", stage)
+            self._call_teardown(stage)
             self.state = "finished"
         return self._spawn_result(metrics) if self._spawns else metrics
 
-    def _predict_in_process(self, fabric: Fabric, module: TrainModule, dataloaders: Any, ckpt_path: Any) -> Any:
-        self._prepare_process(module, "predict")
-        hooks = self._hooks
+    def _predict_in_process(
+        self, fabric: Fabric, module: TrainModule, dataloaders: Any, datamodule: Any, ckpt_path: Any
+    ) -> Any:
+        self._prepare_process(module, "predict", datamodule)
         try:
-            hooks.call("setup", "predict")
+            self._call_setup("predict")
             self._setup_module_only(module)
-            if ckpt_path is not None:
-                fabric.load(ckpt.resolve_ckpt_path(self, ckpt_path), {"module": self._model})
-            loaders = self._setup_loaders(dataloaders, "Trainer.predict")
+            self._load_weights_for("predict", ckpt_path)
+            raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True)
+            loaders = self._setup_loaders(data.as_list(raw), "Trainer.predict")
             limits = [_limited_length(loader, self.limit_predict_batches) for loader in loaders]
             predictions = run_prediction(self, loaders, limits)
         except BaseException as exception:
             self._on_exception(exception)
             raise
         finally:
-            hooks.call("teardown", "predict")
+            self._call_teardown("predict")
             self.state = "finished"
         return self._spawn_result(predictions) if self._spawns else predictions
+
+    def _load_weights_for(self, stage: str, ckpt_path: Any) -> None:
+        if ckpt_path is None:
+            self._ckpt_path = None
+            return
+        path = ckpt.resolve_ckpt_path(self, ckpt_path, stage)
+        self._ckpt_path = path
+        if path is None:
+            return
+        from fabricx.train.lightning_checkpoint import is_lightning_file, load_lightning_weights
+
+        if is_lightning_file(path):
+            load_lightning_weights(self._module, path)
+        else:
+            self._fabric.load(path, {"module": self._model}, strict=False)
 
     # -- set-up ----------------------------------------------------------------------------------------------
     def _setup_fit(self, module: TrainModule, train_dataloaders: Any, val_dataloaders: Any) -> None:
         fabric = self._fabric
+        if not self._automatic:
+            if fabric.grad_accum_steps > 1:
+                raise MisconfigurationError(
+                    f"Trainer(accumulate_grad_batches={fabric.grad_accum_steps}) accumulates for automatic "
+                    f"optimization, but {type(module).__name__} has automatic_optimization=False. Accumulate in "
+                    "training_step yourself (step the optimizer every N batches) and drop the flag."
+                )
+            if self.gradient_clip_val:
+                raise MisconfigurationError(
+                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) clips for automatic optimization, but "
+                    f"{type(module).__name__} has automatic_optimization=False. Call self.clip_gradients(opt, "
+                    "gradient_clip_val=..., gradient_clip_algorithm=...) in training_step and drop the flag."
+                )
+        if self.sync_batchnorm and fabric.world_size > 1:
+            if fabric.device.type == "cpu":
+                raise MisconfigurationError(
+                    "Trainer(sync_batchnorm=True) on CPU: torch.nn.SyncBatchNorm needs CUDA (or another "
+                    "accelerator). Drop the flag on CPU, or run on GPUs."
+                )
+            if id(module) not in self._wrapped:
+                torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
         optimizers, self._scheduler_configs = parse_optimizers(module.configure_optimizers())
+        if self._automatic and len(optimizers) > 1:
+            raise MisconfigurationError(
+                f"configure_optimizers returned {len(optimizers)} optimizers, but automatic optimization steps "
+                "one. Training with several optimizers needs manual optimization: set "
+                "self.automatic_optimization = False in __init__ and step them in training_step "
+                "(opt_a, opt_b = self.optimizers(); self.manual_backward(loss); opt_a.step())."
+            )
         wrapped = self._wrapped.get(id(module))
         if wrapped is None:
             set_up = fabric.setup(module, *optimizers)
@@ -506,16 +927,54 @@ class Trainer:
             self._model = wrapped
             set_up = fabric.setup_optimizers(*optimizers)
             self._optimizers = list(set_up) if isinstance(set_up, tuple) else [set_up]
+        self._module_optimizers = [TrainerOptimizer(opt, self, i) for i, opt in enumerate(self._optimizers)]
         self._step_schedulers_cache = [c for c in self._scheduler_configs if c.interval == "step"]
+        self._epoch_schedulers_cache = [c for c in self._scheduler_configs if c.interval == "epoch"]
         self._make_step_functions()
 
-        if train_dataloaders is None:
-            raise MisconfigurationError("Trainer.fit needs train_dataloaders (a torch DataLoader).")
-        [self._train_loader] = self._setup_loaders(train_dataloaders, "Trainer.fit(train_dataloaders)", single=True)
+        self._train_source = (train_dataloaders, self._datamodule, module)
+        self._train_loader = self._build_train_loader(train_dataloaders)
         self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
-        self._val_loaders = (
-            self._setup_loaders(val_dataloaders, "Trainer.fit(val_dataloaders)") if val_dataloaders is not None else []
-        )
+        self._val_source = val_dataloaders
+        self._build_val_loaders(val_dataloaders)
+        self._val_results = ResultCollection("validate", training=False, module=module)
+        self._train_results = ResultCollection("train", training=True, module=module)
+        self._results = self._train_results
+        self.progress.reset()
+        self._epoch_metrics = {}
+        self._epoch_prog_bar = {}
+        self._logged_metrics = {}
+        self._step_snapshot = {}
+        self._logged_snapshot = {}
+        if not module.training:
+            # A module handed over in eval mode (e.g. after testing) trains in train mode; submodules
+            # the user put in eval mode inside a training module stay as they are.
+            module.train()
+
+    def _build_train_loader(self, given: Any) -> Any:
+        from fabricx.train.combined_loader import CombinedLoader
+
+        raw = data.request_loaders("train", given, self._datamodule, self._module, required=True)
+        if self.overfit_batches:
+            raw = _without_shuffle(raw)
+        if isinstance(raw, CombinedLoader):
+            mode = raw.mode
+            raw = dict(zip(raw._keys, raw.loaders)) if raw._keys is not None else list(raw.loaders)
+        else:
+            mode = "max_size_cycle"
+        if isinstance(raw, (dict, list, tuple)):
+            keys = list(raw) if isinstance(raw, dict) else None
+            loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(train_dataloaders)")
+            return CombinedLoader(dict(zip(keys, loaders)) if keys is not None else loaders, mode=mode)
+        [loader] = self._setup_loaders([raw], "Trainer.fit(train_dataloaders)", single=True)
+        return loader
+
+    def _build_val_loaders(self, given: Any) -> None:
+        module = self._module
+        raw = None
+        if given is not None or data.module_defines_step(module, "validate"):
+            raw = data.request_loaders("validate", given, self._datamodule, module, required=False)
+        self._val_loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(val_dataloaders)") if raw else []
         self._val_limits = [_limited_length(loader, self.limit_val_batches) for loader in self._val_loaders]
         if not any(limit > 0 for limit in self._val_limits):
             self._val_check_batch = 0
@@ -530,19 +989,17 @@ class Trainer:
             self._val_check_batch = max(1, int(self.num_training_batches * self.val_check_interval))
         else:
             self._val_check_batch = int(self.val_check_interval)
-        self._val_results = ResultCollection("validate", training=False, module=module)
-        self._train_results = ResultCollection("train", training=True, module=module)
-        self._results = self._train_results
-        self.global_step = 0
-        self.current_epoch = 0
-        self._epoch_done = False
-        self._resume_mid_epoch = False
-        self._epoch_metrics = {}
-        self._epoch_prog_bar = {}
-        if not module.training:
-            # A module handed over in eval mode (e.g. after testing) trains in train mode; submodules
-            # the user put in eval mode inside a training module stay as they are.
-            module.train()
+
+    def _maybe_reload_train_loader(self) -> None:
+        every = self.reload_dataloaders_every_n_epochs
+        if not every or self.current_epoch == 0 or self.current_epoch % every != 0:
+            return
+        given, _, _ = self._train_source
+        if given is None:
+            self._train_loader = self._build_train_loader(None)
+            self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
+        if self._val_source is None and self._val_loaders:
+            self._build_val_loaders(None)
 
     def _setup_module_only(self, module: TrainModule) -> None:
         wrapped = self._wrapped.get(id(module))
@@ -558,40 +1015,94 @@ class Trainer:
             raise MisconfigurationError(f"{where} takes one DataLoader, got {len(given)}.")
         if not given:
             raise MisconfigurationError(f"{where} got an empty list of DataLoaders.")
-        set_up = self._fabric.setup_dataloaders(*given)
+        set_up = self._fabric.setup_dataloaders(
+            *given,
+            use_distributed_sampler=self.use_distributed_sampler,
+            move_to_device=self._batch_processor is None,
+        )
         return list(set_up) if isinstance(set_up, tuple) else [set_up]
+
+    def _validation_enabled(self) -> bool:
+        return bool(self._val_loaders) and bool(self._val_check_batch)
 
     def _make_step_functions(self) -> None:
         self._step_fns = {}
-        training_step = self._step_function("training_step")
-        backward = self._fabric.backward
+        module = self._module
         hooks = self._hooks
-        before_backward = hooks.callback_hooks("on_before_backward")
-        before_backward_module = hooks.module_hook("on_before_backward")
-        after_backward = hooks.callback_hooks("on_after_backward")
-        after_backward_module = hooks.module_hook("on_after_backward")
-        trainer, module = self, self._module
+        training_step = self._step_function("training_step")
+        with_batch_idx = takes_batch_idx(module.training_step)
         self._before_optimizer_step_hooks = (
             hooks.callback_hooks("on_before_optimizer_step"),
             hooks.module_hook("on_before_optimizer_step"),
+            hooks.module_hook("configure_gradient_clipping"),
         )
+        if not self._automatic:
 
-        def run_training_step(batch: Any, batch_idx: int) -> Any:
-            outputs = training_step(batch, batch_idx)
-            loss = extract_loss(outputs)
-            trainer._last_loss = loss
-            for method in before_backward:
-                method(trainer, module, loss)
-            if before_backward_module is not None:
-                before_backward_module(loss)
-            backward(loss)
-            for method in after_backward:
-                method(trainer, module)
-            if after_backward_module is not None:
-                after_backward_module()
-            return outputs
+            def manual_step(batch: Any, batch_idx: int) -> Any:
+                outputs = training_step(batch, batch_idx) if with_batch_idx else training_step(batch)
+                _, reported = training_output(outputs, False, 1)
+                return reported
 
-        self._run_training_step = run_training_step
+            self._manual_step = manual_step
+            return
+
+        trainer = self
+        scale = self._fabric.grad_accum_steps
+        before_zero = hooks.callback_hooks("on_before_zero_grad")
+        before_zero_module = hooks.module_hook("on_before_zero_grad")
+        zero_grad_hook = module.optimizer_zero_grad
+        optimizer_step_hook = module.optimizer_step
+        optimizer = self._module_optimizers[0]
+        backward = self._backward
+        progress = self.progress
+
+        def automatic_step(batch: Any, batch_idx: int, boundary: bool) -> Any:
+            reported: dict[str, Any] = {}
+
+            def closure() -> Any:
+                outputs = training_step(batch, batch_idx) if with_batch_idx else training_step(batch)
+                loss, found = training_output(outputs, True, scale)
+                reported.update(found)
+                if loss is None:
+                    return None
+                trainer._last_loss = found["loss"]
+                if batch_idx % scale == 0:
+                    for method in before_zero:
+                        method(trainer, module, optimizer)
+                    if before_zero_module is not None:
+                        before_zero_module(optimizer)
+                    zero_grad_hook(trainer.current_epoch, batch_idx, optimizer)
+                backward(loss)
+                return found["loss"]
+
+            if boundary:
+                optimizer_step_hook(trainer.current_epoch, batch_idx, optimizer, closure)
+                progress.global_step += 1
+            else:
+                closure()
+            return reported
+
+        self._automatic_step = automatic_step
+
+    def _backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """on_before_backward -> backward (the module's ``backward`` hook when overridden) -> on_after_backward."""
+        hooks = self._hooks
+        module = self._module
+        for method in hooks.callback_hooks("on_before_backward"):
+            method(self, module, loss)
+        hook = hooks.module_hook("on_before_backward")
+        if hook is not None:
+            hook(loss)
+        custom = hooks.module_hook("backward")
+        if custom is not None:
+            custom(loss, *args, **kwargs)
+        else:
+            self._fabric.backward(loss, *args, **kwargs)
+        for method in hooks.callback_hooks("on_after_backward"):
+            method(self, module)
+        hook = hooks.module_hook("on_after_backward")
+        if hook is not None:
+            hook()
 
     def _step_function(self, name: str) -> Any:
         function = self._step_fns.get(name)
@@ -600,29 +1111,29 @@ class Trainer:
         return function
 
     # -- the optimizer step ----------------------------------------------------------------------------------
-    def _optimizer_step(self) -> None:
-        before, before_module = self._before_optimizer_step_hooks
-        clip = self.gradient_clip_val
-        for optimizer in self._optimizers:
-            for method in before:
-                method(self, self._module, optimizer)
-            if before_module is not None:
-                before_module(optimizer)
-            if clip is not None:
-                if self.gradient_clip_algorithm == "norm":
-                    self._fabric.clip_gradients(self._model, optimizer, max_norm=clip, error_if_nonfinite=False)
-                else:
-                    self._fabric.clip_gradients(self._model, optimizer, clip_val=clip)
-            optimizer.step()
-            optimizer.zero_grad()
-        self.global_step += 1
-        if self._step_schedulers_cache:
-            self._step_schedulers("step")
+    def _before_optimizer_step(self, optimizer: TrainerOptimizer) -> None:
+        """Called by ``TrainerOptimizer.step`` after the closure: hooks, then (automatic) gradient clipping."""
+        before, before_module, clipping = self._before_optimizer_step_hooks
+        for method in before:
+            method(self, self._module, optimizer)
+        if before_module is not None:
+            before_module(optimizer)
+        if self._automatic:
+            if clipping is not None:
+                clipping(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
+            elif self.gradient_clip_val:
+                self._module.clip_gradients(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
 
-    def _step_schedulers(self, interval: str) -> None:
-        counter = self.global_step if interval == "step" else self.current_epoch + 1
+    def _step_schedulers(self, interval: str, plateau: bool | None = None) -> None:
+        if interval == "step":
+            counter = self.progress.batch_idx + 1
+        else:
+            counter = self.current_epoch + 1
+        hook = self._module.lr_scheduler_step
         for config in self._scheduler_configs:
             if config.interval != interval or counter % config.frequency != 0:
+                continue
+            if plateau is not None and config.reduce_on_plateau != plateau:
                 continue
             if config.reduce_on_plateau:
                 metrics = self.callback_metrics
@@ -634,22 +1145,49 @@ class Trainer:
                         f"logged before the {interval}-interval scheduler step. Logged metrics: "
                         f"{sorted(metrics)}. Log it with self.log({config.monitor!r}, ...) or change monitor."
                     )
-                config.scheduler.step(float(metrics[config.monitor]))
+                hook(config.scheduler, metrics[config.monitor])
             else:
-                config.scheduler.step()
+                hook(config.scheduler, None)
 
     # -- validation inside fit ---------------------------------------------------------------------------------
     def _fit_is_done(self) -> bool:
         if self.max_steps >= 0 and self.global_step >= self.max_steps:
             return True
+        if self._time_is_up():
+            return True
         return self.max_epochs is not None and self.max_epochs >= 0 and self.current_epoch >= self.max_epochs
+
+    def _time_is_up(self) -> bool:
+        return (
+            self.max_time is not None
+            and self._fit_started_at is not None
+            and time.monotonic() - self._fit_started_at >= self.max_time
+        )
+
+    def _can_stop_early(self) -> bool:
+        """``min_epochs``/``min_steps`` reached (a stop request before them is postponed, as in Lightning)."""
+        if self.min_epochs is not None and self.current_epoch < self.min_epochs:
+            return False
+        return not (self.min_steps is not None and self.global_step < self.min_steps)
+
+    def _should_end_epoch(self) -> bool:
+        if self.max_steps >= 0 and self.global_step >= self.max_steps:
+            return True
+        if self._time_is_up():
+            self.should_stop = True
+            return True
+        return self.should_stop and self._can_stop_early()
 
     def _should_validate_this_epoch(self) -> bool:
         every = self.check_val_every_n_epoch
         return every is None or (self.current_epoch + 1) % every == 0
 
     def _run_validation_in_fit(self) -> None:
-        run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
+        self._in_validation = True
+        try:
+            run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
+        finally:
+            self._in_validation = False
 
     def _run_sanity_check(self) -> None:
         steps = self.num_sanity_val_steps
@@ -658,15 +1196,15 @@ class Trainer:
         rng = capture_rng_states()
         self.sanity_checking = True
         try:
-            self._hooks.call("on_sanity_check_start")
+            self._hooks.call("on_sanity_check_start", module=False)
             run_evaluation(self, "validate", self._val_results, self._val_loaders, limits, sanity=True)
-            self._hooks.call("on_sanity_check_end")
+            self._hooks.call("on_sanity_check_end", module=False)
         finally:
             self.sanity_checking = False
             restore_rng_states(rng)
 
     # -- metrics -------------------------------------------------------------------------------------------------
-    def _finish_epoch_metrics(self, results: ResultCollection) -> dict[str, Any]:
+    def _finish_epoch_metrics(self, results: ResultCollection, log: bool = True) -> dict[str, Any]:
         computed = results.compute_epoch(self._fabric)
         to_log: dict[str, Any] = {}
         out: dict[str, Any] = {}
@@ -679,20 +1217,32 @@ class Trainer:
                 self._epoch_prog_bar[entry.name] = value
             if entry.logger:
                 to_log[name] = value
-        if to_log and self._loggers and self._fabric.is_global_zero:
-            to_log["epoch"] = self.current_epoch
-            self._fabric.log_dict(to_log, step=self.global_step)
+        if to_log:
+            self._send_to_loggers(to_log)
         return out
+
+    def _send_to_loggers(self, metrics: dict[str, Any]) -> None:
+        self._logged_metrics.update(metrics)
+        if self._loggers and self._fabric.is_global_zero:
+            metrics = dict(metrics)
+            metrics.setdefault("epoch", self.current_epoch)
+            self._fabric.log_dict(metrics, step=self.progress.batches_that_stepped)
 
     def _log_step_metrics(self) -> None:
         results = self._train_results
         metrics = results.step_metrics(for_logger=True, sync=self._fabric if self.world_size > 1 else None)
-        if metrics and self._fabric.is_global_zero:
-            metrics["epoch"] = self.current_epoch
-            self._fabric.log_dict(metrics, step=self.global_step)
+        if metrics:
+            self._send_to_loggers(metrics)
 
     def _log_hyperparams(self) -> None:
-        hparams = self._module.hparams if isinstance(self._module, TrainModule) else {}
+        module = self._module
+        if not self.enable_autolog_hparams or not isinstance(module, TrainModule):
+            return
+        if not module.__dict__.get("_log_hyperparams", True):
+            return
+        hparams = dict(module.hparams)
+        if self._datamodule is not None and getattr(self._datamodule, "hparams", None):
+            hparams.update(self._datamodule.hparams)
         if hparams and self._fabric.is_global_zero:
             for logger in self._loggers:
                 logger.log_hyperparams(hparams)
@@ -718,6 +1268,8 @@ class Trainer:
             "schedulers": {str(i): config.scheduler for i, config in enumerate(self._scheduler_configs)},
             "train_loader": self._train_loader,
             "trainer": ckpt.ProgressState(self),
+            "datamodule": ckpt.DataModuleState(self),
+            "hparams": HParamsState(self),
             "callbacks": ckpt.CallbackStates(self.callbacks),
             "metrics": ckpt.MetricStates(self),
             "extra": extras,
@@ -738,18 +1290,19 @@ class Trainer:
             hook(extras.values)
         for method in self._hooks.callback_hooks("on_load_checkpoint"):
             method(self, self._module, extras.values)
+        progress = self.progress
         loader = self._train_loader
-        if self._epoch_done:
+        if progress.epoch_done:
             # Saved at the end of an epoch: continue with the next one.
-            self.current_epoch += 1
-            self._epoch_done = False
+            progress.current_epoch += 1
+            progress.epoch_done = False
             state = loader.state_dict()
             if state["started"] and not state["finished"]:
                 # The epoch was cut short (limit_train_batches, max_steps): drop the rest of it.
-                iter(loader.loader)
-            self._resume_mid_epoch = False
+                _drop_rest_of_epoch(loader)
+            progress.resumed_mid_epoch = False
         else:
-            self._resume_mid_epoch = loader.state_dict()["started"]
+            progress.resumed_mid_epoch = bool(loader.state_dict()["started"])
 
     # -- spawned processes -----------------------------------------------------------------------------------------
     def _spawn_result(self, result: Any) -> dict[str, Any]:
@@ -761,15 +1314,17 @@ class Trainer:
             "global_step": self.global_step,
             "current_epoch": self.current_epoch,
             "callback_metrics": {k: _cpu(v) for k, v in self._epoch_metrics.items()},
+            "logged_metrics": {k: _cpu(v) for k, v in self._logged_metrics.items()},
+            "progress": self.progress.state_dict(),
             "callbacks": ckpt.CallbackStates(self.callbacks).state_dict(),
         }
 
     def _apply_spawn_result(self, module: TrainModule, returned: dict[str, Any]) -> Any:
         if returned["state_dict"] is not None:
             module.load_state_dict(returned["state_dict"])
-        self.global_step = returned["global_step"]
-        self.current_epoch = returned["current_epoch"]
+        self.progress.load_state_dict(returned["progress"])
         self._epoch_metrics = returned["callback_metrics"]
+        self._logged_metrics = returned["logged_metrics"]
         ckpt.CallbackStates(self.callbacks).load_state_dict(returned["callbacks"])
         module.__dict__["_trainer"] = self
         self._module = module
@@ -800,6 +1355,41 @@ class _WeakSetItems:
 
 def _cpu(value: Any) -> Any:
     return value.detach().cpu() if isinstance(value, Tensor) else value
+
+
+def _drop_rest_of_epoch(loader: Any) -> None:
+    from fabricx.train.combined_loader import CombinedLoader
+
+    for inner in loader.loaders if isinstance(loader, CombinedLoader) else [loader]:
+        state = inner.state_dict()
+        if state["started"] and not state["finished"]:
+            iter(inner.loader)
+
+
+def _without_shuffle(raw: Any) -> Any:
+    """``overfit_batches``: the same first batches every epoch (a shuffled loader is rebuilt in order)."""
+    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+    def rebuild(loader: Any) -> Any:
+        if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
+            return loader
+        rank_zero_info("overfit_batches: the training loader's shuffling is turned off.")
+        return DataLoader(
+            loader.dataset,
+            batch_size=loader.batch_size,
+            sampler=SequentialSampler(loader.dataset),
+            num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory,
+            drop_last=loader.drop_last,
+            worker_init_fn=loader.worker_init_fn,
+        )
+
+    if isinstance(raw, dict):
+        return {k: rebuild(v) for k, v in raw.items()}
+    if isinstance(raw, (list, tuple)):
+        return [rebuild(v) for v in raw]
+    return rebuild(raw)
 
 
 def _check_module(module: Any, where: str) -> None:

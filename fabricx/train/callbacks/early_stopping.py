@@ -66,7 +66,7 @@ class EarlyStopping(Callback):
 
     def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
         if self._on_train_epoch_end is None:
-            self._on_train_epoch_end = not trainer._val_loaders
+            self._on_train_epoch_end = trainer.val_dataloaders is None
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.state == "fit" and not trainer.sanity_checking and not self._on_train_epoch_end:

@@ -47,7 +47,7 @@ class LearningRateMonitor(Callback):
     ) -> None:
         if (
             self.logging_interval == "step"
-            and trainer._stepped
+            and trainer.progress.stepped
             and trainer.global_step % trainer.log_every_n_steps == 0
         ):
             self._log(trainer)
@@ -67,7 +67,7 @@ class LearningRateMonitor(Callback):
                         values[name.replace("lr-", "momentum-", 1)] = float(momentum)
         self.last_logged = values
         if values and trainer.is_global_zero and trainer.loggers:
-            trainer.fabric.log_dict(values, step=trainer.global_step)
+            trainer.fabric.log_dict(values, step=trainer.progress.batches_that_stepped)
 
 
 def _names(trainer: Trainer) -> list[list[str]]:

@@ -120,7 +120,7 @@ class ModelCheckpoint(Callback):
     ) -> None:
         every = self.every_n_train_steps
         if every is not None:
-            if trainer._stepped and trainer.global_step % every == 0:
+            if trainer.progress.stepped and trainer.global_step % every == 0:
                 self._save(trainer, "on_train_batch_end")
         elif self._validation_pending:
             self._validation_pending = False

@@ -171,8 +171,8 @@ class RichProgressBar(Callback):
     def _metrics_text(self, trainer: Trainer, with_loss: bool, only: Any = None) -> str:
         parts = []
         metrics = trainer.progress_bar_metrics
-        if with_loss and trainer._last_loss is not None and "loss" not in metrics:
-            parts.append(f"loss={trainer._last_loss.item():.4g}")
+        if with_loss and trainer.last_loss is not None and "loss" not in metrics:
+            parts.append(f"loss={trainer.last_loss.item():.4g}")
         for name, value in metrics.items():
             if only is not None and name not in only:
                 continue
@@ -210,7 +210,7 @@ class RichProgressBar(Callback):
             self._progress.refresh()
         elif not trainer.sanity_checking:
             total = "?" if math.isinf(self._eval_total) else int(self._eval_total)
-            metrics = self._metrics_text(trainer, with_loss=False, only=trainer._results.entries)
+            metrics = self._metrics_text(trainer, with_loss=False, only=trainer.stage_metric_names)
             self._console.print(
                 f"{description}: {self._eval_done}/{total} {metrics}".rstrip(), highlight=False, soft_wrap=True
             )

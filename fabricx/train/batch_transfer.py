@@ -1,0 +1,54 @@
+"""The batch-transfer hooks: ``on_before_batch_transfer`` -> ``transfer_batch_to_device`` -> ``on_after_batch_transfer``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fabricx.utilities.apply import move_data_to_device
+
+_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def move_to_device(batch: Any, device: Any) -> Any:
+    """Every tensor in ``batch`` moved to ``device``."""
+    return move_data_to_device(batch, device)
+
+
+def _owner(name: str, module: Any, datamodule: Any) -> Any:
+    """Whose hook runs: the datamodule's when it overrides it, else the module's (Lightning's rule)."""
+    from fabricx.train.datamodule import DataModule, defines
+    from fabricx.train.module import TrainModule
+
+    if datamodule is not None and isinstance(datamodule, DataModule) and defines(datamodule, name, DataModule):
+        return getattr(datamodule, name)
+    if isinstance(module, TrainModule) and defines(module, name, TrainModule):
+        return getattr(module, name)
+    return None
+
+
+def batch_processor(module: Any, datamodule: Any, device: Any) -> Callable[[Any, int], Any] | None:
+    """A function applying the overridden transfer hooks to a batch, or ``None`` when none is overridden
+    (the loader then moves batches itself).
+
+    Example::
+
+        process = batch_processor(module, datamodule, fabric.device)
+        batch = process(batch, 0) if process is not None else batch
+    """
+    before, transfer, after = (_owner(name, module, datamodule) for name in _HOOKS)
+    if before is None and transfer is None and after is None:
+        return None
+
+    def process(batch: Any, dataloader_idx: int) -> Any:
+        if before is not None:
+            batch = before(batch, dataloader_idx)
+        batch = transfer(batch, device, dataloader_idx) if transfer is not None else move_to_device(batch, device)
+        if after is not None:
+            batch = after(batch, dataloader_idx)
+        return batch
+
+    return process
+
+
+__all__ = ["batch_processor", "move_to_device"]

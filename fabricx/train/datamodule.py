@@ -1,0 +1,120 @@
+"""``DataModule``: the data side of a training run (download, split, loaders) in one object."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from fabricx.train.hparams import AttributeDict, collect_init_arguments
+
+if TYPE_CHECKING:
+    from fabricx.train.trainer import Trainer
+
+
+class DataModule:
+    """Data preparation and loaders for :class:`~fabricx.train.Trainer` (Lightning's ``LightningDataModule``).
+
+    ``prepare_data`` runs once (global rank zero) before ``setup(stage)``, which runs in every process
+    with ``stage`` one of ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``. The trainer then asks
+    for the ``*_dataloader`` it needs; ``teardown(stage)`` runs at the end. ``state_dict`` goes into
+    checkpoints.
+
+    Example::
+
+        class Digits(DataModule):
+            def setup(self, stage):
+                self.train, self.val = random_split(dataset, [0.9, 0.1])
+
+            def train_dataloader(self):
+                return DataLoader(self.train, batch_size=32, shuffle=True)
+
+            def val_dataloader(self):
+                return DataLoader(self.val, batch_size=64)
+
+        Trainer(max_epochs=3).fit(model, datamodule=Digits())
+    """
+
+    #: Run ``prepare_data`` in the first process of every node instead of only global rank zero.
+    prepare_data_per_node: bool = True
+
+    def __init__(self) -> None:
+        self.trainer: Trainer | None = None
+        self._hparams = AttributeDict()
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """What :meth:`save_hyperparameters` recorded (attribute and key access)."""
+        if "_hparams" not in self.__dict__:
+            self._hparams = AttributeDict()
+        return self._hparams
+
+    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None, **values: Any) -> None:
+        """Record the caller's ``__init__`` arguments as :attr:`hparams` (see ``TrainModule.save_hyperparameters``)."""
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        found = collect_init_arguments(caller, names, ignore)
+        del frame, caller
+        found.update(values)
+        self.hparams.update(found)
+
+    def prepare_data(self) -> None:
+        """Download or write data to disk (one process; do not set state here)."""
+
+    def setup(self, stage: str) -> None:
+        """Build datasets for ``stage`` (every process)."""
+
+    def teardown(self, stage: str) -> None:
+        """Clean up after ``stage``."""
+
+    def train_dataloader(self) -> Any:
+        """The training loader (or a dict/list of loaders, combined batch by batch)."""
+        raise NotImplementedError(_missing(self, "train_dataloader", "fit"))
+
+    def val_dataloader(self) -> Any:
+        """The validation loader (or a list of them)."""
+        raise NotImplementedError(_missing(self, "val_dataloader", "validate"))
+
+    def test_dataloader(self) -> Any:
+        """The test loader (or a list of them)."""
+        raise NotImplementedError(_missing(self, "test_dataloader", "test"))
+
+    def predict_dataloader(self) -> Any:
+        """The prediction loader (or a list of them)."""
+        raise NotImplementedError(_missing(self, "predict_dataloader", "predict"))
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device`` (override for custom batch types)."""
+        from fabricx.train.batch_transfer import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch before it is moved to the device."""
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch after it was moved to the device."""
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to store in checkpoints."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+def _missing(datamodule: DataModule, method: str, stage: str) -> str:
+    return (
+        f"{type(datamodule).__name__} has no {method}(), which Trainer.{stage} needs. Define "
+        f"{method}(self) returning a DataLoader, or pass the loader to the Trainer call."
+    )
+
+
+def defines(obj: Any, name: str, base: type) -> bool:
+    """Whether ``obj``'s class overrides ``name`` of ``base`` (a loader method the user wrote)."""
+    method = getattr(type(obj), name, None)
+    return method is not None and method is not getattr(base, name, None)
+
+
+__all__ = ["DataModule"]

@@ -1,0 +1,116 @@
+"""Lightning's Trainer flags, checked and turned into what the fabricx Trainer runs with."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+import torch
+
+from fabricx.utilities.exceptions import MisconfigurationError
+
+
+def merge_alias(ours: str, our_value: Any, our_default: Any, theirs: str, their_value: Any, their_default: Any) -> Any:
+    """One value from a fabricx flag and its Lightning spelling; both set differently is an error."""
+    our_set = our_value is not our_default and our_value != our_default
+    their_set = their_value is not their_default and their_value != their_default
+    if our_set and their_set and our_value != their_value:
+        raise MisconfigurationError(
+            f"Trainer got {ours}={our_value!r} and {theirs}={their_value!r}, which name the same setting; pass one."
+        )
+    return their_value if their_set else our_value
+
+
+def fast_dev_run_batches(fast_dev_run: Any) -> int:
+    """How many batches ``fast_dev_run`` asks for (0: off)."""
+    if fast_dev_run is False or fast_dev_run is None:
+        return 0
+    if fast_dev_run is True:
+        return 1
+    if isinstance(fast_dev_run, int) and fast_dev_run >= 0:
+        return fast_dev_run
+    raise MisconfigurationError(f"fast_dev_run={fast_dev_run!r}; give True, False or an int >= 0 (batches).")
+
+
+def max_time_seconds(max_time: Any) -> float | None:
+    """``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of ``timedelta`` arguments, as seconds."""
+    if max_time is None:
+        return None
+    if isinstance(max_time, datetime.timedelta):
+        return max_time.total_seconds()
+    if isinstance(max_time, dict):
+        return datetime.timedelta(**max_time).total_seconds()
+    if isinstance(max_time, str):
+        parts = max_time.split(":")
+        if len(parts) == 4 and all(p.strip().isdigit() for p in parts):
+            days, hours, minutes, seconds = (int(p) for p in parts)
+            return datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds).total_seconds()
+    raise MisconfigurationError(
+        f"max_time={max_time!r}; give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a datetime.timedelta, or a dict such "
+        "as {'hours': 12}."
+    )
+
+
+def apply_determinism(deterministic: Any, benchmark: bool | None) -> None:
+    """``deterministic=True|"warn"`` -> ``torch.use_deterministic_algorithms``; ``benchmark`` -> cuDNN."""
+    if deterministic not in (None, True, False, "warn"):
+        raise MisconfigurationError(f"deterministic={deterministic!r}; allowed are None, True, False and 'warn'.")
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
+        # cuBLAS needs a fixed workspace to be deterministic.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    elif deterministic is False:
+        torch.use_deterministic_algorithms(False)
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = bool(benchmark)
+    elif deterministic:
+        torch.backends.cudnn.benchmark = False
+
+
+def refuse_profiler(profiler: Any) -> None:
+    """``profiler`` values fabricx cannot honour are refused with what to use instead."""
+    if profiler is None:
+        return
+    raise MisconfigurationError(
+        f"Trainer(profiler={profiler!r}) is not supported by fabricx. Profile the run yourself: wrap "
+        "trainer.fit(...) in torch.profiler.profile(...) (what profiler='pytorch' does), or run the script under "
+        "`python -m cProfile` (profiler='advanced'); or time hooks in a Callback (profiler='simple')."
+    )
+
+
+def refuse_unsupported(**flags: Any) -> None:
+    """Lightning flags without a fabricx equivalent: refused when set to anything but their default."""
+    if flags.get("model_registry") is not None:
+        raise MisconfigurationError(
+            "Trainer(model_registry=...) uploads to Lightning's model registry, which fabricx does not support. "
+            "Remove the argument and upload the saved checkpoint yourself."
+        )
+
+
+def check_reload_every(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MisconfigurationError(
+            f"reload_dataloaders_every_n_epochs={value!r}; it must be an int >= 0 (0: never reload)."
+        )
+    return value
+
+
+def check_overfit(value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise MisconfigurationError(f"overfit_batches={value!r}; give an int >= 0 (batches) or a float in [0, 1].")
+    if isinstance(value, float) and value > 1.0:
+        raise MisconfigurationError(f"overfit_batches={value}; a float must be a fraction in [0, 1].")
+    return value
+
+
+__all__ = [
+    "apply_determinism",
+    "check_overfit",
+    "check_reload_every",
+    "fast_dev_run_batches",
+    "max_time_seconds",
+    "merge_alias",
+    "refuse_profiler",
+    "refuse_unsupported",
+]

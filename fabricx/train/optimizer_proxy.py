@@ -1,0 +1,112 @@
+"""The optimizer ``self.optimizers()`` returns: steps through the trainer so its hooks and counters run."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from fabricx.wrappers import unwrap
+
+if TYPE_CHECKING:
+    from fabricx.train.trainer import Trainer
+
+
+class TrainerOptimizer:
+    """A set-up optimizer seen from inside a :class:`~fabricx.train.TrainModule` (Lightning's ``LightningOptimizer``).
+
+    It is still an instance of the user's optimizer class. ``step(closure)`` runs the closure, then
+    ``on_before_optimizer_step`` (callbacks, then module), then the strategy's step; under manual
+    optimization every ``step()`` counts as one ``global_step``.
+
+    Example::
+
+        opt = self.optimizers()
+        self.manual_backward(loss)
+        opt.step()
+        opt.zero_grad()
+    """
+
+    def __init__(self, optimizer: Any, trainer: Trainer, index: int = 0) -> None:
+        inner = unwrap(optimizer)
+        object.__setattr__(self, "_fabric_optimizer", optimizer)
+        object.__setattr__(self, "_trainer", trainer)
+        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_fabricx_unwrapped", inner)
+        object.__setattr__(
+            self, "__class__", type("Trainer" + type(inner).__name__, (TrainerOptimizer, type(inner)), {})
+        )
+
+    @property
+    def optimizer(self) -> Any:
+        """The user's own optimizer."""
+        return self._fabricx_unwrapped
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self._fabricx_unwrapped.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self._fabricx_unwrapped.param_groups = value
+
+    @property
+    def state(self) -> Any:
+        return self._fabricx_unwrapped.state
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self._fabricx_unwrapped.defaults
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_fabric_optimizer"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._fabricx_unwrapped, name, value)
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """Run ``closure`` (if given), the ``on_before_optimizer_step`` hooks, then the optimizer step."""
+        result = closure() if closure is not None else None
+        trainer = self._trainer
+        trainer._before_optimizer_step(self)
+        self._fabric_optimizer.step(**kwargs)
+        if not trainer._automatic:
+            trainer.progress.global_step += 1
+        return result
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero (or drop) the gradients of this optimizer's parameters."""
+        self._fabricx_unwrapped.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._fabric_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._fabric_optimizer.load_state_dict(state_dict)
+
+    @contextlib.contextmanager
+    def toggle_model(self, sync_grad: bool = True) -> Generator[None, None, None]:
+        """Only this optimizer's parameters require grad inside; ``sync_grad=False`` also skips DDP sync.
+
+        Example::
+
+            with opt.toggle_model(sync_grad=is_last_micro_batch):
+                self.manual_backward(loss)
+        """
+        trainer = self._trainer
+        module = trainer.lightning_module
+        module.toggle_optimizer(self)
+        try:
+            if sync_grad:
+                yield
+            else:
+                with trainer.fabric.no_backward_sync(trainer.model):
+                    yield
+        finally:
+            module.untoggle_optimizer(self)
+
+    def __repr__(self) -> str:
+        return f"Trainer{self._fabricx_unwrapped!r}"
+
+
+__all__ = ["TrainerOptimizer"]

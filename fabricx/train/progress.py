@@ -1,0 +1,63 @@
+"""``Progress``: where a run stands, owned by the loops and read by callbacks (``trainer.progress``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass
+class Progress:
+    """The loop counters of a :class:`~fabricx.train.Trainer` (one object, saved in every checkpoint).
+
+    The fit loop writes these fields; callbacks and modules read them (``trainer.progress.stepped``).
+
+    Attributes:
+        global_step: Optimizer steps taken (with several optimizers under manual optimization, each
+            ``step()`` counts, as in Lightning).
+        current_epoch: The epoch being trained, from 0.
+        batches_that_stepped: Training batches that ended an accumulation window; the step loggers see.
+        batch_idx: Index of the current training batch within its epoch (``-1`` before the first).
+        is_last_batch: Whether the current training batch is the epoch's last.
+        stepped: Whether the current training batch ended with an optimizer step.
+        accumulating: The current training batch is inside a gradient-accumulation window.
+        epoch_done: The current epoch's batches are all done (its end-of-epoch hooks may still run).
+        resumed_mid_epoch: The run was restored from a checkpoint written inside an epoch.
+        val_pending: Validation was due right after the batch at which the restored checkpoint was written.
+        validated_at_epoch_end: The end-of-epoch validation of the current epoch ran.
+
+    Example::
+
+        class EveryHundred(Callback):
+            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                if trainer.progress.stepped and trainer.progress.global_step % 100 == 0:
+                    trainer.print(trainer.callback_metrics)
+    """
+
+    global_step: int = 0
+    current_epoch: int = 0
+    batches_that_stepped: int = 0
+    batch_idx: int = -1
+    is_last_batch: bool = False
+    stepped: bool = False
+    accumulating: bool = False
+    epoch_done: bool = False
+    resumed_mid_epoch: bool = False
+    val_pending: bool = False
+    validated_at_epoch_end: bool = False
+
+    def reset(self) -> None:
+        """Back to the start of a new run."""
+        for field in fields(self):
+            setattr(self, field.name, field.default)
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for field in fields(self):
+            if field.name in state_dict:
+                setattr(self, field.name, type(field.default)(state_dict[field.name]))
+
+
+__all__ = ["Progress"]
