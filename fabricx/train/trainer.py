@@ -1125,10 +1125,8 @@ class Trainer:
                 self._module.clip_gradients(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
 
     def _step_schedulers(self, interval: str, plateau: bool | None = None) -> None:
-        if interval == "step":
-            counter = self.progress.batch_idx + 1
-        else:
-            counter = self.current_epoch + 1
+        # "step" frequencies count optimizer steps (Lightning counts batches, which differs under accumulation).
+        counter = self.global_step if interval == "step" else self.current_epoch + 1
         hook = self._module.lr_scheduler_step
         for config in self._scheduler_configs:
             if config.interval != interval or counter % config.frequency != 0:

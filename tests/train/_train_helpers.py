@@ -108,7 +108,7 @@ def stateful_run(root: str, crash_at_step: int | None = None, ckpt_path: str | N
             self.epochs.append({k: float(metrics[k]) for k in ("train_loss_epoch", "train_mse", "val_loss")})
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            if crash_at_step is not None and trainer.global_step == crash_at_step and trainer._stepped:
+            if crash_at_step is not None and trainer.global_step == crash_at_step and trainer.progress.stepped:
                 raise Crash(f"simulated crash at step {crash_at_step}")
 
     recorder = Recorder()

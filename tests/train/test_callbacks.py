@@ -125,9 +125,10 @@ def test_learning_rate_monitor_logs_scheduled_rates(tmp_path):
     trainer.fit(Regressor(lr=1.0, scheduler="step"), loader(regression_data(64)))
     with open(logger.metrics_file_path) as handle:
         rows = [row for row in csv.DictReader(handle) if row.get("lr-SGD")]
-    assert [int(row["step"]) for row in rows] == [2, 4, 6, 8]
-    # StepLR(step_size=2, gamma=0.7) stepped once per optimizer step
-    assert [float(row["lr-SGD"]) for row in rows] == pytest.approx([0.7 ** (s // 2) for s in (2, 4, 6, 8)])
+    # As in Lightning: logged at the start of every second batch, at the step count of the batches done so far,
+    # with the rate that batch trains with (StepLR(step_size=2, gamma=0.7) stepped once per optimizer step).
+    assert [int(row["step"]) for row in rows] == [1, 3, 5, 7]
+    assert [float(row["lr-SGD"]) for row in rows] == pytest.approx([0.7 ** (s // 2) for s in (1, 3, 5, 7)])
     with open(logger.metrics_file_path) as handle:
         assert any(row.get("train_loss_step") for row in csv.DictReader(handle))
 
@@ -212,8 +213,8 @@ def test_callback_state_and_hook_order(tmp_path):
     spy = Spy()
     trainer = _trainer(tmp_path, max_epochs=1, callbacks=[spy], enable_checkpointing=False, limit_train_batches=2)
     trainer.fit(Regressor(), loader(regression_data(32)), loader(regression_data(16)))
-    # validation at the end of the epoch runs before the last batch's on_train_batch_end
-    assert calls == ["fit_start", "epoch_start", "batch_end", "validation_end", "batch_end", "epoch_end"]
+    # As in Lightning: validation at the end of the epoch runs after the last batch's on_train_batch_end
+    assert calls == ["fit_start", "epoch_start", "batch_end", "batch_end", "validation_end", "epoch_end"]
     assert not math.isnan(float(trainer.callback_metrics["val_loss"]))
 
 

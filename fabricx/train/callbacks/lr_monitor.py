@@ -42,14 +42,10 @@ class LearningRateMonitor(Callback):
             rank_zero_warn("LearningRateMonitor has no logger to write to (Trainer(loggers=False)).")
         self._names = _names(trainer)
 
-    def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if (
-            self.logging_interval == "step"
-            and trainer.progress.stepped
-            and trainer.global_step % trainer.log_every_n_steps == 0
-        ):
+    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+        # As in Lightning: the rates this batch trains with, on the batches whose step metrics are logged.
+        progress = trainer.progress
+        if self.logging_interval == "step" and (progress.batches_that_stepped + 1) % trainer.log_every_n_steps == 0:
             self._log(trainer)
 
     def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:

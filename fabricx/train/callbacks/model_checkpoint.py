@@ -112,8 +112,18 @@ class ModelCheckpoint(Callback):
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.state == "fit" and not trainer.sanity_checking:
             self._validation_ran = True
-        if trainer.state == "fit" and not trainer.sanity_checking and not trainer.is_last_batch:
-            self._validation_pending = self.every_n_train_steps is None
+        if (
+            trainer.state == "fit"
+            and not trainer.sanity_checking
+            and not trainer.is_last_batch
+            and self.every_n_train_steps is None
+        ):
+            # A validation inside the epoch: save now (the checkpoint records that the batch's validation
+            # is done), or after the optimizer step when it ran inside an accumulation window.
+            if trainer.progress.accumulating:
+                self._validation_pending = True
+            else:
+                self._save(trainer, "on_validation_end")
 
     def on_train_batch_end(
         self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
@@ -122,7 +132,7 @@ class ModelCheckpoint(Callback):
         if every is not None:
             if trainer.progress.stepped and trainer.global_step % every == 0:
                 self._save(trainer, "on_train_batch_end")
-        elif self._validation_pending:
+        elif self._validation_pending and trainer.progress.stepped:
             self._validation_pending = False
             self._save(trainer, "on_train_batch_end")
 
