@@ -1,4 +1,4 @@
-"""The batch-transfer hooks: ``on_before_batch_transfer`` -> ``transfer_batch_to_device`` -> ``on_after_batch_transfer``."""
+"""The batch-transfer hooks: ``on_before_batch_transfer``, ``transfer_batch_to_device``, ``on_after_batch_transfer``."""
 
 from __future__ import annotations
 

@@ -166,11 +166,13 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | os.PathLike | None, sta
 
             raise MisconfigurationError(
                 f'{stage}(ckpt_path="best") needs a ModelCheckpoint that saved a best checkpoint (one with '
-                "monitor= and save_top_k >= 1), but none did. Pass ckpt_path=\"last\" or a path."
+                'monitor= and save_top_k >= 1), but none did. Pass ckpt_path="last" or a path.'
             )
         return os.fspath(best)
     if ckpt_path == "hpc":
         from fabricx.utilities.exceptions import MisconfigurationError
 
-        raise MisconfigurationError('ckpt_path="hpc" (Lightning\'s SLURM auto-requeue file) is not supported; pass "last".')
+        raise MisconfigurationError(
+            'ckpt_path="hpc" (Lightning\'s SLURM auto-requeue file) is not supported; pass "last".'
+        )
     return os.fspath(ckpt_path)

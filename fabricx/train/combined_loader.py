@@ -74,7 +74,7 @@ class CombinedLoader:
                     self._iterators[index] = iterator = iter(loader)
                     parts.append(next(iterator))
             self.batches_consumed += 1
-            yield dict(zip(self._keys, parts)) if self._keys is not None else parts
+            yield dict(zip(self._keys, parts, strict=True)) if self._keys is not None else parts
 
     _resuming = False
 
@@ -88,7 +88,7 @@ class CombinedLoader:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.batches_consumed = int(state_dict["batches_consumed"])
-        for loader, state in zip(self.loaders, state_dict["loaders"]):
+        for loader, state in zip(self.loaders, state_dict["loaders"], strict=True):
             loader.load_state_dict(state)
         self._resuming = self.batches_consumed > 0
         self._started = self._resuming

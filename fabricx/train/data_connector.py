@@ -82,7 +82,7 @@ def as_list(loaders: Any) -> list[Any]:
 
 
 def check_fit_arguments(train_dataloaders: Any, val_dataloaders: Any, datamodule: Any) -> tuple[Any, Any]:
-    """``fit(model, dm)`` given positionally becomes ``datamodule=dm``; loaders and a datamodule together are refused."""
+    """``fit(model, dm)`` positionally becomes ``datamodule=dm``; loaders and a datamodule together are refused."""
     if train_dataloaders is not None and is_datamodule(train_dataloaders):
         if datamodule is not None:
             raise MisconfigurationError("Trainer.fit got two datamodules (positionally and as datamodule=); pass one.")

@@ -55,7 +55,11 @@ def _model_mode_hooks(trainer: Trainer, prefix: str) -> tuple[Any, Any]:
     eval_hook = getattr(module, f"on_{prefix}_model_eval", None) if isinstance(module, TrainModule) else None
     train_name = f"on_{prefix}_model_train"
     train_hook = None
-    if isinstance(module, TrainModule) and hasattr(TrainModule, train_name) and defines(module, train_name, TrainModule):
+    if (
+        isinstance(module, TrainModule)
+        and hasattr(TrainModule, train_name)
+        and defines(module, train_name, TrainModule)
+    ):
         train_hook = getattr(module, train_name)
     return eval_hook, train_hook
 
@@ -119,10 +123,7 @@ def run_evaluation(
                         batch = process(batch, dataloader_idx)
                     results.new_batch(batch)
                     hooks.call(batch_start, batch, batch_idx, *extra)
-                    if with_batch_idx:
-                        outputs = step(batch, batch_idx, *extra)
-                    else:
-                        outputs = step(batch, *extra)
+                    outputs = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
                     hooks.call(batch_end, outputs, batch, batch_idx, *extra)
             results.suffix = ""
             results.in_step = False

@@ -155,11 +155,12 @@ def run_train_epoch(trainer: Trainer) -> None:
 def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -> None:
     """What follows ``on_train_batch_end``: step metrics, validation when due, plateau schedulers, counters."""
     progress = trainer.progress
-    if not accumulating:
-        if trainer.loggers and (
-            (progress.batches_that_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
-        ):
-            trainer._log_step_metrics()
+    if (
+        not accumulating
+        and trainer.loggers
+        and ((progress.batches_that_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop)
+    ):
+        trainer._log_step_metrics()
     if validate:
         progress.val_pending = False
         if not accumulating:
@@ -202,9 +203,11 @@ def finish_train_epoch(trainer: Trainer) -> None:
     try:
         # Aggregates of what the steps logged are visible to every on_train_epoch_end hook; what the
         # hooks themselves log is reduced after them.
-        trainer._finish_epoch_metrics(results, log=False)
+        # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
+        last_step = max(0, trainer.progress.batches_that_stepped - 1)
+        trainer._finish_epoch_metrics(results, step=last_step)
         hooks.call("on_train_epoch_end", monitoring=False)
-        trainer._finish_epoch_metrics(results)
+        trainer._finish_epoch_metrics(results, step=last_step)
     finally:
         results.in_step = True
         results.hook = "training_step"
@@ -230,7 +233,9 @@ def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor |
             loss = outputs["loss"]
             extra = {k: v for k, v in outputs.items() if k != "loss"}
         else:
-            what = f"a dict with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else f"a {type(outputs).__name__}"
+            what = (
+                f"a dict with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else f"a {type(outputs).__name__}"
+            )
             raise MisconfigurationError(
                 f"training_step returned {what}; under automatic optimization it must return the loss tensor, a "
                 "dict with the loss under 'loss', or None to skip the batch. Add `return loss` at the end of "
@@ -283,4 +288,3 @@ def _is_limited(loader: Any, limit: float) -> bool:
         return limit < len(loader)
     except TypeError:
         return not math.isinf(limit)
-

@@ -328,11 +328,50 @@ class TrainModule(nn.Module):
             param.requires_grad = True
         self.train()
 
+    #: Whether ``load_state_dict`` on checkpoint load is strict (Lightning's ``strict_loading``).
+    strict_loading: bool = True
+
+    def to_torchscript(self, file_path: str | os.PathLike | None = None, method: str = "script", **kwargs: Any) -> Any:
+        """The module compiled by TorchScript (``method="script"`` or ``"trace"`` with ``example_inputs``)."""
+        mode = self.training
+        self.eval()
+        try:
+            if method == "script":
+                compiled = torch.jit.script(self, **kwargs)
+            elif method == "trace":
+                example = kwargs.pop("example_inputs", None)
+                example = self.example_input_array if example is None else example
+                if example is None:
+                    raise FabricxError("to_torchscript(method='trace') needs example_inputs or example_input_array.")
+                compiled = torch.jit.trace(self, example_inputs=example, **kwargs)
+            else:
+                raise MisconfigurationError(f"to_torchscript(method={method!r}); allowed are 'script' and 'trace'.")
+        finally:
+            self.train(mode)
+        if file_path is not None:
+            torch.jit.save(compiled, os.fspath(file_path))
+        return compiled
+
+    def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> None:
+        """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
+        sample = self.example_input_array if input_sample is None else input_sample
+        if sample is None:
+            raise FabricxError("to_onnx needs input_sample or self.example_input_array.")
+        mode = self.training
+        self.eval()
+        try:
+            torch.onnx.export(self, sample, os.fspath(file_path), **kwargs)
+        finally:
+            self.train(mode)
+
+    def configure_sharded_model(self) -> None:
+        """Lightning's older name of :meth:`configure_model`."""
+
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather ``data`` (tensors, nested) from every process (a new leading dimension of size world_size)."""
         trainer = self.__dict__.get("_trainer")
-        if trainer is None:
-            return data
+        if trainer is None or trainer.world_size == 1:
+            return data  # as Lightning: one process gathers nothing
         return trainer.fabric.all_gather(data, group=group, sync_grads=sync_grads)
 
     # -- logging ---------------------------------------------------------------------------------------
@@ -374,7 +413,15 @@ class TrainModule(nn.Module):
             _warn_not_attached(name)
             return
         trainer._results.log(
-            name, value, prog_bar, True if logger is None else logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size
+            name,
+            value,
+            prog_bar,
+            True if logger is None else logger,
+            on_step,
+            on_epoch,
+            reduce_fx,
+            sync_dist,
+            batch_size,
         )
 
     def log_dict(
@@ -399,13 +446,17 @@ class TrainModule(nn.Module):
             self.log_dict({"loss": loss, "acc": acc}, prog_bar=True)
         """
         for name, value in dictionary.items():
-            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
+            self.log(
+                name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist=sync_dist, batch_size=batch_size
+            )
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (a list when ``configure_optimizers`` returned several); stepping it runs the
         trainer's hooks and counts toward ``global_step`` under manual optimization."""
         trainer = self.trainer
-        optimizers = trainer._module_optimizers if use_pl_optimizer else [o.optimizer for o in trainer._module_optimizers]
+        optimizers = (
+            trainer._module_optimizers if use_pl_optimizer else [o.optimizer for o in trainer._module_optimizers]
+        )
         if not optimizers:
             raise FabricxError(
                 "self.optimizers() has nothing to return yet: the optimizers exist once Trainer.fit has called "

@@ -35,8 +35,11 @@ class SchedulerConfig:
     reduce_on_plateau: bool = False
 
 
-def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[SchedulerConfig]]:
+def parse_optimizers(returned: Any, manual: bool = False) -> tuple[list[Optimizer], list[SchedulerConfig]]:
     """Optimizers and scheduler configurations from a ``configure_optimizers`` return value.
+
+    Under manual optimization (``manual=True``) the user steps schedulers, so a ``ReduceLROnPlateau``
+    needs no ``monitor``.
 
     Example::
 
@@ -74,7 +77,7 @@ def parse_optimizers(returned: Any) -> tuple[list[Optimizer], list[SchedulerConf
             raise _error(returned, f"{type(optimizer).__name__} is not a torch.optim.Optimizer")
     if not optimizers:
         raise _error(returned, "it holds no optimizer")
-    configs = [_scheduler_config(raw, monitor) for raw, monitor in raw_schedulers]
+    configs = [_scheduler_config(raw, monitor, manual) for raw, monitor in raw_schedulers]
     owned = {id(opt) for opt in optimizers}
     for config in configs:
         target = getattr(config.scheduler, "optimizer", None)
@@ -99,7 +102,7 @@ def _optimizer_from_dict(entry: Mapping[str, Any], schedulers: list[tuple[Any, s
     return entry["optimizer"]
 
 
-def _scheduler_config(raw: Any, monitor: str | None) -> SchedulerConfig:
+def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> SchedulerConfig:
     if isinstance(raw, Mapping):
         unknown = set(raw) - _CONFIG_KEYS
         if "scheduler" not in raw or unknown:
@@ -135,7 +138,7 @@ def _scheduler_config(raw: Any, monitor: str | None) -> SchedulerConfig:
     from torch.optim.lr_scheduler import ReduceLROnPlateau
 
     config.reduce_on_plateau = isinstance(scheduler, ReduceLROnPlateau)
-    if config.reduce_on_plateau and not config.monitor:
+    if config.reduce_on_plateau and not config.monitor and not manual:
         raise MisconfigurationError(
             "configure_optimizers returned a ReduceLROnPlateau without a metric to watch. Return "
             '{"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}.'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import time
@@ -125,15 +126,22 @@ class Trainer:
     ) -> None:
         flags.refuse_profiler(profiler)
         flags.refuse_unsupported(model_registry=model_registry)
-        grad_accum_steps = flags.merge_alias("grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches",
-                                             accumulate_grad_batches, 1)
+        grad_accum_steps = flags.merge_alias(
+            "grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches", accumulate_grad_batches, 1
+        )
         if loggers is not None and logger is not None and loggers is not logger:
             raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
         loggers = logger if logger is not None else loggers
         if barebones:
-            enabled = [name for name, value in (("enable_progress_bar", enable_progress_bar),
-                       ("enable_model_summary", enable_model_summary), ("enable_checkpointing", enable_checkpointing))
-                       if value]
+            enabled = [
+                name
+                for name, value in (
+                    ("enable_progress_bar", enable_progress_bar),
+                    ("enable_model_summary", enable_model_summary),
+                    ("enable_checkpointing", enable_checkpointing),
+                )
+                if value
+            ]
             if enabled or (loggers not in (None, False)):
                 raise MisconfigurationError(
                     f"Trainer(barebones=True) runs without progress bar, summary, checkpointing and loggers, but "
@@ -149,9 +157,7 @@ class Trainer:
             limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = n
             val_check_interval, check_val_every_n_epoch = 1.0, 1
             loggers, enable_checkpointing = False, False
-            rank_zero_info(
-                f"Running in fast_dev_run mode: {n} batch(es) per loop; logging and checkpointing are off."
-            )
+            rank_zero_info(f"Running in fast_dev_run mode: {n} batch(es) per loop; logging and checkpointing are off.")
         self.overfit_batches = flags.check_overfit(overfit_batches)
         if self.overfit_batches:
             limit_train_batches = limit_val_batches = self.overfit_batches
@@ -223,6 +229,8 @@ class Trainer:
         self._precision_flag = precision if precision is not None else "32-true"
         self._ckpt_path: str | None = None
         self._in_validation = False
+        self._eval_loaders: dict[str, list[Any]] = {}
+        self._eval_limits: dict[str, list[float]] = {}
         self._fabric = _TrainerFabric(
             accelerator=accelerator,
             strategy=strategy,
@@ -556,6 +564,69 @@ class Trainer:
         return next((cb for cb in self.callbacks if isinstance(cb, RichProgressBar)), None)
 
     @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        from fabricx.train.callbacks.early_stopping import EarlyStopping
+
+        return [cb for cb in self.callbacks if isinstance(cb, EarlyStopping)]
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether fit validates (validation data, a validation_step and a non-zero batch limit)."""
+        return self._validation_enabled()
+
+    @property
+    def evaluating(self) -> bool:
+        return self.state in ("validate", "test")
+
+    @property
+    def interrupted(self) -> bool:
+        return self.state == "interrupted"
+
+    @property
+    def received_sigterm(self) -> bool:
+        return False
+
+    @property
+    def num_sanity_val_batches(self) -> list[float]:
+        steps = self.num_sanity_val_steps
+        return [limit if steps < 0 else min(limit, steps) for limit in self._val_limits]
+
+    @property
+    def num_test_batches(self) -> list[float]:
+        return list(self._eval_limits.get("test", []))
+
+    @property
+    def num_predict_batches(self) -> list[float]:
+        return list(self._eval_limits.get("predict", []))
+
+    @property
+    def test_dataloaders(self) -> Any:
+        loaders = self._eval_loaders.get("test")
+        return None if not loaders else loaders[0] if len(loaders) == 1 else list(loaders)
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        loaders = self._eval_loaders.get("predict")
+        return None if not loaders else loaders[0] if len(loaders) == 1 else list(loaders)
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        return self._fabric.strategy.distributed_sampler_kwargs
+
+    @property
+    def precision_plugin(self) -> Any:
+        return self._fabric.strategy.precision
+
+    @property
+    def scaler(self) -> Any:
+        """The grad scaler of ``"16-mixed"`` (``None`` otherwise)."""
+        return getattr(self._fabric.strategy.precision, "scaler", None)
+
+    def init_module(self, empty_init: bool | None = None) -> Any:
+        """A context to build the module in (on the device, in the precision's dtype; see ``Fabric.init_module``)."""
+        return self._fabric.init_module(empty_init=empty_init)
+
+    @property
     def ckpt_path(self) -> str | None:
         """The checkpoint the current run was restored from."""
         return self._ckpt_path
@@ -646,14 +717,19 @@ class Trainer:
         return predictions if return_predictions is not False else None
 
     def _evaluate(self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
-        module, dataloaders, datamodule, ckpt_path = self._eval_arguments(stage, model, dataloaders, ckpt_path, datamodule)
+        module, dataloaders, datamodule, ckpt_path = self._eval_arguments(
+            stage, model, dataloaders, ckpt_path, datamodule
+        )
         return self._launch(self._evaluate_in_process, module, dataloaders, datamodule, ckpt_path, stage)
 
     def _eval_arguments(self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> tuple:
-        if model is not None and not isinstance(model, torch.nn.Module):
-            if data.is_datamodule(model) or hasattr(model, "__iter__"):
-                # test(dataloaders) / test(dm) given positionally without a model
-                model, dataloaders = None, model if dataloaders is None else dataloaders
+        if (
+            model is not None
+            and not isinstance(model, torch.nn.Module)
+            and (data.is_datamodule(model) or hasattr(model, "__iter__"))
+        ):
+            # test(dataloaders) / test(dm) given positionally without a model
+            model, dataloaders = None, model if dataloaders is None else dataloaders
         dataloaders, datamodule = data.check_eval_arguments(stage, dataloaders, datamodule)
         if model is None:
             model = self._module
@@ -662,8 +738,10 @@ class Trainer:
                     f"Trainer.{stage}() got no model and this trainer has not fitted one. Pass "
                     f"trainer.{stage}(model, ...)."
                 )
-            if ckpt_path is None and self.checkpoint_callback is not None and getattr(
-                self.checkpoint_callback, "best_model_path", ""
+            if (
+                ckpt_path is None
+                and self.checkpoint_callback is not None
+                and getattr(self.checkpoint_callback, "best_model_path", "")
             ):
                 ckpt_path = "best"
         _check_module(model, stage)
@@ -795,6 +873,16 @@ class Trainer:
             if fabric.world_size > 1:
                 path = fabric.broadcast(path)
             self._ckpt_path = path
+            if path is not None:
+                from fabricx.train.lightning_checkpoint import is_lightning_file
+
+                if is_lightning_file(path):
+                    raise MisconfigurationError(
+                        f"fit(ckpt_path={path!r}) is a single-file (Lightning-style) checkpoint; the fabricx "
+                        "Trainer resumes training from its own checkpoint folders only. Start from its weights "
+                        f"with {type(module).__name__}.load_from_checkpoint(path) and fit that module "
+                        "(optimizer and loop state start fresh)."
+                    )
             hooks.call("on_fit_start")
             if self._validation_enabled() and self.num_sanity_val_steps != 0 and path is None:
                 self._run_sanity_check()
@@ -833,6 +921,7 @@ class Trainer:
             limit = self.limit_val_batches if stage == "validate" else self.limit_test_batches
             limits = [_limited_length(loader, limit) for loader in loaders]
             results = ResultCollection(stage, training=False, module=module)
+            self._eval_loaders[stage], self._eval_limits[stage] = loaders, limits
             if stage == "validate":
                 self._val_limits = limits
                 self._val_loaders = loaders
@@ -861,6 +950,7 @@ class Trainer:
             raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True)
             loaders = self._setup_loaders(data.as_list(raw), "Trainer.predict")
             limits = [_limited_length(loader, self.limit_predict_batches) for loader in loaders]
+            self._eval_loaders["predict"], self._eval_limits["predict"] = loaders, limits
             predictions = run_prediction(self, loaders, limits)
         except BaseException as exception:
             self._on_exception(exception)
@@ -909,7 +999,22 @@ class Trainer:
                 )
             if id(module) not in self._wrapped:
                 torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
-        optimizers, self._scheduler_configs = parse_optimizers(module.configure_optimizers())
+        optimizers, self._scheduler_configs = parse_optimizers(
+            module.configure_optimizers(), manual=not self._automatic
+        )
+        for optimizer in optimizers:
+            if isinstance(optimizer, torch.optim.LBFGS):
+                raise MisconfigurationError(
+                    "configure_optimizers returned torch.optim.LBFGS, which re-evaluates the closure inside "
+                    "step(); the fabricx Trainer runs the closure once before the step, so LBFGS would not "
+                    "train correctly. Use a first-order optimizer, or write the loop with Fabric and call "
+                    "optimizer.step(closure) yourself."
+                )
+        if "dataloader_iter" in inspect.signature(module.training_step).parameters:
+            raise MisconfigurationError(
+                f"{type(module).__name__}.training_step takes `dataloader_iter`; the fabricx Trainer hands "
+                "training_step one batch at a time. Write training_step(self, batch, batch_idx)."
+            )
         if self._automatic and len(optimizers) > 1:
             raise MisconfigurationError(
                 f"configure_optimizers returned {len(optimizers)} optimizers, but automatic optimization steps "
@@ -957,15 +1062,19 @@ class Trainer:
         raw = data.request_loaders("train", given, self._datamodule, self._module, required=True)
         if self.overfit_batches:
             raw = _without_shuffle(raw)
+        elif self._fabric.world_size > 1 and self.use_distributed_sampler:
+            # As Lightning's Trainer: training data given to several processes is always shuffled
+            # (each rank's DistributedSampler draws its share of one seeded permutation per epoch).
+            raw = _map_loaders(raw, _shuffled)
         if isinstance(raw, CombinedLoader):
             mode = raw.mode
-            raw = dict(zip(raw._keys, raw.loaders)) if raw._keys is not None else list(raw.loaders)
+            raw = dict(zip(raw._keys, raw.loaders, strict=True)) if raw._keys is not None else list(raw.loaders)
         else:
             mode = "max_size_cycle"
         if isinstance(raw, (dict, list, tuple)):
             keys = list(raw) if isinstance(raw, dict) else None
             loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(train_dataloaders)")
-            return CombinedLoader(dict(zip(keys, loaders)) if keys is not None else loaders, mode=mode)
+            return CombinedLoader(dict(zip(keys, loaders, strict=True)) if keys is not None else loaders, mode=mode)
         [loader] = self._setup_loaders([raw], "Trainer.fit(train_dataloaders)", single=True)
         return loader
 
@@ -1202,7 +1311,9 @@ class Trainer:
             restore_rng_states(rng)
 
     # -- metrics -------------------------------------------------------------------------------------------------
-    def _finish_epoch_metrics(self, results: ResultCollection, log: bool = True) -> dict[str, Any]:
+    def _finish_epoch_metrics(
+        self, results: ResultCollection, log: bool = True, step: int | None = None
+    ) -> dict[str, Any]:
         computed = results.compute_epoch(self._fabric)
         to_log: dict[str, Any] = {}
         out: dict[str, Any] = {}
@@ -1216,15 +1327,15 @@ class Trainer:
             if entry.logger:
                 to_log[name] = value
         if to_log:
-            self._send_to_loggers(to_log)
+            self._send_to_loggers(to_log, step)
         return out
 
-    def _send_to_loggers(self, metrics: dict[str, Any]) -> None:
+    def _send_to_loggers(self, metrics: dict[str, Any], step: int | None = None) -> None:
         self._logged_metrics.update(metrics)
         if self._loggers and self._fabric.is_global_zero:
             metrics = dict(metrics)
             metrics.setdefault("epoch", self.current_epoch)
-            self._fabric.log_dict(metrics, step=self.progress.batches_that_stepped)
+            self._fabric.log_dict(metrics, step=self.progress.batches_that_stepped if step is None else step)
 
     def _log_step_metrics(self) -> None:
         results = self._train_results
@@ -1311,7 +1422,7 @@ class Trainer:
             "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()} if module is not None else None,
             "global_step": self.global_step,
             "current_epoch": self.current_epoch,
-            "callback_metrics": {k: _cpu(v) for k, v in self._epoch_metrics.items()},
+            "callback_metrics": {k: _cpu(v) for k, v in self.callback_metrics.items()},
             "logged_metrics": {k: _cpu(v) for k, v in self._logged_metrics.items()},
             "progress": self.progress.state_dict(),
             "callbacks": ckpt.CallbackStates(self.callbacks).state_dict(),
@@ -1323,6 +1434,7 @@ class Trainer:
         self.progress.load_state_dict(returned["progress"])
         self._epoch_metrics = returned["callback_metrics"]
         self._logged_metrics = returned["logged_metrics"]
+        self._step_snapshot, self._logged_snapshot, self._train_step_live = {}, {}, False
         ckpt.CallbackStates(self.callbacks).load_state_dict(returned["callbacks"])
         module.__dict__["_trainer"] = self
         self._module = module
@@ -1362,6 +1474,39 @@ def _drop_rest_of_epoch(loader: Any) -> None:
         state = inner.state_dict()
         if state["started"] and not state["finished"]:
             iter(inner.loader)
+
+
+def _map_loaders(raw: Any, function: Any) -> Any:
+    if isinstance(raw, dict):
+        return {k: function(v) for k, v in raw.items()}
+    if isinstance(raw, (list, tuple)):
+        return [function(v) for v in raw]
+    return function(raw)
+
+
+def _shuffled(loader: Any) -> Any:
+    """A training loader in sequential order rebuilt with a ``RandomSampler`` (the trainer distributes it)."""
+    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+    if type(loader) is not DataLoader or type(loader.sampler) is not SequentialSampler:
+        return loader
+    return _rebuilt(loader, RandomSampler(loader.dataset))
+
+
+def _rebuilt(loader: Any, sampler: Any) -> Any:
+    from torch.utils.data import DataLoader
+
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        worker_init_fn=loader.worker_init_fn,
+        persistent_workers=loader.persistent_workers if loader.num_workers > 0 else False,
+    )
 
 
 def _without_shuffle(raw: Any) -> Any:

@@ -1,0 +1,76 @@
+"""Runs ``lightning_source/cases.py`` through Lightning and, imports swapped, through fabricx.
+
+``python _lightning_differential.py OUT_DIR [case ...]`` writes ``OUT_DIR/lightning.pt`` and
+``OUT_DIR/fabricx.pt``: for each case its result, or the error it raised. Both copies of the source
+are written next to the results, so a failure can be rerun by hand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "lightning_source" / "cases.py"
+SWAPS = {
+    "from lightning.pytorch import LightningDataModule, LightningModule, Trainer": (
+        "from fabricx.train import DataModule as LightningDataModule, TrainModule as LightningModule, Trainer"
+    ),
+    "from lightning.pytorch.callbacks import Callback, ModelCheckpoint": (
+        "from fabricx.callbacks import Callback, ModelCheckpoint"
+    ),
+    "from lightning.pytorch.loggers import CSVLogger": "from fabricx.loggers import CSVLogger",
+}
+
+
+def write_sources(folder: Path) -> None:
+    """``cases_lightning.py`` (the source as is) and ``cases_fabricx.py`` (only the imports differ)."""
+    text = SOURCE.read_text()
+    swapped = text
+    for lightning, fabricx in SWAPS.items():
+        if lightning not in text:
+            raise RuntimeError(f"{SOURCE} no longer has the import line {lightning!r}")
+        swapped = swapped.replace(lightning, fabricx)
+    left = [line for line in swapped.splitlines() if line.lstrip().startswith(("from lightning", "import lightning"))]
+    if left:
+        raise RuntimeError(f"{SOURCE} imports lightning beyond the swapped lines: {left}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cases_lightning.py").write_text(text)
+    (folder / "cases_fabricx.py").write_text(swapped)
+
+
+def run_side(side: str, out: Path, names: list[str]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    module = importlib.import_module(f"cases_{side}")
+    results = {}
+    for name in names or list(module.CASES):
+        root = out / side / name
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results[name] = {"ok": module.CASES[name](str(root))}
+        except BaseException as error:  # recorded, so that the other cases still run
+            results[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    torch.save(results, out / f"{side}.pt")
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    names = sys.argv[2:]
+    sources = out / "sources"
+    write_sources(sources)
+    sys.path.insert(0, str(sources))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(sources), os.environ.get("PYTHONPATH", "")])
+    for side in ("fabricx", "lightning"):
+        run_side(side, out, names)
+
+
+if __name__ == "__main__":
+    main()
