@@ -100,7 +100,8 @@ class MetricStates:
         self.trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
-        return {"train": self.trainer._train_results.state_dict()}
+        cut = getattr(self.trainer, "_cut_metric_state", None)
+        return {"train": cut if cut is not None else self.trainer._train_results.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.trainer._train_results.load_state_dict(state_dict.get("train", {}), device=self.trainer.fabric.device)

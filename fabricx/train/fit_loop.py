@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 def run_fit_loop(trainer: Trainer) -> None:
     """Train epochs until ``max_epochs``/``max_steps``/``max_time`` or ``trainer.should_stop``."""
     progress = trainer.progress
-    if progress.resumed_mid_epoch and progress.batch_idx >= 0:
+    if progress.resumed_mid_epoch and progress.batch_idx >= 0 and not progress.batch_finished:
         # Restored from a checkpoint written in on_train_batch_end: finish that batch first.
         finish_batch(trainer, progress.val_pending)
     while not trainer._fit_is_done():
@@ -103,6 +103,7 @@ def run_train_epoch(trainer: Trainer) -> None:
             break
         batch_idx = loader.batches_consumed - 1
         progress.batch_idx = batch_idx
+        progress.batch_finished = False
         progress.is_last_batch = batch_idx + 1 >= limit
         if process is not None:
             batch = process(batch, 0)
@@ -140,6 +141,8 @@ def run_train_epoch(trainer: Trainer) -> None:
             method(trainer, module, outputs, batch, batch_idx)
         finish_batch(trainer, progress.val_pending, accumulating=not stepped)
         if trainer._should_end_epoch():
+            # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
+            progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
             break
     if (
         not progress.validated_at_epoch_end
@@ -173,6 +176,7 @@ def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -
             trainer._step_schedulers("step", plateau=True)
         progress.batches_that_stepped += 1
     progress.val_pending = False
+    progress.batch_finished = True
 
 
 def _validation_due(trainer: Trainer) -> bool:
@@ -194,6 +198,10 @@ def finish_train_epoch(trainer: Trainer) -> None:
     """Epoch-end hooks, epoch metrics, epoch-interval plateau schedulers, then monitoring callbacks."""
     hooks = trainer._hooks
     results = trainer._train_results
+    progress = trainer.progress
+    # A checkpoint written in the epoch-end hooks of a cut epoch resumes inside it, with the aggregates
+    # of the batches done so far (the epoch-end computation below resets them).
+    trainer._cut_metric_state = results.state_dict() if progress.epoch_cut else None
     results.in_step = False
     results.hook = "on_train_epoch_end"
     if trainer._train_step_live:
@@ -211,15 +219,18 @@ def finish_train_epoch(trainer: Trainer) -> None:
     finally:
         results.in_step = True
         results.hook = "training_step"
-    if trainer._automatic:
-        if trainer.progress.batch_idx < 0 or not trainer.progress.is_last_batch:
-            # The epoch ended early (no batches, or cut short): epoch schedulers were not stepped yet.
+    if trainer._automatic and not progress.epoch_cut:
+        if progress.batch_idx < 0 or not progress.is_last_batch:
+            # The epoch ended early (no batches, on_train_batch_start returned -1, a batch limit):
+            # its epoch schedulers were not stepped at a last batch.
             trainer._step_schedulers("epoch", plateau=False)
         trainer._step_schedulers("epoch", plateau=True)
-    trainer.progress.epoch_done = True
+    progress.epoch_done = not progress.epoch_cut
     hooks.call("on_train_epoch_end", monitoring=True, module=False)
-    trainer.progress.current_epoch += 1
-    trainer.progress.epoch_done = False
+    progress.current_epoch += 1
+    progress.epoch_done = False
+    progress.epoch_cut = False
+    trainer._cut_metric_state = None
 
 
 def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor | None, dict[str, Any]]:

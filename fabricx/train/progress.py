@@ -25,6 +25,9 @@ class Progress:
         resumed_mid_epoch: The run was restored from a checkpoint written inside an epoch.
         val_pending: Validation was due right after the batch at which the restored checkpoint was written.
         validated_at_epoch_end: The end-of-epoch validation of the current epoch ran.
+        batch_finished: Everything after ``on_train_batch_end`` of the current batch is done.
+        epoch_cut: The fit stopped inside this epoch (``max_steps``/``max_time``); its epoch-end hooks
+            ran, but a run resumed from a checkpoint written then continues the epoch.
 
     Example::
 
@@ -45,6 +48,8 @@ class Progress:
     resumed_mid_epoch: bool = False
     val_pending: bool = False
     validated_at_epoch_end: bool = False
+    batch_finished: bool = True
+    epoch_cut: bool = False
 
     def reset(self) -> None:
         """Back to the start of a new run."""

@@ -272,6 +272,7 @@ class Trainer:
         self._step_snapshot: dict[str, Any] = {}
         self._logged_snapshot: dict[str, Any] = {}
         self._train_step_live = False
+        self._cut_metric_state: dict[str, Any] | None = None
         self._last_loss: Tensor | None = None
         self._fit_started_at: float | None = None
 
@@ -1411,6 +1412,8 @@ class Trainer:
                 _drop_rest_of_epoch(loader)
             progress.resumed_mid_epoch = False
         else:
+            # Inside an epoch (also one cut by max_steps/max_time, whose end hooks ran before the save).
+            progress.epoch_cut = False
             progress.resumed_mid_epoch = bool(loader.state_dict()["started"])
 
     # -- spawned processes -----------------------------------------------------------------------------------------

@@ -194,3 +194,23 @@ def test_char_gpt_sharded_bf16_stops_and_resumes(tmp_path: Path, strategy: str) 
     resumed = _run([*gpt, "--max-steps", "4", "--save-every", "2", "--resume"], env=env)
     assert "at step 2" in resumed and "trained to step 4" in resumed, resumed[-2000:]
     assert "---- sample ----" in resumed
+
+
+# -- gan_manual.py / datamodule_trainer.py ----------------------------------------------------------------------
+def test_gan_manual_optimization_example(tmp_path: Path) -> None:
+    out = _run(["examples/gan_manual.py", "--accelerator", "cpu", "--max-epochs", "2", "--samples", "256",
+                "--root-dir", str(tmp_path), "--no-progress"])
+    # 256 samples / 64 per batch = 4 batches per epoch; each batch steps both optimizers.
+    assert "Finished at epoch 2, step 16" in out, out[-2000:]
+    radius = re.search(r"mean radius (\d+\.\d+)", out)
+    assert radius is not None and float(radius.group(1)) > 0.0
+
+
+def test_datamodule_example_fits_tests_best_and_reloads(tmp_path: Path) -> None:
+    out = _run(["examples/datamodule_trainer.py", "--accelerator", "cpu", "--max-epochs", "2", "--limit", "400",
+                "--root-dir", str(tmp_path), "--no-progress"])
+    assert "Finished at epoch 2" in out, out[-2000:]
+    best = re.search(r"Best checkpoint:\s+(\S+)", out)
+    assert best is not None and (Path(best.group(1)) / "meta.json").is_file(), out[-2000:]
+    assert re.search(r"test_acc=\d\.\d+", out) is not None
+    assert "Reloaded hparams: {'hidden': 64, 'lr': 0.05}" in out

@@ -20,6 +20,8 @@ import pytest
 import torch
 
 pytest.importorskip("lightning")
+# One subprocess runs every case on both sides (Lightning's import and its ddp_spawn workers dominate).
+pytestmark = pytest.mark.timeout(900)
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,10 +33,11 @@ def results(tmp_path_factory):
         [sys.executable, str(HERE / "_lightning_differential.py"), str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=840,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     loaded = {side: torch.load(out / f"{side}.pt", weights_only=False) for side in ("lightning", "fabricx")}
+    loaded["out"] = out
     return loaded
 
 
@@ -115,3 +118,18 @@ def test_ddp_spawn_with_two_processes(results):
     _same_run(lightning, fabricx, skip=("global_step", "current_epoch", "logged_metrics"))
     assert {"train_loss", "train_loss_step", "val_loss"} <= set(fabricx["callback_metrics"])
     assert fabricx["global_step"] == 2 * 4 and lightning["global_step"] == 0
+
+
+def test_a_lightning_ckpt_loads_into_the_swapped_module(results):
+    """Lightning's own last.ckpt (from the resume case) rebuilds the fabricx-side module with its weights."""
+    out = results["out"]
+    sys.path.insert(0, str(out / "sources"))
+    try:
+        import cases_fabricx
+    finally:
+        sys.path.remove(str(out / "sources"))
+    path = out / "lightning" / "resume" / "cut" / "ckpt" / "last.ckpt"
+    saved = torch.load(path, weights_only=True)
+    module = cases_fabricx.Regressor.load_from_checkpoint(path, hidden=saved["hyper_parameters"]["hidden"])
+    assert dict(module.hparams) == saved["hyper_parameters"] == {"lr": 0.05, "hidden": 8}
+    _same_weights(saved["state_dict"], module.state_dict())

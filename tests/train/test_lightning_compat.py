@@ -1,0 +1,180 @@
+"""LightningModule features on fabricx's Trainer that the differential test does not cover: refusals with
+what to do instead, Lightning's flags, hyper-parameters and checkpoints, a resume after a max_steps cut."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _train_helpers import Regressor, loader, regression_data
+from torch.utils.data import DataLoader
+
+from fabricx.callbacks import EarlyStopping, ModelCheckpoint
+from fabricx.train import DataModule, Trainer, TrainModule
+from fabricx.utilities.exceptions import MisconfigurationError
+
+
+def _trainer(tmp_path, **kwargs):
+    settings = {
+        "accelerator": "cpu",
+        "default_root_dir": tmp_path,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "logger": False,
+    }
+    settings.update(kwargs)
+    return Trainer(**settings)
+
+
+class TwoOptimizers(Regressor):
+    def configure_optimizers(self):
+        half = list(self.parameters())
+        return [torch.optim.SGD(half[:2], lr=0.1), torch.optim.SGD(half[2:], lr=0.1)]
+
+
+class Manual(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+
+
+def test_refusals_say_what_to_use_instead(tmp_path):
+    data = loader(regression_data(16))
+    with pytest.raises(MisconfigurationError, match="needs manual optimization: set self.automatic_optimization"):
+        _trainer(tmp_path, enable_checkpointing=False).fit(TwoOptimizers(), data)
+    with pytest.raises(MisconfigurationError, match="Accumulate in training_step yourself"):
+        _trainer(tmp_path, accumulate_grad_batches=2, enable_checkpointing=False).fit(Manual(), data)
+    with pytest.raises(MisconfigurationError, match=r"Call self.clip_gradients"):
+        _trainer(tmp_path, gradient_clip_val=1.0, enable_checkpointing=False).fit(Manual(), data)
+    with pytest.raises(MisconfigurationError, match="torch.profiler.profile"):
+        _trainer(tmp_path, profiler="simple")
+    with pytest.raises(MisconfigurationError, match="name the same setting"):
+        _trainer(tmp_path, grad_accum_steps=2, accumulate_grad_batches=4)
+    with pytest.raises(MisconfigurationError, match="found no train data"):
+        _trainer(tmp_path, enable_checkpointing=False).fit(Regressor())
+    with pytest.raises(MisconfigurationError, match="DD:HH:MM:SS"):
+        _trainer(tmp_path, max_time="an hour")
+
+
+def test_manual_optimization_counts_every_step_and_manual_backward_is_refused_in_automatic(tmp_path):
+    trainer = _trainer(tmp_path, max_epochs=1, enable_checkpointing=False)
+    trainer.fit(Manual(), loader(regression_data(32)))
+    assert trainer.global_step == 4 and trainer.progress.batches_that_stepped == 4
+
+    class Wrong(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.manual_backward(super().training_step(batch, batch_idx))
+
+    with pytest.raises(Exception, match="manual_backward\\(\\) is for manual optimization"):
+        _trainer(tmp_path, enable_checkpointing=False).fit(Wrong(), loader(regression_data(16)))
+
+
+def test_fast_dev_run_min_epochs_and_overfit_batches(tmp_path):
+    trainer = _trainer(tmp_path, fast_dev_run=2, logger=None)
+    trainer.fit(Regressor(), loader(regression_data(64)), loader(regression_data(16)))
+    assert trainer.global_step == 2 and trainer.loggers == [] and trainer.checkpoint_callback is None
+
+    class StopAtOnce(EarlyStopping):
+        def on_train_epoch_end(self, trainer, module):
+            trainer.should_stop = True
+
+    trainer = _trainer(
+        tmp_path, max_epochs=10, min_epochs=3, callbacks=[StopAtOnce(monitor="x")], enable_checkpointing=False
+    )
+    trainer.fit(Regressor(), loader(regression_data(16)))
+    assert trainer.current_epoch == 3  # the stop request waited for min_epochs
+
+    seen = []
+
+    class Record(Regressor):
+        def training_step(self, batch, batch_idx):
+            seen.append(batch[0][0, 0].item())
+            return super().training_step(batch, batch_idx)
+
+    trainer = _trainer(tmp_path, max_epochs=2, overfit_batches=2, enable_checkpointing=False)
+    trainer.fit(Record(), loader(regression_data(64), shuffle=True))
+    assert len(seen) == 4 and seen[:2] == seen[2:]  # the same first two batches, unshuffled, every epoch
+
+
+def test_hparams_ckpt_file_and_load_from_checkpoint(tmp_path):
+    class Net(TrainModule):
+        def __init__(self, width: int = 3, lr: float = 0.1, note: str = "x", module=None):
+            super().__init__()
+            self.save_hyperparameters(ignore=["module"])
+            self.layer = torch.nn.Linear(2, self.hparams.width)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    net = Net(width=5, lr=0.2, module=torch.nn.ReLU())
+    assert net.hparams.width == 5 and dict(net.hparams) == {"width": 5, "lr": 0.2, "note": "x"}
+    trainer = _trainer(tmp_path, max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ck", save_last=True)])
+    trainer.fit(net, DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4))
+
+    file = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(file)
+    opened = torch.load(file, weights_only=True)  # what a Lightning user does with a .ckpt
+    assert opened["global_step"] == 2 and opened["hyper_parameters"] == {"width": 5, "lr": 0.2, "note": "x"}
+    assert torch.equal(opened["state_dict"]["layer.weight"], net.layer.weight)
+    for path in (file, tmp_path / "ck" / "last"):
+        rebuilt = Net.load_from_checkpoint(path, note="y")
+        assert rebuilt.hparams.width == 5 and rebuilt.hparams.note == "y"
+        assert torch.equal(rebuilt.layer.weight, net.layer.weight)
+    with pytest.raises(MisconfigurationError, match="load_from_checkpoint"):
+        _trainer(tmp_path, max_epochs=2).fit(Net(), DataLoader(torch.randn(8, 2), batch_size=4), ckpt_path=file)
+
+
+def test_datamodule_positional_and_predict_without_a_model(tmp_path):
+    class Data(DataModule):
+        def setup(self, stage):
+            self.data = regression_data(16)
+
+        def train_dataloader(self):
+            return loader(self.data, shuffle=False)
+
+        def predict_dataloader(self):
+            return DataLoader(self.data.tensors[0], batch_size=8)
+
+    trainer = _trainer(tmp_path, max_epochs=1, enable_checkpointing=False)
+    module, data = Regressor(), Data()
+    trainer.fit(module, data)
+    assert trainer.datamodule is data and data.trainer is trainer
+    predictions = trainer.predict(datamodule=data)
+    assert [p.shape for p in predictions] == [torch.Size([8, 1])] * 2
+    assert trainer.estimated_stepping_batches == 2
+
+
+def test_resume_after_a_max_steps_cut_continues_the_epoch(tmp_path):
+    """The checkpoint written at the end hooks of an epoch cut by max_steps resumes inside that epoch:
+    its end-of-epoch validation still runs, and epoch aggregates include the batches before the cut."""
+
+    def run(root, max_steps, ckpt_path=None):
+        torch.manual_seed(0)
+        module = Regressor()
+        trainer = _trainer(
+            root,
+            max_steps=max_steps,
+            num_sanity_val_steps=0,
+            callbacks=[ModelCheckpoint(dirpath=root / "ck", save_last=True, save_top_k=0)],
+        )
+        trainer.fit(
+            module, loader(regression_data(64), shuffle=False), loader(regression_data(16)), ckpt_path=ckpt_path
+        )
+        return trainer, module
+
+    full_trainer, full = run(tmp_path / "full", 12)  # 8 batches per epoch: epoch 1 ends at step 16
+    run(tmp_path / "cut", 5)
+    trainer, resumed = run(tmp_path / "cut", 12, ckpt_path="last")
+    for key, value in full.state_dict().items():
+        assert torch.equal(resumed.state_dict()[key], value), key
+    assert trainer.global_step == 12 and trainer.callback_metrics == full_trainer.callback_metrics
+    assert "val_loss" in trainer.callback_metrics
