@@ -27,7 +27,7 @@ def dataset() -> TensorDataset:
 
 
 def run(strategy_name: str, phase: str, world: int, ckpt: Path, out: Path) -> None:
-    strategy = (DDPStrategy if strategy_name == "ddp" else FSDPStrategy)(timeout=timedelta(seconds=60))
+    strategy = (DDPStrategy if strategy_name == "ddp" else FSDPStrategy)(timeout=timedelta(seconds=120))
     fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
     fabric.launch()
     fabric.seed_everything(0)

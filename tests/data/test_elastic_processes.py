@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,8 +37,8 @@ def _launch(phase: str, world: int, root: Path) -> None:
 def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("elastic")
     _launch("save", 2, root)
-    with ThreadPoolExecutor(len(NEW_WORLDS)) as pool:
-        list(pool.map(lambda world: _launch("resume", world, root), NEW_WORLDS))
+    for world in NEW_WORLDS:  # one launch at a time: side by side they starve each other's start-up
+        _launch("resume", world, root)
     return root / "out"
 
 

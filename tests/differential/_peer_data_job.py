@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +132,7 @@ def main(role: str, ckpt_dir: Path, out_dir: Path) -> None:
             from fabricx.strategies import DDPStrategy
         ckpt = ckpt_dir / "ddp"
         resume = role.endswith("resume")
-        strategy = DDPStrategy(timeout=__import__("datetime").timedelta(seconds=60))
+        strategy = DDPStrategy(timeout=timedelta(seconds=120))
         result = with_fabric(
             fabric_cls,
             "ddp",
