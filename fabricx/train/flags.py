@@ -68,17 +68,6 @@ def apply_determinism(deterministic: Any, benchmark: bool | None) -> None:
         torch.backends.cudnn.benchmark = False
 
 
-def refuse_profiler(profiler: Any) -> None:
-    """``profiler`` values fabricx cannot honour are refused with what to use instead."""
-    if profiler is None:
-        return
-    raise MisconfigurationError(
-        f"Trainer(profiler={profiler!r}) is not supported by fabricx. Profile the run yourself: wrap "
-        "trainer.fit(...) in torch.profiler.profile(...) (what profiler='pytorch' does), or run the script under "
-        "`python -m cProfile` (profiler='advanced'); or time hooks in a Callback (profiler='simple')."
-    )
-
-
 def refuse_unsupported(**flags: Any) -> None:
     """Lightning flags without a fabricx equivalent: refused when set to anything but their default."""
     if flags.get("model_registry") is not None:
@@ -111,6 +100,5 @@ __all__ = [
     "fast_dev_run_batches",
     "max_time_seconds",
     "merge_alias",
-    "refuse_profiler",
     "refuse_unsupported",
 ]

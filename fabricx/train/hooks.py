@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.module import TrainModule
+from fabricx.utilities.profilers import profiled
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
@@ -46,7 +47,7 @@ class Hooks:
                 inherited = getattr(type(callback), name, None) is getattr(Callback, name, None)
                 if isinstance(callback, Callback) and inherited:
                     continue
-                methods.append(method)
+                methods.append(self._profiled(f"[Callback]{type(callback).__name__}.{name}", method))
             found = self._callback_cache[key] = tuple(methods)
         return found
 
@@ -61,8 +62,14 @@ class Hooks:
             default = getattr(TrainModule, name, None)
             if default is not None and getattr(type(self.module), name, None) is default:
                 method = None
+        if method is not None:
+            method = self._profiled(f"[LightningModule]{type(self.module).__name__}.{name}", method)
         self._module_cache[name] = method
         return method
+
+    def _profiled(self, action: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method`` timed as ``action`` by the Trainer's profiler (itself when nothing is profiled)."""
+        return profiled(getattr(self.trainer, "profiler", None), action, method)
 
     def call(self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True) -> Any:
         """Call ``name`` on the callbacks (with trainer and module first), then on the module."""

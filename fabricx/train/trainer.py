@@ -29,6 +29,7 @@ from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.progress import Progress
 from fabricx.train.step_call import step_caller
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.profilers import PassThroughProfiler, profiled, resolve_profiler
 from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
@@ -68,6 +69,10 @@ class Trainer:
             ``last`` checkpoint in ``default_root_dir/checkpoints`` at each epoch end).
         seed: ``seed_everything(seed)`` now (build the module afterwards for a seeded initialisation)
             and in every process the Trainer starts.
+        profiler: ``"simple"``, ``"advanced"``, ``"pytorch"`` or a profiler from
+            :mod:`fabricx.utilities.profilers`: times the steps, backward and every hook; the report is
+            printed (or written to its ``dirpath``, per rank) when fit/validate/test/predict ends.
+        compile: ``torch.compile`` the module as ``Fabric(compile=...)`` does (``True``, arguments, ``"regional"``).
 
     Example::
 
@@ -123,8 +128,10 @@ class Trainer:
         enable_autolog_hparams: bool = True,
         model_registry: str | None = None,
         seed: int | None = None,
+        compile: Any = None,
     ) -> None:
-        flags.refuse_profiler(profiler)
+        self.profiler = resolve_profiler(profiler)
+        self._profiling = not isinstance(self.profiler, PassThroughProfiler)
         flags.refuse_unsupported(model_registry=model_registry)
         grad_accum_steps = flags.merge_alias(
             "grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches", accumulate_grad_batches, 1
@@ -240,6 +247,7 @@ class Trainer:
             plugins=plugins,
             loggers=self._loggers,
             grad_accum_steps=grad_accum_steps,
+            compile=compile,
         )
         launcher = self._fabric.strategy.launcher
         # Processes started by the Trainer itself (spawn/fork) send their results back to this one.
@@ -903,6 +911,7 @@ class Trainer:
             raise
         finally:
             self._call_teardown("fit")
+            self._report_profile()
             self.state = "finished"
         if self._spawns:
             return self._spawn_result(None)
@@ -937,6 +946,7 @@ class Trainer:
             raise
         finally:
             self._call_teardown(stage)
+            self._report_profile()
             self.state = "finished"
         return self._spawn_result(metrics) if self._spawns else metrics
 
@@ -958,6 +968,7 @@ class Trainer:
             raise
         finally:
             self._call_teardown("predict")
+            self._report_profile()
             self.state = "finished"
         return self._spawn_result(predictions) if self._spawns else predictions
 
@@ -1206,6 +1217,9 @@ class Trainer:
         custom = hooks.module_hook("backward")
         if custom is not None:
             custom(loss, *args, **kwargs)
+        elif self._profiling:
+            with self.profiler.profile("[Strategy]backward"):
+                self._fabric.backward(loss, *args, **kwargs)
         else:
             self._fabric.backward(loss, *args, **kwargs)
         for method in hooks.callback_hooks("on_after_backward"):
@@ -1214,10 +1228,16 @@ class Trainer:
         if hook is not None:
             hook()
 
+    def _report_profile(self) -> None:
+        if self._profiling:
+            self.profiler.describe()
+            self.profiler.teardown()
+
     def _step_function(self, name: str) -> Any:
         function = self._step_fns.get(name)
         if function is None:
-            function = self._step_fns[name] = step_caller(self._model, self._module, name)
+            function = step_caller(self._model, self._module, name)
+            function = self._step_fns[name] = profiled(self.profiler, f"[Strategy]{name}", function)
         return function
 
     # -- the optimizer step ----------------------------------------------------------------------------------

@@ -123,3 +123,18 @@ def test_accelerate_dynamo_settings_become_fabric_compile_options():
     model = accelerator.prepare(_model())
     assert type(model._forward_module).__name__ == "OptimizedModule"
     assert list(model.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_trainer_compile_flag_compiles_the_module(tmp_path):
+    from fabricx.train import Trainer
+    from tests.train._train_helpers import Regressor, loader, regression_data
+
+    trainer = Trainer(
+        accelerator="cpu", max_epochs=1, compile={"backend": "eager"}, default_root_dir=tmp_path,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    )
+    module = Regressor()
+    keys = list(module.state_dict())
+    trainer.fit(module, loader(regression_data(32), batch_size=8))
+    assert type(trainer.model._forward_module).__name__ == "OptimizedModule"
+    assert list(module.state_dict()) == keys

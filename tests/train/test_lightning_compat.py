@@ -52,8 +52,8 @@ def test_refusals_say_what_to_use_instead(tmp_path):
         _trainer(tmp_path, accumulate_grad_batches=2, enable_checkpointing=False).fit(Manual(), data)
     with pytest.raises(MisconfigurationError, match=r"Call self.clip_gradients"):
         _trainer(tmp_path, gradient_clip_val=1.0, enable_checkpointing=False).fit(Manual(), data)
-    with pytest.raises(MisconfigurationError, match="torch.profiler.profile"):
-        _trainer(tmp_path, profiler="simple")
+    with pytest.raises(ValueError, match="'simple'"):
+        _trainer(tmp_path, profiler="fastest")
     with pytest.raises(MisconfigurationError, match="name the same setting"):
         _trainer(tmp_path, grad_accum_steps=2, accumulate_grad_batches=4)
     with pytest.raises(MisconfigurationError, match="found no train data"):

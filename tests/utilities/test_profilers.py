@@ -58,3 +58,23 @@ def test_profiler_names_resolve_like_lightning():
     assert isinstance(resolve_profiler("pytorch"), PyTorchProfiler)
     with pytest.raises(ValueError, match="'simple'"):
         resolve_profiler("fast")
+
+
+def test_trainer_profiler_times_steps_backward_and_hooks(tmp_path, capsys):
+    from fabricx.train import Trainer
+    from tests.train._train_helpers import Regressor, loader, regression_data
+
+    profiler = SimpleProfiler(dirpath=tmp_path / "profile", filename="fit")
+    trainer = Trainer(
+        accelerator="cpu", max_epochs=1, profiler=profiler, default_root_dir=tmp_path, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, limit_val_batches=2,
+    )
+    trainer.fit(Regressor(), loader(regression_data(64), batch_size=8), loader(regression_data(16), shuffle=False))
+    assert len(profiler.recorded["[Strategy]training_step"]) == 8
+    assert len(profiler.recorded["[Strategy]backward"]) == 8
+    assert len(profiler.recorded["[Strategy]validation_step"]) == 2 + 2  # sanity check, then the epoch's
+    assert "[Strategy]training_step" in (tmp_path / "profile" / "fit-rank0.txt").read_text()
+    simple = Trainer(accelerator="cpu", max_epochs=1, profiler="simple", default_root_dir=tmp_path,
+                     enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    simple.fit(Regressor(), loader(regression_data(16), batch_size=8))
+    assert "Profiler report (SimpleProfiler)" in capsys.readouterr().out

@@ -82,7 +82,7 @@ class ThroughputMonitor(Callback):
         named = {f"throughput/{name}": value for name, value in metrics.items()}
         if trainer.is_global_zero:
             for logger in trainer.loggers:
-                logger.log_metrics(named, step=trainer.global_step)
+                logger.log_metrics(named, step=trainer.progress.batches_that_stepped)
         for name in ("samples_per_sec", "items_per_sec", "mfu"):
             if name in metrics:  # the progress bar shows these until the next measurement
                 module.log(
