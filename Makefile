@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pyright --pythonpath $(PY)
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 
@@ -361,7 +361,7 @@ def collect_environment() -> dict[str, dict[str, str]]:
     return {"Hardware": hardware, "Cluster": cluster, "Versions": versions}
 
 
-def print_environment(file: object = None) -> None:
+def print_environment(file: TextIO | None = None) -> None:
     """Print :func:`collect_environment` as rich tables on a terminal, as plain lines otherwise."""
     out = file if file is not None else sys.stdout
     report = collect_environment()

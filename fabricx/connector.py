@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER
@@ -13,6 +13,9 @@ from fabricx.strategies.registry import STRATEGIES, create_strategy
 from fabricx.strategies.single_device import SingleDeviceStrategy
 from fabricx.strategies.strategy import Strategy
 from fabricx.utilities.exceptions import MisconfigurationError
+
+if TYPE_CHECKING:
+    from fabricx.strategies.parallel import ParallelStrategy
 
 #: Environment variables through which ``fabricx run`` passes its flags to ``Fabric()``.
 CLI_FLAG_ENV = {
@@ -84,7 +87,7 @@ class Connector:
         self.precision = precision_plugin
         self.strategy.precision = precision_plugin
         if getattr(self.strategy, "is_parallel", False):
-            self.strategy.configure(
+            cast("ParallelStrategy", self.strategy).configure(
                 parallel_devices=self.parallel_devices,
                 num_nodes=num_nodes,
                 cluster_environment=environment,

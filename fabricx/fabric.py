@@ -7,7 +7,7 @@ import os
 import weakref
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
@@ -29,7 +29,15 @@ from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
 
 if TYPE_CHECKING:
+    from fabricx._flags import AcceleratorName, PrecisionName, StrategyName
+    from fabricx.accelerators.accelerator import Accelerator
     from fabricx.checkpoint.background import AsyncSave
+    from fabricx.precision.precision import Precision
+    from fabricx.strategies.strategy import Strategy
+
+# The objects setup() returns are instances of the user's own classes.
+_Opt = TypeVar("_Opt", bound=Optimizer)
+_Sched = TypeVar("_Sched")
 
 _RNG_KEY = reserved_key("rng")
 _PRECISION_KEY = reserved_key("precision")
@@ -70,11 +78,11 @@ class Fabric:
     def __init__(
         self,
         *,
-        accelerator: Any = "auto",
-        strategy: Any = "auto",
-        devices: Any = "auto",
+        accelerator: AcceleratorName | Accelerator = "auto",
+        strategy: StrategyName | Strategy = "auto",
+        devices: list[int] | str | int = "auto",
         num_nodes: int = 1,
-        precision: str | int | None = None,
+        precision: PrecisionName | None = None,
         plugins: Any = None,
         callbacks: Any = None,
         loggers: Any = None,
@@ -128,15 +136,18 @@ class Fabric:
 
     # -- properties -------------------------------------------------------------------------------
     @property
-    def accelerator(self) -> Any:
+    def accelerator(self) -> Accelerator:
+        """The hardware this Fabric runs on (``CPUAccelerator``, ``CUDAAccelerator``, ...)."""
         return self._accelerator
 
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> Strategy:
+        """How processes and parameters are laid out (``SingleDeviceStrategy``, ``DDPStrategy``, ...)."""
         return self._strategy
 
     @property
-    def precision(self) -> Any:
+    def precision(self) -> Precision:
+        """The dtypes plugin (``Precision`` for ``"32-true"``, ``MixedPrecision``, ...)."""
         return self._precision
 
     @property
@@ -198,8 +209,7 @@ class Fabric:
         check_launch_function(
             function, launcher is not None and launcher.requires_function, self._strategy.strategy_name
         )
-        if function is NO_FUNCTION:
-            function = None
+        run: Callable[..., Any] | None = None if function is NO_FUNCTION else function
         if launcher is not None and not self._launched:
             if self._strategy.world_size > 1 and _process_group_initialized():
                 raise FabricxError(
@@ -207,10 +217,10 @@ class Fabric:
                     "cannot launch processes inside it. Run the script without your own init_process_group, "
                     "or start it with `fabricx run`/torchrun and let Fabric join that group."
                 )
-            return launcher.launch(self._run_in_process, function, *args, **kwargs)
+            return launcher.launch(self._run_in_process, run, *args, **kwargs)
         if not self._launched:
             self._prepare_process()
-        return function(self, *args, **kwargs) if function is not None else None
+        return run(self, *args, **kwargs) if run is not None else None
 
     def _run_in_process(self, function: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
         self._prepare_process()
@@ -268,6 +278,24 @@ class Fabric:
             )
 
     # -- setup --------------------------------------------------------------------------------------
+    @overload
+    def setup(self, module: nn.Module, *, scheduler: None = None, move_to_device: bool = True) -> FabricModule: ...
+
+    @overload
+    def setup(
+        self, module: nn.Module, optimizer: _Opt, /, *, scheduler: None = None, move_to_device: bool = True
+    ) -> tuple[FabricModule, _Opt]: ...
+
+    @overload
+    def setup(
+        self, module: nn.Module, optimizer: _Opt, /, *, scheduler: _Sched, move_to_device: bool = True
+    ) -> tuple[FabricModule, _Opt, _Sched]: ...
+
+    @overload
+    def setup(
+        self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None, move_to_device: bool = True
+    ) -> tuple[Any, ...]: ...
+
     def setup(
         self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None, move_to_device: bool = True
     ) -> Any:
@@ -294,7 +322,7 @@ class Fabric:
         wrapped = self._wrap_module(forward_module, original, move_to_device, compiled)
         wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
         if hasattr(original, "_fabric_optimizers"):  # a LightningModule reaches its optimizers through Fabric
-            original._fabric_optimizers = wrapped_optimizers
+            setattr(original, "_fabric_optimizers", wrapped_optimizers)  # noqa: B010 - typed as Tensor | Module
         if scheduler is not None:
             scheduler = wrap_scheduler_step(scheduler, self._accumulation)
         outputs: list[Any] = [wrapped, *wrapped_optimizers]
@@ -405,7 +433,7 @@ class Fabric:
         self._setup_modules.add(original)
         self._models_setup += 1
         if hasattr(original, "_fabric"):  # a LightningModule: self.fabric, self.logger, self.log go through us
-            original._fabric = self
+            setattr(original, "_fabric", self)  # noqa: B010 - typed as Tensor | Module
         wrapped = FabricModule(forward_module, self._precision, original)
         # Where a module without parameters or buffers "is": Lightning's rule.
         wrapped.__dict__["_fabricx_device"] = self.device if move_to_device else torch.device("cpu")
@@ -541,7 +569,7 @@ class Fabric:
     def clip_gradients(
         self,
         module: nn.Module,
-        optimizer: Optimizer,
+        optimizer: Optimizer | FabricOptimizer,
         clip_val: float | None = None,
         max_norm: float | None = None,
         norm_type: float = 2.0,
@@ -570,6 +598,7 @@ class Fabric:
                 norm_type=norm_type,
                 error_if_nonfinite=error_if_nonfinite,
             )
+        assert clip_val is not None  # exactly one of the two was given
         self._strategy.clip_gradients_value(inner_module, inner_optimizer, clip_val=clip_val)
         return None
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from fabricx._identity import Delegating, facade_class, gate_method
 from fabricx.forward_redirect import STEP_METHODS, forward_is_wrapped, guard_direct_call, redirect_through_forward
 
 if TYPE_CHECKING:
@@ -153,13 +154,13 @@ class FabricModule(nn.Module):
         return f"FabricModule({self._original_module!r})"
 
 
-_NOT_SHARED = ("step", "zero_grad", "state_dict", "__del__", "param_groups", "state", "defaults")
-
-
-class FabricOptimizer:
+class FabricOptimizer(Delegating):
     """The user's optimizer after ``fabric.setup``: still an instance of its class, stepping
     through the strategy and precision (grad scaler, DeepSpeed engine, ...), and doing nothing
     off an accumulation boundary.
+
+    Every attribute other than ``step``/``zero_grad``/``state_dict``/``load_state_dict`` is the
+    user's optimizer's own, read and written through (nothing is copied).
 
     Example::
 
@@ -167,23 +168,31 @@ class FabricOptimizer:
         isinstance(optimizer, torch.optim.SGD)  # True
     """
 
+    # ``step`` is ours too when an LR scheduler built over this wrapper patches it (torch does).
+    _OWN = frozenset({"_optimizer", "_strategy", "_accumulation", "_plain_step", "step"})
+
+    def __new__(cls, optimizer: Optimizer, *args: Any, **kwargs: Any) -> FabricOptimizer:
+        if isinstance(optimizer, FabricOptimizer):
+            from fabricx.utilities.exceptions import SetupError
+
+            raise SetupError(
+                "An optimizer should be passed only once to the `setup` method; pass the optimizer you created, "
+                "not the one setup() returned."
+            )
+        return object.__new__(facade_class(FabricOptimizer, type(optimizer)))
+
     def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: _AccumulationState) -> None:
-        # Share param_groups/state with the user's optimizer; keep our own step/zero_grad.
-        self.__dict__ = {k: v for k, v in optimizer.__dict__.items() if k not in _NOT_SHARED}
-        self.__class__ = type(
-            "Fabric" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {}
-        )
+        self._bind_target(optimizer)
         self._optimizer = optimizer
-        self._fabricx_unwrapped = optimizer
         self._strategy = strategy
         self._accumulation = accumulation
-        self._step_fn = _direct_step(optimizer, strategy)
+        self._plain_step = _step_is_plain(strategy)
 
     @property
     def optimizer(self) -> Optimizer:
         return self._optimizer
 
-    # Read through to the user's optimizer: its load_state_dict replaces these objects.
+    # Properties so that the optimizer's own methods, called on this wrapper, see the user's objects.
     @property
     def param_groups(self) -> list[dict[str, Any]]:
         return self._optimizer.param_groups
@@ -208,12 +217,15 @@ class FabricOptimizer:
     def defaults(self, value: dict[str, Any]) -> None:
         self._optimizer.defaults = value
 
-    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
         if not self._accumulation.sync_gradients:
             return None
         if closure is not None:
             kwargs["closure"] = closure
-        return self._step_fn(**kwargs)
+        if self._plain_step:
+            # Looked up per call: an LR scheduler created later patches the user's optimizer's step.
+            return self._optimizer.step(**kwargs)
+        return self._strategy.optimizer_step(self._optimizer, **kwargs)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._accumulation.sync_gradients:
@@ -225,40 +237,23 @@ class FabricOptimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._strategy.load_optimizer_state(self._optimizer, state_dict)
 
+    def __repr__(self) -> str:
+        return f"Fabric{self._optimizer!r}"
 
-def _direct_step(optimizer: Optimizer, strategy: Strategy) -> Callable[..., Any]:
-    """The cheapest correct step call: the optimizer's own when nothing needs to intervene."""
+
+def _step_is_plain(strategy: Strategy) -> bool:
+    """Whether the optimizer's own step is correct (nothing in the strategy or precision intervenes)."""
     from fabricx.strategies.strategy import Strategy as BaseStrategy
 
-    plain = (
-        type(strategy).optimizer_step is BaseStrategy.optimizer_step
-        and not strategy.precision.needs_optimizer_step
-    )
-    if plain:
-        return optimizer.step
-
-    def step(**kwargs: Any) -> Any:
-        return strategy.optimizer_step(optimizer, **kwargs)
-
-    return step
+    return type(strategy).optimizer_step is BaseStrategy.optimizer_step and not strategy.precision.needs_optimizer_step
 
 
 def wrap_scheduler_step(scheduler: Any, accumulation: _AccumulationState) -> Any:
     """Make ``scheduler.step()`` a no-op off an accumulation boundary.
 
-    The scheduler keeps its class (through a subclass) and its ``state_dict`` stays clean.
+    The scheduler keeps its class (``isinstance``, pickling) and its ``state_dict`` stays clean.
     """
-    if getattr(scheduler, "_fabricx_scheduler", False):
-        return scheduler
-    cls = scheduler.__class__
-
-    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if accumulation.sync_gradients:
-            return cls.step(self, *args, **kwargs)
-        return None
-
-    scheduler.__class__ = type(cls.__name__, (cls,), {"step": step, "_fabricx_scheduler": True})
-    return scheduler
+    return gate_method(scheduler, "step", lambda: accumulation.sync_gradients, tag="fabric_accumulation")
 
 
 def unwrap(obj: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 from typing import Any
 
@@ -27,8 +28,7 @@ class XLAAccelerator(Accelerator):
         if importlib.util.find_spec("torch_xla") is None:
             return False
         try:
-            import torch_xla.runtime as xr
-
+            xr = importlib.import_module("torch_xla.runtime")  # optional: only on TPU machines
             return xr.device_type() in ("TPU", "NEURON", "CUDA") and xr.global_runtime_device_count() > 0
         except Exception:  # a broken runtime is the same as no TPU
             return False
@@ -37,8 +37,7 @@ class XLAAccelerator(Accelerator):
     def auto_device_count() -> int:
         if not XLAAccelerator.is_available():
             return 0
-        import torch_xla.runtime as xr
-
+        xr = importlib.import_module("torch_xla.runtime")
         return xr.addressable_runtime_device_count()
 
     @staticmethod

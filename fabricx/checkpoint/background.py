@@ -281,9 +281,11 @@ class _Stager:
         if np is not None and isinstance(value, np.ndarray | np.generic):
             return value.copy()
         if isinstance(value, str | int | float | bytes):  # subclasses (e.g. IntEnum) as their base value
-            for base in (bool, int, float, str, bytes):
+            bases: tuple[type[Any], ...] = (bool, int, float, str, bytes)
+            for base in bases:
                 if isinstance(value, base):
-                    return base(value)
+                    convert: Callable[[Any], Any] = base
+                    return convert(value)
         if isinstance(value, dict | list | tuple):
             if id(value) in self._active:
                 raise CheckpointError(f"Cannot save state{path}: it contains itself (a reference cycle).")
@@ -377,7 +379,7 @@ class _Stager:
         tensors = [self.tensors[i] for i in indices]
         sizes = [t.element_size() for t in tensors]
         align = max(sizes)
-        starts = [t.storage_offset() * s for t, s in zip(tensors, sizes, strict=True)]
+        starts = [int(t.storage_offset()) * s for t, s in zip(tensors, sizes, strict=True)]
         ends = [start + _extent(t) * s for t, start, s in zip(tensors, starts, sizes, strict=True)]
         begin = (min(starts) // align) * align
         end = max(max(ends), begin)

@@ -106,6 +106,8 @@ def _consolidate_tag(engine_dir: Path, tag: str, allow_pickle: bool) -> dict[str
                     f"Cannot consolidate the DeepSpeed checkpoint {tag_dir}: {type(error).__name__}: "
                     f"{str(error)[:300]}"
                 ) from None
+        if state is None:
+            raise CheckpointError(f"DeepSpeed's zero_to_fp32 found no weights in {tag_dir}.")
         return dict(state)
     return _stage0_module_state(tag_dir, allow_pickle)
 

@@ -20,7 +20,7 @@ import stat
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -309,7 +309,7 @@ def _need(condition: bool, message: str) -> None:
         raise _Malformed(message)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -334,7 +334,8 @@ class _Decoder:
         )
         kind = node["t"]
         handler = getattr(self, f"_node_{kind}", None)
-        _need(handler is not None, f"unknown node type {kind!r}")
+        if handler is None:
+            raise _Malformed(f"unknown node type {kind!r}")
         return handler(node)
 
     def _value(self, node: dict[str, Any]) -> Any:
@@ -410,7 +411,8 @@ class _Decoder:
 
     def _stored(self, node: dict[str, Any]) -> tuple[str, torch.Tensor]:
         key = node.get("key")
-        _need(isinstance(key, str), f"{node['t']} node has no tensor key")
+        if not isinstance(key, str):
+            raise _Malformed(f"{node['t']} node has no tensor key")
         _need(key in self._tensors, f"tensor {key!r} is missing from the safetensors file")
         return key, self._tensors[key]
 
@@ -433,7 +435,8 @@ class _Decoder:
         shape = _int_list(node.get("shape"), "view shape")
         stride = _int_list(node.get("stride"), "view stride")
         offset = node.get("offset")
-        _need(_is_int(offset) and offset >= 0, "view offset must be an int >= 0")
+        if not (_is_int(offset) and offset >= 0):
+            raise _Malformed("view offset must be an int >= 0")
         _need(len(stride) == len(shape), "view shape and stride differ in length")
         _need(raw.dtype == torch.uint8 and raw.dim() == 1, f"tensor {key!r} is not a byte buffer")
         cache_key = (key, dtype, tuple(shape), tuple(stride), offset)

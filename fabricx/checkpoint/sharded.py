@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -261,13 +261,13 @@ def write_sharded(staging: str | os.PathLike[str], sharded: Mapping[str, Mapping
 
         rest = write_sharded(tmp, {"model": get_model_state(fsdp_model, full=False)})
     """
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import filesystem, state_dict_saver
 
     tensors: dict[str, Any] = {}
     rest: dict[str, Any] = {}
     for key, state in sharded.items():
         tensors[key], rest[key] = _split_tensors(state)
-    dcp.save(tensors, storage_writer=dcp.FileSystemWriter(Path(staging) / SHARDED_DIR))
+    state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(Path(staging) / SHARDED_DIR))
     return rest
 
 
@@ -285,7 +285,7 @@ def write_sharded_async(
         finish = write_sharded_async(tmp, {"model": get_model_state(fsdp_model, full=False)}, group)
         shared.update(finish())   # in the background thread, before the commit
     """
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import filesystem, state_dict_saver
 
     from fabricx.checkpoint.background import stage_to_host
 
@@ -294,15 +294,15 @@ def write_sharded_async(
     for key, state in sharded.items():
         tensors[key], rest[key] = _split_tensors(state)
     staged_rest = stage_to_host(rest)  # e.g. param groups a scheduler changes in place
-    future = dcp.async_save(
+    future = state_dict_saver.async_save(
         tensors,
-        storage_writer=dcp.FileSystemWriter(Path(staging) / SHARDED_DIR),
+        storage_writer=filesystem.FileSystemWriter(Path(staging) / SHARDED_DIR),
         process_group=process_group,
         no_dist=process_group is None,
     )
 
     def finish() -> dict[str, Any]:
-        future.result()
+        cast(Any, future).result()  # a concurrent Future
         return {REST_KEY: staged_rest}
 
     return finish
@@ -382,7 +382,7 @@ def load_sharded(
         loaded = load_sharded("ckpt/sharded", {"model": get_model_state(m, full=False)}, rest, {"model": "model"})
         set_model_state(m, loaded["model"], full=False)
     """
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import state_dict_loader
 
     directory = Path(directory)
     tensors = {key: _split_tensors(state)[0] for key, state in targets.items()}
@@ -390,7 +390,9 @@ def load_sharded(
     _check_against_metadata(directory, tensors, metadata, kinds, strict)
     _converting_dcp_errors(
         directory,
-        lambda: dcp.load(tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict)),
+        lambda: state_dict_loader.load(
+            tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict)
+        ),
     )
     return {key: _merge(tensors[key], rest.get(key, {})) for key in targets}
 
@@ -406,7 +408,7 @@ def read_full_entries(
 
         full = read_full_entries("ckpt/sharded", loaded.shared["__fabricx_sharded_rest__"], {"model": "model"})
     """
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    from fabricx._compat.dcp import load_state_dict_without_process_group
 
     keys = set(kinds)
     state: dict[str, Any] = {}
@@ -415,9 +417,7 @@ def read_full_entries(
         _safe_reader(folder).read_metadata()  # its errors are clearer than DCP's wrapped ones
         _converting_dcp_errors(
             folder,
-            lambda: _load_state_dict(
-                state, storage_reader=_safe_reader(folder), planner=_safe_empty_planner(keys), no_dist=True
-            ),
+            lambda: load_state_dict_without_process_group(state, _safe_reader(folder), _safe_empty_planner(keys)),
         )
     full: dict[str, Any] = {}
     for key, kind in kinds.items():
@@ -483,7 +483,7 @@ def _check_against_metadata(
 
 
 def _reader_class() -> type:
-    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.metadata import StorageMeta
 
     class SafeReader(FileSystemReader):
@@ -616,7 +616,7 @@ def _refuse_bytes(read_item: Any) -> None:
 
 
 def _safe_load_planner(allow_partial_load: bool) -> Any:
-    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     class SafeLoadPlanner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: Any) -> None:
@@ -626,9 +626,9 @@ def _safe_load_planner(allow_partial_load: bool) -> Any:
 
 
 def _safe_empty_planner(keys: set[str]) -> Any:
-    from torch.distributed.checkpoint.format_utils import _EmptyStateDictLoadPlanner
+    from fabricx._compat.dcp import empty_state_dict_planner_class
 
-    class SafeEmptyPlanner(_EmptyStateDictLoadPlanner):
+    class SafeEmptyPlanner(empty_state_dict_planner_class()):
         def load_bytes(self, read_item: Any, value: Any) -> None:
             _refuse_bytes(read_item)
 

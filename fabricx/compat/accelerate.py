@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
+from fabricx._identity import intercept_method, is_intercepted, user_class
 from fabricx.compat.accelerate_collectives import CollectivesMixin
 from fabricx.compat.accelerate_config import (
     DataLoaderConfiguration,
@@ -395,7 +396,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         return iteration if manager is None else max(iteration, manager.iteration)
 
     # -- prepare -------------------------------------------------------------------------------------
-    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+    def prepare(self, *args: Any, device_placement: list[bool | None] | None = None) -> Any:
         """Prepare models, optimizers, data loaders and LR schedulers, in any order; they come back in
         the same order (one object alone when one was given). Anything else passes through unchanged.
 
@@ -417,7 +418,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         for index, obj in enumerate(args):
             if isinstance(obj, DataLoader):
                 results[index] = self._prepare_loader(obj, placement[index])
-            elif _is_scheduler(obj) and not getattr(obj, "_fabricx_accelerate_scheduler", False):
+            elif _is_scheduler(obj) and not is_intercepted(obj, "step", tag="accelerate"):
                 results[index] = self._prepare_scheduler(obj)
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -467,8 +468,9 @@ class Accelerator(StateMixin, CollectivesMixin):
         loose = []
         for o in optimizers:
             owners = {owner_of.get(id(p)) for group in args[o].param_groups for p in group["params"]}
-            if len(owners) == 1 and None not in owners:
-                assigned[owners.pop()].append(o)
+            owner = owners.pop() if len(owners) == 1 else None
+            if owner is not None:
+                assigned[owner].append(o)
             else:
                 loose.append(o)  # spans several models, or its model was prepared earlier
         for m in models:
@@ -530,14 +532,13 @@ class Accelerator(StateMixin, CollectivesMixin):
         return prepared
 
     def _prepare_scheduler(self, scheduler: Any) -> Any:
-        cls = scheduler.__class__
-        accelerator = self
+        cls = user_class(scheduler)
 
-        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return accelerator._step_scheduler(self, cls, *args, **kwargs)
+        def step(sched: Any, _original: Any, *args: Any, **kwargs: Any) -> Any:
+            return self._step_scheduler(sched, cls, *args, **kwargs)
 
-        # A subclass, so isinstance holds and the scheduler's own state_dict stays clean.
-        scheduler.__class__ = type(cls.__name__, (cls,), {"step": step, "_fabricx_accelerate_scheduler": True})
+        # The shared mechanism: isinstance holds, the scheduler's own state_dict stays clean, it pickles.
+        intercept_method(scheduler, "step", step, tag="accelerate")
         self._schedulers.append(scheduler)
         return scheduler
 
@@ -698,10 +699,10 @@ class Accelerator(StateMixin, CollectivesMixin):
                     stacklevel=3,
                 )
             for shard in shards:
-                if hasattr(shard, "even_batches"):
-                    overridden.append((shard, shard.even_batches))
-                    shard.even_batches = even_batches
-        ddps = [d for d in (_ddp_of(j) for j in joinables) if d is not None]
+                if shard is not None and hasattr(shard, "even_batches"):
+                    overridden.append((shard, getattr(shard, "even_batches")))  # noqa: B009 - checked above
+                    setattr(shard, "even_batches", even_batches)  # noqa: B010
+        ddps: list[Any] = [d for d in (_ddp_of(j) for j in joinables) if d is not None]  # DDP is a Joinable
         try:
             with Join(ddps, enable=True, throw_on_early_termination=False):
                 yield joinables

@@ -143,8 +143,8 @@ def split_for_process(inputs: Any, parts: int, index: int, apply_padding: bool =
     end = start + per_part + (1 if index < extra else 0)
     if hasattr(inputs, "select") and not isinstance(inputs, Tensor | list | tuple):
         return inputs.select(range(start, end))  # a datasets.Dataset
-    chunk = inputs[start:end]
+    chunk: Any = inputs[start:end]
     if apply_padding and extra and index >= extra and length:
-        last = inputs[-1:]
+        last: Any = inputs[-1:]
         chunk = torch.cat([chunk, last]) if isinstance(chunk, Tensor) else chunk + type(chunk)(last)
     return chunk

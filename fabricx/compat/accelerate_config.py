@@ -5,9 +5,12 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricx.utilities.exceptions import MisconfigurationError
+
+if TYPE_CHECKING:
+    from fabricx._flags import PrecisionName
 
 __all__ = [
     "DataLoaderConfiguration",
@@ -18,7 +21,7 @@ __all__ = [
 ]
 
 #: Accelerate's ``mixed_precision`` values and the fabricx precision each one means.
-_PRECISIONS = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
+_PRECISIONS: dict[str, PrecisionName] = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
 
 
 @dataclass
@@ -162,7 +165,7 @@ class DistributedType(str, enum.Enum):
     MEGATRON_LM = "MEGATRON_LM"
 
 
-def fabric_precision(mixed_precision: str | None) -> str | None:
+def fabric_precision(mixed_precision: str | None) -> PrecisionName | None:
     """The fabricx ``precision=`` flag for Accelerate's ``mixed_precision`` (``None`` leaves it to the
     environment: ``ACCELERATE_MIXED_PRECISION``, ``fabricx run --precision``, else full precision).
 

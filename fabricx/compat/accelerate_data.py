@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
+from fabricx._compat.sampler import given_num_samples
 from fabricx.compat.accelerate_sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
@@ -221,13 +222,13 @@ class AcceleratedDataLoader:
     def _build_map_style(self, loader: DataLoader, kwargs: dict[str, Any]) -> DataLoader:
         options, n = self._options, self._options.num_processes
         sampler_is_batch_sampler = isinstance(loader.sampler, BatchSampler)
-        batch_sampler = loader.sampler if sampler_is_batch_sampler else loader.batch_sampler
-        sampler = loader_sampler(loader)
+        batch_sampler: Any = loader.sampler if sampler_is_batch_sampler else loader.batch_sampler
+        sampler: Any = loader_sampler(loader)
         if isinstance(sampler, RandomSampler) and options.use_seedable_sampler:
             seedable = SeedableRandomSampler(
                 sampler.data_source,
                 replacement=sampler.replacement,
-                num_samples=sampler._num_samples,
+                num_samples=given_num_samples(sampler),
                 generator=sampler.generator,
                 data_seed=options.data_seed,
             )
@@ -347,10 +348,12 @@ class AcceleratedDataLoader:
         """Choose the pass the next ``iter()`` starts (the order of seedable and epoch-aware samplers)."""
         self.iteration = epoch
         for holder in (self.batch_sampler, self._user_sampler):
-            if holder is not None and hasattr(holder, "set_epoch"):
-                holder.set_epoch(epoch)
-        if (self.batch_sampler is None or self._user_sampler is None) and hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
+            holder_set_epoch = getattr(holder, "set_epoch", None)
+            if holder_set_epoch is not None:
+                holder_set_epoch(epoch)
+        dataset_set_epoch = getattr(self.dataset, "set_epoch", None)
+        if (self.batch_sampler is None or self._user_sampler is None) and dataset_set_epoch is not None:
+            dataset_set_epoch(epoch)
 
     def __len__(self) -> int:
         n = self._options.num_processes

@@ -12,7 +12,7 @@ import secrets
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -39,7 +39,7 @@ def save_object(obj: Any, f: str | os.PathLike[str] | Any, safe_serialization: b
         if not isinstance(f, str | os.PathLike):
             f.write(payload)
             return
-        atomic_write_file(f, lambda handle: handle.write(payload))
+        atomic_write_file(f, lambda handle: _write_all(handle, payload))
         return
     if not isinstance(f, str | os.PathLike):
         torch.save(obj, f)  # a file object of the caller's
@@ -102,7 +102,7 @@ def _save_bin(state_dict: Mapping[str, torch.Tensor], target: Path, limit: int) 
             t.numel() * t.element_size() for shard in shards for t in shard.values() if isinstance(t, torch.Tensor)
         )
         payload = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode()
-        atomic_write_file(index_file, lambda handle: handle.write(payload))  # the switch
+        atomic_write_file(index_file, lambda handle: _write_all(handle, payload))  # the switch
     except BaseException:
         for path in staged:
             with contextlib.suppress(FileNotFoundError):
@@ -147,7 +147,7 @@ def _move_old_shards_aside(target: Path, index_file: Path, new_names: set[str], 
         renamed[name] = aside
     index["weight_map"] = {key: renamed.get(value, value) for key, value in weight_map.items()}
     payload = json.dumps(index, indent=2).encode()
-    atomic_write_file(index_file, lambda handle: handle.write(payload))
+    atomic_write_file(index_file, lambda handle: _write_all(handle, payload))
 
 
 def _remove_bin_files(target: Path, keep: set[str]) -> None:
@@ -156,3 +156,7 @@ def _remove_bin_files(target: Path, keep: set[str]) -> None:
     for child in sorted(stale, key=lambda c: not c.name.endswith(".index.json")):
         with contextlib.suppress(FileNotFoundError):
             child.unlink()
+
+
+def _write_all(handle: BinaryIO, payload: bytes) -> None:
+    handle.write(payload)

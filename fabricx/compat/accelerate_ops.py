@@ -129,7 +129,9 @@ def copy_tensor_to_devices(tensor: Tensor | None = None) -> Tensor:
     dist.broadcast_object_list(holder, src=0)
     from fabricx.compat.accelerate_process import PartialState
 
-    return holder[0].to(PartialState().device)
+    received = holder[0]
+    assert received is not None, "rank 0 broadcast a tensor"
+    return received.to(PartialState().device)
 
 
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
@@ -213,7 +215,7 @@ def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = Non
         dist.broadcast(state, src=0)
         generator.set_state(state)
     elif kind in ("python", "numpy"):
-        holder = [random.getstate() if kind == "python" else np.random.get_state()]
+        holder: list[Any] = [random.getstate() if kind == "python" else np.random.get_state()]
         dist.broadcast_object_list(holder, src=0)
         if kind == "python":
             random.setstate(holder[0])

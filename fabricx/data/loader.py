@@ -6,7 +6,7 @@ import contextlib
 import functools
 import random
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -16,12 +16,14 @@ from torch.utils.data import (
     Dataset,
     IterableDataset,
     RandomSampler,
+    Sampler,
     SequentialSampler,
     get_worker_info,
 )
 from torchdata.stateful_dataloader import Stateful, StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
+from fabricx._compat.sampler import given_num_samples
 from fabricx.data import elastic
 from fabricx.data.sampler import ElasticDistributedSampler, ResumableRandomSampler, distributed_sampler_for
 from fabricx.utilities.apply import move_data_to_device
@@ -112,12 +114,12 @@ def build_stateful_loader(
     sampler = loader.sampler
     kwargs = _settings(loader)
     if distributed:
-        sampler = distributed_sampler_for(sampler, dataset, num_replicas, rank, seed=global_seed())
+        sampler = distributed_sampler_for(cast(Sampler, sampler), dataset, num_replicas, rank, seed=global_seed())
         return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
     if type(sampler) is RandomSampler:
         # Draws what torch's sampler draws, when it draws it, and records its seed and position.
         sampler = ResumableRandomSampler(
-            sampler.data_source, sampler.replacement, sampler._num_samples, generator=sampler.generator
+            sampler.data_source, sampler.replacement, given_num_samples(sampler), generator=sampler.generator
         )
         return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
     if type(sampler) is SequentialSampler:

@@ -13,6 +13,8 @@ from torch.utils.data import Dataset, DistributedSampler, RandomSampler, Sampler
 from torchdata.stateful_dataloader.sampler import RandomSampler as StatefulRandomSampler
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
+from fabricx._compat.sampler import draws_a_permutation
+
 _GENERATOR_STATE = "wrapped_generator_state"
 
 
@@ -329,8 +331,7 @@ def is_plain_shuffle(sampler: Any) -> bool:
     """Whether ``sampler`` is a plain shuffle: each sample once per epoch, in a random order."""
     return (
         type(sampler) in (RandomSampler, StatefulRandomSampler, ResumableRandomSampler)
-        and not sampler.replacement
-        and sampler._num_samples is None
+        and draws_a_permutation(sampler)
     )
 
 

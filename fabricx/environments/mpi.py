@@ -55,7 +55,7 @@ class MPIEnvironment(ClusterEnvironment):
         if "MASTER_ADDR" in os.environ:
             return os.environ["MASTER_ADDR"]
         if self._main_address is None:
-            self._main_address = self._comm.bcast(socket.gethostname(), root=0)
+            self._main_address = str(self._comm.bcast(socket.gethostname(), root=0))
         return self._main_address
 
     @property

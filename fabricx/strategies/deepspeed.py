@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx._identity import facade_class
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
 from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
@@ -805,9 +806,8 @@ def _engine_optimizer_handle(optimizer: Optimizer) -> Optimizer:
     micro-batches; the optimizer's own ``zero_grad`` would drop buffers ZeRO reuses (offloaded gradients).
     DeepSpeed keeps calling the original object, which is left unchanged.
     """
-    cls = type(optimizer)
-    handle_cls = type(cls.__name__, (cls,), {"zero_grad": _engine_zero_grad})
-    handle = handle_cls.__new__(handle_cls)
+    handle_cls = facade_class(None, type(optimizer), {"zero_grad": _engine_zero_grad}, tag="deepspeed_handle")
+    handle = object.__new__(handle_cls)
     handle.__dict__ = optimizer.__dict__  # shared: param_groups, state and defaults stay one
     return handle
 

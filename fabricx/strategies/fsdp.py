@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import weakref
 from abc import abstractmethod
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx._compat.lr_scheduler import retarget_scheduler
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.fabric_state import EntryStorage, unwrap_object
 from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
@@ -90,7 +90,7 @@ class _DTensorStrategy(ParallelStrategy):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        vars(self).update(state)
         self._device_mesh = None
         self._init_registries()
 
@@ -159,7 +159,7 @@ class _DTensorStrategy(ParallelStrategy):
                 continue
             rebuilt = _rebuild_optimizer(optimizer, names, params, type(self).__name__)
             if scheduler is not None and getattr(scheduler, "optimizer", None) is optimizer:
-                _repoint_scheduler(scheduler, optimizer, rebuilt)
+                retarget_scheduler(scheduler, optimizer, rebuilt)
             outputs.append(self.setup_optimizer(rebuilt))
         return module, outputs, scheduler
 
@@ -501,8 +501,9 @@ class FSDPStrategy(_DTensorStrategy):
             )
             return module
         if self._checkpoint_policy is not None:
-            from torch.distributed._composable import checkpoint
+            from fabricx._compat.activation_checkpoint import composable_checkpoint
 
+            checkpoint = composable_checkpoint()
             for submodule in [m for m in module.modules() if self._checkpoint_policy(m)]:
                 checkpoint(submodule)
         kwargs = self._shard_kwargs()
@@ -561,7 +562,7 @@ def _as_policy(policy: Any, what: str) -> Callable[[Module], bool] | None:
             raise MisconfigurationError(f"{what}={policy!r} must hold torch.nn.Module subclasses.")
         return _ClassPolicy(classes)
     if callable(policy):
-        return policy
+        return cast("Callable[[Module], bool]", policy)
     raise MisconfigurationError(
         f"{what}={policy!r}; give a set of module classes or a callable policy(module) -> bool."
     )
@@ -642,7 +643,7 @@ def _check_rebuildable(optimizer: Optimizer, names: dict[int, str], strategy: st
 
 
 def _rebuild_optimizer(
-    optimizer: Optimizer, names: dict[int, str], params: dict[str, Tensor], strategy: str
+    optimizer: Optimizer, names: dict[int, str], params: Mapping[str, Tensor], strategy: str
 ) -> Optimizer:
     """The same optimizer class and hyper-parameters (group by group) over the sharded parameters."""
     groups = []
@@ -671,24 +672,6 @@ def _rebuild_optimizer(
     return rebuilt
 
 
-def _repoint_scheduler(scheduler: Any, old: Optimizer, new: Optimizer) -> None:
-    scheduler.optimizer = new
-    step = type(new).step
-    new_ref = weakref.ref(new)
-
-    @functools.wraps(step)
-    def tracked_step(*args: Any, **kwargs: Any) -> Any:
-        # What LR schedulers install to tell whether optimizer.step() ran before scheduler.step().
-        optimizer = new_ref()
-        optimizer._opt_called = True  # type: ignore[union-attr]
-        return step(optimizer, *args, **kwargs)
-
-    tracked_step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
-    new.step = tracked_step  # type: ignore[method-assign]
-    if getattr(old, "_opt_called", False):
-        new._opt_called = True  # type: ignore[attr-defined]
-
-
 def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
     """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
     from torch.distributed.fsdp import FSDPModule
@@ -707,7 +690,8 @@ def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
 
 
 @contextlib.contextmanager
-def _gradient_sync_off(fsdp_modules: list[Module]) -> Generator[None, None, None]:
+def _gradient_sync_off(fsdp_modules: Sequence[Any]) -> Generator[None, None, None]:
+    # FSDPModule instances (torch's FSDP2 mixin): their set_requires_gradient_sync turns the reduction off.
     for module in fsdp_modules:
         module.set_requires_gradient_sync(False, recurse=False)
     try:

@@ -87,14 +87,18 @@ class ModelParallelStrategy(_DTensorStrategy):
     def mesh_shape(self) -> tuple[int, int]:
         """``(data_parallel_size, tensor_parallel_size)`` with ``"auto"`` resolved."""
         world = self.world_size
-        dp, tp = self._data_parallel_size, self._tensor_parallel_size
-        if dp == "auto" and tp == "auto":
+        dp_flag, tp_flag = self._data_parallel_size, self._tensor_parallel_size
+        if dp_flag == "auto" and tp_flag == "auto":
             dp = self.num_nodes
             tp = max(1, world // dp)
-        elif dp == "auto":
+        elif dp_flag == "auto":
+            tp = int(tp_flag)
             dp = max(1, world // tp)
-        elif tp == "auto":
+        elif tp_flag == "auto":
+            dp = int(dp_flag)
             tp = max(1, world // dp)
+        else:
+            dp, tp = int(dp_flag), int(tp_flag)
         if dp * tp != world:
             raise MisconfigurationError(
                 f"data_parallel_size={dp} x tensor_parallel_size={tp} = {dp * tp} ranks, but the job has {world} "

@@ -296,6 +296,7 @@ class ResultCollection:
                 if entry.reduce == "mean":
                     weight = entry.weight
                     if entry.sync_dist and distributed:
+                        assert fabric is not None  # distributed implies a Fabric
                         device = fabric.device
                         pair = torch.stack(
                             [
@@ -308,6 +309,7 @@ class ResultCollection:
                     else:
                         value = total / weight
                 elif entry.sync_dist and distributed:
+                    assert fabric is not None
                     value = fabric.all_reduce(torch.as_tensor(total, device=fabric.device), reduce_op=entry.reduce)
                 else:
                     value = total
@@ -353,7 +355,7 @@ class ResultCollection:
             entry = _Entry(key, **options)
             entry.seen = bool(item.get("seen", False))
             if "metric_path" in item:
-                entry.metric_path = item["metric_path"]
+                entry.metric_path = str(item["metric_path"])
                 entry.metric = self._find_metric(entry.metric_path)
                 if entry.metric is not None and "metric_state" in item:
                     _restore_metric(entry.metric, item["metric_state"], int(item.get("update_count", 0)))

@@ -13,6 +13,9 @@ from differences import DIFFERENCES, PENDING
 def _restore_environment():
     """Lightning's conftest restores the environment after each test (seed variables leak otherwise)."""
     saved = dict(os.environ)
+    # Lightning's suite never leaks a seed into the next test; tests elsewhere in this suite may.
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "FABRICX_GLOBAL_SEED", "FABRICX_SEED_WORKERS"):
+        os.environ.pop(name, None)
     yield
     os.environ.clear()
     os.environ.update(saved)

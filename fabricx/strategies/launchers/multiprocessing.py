@@ -14,6 +14,7 @@ import torch
 import torch.multiprocessing as mp
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import nn
+from torch.multiprocessing.spawn import ProcessExitedException, start_processes
 from torch.optim import Optimizer
 
 from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
@@ -67,7 +68,7 @@ class MultiprocessingLauncher(Launcher):
         nprocs = self._strategy.num_processes
         results = mp.get_context(self._start_method).SimpleQueue()
         try:
-            context = mp.start_processes(
+            context = start_processes(
                 _run_rank,
                 args=(self._strategy, function, args, kwargs, results, nprocs, self._start_method),
                 nprocs=nprocs,
@@ -83,6 +84,7 @@ class MultiprocessingLauncher(Launcher):
                 "module level (not a lambda or a nested function) and pass picklable arguments, or use "
                 "strategy='ddp' to re-run the script instead."
             ) from error
+        assert context is not None  # join=False always returns the processes' context
         output: bytes | None = None
         try:
             # Read while waiting: a large result would fill the pipe and block rank 0 before it exits.
@@ -90,14 +92,15 @@ class MultiprocessingLauncher(Launcher):
                 if output is None and not results.empty():
                     output = results.get()
         except BaseException as error:
-            for process in context.processes:
+            processes = [process for process in context.processes if process is not None]
+            for process in processes:
                 if process.is_alive():
                     process.terminate()
-            for process in context.processes:
+            for process in processes:
                 process.join(timeout=5)
                 if process.is_alive():
                     process.kill()
-            if isinstance(error, mp.ProcessExitedException) and error.exit_code == REQUEUE_EXIT_CODE:
+            if isinstance(error, ProcessExitedException) and error.exit_code == REQUEUE_EXIT_CODE:
                 # The ranks left through fabric.exit_for_requeue(): hand the code on to the scheduler.
                 raise SystemExit(REQUEUE_EXIT_CODE) from None
             raise

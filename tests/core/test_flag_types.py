@@ -1,0 +1,22 @@
+"""The ``Literal`` flag types are generated from the registries and stay in step with them."""
+
+from __future__ import annotations
+
+import typing
+
+from fabricx import _flags
+from fabricx._gen_flags import TARGET, render
+from fabricx.accelerators.registry import ACCELERATORS
+from fabricx.precision.registry import ALIASES
+from fabricx.strategies.registry import STRATEGIES
+
+
+def test_flags_file_is_up_to_date_with_the_registries():
+    assert TARGET.read_text() == render(), "run `python -m fabricx._gen_flags` and commit fabricx/_flags.py"
+
+
+def test_every_registry_name_is_a_literal_value():
+    assert set(typing.get_args(_flags.AcceleratorName)) == {"auto", *ACCELERATORS}
+    assert set(typing.get_args(_flags.StrategyName)) == {"auto", *STRATEGIES}
+    precisions = set(typing.get_args(_flags.PrecisionName))
+    assert set(ALIASES) <= precisions and {16, 32, 64} <= precisions
