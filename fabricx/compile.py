@@ -11,7 +11,7 @@ block type and keeps every key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -52,7 +52,7 @@ def compile_forward(forward_module: nn.Module, context: Any, option: CompileOpti
     if option == "regional" or kwargs.pop("regional", False):
         compile_repeated_blocks(forward_module, **kwargs)
         return forward_module
-    return torch.compile(forward_module, **kwargs)
+    return cast(nn.Module, torch.compile(forward_module, **kwargs))
 
 
 def compile_repeated_blocks(module: nn.Module, **compile_kwargs: Any) -> int:

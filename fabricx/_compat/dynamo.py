@@ -16,7 +16,8 @@ def compiled_parts(module: nn.Module) -> tuple[nn.Module, Any] | None:
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     if eval_frame is None or not isinstance(module, eval_frame.OptimizedModule):
         return None
-    return module._orig_mod, module.dynamo_ctx
+    compiled: Any = module
+    return compiled._orig_mod, compiled.dynamo_ctx
 
 
 def compile_like(module: nn.Module, context: Any) -> nn.Module:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fabricx.checkpoint.background import (
     AsyncSave,
@@ -91,7 +91,7 @@ def save_fabric_checkpoint_async(
         if claimed and storage is not None:
             save_async = getattr(storage, "save_async", None)
             if callable(save_async):  # stages now, writes in the background (DCP async_save)
-                finish_claimed = save_async(staging, claimed, filter, group)
+                finish_claimed = cast("Callable[[], dict[str, Any]]", save_async(staging, claimed, filter, group))
             else:  # the strategy's own files are written here, before the rest goes to the background
                 written = storage.save(staging, claimed, filter)
                 finish_claimed = lambda: written  # noqa: E731

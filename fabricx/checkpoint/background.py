@@ -281,11 +281,7 @@ class _Stager:
         if np is not None and isinstance(value, np.ndarray | np.generic):
             return value.copy()
         if isinstance(value, str | int | float | bytes):  # subclasses (e.g. IntEnum) as their base value
-            bases: tuple[type[Any], ...] = (bool, int, float, str, bytes)
-            for base in bases:
-                if isinstance(value, base):
-                    convert: Callable[[Any], Any] = base
-                    return convert(value)
+            return _as_base_value(value)
         if isinstance(value, dict | list | tuple):
             if id(value) in self._active:
                 raise CheckpointError(f"Cannot save state{path}: it contains itself (a reference cycle).")
@@ -460,3 +456,16 @@ def agree(ok: bool, group: Any) -> bool:
     flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
     return bool(flag.item())
+
+
+def _as_base_value(value: str | int | float | bytes) -> str | int | float | bytes:
+    """A subclass instance (e.g. an IntEnum member) as its base type's value."""
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return bytes(value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.nn import Module
@@ -142,7 +142,7 @@ def _io(strategy: Any) -> CheckpointIO:
 
 def _storage(strategy: Any) -> EntryStorage | None:
     get = getattr(strategy, "checkpoint_storage", None)
-    return get() if callable(get) else None
+    return cast("EntryStorage | None", get()) if callable(get) else None
 
 
 def _claimed(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:

@@ -422,7 +422,7 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
         model.load_state_dict(loaded.shared["model"])
     """
     if is_url(path):
-        return _read_remote(path, rank, io_for(path, io or default_io()))
+        return _read_remote(os.fspath(path), rank, io_for(path, io or default_io()))
     target = Path(path)
     if target.is_file():
         return _read_single_file(target)

@@ -102,7 +102,8 @@ class CheckpointManager:
 
     def _scan(self) -> list[_Entry]:
         if self._remote:  # one name per checkpoint; whether it is committed is its marker's business
-            names = [(name, join_path(self.directory, name)) for name in self.io.list_names(self.directory)]
+            remote: Any = self.io  # remote storage (checkpoint/storage.py) lists the names under a prefix
+            names = [(name, join_path(self.directory, name)) for name in remote.list_names(self.directory)]
         else:
             try:
                 names = [(child.name, child) for child in self.directory.iterdir()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -114,7 +114,9 @@ def build_stateful_loader(
     sampler = loader.sampler
     kwargs = _settings(loader)
     if distributed:
-        sampler = distributed_sampler_for(cast(Sampler, sampler), dataset, num_replicas, rank, seed=global_seed())
+        sampler = distributed_sampler_for(
+            cast(Sampler, sampler), cast(Sized, dataset), num_replicas, rank, seed=global_seed()
+        )
         return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
     if type(sampler) is RandomSampler:
         # Draws what torch's sampler draws, when it draws it, and records its seed and position.
@@ -174,7 +176,7 @@ def _capture_flat_rng() -> dict[str, Any]:
         "python_state": torch.tensor(internal, dtype=torch.int64),
         "python_gauss": gauss,
         "numpy_name": name,
-        "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+        "numpy_keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
         "numpy_pos": int(position),
         "numpy_has_gauss": int(has_gauss),
         "numpy_cached": float(cached),

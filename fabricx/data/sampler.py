@@ -288,8 +288,9 @@ class DistributedSamplerWrapper(StatefulDistributedSampler):
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
-        if hasattr(self._wrapped_sampler, "set_epoch"):
-            self._wrapped_sampler.set_epoch(epoch)
+        wrapped_set_epoch = getattr(self._wrapped_sampler, "set_epoch", None)
+        if wrapped_set_epoch is not None:
+            wrapped_set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

@@ -308,7 +308,7 @@ class _ShardedEntries(EntryStorage):
     def record(self, entries: dict[str, Any]) -> dict[str, Any]:
         from fabricx.checkpoint.sharded import sharded_record
 
-        return sharded_record({key: self._kind(obj) for key, obj in entries.items()})
+        return sharded_record({key: kind for key, obj in entries.items() if (kind := self._kind(obj)) is not None})
 
     def save(self, staging: Any, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
         from fabricx.checkpoint.sharded import REST_KEY, write_sharded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
@@ -299,7 +299,7 @@ class Strategy(ABC):
 
 def _local(tensor: Tensor) -> Tensor:
     to_local = getattr(tensor, "to_local", None)  # a DTensor (tensor parallel, FSDP2) gives its shard
-    return to_local() if callable(to_local) else tensor
+    return cast(Tensor, to_local()) if callable(to_local) else tensor
 
 
 def _optimizer_parameters(optimizer: Optimizer) -> Iterable[Tensor]:
