@@ -25,6 +25,7 @@ import os
 import pickle
 import stat
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path, PosixPath, PurePosixPath, PureWindowsPath, WindowsPath
 from typing import Any
 
@@ -172,6 +173,9 @@ class _MetadataUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
     """Python's own unpickling machine with every object-building opcode replaced by a checked one."""
 
     dispatch: dict[int, Any] = {}
+    # Set by pickle._Unpickler.load() (declared for the type checker only).
+    stack: list[Any]
+    append: Callable[[Any], None]
 
     def find_class(self, module: str, name: str) -> Any:
         found = _allow_lists()[0].get((module, name))
@@ -398,7 +402,8 @@ def _check_structure(path: Path, metadata: Any, budget: int) -> None:
         )
     planner = fields.get("planner_data")
     _need(planner is None or type(planner) is dict, path, "planner_data is not a dict")
-    for name, keys in (planner or {}).items():
+    planner_items: dict[Any, Any] = planner or {}
+    for name, keys in planner_items.items():
         work.spend()
         _need(isinstance(name, str) and type(keys) is tuple and 0 < len(keys) <= _MAX_PATH, path, "bad key path")
         work.spend(len(keys))

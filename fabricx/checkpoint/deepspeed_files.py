@@ -164,11 +164,11 @@ def safe_engine_loading(engine: Any = None, *, allow_pickle: bool = False) -> It
         original_torch = zero_to_fp32.torch
         original_engine = getattr(engine, "checkpoint_engine", None) if engine is not None else None
         zero_to_fp32.torch = _TorchWithSafeLoad(allow_pickle)  # type: ignore[assignment]
-        if original_engine is not None:
+        if engine is not None and original_engine is not None:
             engine.checkpoint_engine = _SafeCheckpointEngine(original_engine, allow_pickle)
         try:
             yield
         finally:
             zero_to_fp32.torch = original_torch
-            if original_engine is not None:
+            if engine is not None and original_engine is not None:
                 engine.checkpoint_engine = original_engine
