@@ -27,7 +27,7 @@ import stat
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path, PosixPath, PurePosixPath, PureWindowsPath, WindowsPath
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -318,7 +318,7 @@ def _need(condition: bool, path: Path, message: str) -> None:
         raise CheckpointError(f"{path} is damaged: {message}.")
 
 
-def _is_int(value: Any, low: int = 0) -> bool:
+def _is_int(value: Any, low: int = 0) -> TypeGuard[int]:
     return type(value) is int and value >= low
 
 
