@@ -15,7 +15,10 @@ from fabricx.utilities.imports import lazy_import
 def _import_mpi() -> Any | None:
     # Imported on demand: loading mpi4py.MPI initialises the MPI library, which costs time.
     try:
-        return lazy_import("mpi4py.MPI")
+        package = lazy_import("mpi4py")
+        # `from mpi4py import MPI` semantics: an attribute set on the package, else its submodule.
+        found = getattr(package, "MPI", None)
+        return found if found is not None else lazy_import("mpi4py.MPI")
     except ImportError:
         return None
 
