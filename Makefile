@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) examples/digits_trainer.py --max-epochs 3 --root-dir demo_runs
 
-lint: $(STAMP)
+lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check .
 
-# pyright (basic, configured in pyproject) over fabricx/; to join `lint` once fabricx/train/ is clean.
+# pyright (basic, configured in pyproject) over fabricx/: part of lint, so of make test.
 typecheck: $(STAMP)
 	$(VENV)/bin/pyright --pythonpath $(PY)
 

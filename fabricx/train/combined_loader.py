@@ -66,6 +66,7 @@ class CombinedLoader:
             parts = []
             for index, loader in enumerate(self.loaders):
                 iterator = self._iterators[index]
+                assert iterator is not None  # every loader's iterator was created at the start of this pass
                 try:
                     parts.append(next(iterator))
                 except StopIteration:

@@ -68,6 +68,7 @@ def _model_mode_hooks(trainer: Trainer, prefix: str) -> tuple[Any, Any]:
 def _eval_context(trainer: Trainer, prefix: str) -> Generator[None, None, None]:
     """``on_*_model_eval`` (default: eval mode), no gradients, then ``on_*_model_train`` or the modes restored."""
     module = trainer._module
+    assert module is not None, "evaluation runs on a set-up module"
     eval_hook, train_hook = _model_mode_hooks(trainer, prefix)
     modes = [(submodule, submodule.training) for submodule in module.modules()]
     if eval_hook is not None:
@@ -146,6 +147,7 @@ def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[fl
     """Collect ``predict_step`` outputs (one list per loader when several are given)."""
     hooks = trainer._hooks
     step = trainer._step_function("predict_step")
+    assert trainer._module is not None, "prediction runs on a set-up module"
     with_batch_idx = takes_batch_idx(trainer._module.predict_step)
     process = trainer._batch_processor
     multiple = len(loaders) > 1

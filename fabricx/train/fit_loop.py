@@ -87,6 +87,7 @@ def run_train_epoch(trainer: Trainer) -> None:
     automatic = trainer._automatic
     accumulate = fabric.grad_accum_steps > 1
     model = trainer._model
+    assert model is not None, "the fit loop runs on a set-up module"
     process = trainer._batch_processor
     step_schedulers = bool(trainer._step_schedulers_cache) and automatic
     epoch_schedulers = bool(trainer._epoch_schedulers_cache) and automatic

@@ -59,8 +59,9 @@ def save_lightning_checkpoint(trainer: Trainer, path: str, extras: dict[str, Any
     """Write ``path`` as one Lightning-shaped file (from global rank zero; sharded weights are gathered)."""
     from fabricx.checkpoint.format import write_single_file
 
-    module = trainer.lightning_module
-    state = trainer.strategy.get_module_state_dict(trainer.model._forward_module)
+    module, model = trainer.lightning_module, trainer.model
+    assert module is not None and model is not None, "a checkpoint is written for a set-up module"
+    state = trainer.strategy.get_module_state_dict(model._forward_module)
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,

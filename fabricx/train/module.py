@@ -243,6 +243,7 @@ class TrainModule(nn.Module):
             )
         fabric = self.trainer.fabric
         model = self.trainer.model
+        assert model is not None, "clip_gradients runs inside a Trainer stage, after the module is set up"
         inner = getattr(optimizer, "_fabric_optimizer", optimizer)
         if algorithm == "norm":
             fabric.clip_gradients(model, inner, max_norm=gradient_clip_val, error_if_nonfinite=False)

@@ -8,7 +8,8 @@ import math
 import os
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
@@ -243,7 +244,7 @@ class Trainer:
             strategy=strategy,
             devices=devices,
             num_nodes=num_nodes,
-            precision=precision,
+            precision=precision,  # type: ignore[arg-type]  # Lightning's ints and strings; checked there
             plugins=plugins,
             loggers=self._loggers,
             grad_accum_steps=grad_accum_steps,
@@ -983,6 +984,7 @@ class Trainer:
         from fabricx.train.lightning_checkpoint import is_lightning_file, load_lightning_weights
 
         if is_lightning_file(path):
+            assert self._module is not None
             load_lightning_weights(self._module, path)
         else:
             self._fabric.load(path, {"module": self._model}, strict=False)
@@ -1037,9 +1039,9 @@ class Trainer:
         wrapped = self._wrapped.get(id(module))
         if wrapped is None:
             set_up = fabric.setup(module, *optimizers)
-            self._model = set_up[0]
+            self._model = model = set_up[0]
             self._optimizers = list(set_up[1:])
-            self._wrapped[id(module)] = self._model
+            self._wrapped[id(module)] = model
         else:
             self._model = wrapped
             set_up = fabric.setup_optimizers(*optimizers)
@@ -1149,6 +1151,7 @@ class Trainer:
     def _make_step_functions(self) -> None:
         self._step_fns = {}
         module = self._module
+        assert module is not None, "the loop is built after the module is set up"
         hooks = self._hooks
         training_step = self._step_function("training_step")
         with_batch_idx = takes_batch_idx(module.training_step)
@@ -1236,7 +1239,9 @@ class Trainer:
     def _step_function(self, name: str) -> Any:
         function = self._step_fns.get(name)
         if function is None:
-            function = step_caller(self._model, self._module, name)
+            model, module = self._model, self._module
+            assert model is not None and module is not None, "step functions exist once the module is set up"
+            function = step_caller(model, module, name)
             function = self._step_fns[name] = profiled(self.profiler, f"[Strategy]{name}", function)
         return function
 
@@ -1252,11 +1257,13 @@ class Trainer:
             if clipping is not None:
                 clipping(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
             elif self.gradient_clip_val:
+                assert self._module is not None
                 self._module.clip_gradients(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
 
     def _step_schedulers(self, interval: str, plateau: bool | None = None) -> None:
         # "step" frequencies count optimizer steps (Lightning counts batches, which differs under accumulation).
         counter = self.global_step if interval == "step" else self.current_epoch + 1
+        assert self._module is not None
         hook = self._module.lr_scheduler_step
         for config in self._scheduler_configs:
             if config.interval != interval or counter % config.frequency != 0:
@@ -1513,7 +1520,7 @@ def _shuffled(loader: Any) -> Any:
 
     if type(loader) is not DataLoader or type(loader.sampler) is not SequentialSampler:
         return loader
-    return _rebuilt(loader, RandomSampler(loader.dataset))
+    return _rebuilt(loader, RandomSampler(cast(Sized, loader.dataset)))
 
 
 def _rebuilt(loader: Any, sampler: Any) -> Any:
@@ -1543,7 +1550,7 @@ def _without_shuffle(raw: Any) -> Any:
         return DataLoader(
             loader.dataset,
             batch_size=loader.batch_size,
-            sampler=SequentialSampler(loader.dataset),
+            sampler=SequentialSampler(cast(Sized, loader.dataset)),
             num_workers=loader.num_workers,
             collate_fn=loader.collate_fn,
             pin_memory=loader.pin_memory,
