@@ -22,6 +22,10 @@ _START_METHODS = ("popen", "spawn", "fork", "forkserver")
 _BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
 
 
+# Process groups this process has created so far (a later one needs fresh store keys).
+_GROUPS_CREATED = 0
+
+
 class _TensorHeader:
     """What a non-source rank needs to receive a broadcast tensor: its shape and dtype."""
 
@@ -202,9 +206,16 @@ class ParallelStrategy(Strategy):
             kwargs["timeout"] = self._timeout
         if self.root_device.type == "cuda":
             kwargs["device_id"] = self.root_device
+        global _GROUPS_CREATED
+        if _GROUPS_CREATED:
+            # A second group in this process (e.g. a new Fabric after end_training()): torchrun's store still
+            # holds the first group's keys, so this group's keys get a prefix of their own.
+            store, _, _ = next(dist.rendezvous("env://", rank=self.global_rank, world_size=self.world_size))
+            kwargs["store"] = dist.PrefixStore(f"fabricx_group_{_GROUPS_CREATED}", store)
         dist.init_process_group(
             self.process_group_backend, rank=self.global_rank, world_size=self.world_size, **kwargs
         )
+        _GROUPS_CREATED += 1
         # A group fabricx created is also released by fabricx before the interpreter exits.
         register_release_at_exit()
 
