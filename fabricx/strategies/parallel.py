@@ -210,8 +210,11 @@ class ParallelStrategy(Strategy):
         if _GROUPS_CREATED:
             # A second group in this process (e.g. a new Fabric after end_training()): torchrun's store still
             # holds the first group's keys, so this group's keys get a prefix of their own.
-            store, _, _ = next(dist.rendezvous("env://", rank=self.global_rank, world_size=self.world_size))
-            kwargs["store"] = dist.PrefixStore(f"fabricx_group_{_GROUPS_CREATED}", store)
+            from torch.distributed.distributed_c10d import PrefixStore
+            from torch.distributed.rendezvous import rendezvous
+
+            store, _, _ = next(rendezvous("env://", rank=self.global_rank, world_size=self.world_size))
+            kwargs["store"] = PrefixStore(f"fabricx_group_{_GROUPS_CREATED}", store)
         dist.init_process_group(
             self.process_group_backend, rank=self.global_rank, world_size=self.world_size, **kwargs
         )
