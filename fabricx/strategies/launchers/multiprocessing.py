@@ -7,6 +7,7 @@ import itertools
 import os
 import pickle
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -127,13 +128,28 @@ def _run_rank(
     # intra-op thread would wait forever for them.
     torch.set_num_threads(1 if start_method == "fork" else threads_per_process(nprocs))
     function, args, kwargs = _own_module_memory((function, args, kwargs))
-    output = function(*args, **kwargs)
+    try:
+        output = function(*args, **kwargs)
+    except Exception as error:
+        if _lost_a_peer(error):
+            # This rank failed only because another one died first: give that rank's own error a moment to
+            # reach the parent, which reports the first failure it sees.
+            time.sleep(_PEER_FAILURE_GRACE_SECONDS)
+        raise
     if strategy.global_rank == 0:
         # Bytes, so tensors are copied rather than shared through memory of a process about to exit.
         results.put(pickle.dumps(output))
     # Every rank waits for the others, then the group goes and gloo's threads settle, before this
     # process finalizes (see fabricx.utilities.process_group).
     release_process_group()
+
+
+_PEER_FAILURE_GRACE_SECONDS = 3.0
+_PEER_LOST_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing")
+
+
+def _lost_a_peer(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in _PEER_LOST_MESSAGES)
 
 
 def _own_module_memory(payload: Any) -> Any:
