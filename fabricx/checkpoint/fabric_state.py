@@ -16,6 +16,7 @@ this module imports no strategy.
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from fabricx.strategies.strategy import Strategy
 
 
-class EntryStorage:
+class EntryStorage(ABC):
     """How a strategy stores some entries of the user's state itself (shards, an engine's own files).
 
     The pipeline hands it the entries it :meth:`claims`; everything else goes through the shared layout.
@@ -64,17 +65,17 @@ class EntryStorage:
     def check_filter(self, keys: list[str], filter: Mapping[str, Callable] | None) -> None:
         """Refuse a ``save(filter=...)`` on claimed entries that this storage cannot filter."""
 
+    @abstractmethod
     def record(self, entries: dict[str, Any]) -> dict[str, Any]:
         """The JSON record for ``meta.json`` describing the claimed ``entries``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def save(self, staging: Path, entries: dict[str, Any], filter: Mapping[str, Callable] | None) -> dict[str, Any]:
         """Every rank: write the claimed entries under ``staging``; return extra shared (JSON-side) entries."""
-        raise NotImplementedError
 
+    @abstractmethod
     def load(self, loaded: LoadedCheckpoint, entries: dict[str, Any], strict: bool) -> None:
         """Every rank: restore the live objects ``entries`` (stored by this storage) from ``loaded``."""
-        raise NotImplementedError
 
 
 class CheckpointKeyError(CheckpointError, KeyError):

@@ -18,23 +18,12 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from fabricx._compat.sampler import given_num_samples
 from fabricx.compat.accelerate_sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
+from fabricx.data.loader import DATALOADER_SETTINGS
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 
 __all__ = ["AcceleratedDataLoader", "GradientState", "LoaderOptions", "SkipBatchesLoader"]
 
-_LOADER_SETTINGS = (
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "timeout",
-    "worker_init_fn",
-    "multiprocessing_context",
-    "generator",
-    "persistent_workers",
-    "pin_memory_device",
-    "in_order",
-)
 _STATE_VERSION = 2
 
 
@@ -202,7 +191,7 @@ class AcceleratedDataLoader:
             dispatch = self._iterable and options.device is not None
         self._dispatch = bool(dispatch) and n > 1
         self._synchronized: torch.Generator | None = None
-        kwargs = {name: getattr(loader, name) for name in _LOADER_SETTINGS if hasattr(loader, name)}
+        kwargs = {name: getattr(loader, name) for name in DATALOADER_SETTINGS if hasattr(loader, name)}
         if loader.num_workers > 0:
             kwargs["prefetch_factor"] = loader.prefetch_factor
         self._planned: _PlannedBatches | None = None

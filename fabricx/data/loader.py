@@ -33,7 +33,8 @@ from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_i
 if TYPE_CHECKING:
     from fabricx.wrappers import _AccumulationState
 
-_LOADER_SETTINGS = (
+# torch DataLoader settings a rebuilt loader carries over (the Accelerate adapter's loaders use them too).
+DATALOADER_SETTINGS = (
     "num_workers",
     "collate_fn",
     "pin_memory",
@@ -44,8 +45,8 @@ _LOADER_SETTINGS = (
     "persistent_workers",
     "pin_memory_device",
     "in_order",
-    "snapshot_every_n_steps",
 )
+_LOADER_SETTINGS = (*DATALOADER_SETTINGS, "snapshot_every_n_steps")
 _STATE_VERSION = 2
 
 
