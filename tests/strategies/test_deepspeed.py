@@ -339,9 +339,10 @@ def test_zero_stages_match_ddp_resume_and_consolidate(tmp_path: Path) -> None:
     fabric = Fabric(accelerator="cpu", devices=2, strategy=_strategy(stage=2), grad_accum_steps=2)
     out = fabric.launch(_main_checks, str(tmp_path))
 
+    distances = {key: value for key, value in out.items() if "_vs_" in key}
     for stage in (1, 2, 3):
-        assert out[f"zero{stage}_vs_ddp"] < 1e-5, out
-        assert out[f"fabric_accum_zero{stage}_vs_ddp"] < 1e-5, out
+        assert out[f"zero{stage}_vs_ddp"] < 1e-5, distances
+        assert out[f"fabric_accum_zero{stage}_vs_ddp"] < 1e-5, distances
     assert out["clip_min_norm"] > 0.05  # clipping really changed every step
     assert out["unclipped_vs_clipped"] > 1e-3
     assert out["clip_vs_ddp"] < 1e-5
