@@ -41,7 +41,7 @@ def xla_available(request: pytest.FixtureRequest) -> None:
 SLOW = {
     "test_seed.py::test_pl_worker_init_function[1024-64-64]",
     "test_seed.py::test_pl_worker_init_function[4294967295-64-64]",
-    "test_precision_amp_integration.py::test_amp[cpu-bf16-mixed-expected_dtype1]",
+    "test_precision_amp_integration.py::test_amp[cpu-16-mixed-expected_dtype0]",
 }
 
 

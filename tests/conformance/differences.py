@@ -101,14 +101,15 @@ DIFFERENCES: dict[str, str] = {
     "test_precision_amp.py::test_amp_precision_optimizer_step_with_scaler": (
         "fabricx's MixedPrecision.optimizer_step checks the optimizer's parameters for inf (a Mock has none)"
     ),
+    "test_precision_amp_integration.py::test_amp[cpu-16-mixed-expected_dtype0]": (
+        "on CPU, 16-mixed runs in float16 with a grad scaler (torch's CPU autocast supports float16); Lightning "
+        "replaces it with bf16-mixed, so the test expects bfloat16 inputs. Inputs are cast to the autocast dtype "
+        "as in Lightning (the bf16-mixed variant passes)"
+    ),
 }
 
 # Not deliberate: behaviour fabricx is being changed to match (non-strict xfail until it lands).
-PENDING: dict[str, str] = {
-    "test_precision_amp_integration.py::test_amp": (
-        "under 16-mixed/bf16-mixed Lightning casts floating inputs to the autocast dtype before forward"
-    ),
-}
+PENDING: dict[str, str] = {}
 
 LEFT_OUT: dict[str, str] = {
     "test_fabric.py::test_setup_optimizers_not_supported": (
