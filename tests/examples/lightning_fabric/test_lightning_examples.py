@@ -1,65 +1,97 @@
-"""Lightning's own ``examples/fabric`` scripts, run unchanged through Lightning Fabric and through fabricx.
+"""Lightning's own ``examples/fabric`` scripts, run through Lightning Fabric and through fabricx.
 
-Each script is Lightning's file as shipped (``image_classifier_train_fabric.py`` is
-``examples/fabric/image_classifier/train_fabric.py``). The fabricx run changes only the import
-(``lightning.fabric`` becomes ``fabricx``); downloads are replaced by synthetic stand-ins
-(``stand_ins/``). Both runs must print the same numbers: every training loss and test result.
+Each script is Lightning's file as shipped (``kfold_cv_train_fabric.py`` is ``examples/fabric/kfold_cv/
+train_fabric.py``; only ruff's import sorting moved lines). The fabricx run changes only the imports (``lightning``
+becomes ``fabricx``); downloads are replaced by synthetic stand-ins (``stand_ins/``) and the sizes are shrunk
+through the scripts' own flags and settings (``example_runner.py``). Several examples run one after another in one
+process (one launch per framework and process count), and both frameworks' launches run side by side.
+
+The comparison is bit for bit: after every optimizer step the runner digests the bytes of the parameters, so the
+records match only if every step's weights are identical, and every printed line (losses, accuracies) must match.
+
+Not here: ``build_your_own_trainer`` (its trainer subclasses Lightning's ``LightningModule`` API and imports
+Lightning's private ``_unwrap_objects``), ``tensor_parallel`` and ``fp8_distributed_transformer`` (CUDA only:
+``accelerator="cuda", devices=4`` and Transformer Engine), ``meta_learning`` (needs ``learn2learn``) and
+``reinforcement_learning`` (needs ``gymnasium`` environments and their rendering).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[2]
-_NUMBERS = re.compile(r"Loss: [0-9.]+|Average loss: [0-9.]+|Accuracy: \([0-9]+%\)")
+RUNNER = HERE / "example_runner.py"
+
+ONE_PROCESS = ["image_classifier", "kfold_cv", "language_model", "dcgan"]  # dcgan hard-codes devices=1
+TWO_PROCESSES = ["image_classifier", "language_model", "kfold_cv"]
 
 
-def _script_for(framework: str, source: Path, tmp_path: Path) -> Path:
-    text = source.read_text()
-    if framework == "fabricx":
-        text = text.replace("from lightning.fabric import", "from fabricx import")
-        assert not re.search(r"^\s*(from|import) lightning", text, re.M), "the script still imports lightning"
-    target = tmp_path / framework / source.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    return target
+def _command(framework: str, devices: int, out: Path, names: list[str]) -> list[str]:
+    runner = [str(RUNNER), framework, str(out), *names]
+    if devices == 1:
+        return [sys.executable, *runner]
+    flags = ["run", "--accelerator=cpu", f"--devices={devices}"]
+    if framework == "lightning":
+        return [str(Path(sys.executable).with_name("fabric")), *flags, *runner]
+    return [sys.executable, "-m", "fabricx", *flags, *runner]
 
 
-def _run(framework: str, source: Path, tmp_path: Path, devices: int, args: list[str]) -> list[str]:
-    script = _script_for(framework, source, tmp_path)
+def _run_both(tmp_path: Path, devices: int, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Launches Lightning's and fabricx's runs side by side; returns each framework's per-rank records."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE / "stand_ins"), str(REPO), env.get("PYTHONPATH", "")])
-    env.update(OMP_NUM_THREADS="1", FABRICX_STANDIN_MNIST_SIZE="192", MASTER_ADDR="127.0.0.1")
-    if devices == 1:
-        command = [sys.executable, str(script), *args]
-    elif framework == "lightning":
-        cli = Path(sys.executable).with_name("fabric")
-        command = [str(cli), "run", "--accelerator=cpu", f"--devices={devices}", str(script), *args]
-    else:
-        launcher = [sys.executable, "-m", "fabricx", "run", "--accelerator=cpu", f"--devices={devices}"]
-        command = [*launcher, str(script), *args]
-    done = subprocess.run(command, env=env, cwd=script.parent, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{framework} run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    numbers = _NUMBERS.findall(done.stdout)
-    assert numbers, f"{framework} printed no results:\n{done.stdout[-2000:]}"
-    return sorted(numbers)  # ranks print in any order
+    env.update(OMP_NUM_THREADS="1", FABRICX_STANDIN_MNIST_SIZE="96", MASTER_ADDR="127.0.0.1")
+    launched = {}
+    for framework in ("lightning", "fabricx"):
+        log = (tmp_path / f"{framework}.log").open("w")
+        command = _command(framework, devices, tmp_path, names)
+        launched[framework] = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    records: dict[str, list[dict[str, Any]]] = {}
+    for framework, process in launched.items():
+        returncode = process.wait(timeout=600)
+        log_text = (tmp_path / f"{framework}.log").read_text()
+        assert returncode == 0, f"{framework} run failed:\n{log_text[-4000:]}"
+        files = [tmp_path / f"{framework}-rank{rank}.json" for rank in range(devices)]
+        records[framework] = [json.loads(file.read_text()) for file in files]
+    return records
 
 
-_IMAGE_CLASSIFIER = ["--epochs=2", "--batch-size=32", "--log-interval=2", "--lr=0.5"]
+def _assert_identical(lightning: dict[str, Any], fabricx: dict[str, Any], where: str) -> None:
+    assert lightning["steps"], f"{where}: Lightning's run took no optimizer step"
+    assert fabricx["printed"] == lightning["printed"], f"{where}: the printed results differ"
+    assert fabricx["steps"] == lightning["steps"], f"{where}: the weights differ after some optimizer step"
 
 
-@pytest.mark.parametrize(
-    "devices", [1, pytest.param(2, marks=[pytest.mark.slow, pytest.mark.distributed])], ids=["1p", "2p-ddp"]
-)
-def test_image_classifier_prints_the_numbers_lightning_prints(tmp_path, devices):
-    source = HERE / "image_classifier_train_fabric.py"
-    lightning = _run("lightning", source, tmp_path, devices, _IMAGE_CLASSIFIER)
-    fabricx = _run("fabricx", source, tmp_path, devices, _IMAGE_CLASSIFIER)
-    assert fabricx == lightning
+def test_examples_give_lightnings_weights_and_losses_bit_for_bit(tmp_path):
+    records = _run_both(tmp_path, 1, ONE_PROCESS)
+    (lightning,), (fabricx,) = records["lightning"], records["fabricx"]
+    for name in ONE_PROCESS:
+        assert any(any(ch.isdigit() for ch in line) for line in lightning[name]["printed"]), name
+        _assert_identical(lightning[name], fabricx[name], name)
+
+
+@pytest.mark.slow  # four processes importing Lightning / fabricx: about 50 s of CPU
+@pytest.mark.distributed
+def test_examples_on_two_ddp_processes(tmp_path):
+    records = _run_both(tmp_path, 2, TWO_PROCESSES)
+    for rank in range(2):
+        for name in ("image_classifier", "language_model"):
+            _assert_identical(records["lightning"][rank][name], records["fabricx"][rank][name], f"{name}, rank {rank}")
+    # kfold_cv passes a SubsetRandomSampler (no generator of its own). Deliberate difference: Lightning draws its
+    # order from each rank's global RNG; fabricx draws it under a generator seeded with seed + epoch, leaving the
+    # global RNG alone, so ranks agree whatever their RNGs did and a resumed run redraws the same order. The numbers
+    # therefore differ; what must hold is that the run completes with every rank's DDP weights in step.
+    for framework, ranks in records.items():
+        kfold = [ranks[rank]["kfold_cv"] for rank in range(2)]
+        assert kfold[0]["steps"] and kfold[0]["steps"] == kfold[1]["steps"], f"{framework}: ranks' weights differ"
+        assert len(kfold[0]["steps"]) == len(records["lightning"][0]["kfold_cv"]["steps"])
+        accuracies = [line for line in kfold[0]["printed"] if "Average acc" in line]
+        assert len(accuracies) == 1, kfold[0]["printed"]

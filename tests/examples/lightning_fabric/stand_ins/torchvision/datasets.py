@@ -32,3 +32,25 @@ class MNIST(Dataset):
         if self.transform is not None:
             image = self.transform(image)
         return image, int(self.targets[index])
+
+
+class CelebA(Dataset):
+    """Synthetic 64x64 RGB "faces": smooth random colour fields, ``FABRICX_STANDIN_CELEBA_SIZE`` of them."""
+
+    def __init__(self, root: str, split: str = "train", download: bool = False, transform: Any = None) -> None:
+        size = int(os.environ.get("FABRICX_STANDIN_CELEBA_SIZE", "16"))
+        generator = torch.Generator().manual_seed(3)
+        coarse = torch.rand(size, 3, 8, 8, generator=generator)
+        fine = torch.nn.functional.interpolate(coarse, size=(64, 64), mode="bilinear", align_corners=False)
+        self.data = (fine * 255).round().to(torch.uint8)
+        self.attr = torch.randint(0, 2, (size, 40), generator=generator)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[Any, torch.Tensor]:
+        image = self.data[index]
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, self.attr[index]

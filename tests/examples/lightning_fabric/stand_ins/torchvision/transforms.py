@@ -1,4 +1,4 @@
-"""``ToTensor``, ``Normalize`` and ``Compose`` as the MNIST examples use them."""
+"""``ToTensor``, ``Normalize``, ``Resize``, ``CenterCrop`` and ``Compose`` as the examples use them."""
 
 from __future__ import annotations
 
@@ -28,3 +28,29 @@ class Compose:
         for transform in self.transforms:
             value = transform(value)
         return value
+
+
+class Resize:
+    """Scales the shorter side of a ``(C, H, W)`` tensor to ``size``, keeping the aspect ratio."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        height, width = image.shape[-2:]
+        if min(height, width) == self.size:
+            return image
+        scale = self.size / min(height, width)
+        target = (round(height * scale), round(width * scale))
+        resized = torch.nn.functional.interpolate(image[None].float(), size=target, mode="bilinear")
+        return resized[0].round().clamp(0, 255).to(image.dtype)
+
+
+class CenterCrop:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        height, width = image.shape[-2:]
+        top, left = (height - self.size) // 2, (width - self.size) // 2
+        return image[..., top : top + self.size, left : left + self.size]

@@ -1,0 +1,132 @@
+"""Runs several of Lightning's ``examples/fabric`` scripts one after another in this process, through Lightning
+Fabric or through fabricx, and records what each did.
+
+Usage: ``python example_runner.py FRAMEWORK OUT_DIR EXAMPLE [EXAMPLE ...]`` (also under ``fabric run`` /
+``fabricx run``, one record file per rank). For fabricx only the script's imports change (``lightning.fabric`` and
+``lightning`` become ``fabricx``). The data sources are stand-ins (``stand_ins/``) and the sizes are shrunk through
+the scripts' own knobs: command-line flags, module-level settings, function defaults. Their training code runs as
+shipped.
+
+For every example the record holds the printed lines and, after every optimizer step, a digest of the bytes of
+that optimizer's parameters, so two records agree only where the weights are bit for bit the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+HERE = Path(__file__).parent
+
+# name -> (vendored script, how to run it)
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "image_classifier": {
+        "file": "image_classifier_train_fabric.py",
+        "argv": ["--epochs=2", "--batch-size=16", "--log-interval=2", "--lr=0.5"],
+    },
+    "kfold_cv": {
+        "file": "kfold_cv_train_fabric.py",
+        "argv": ["--epochs=1", "--folds=2", "--batch-size=16", "--log-interval=1", "--lr=0.5"],
+    },
+    "language_model": {
+        "file": "language_model_train.py",
+        "call": "main",
+        "defaults": {"train": {"max_epochs": 1}},
+    },
+    "dcgan": {
+        "file": "dcgan_train_fabric.py",
+        "call": "main",
+        "settings": {"workers": 0, "batch_size": 4, "num_epochs": 1, "ngf": 8, "ndf": 8, "nz": 16},
+    },
+}
+
+_DATA_SOURCES = {"from lightning.pytorch.demos import": "from demos_standin import"}
+_FABRIC_IMPORTS = {
+    "from lightning.fabric import": "from fabricx import",
+    "import lightning as L": "import fabricx as L",
+}
+
+
+def source_for(framework: str, file: str) -> str:
+    """The example's text as ``framework`` runs it: data sources swapped for stand-ins, imports for fabricx."""
+    text = (HERE / file).read_text()
+    for old, new in _DATA_SOURCES.items():
+        text = text.replace(old, new)
+    if framework == "fabricx":
+        for old, new in _FABRIC_IMPORTS.items():
+            text = text.replace(old, new)
+        leftover = re.findall(r"^\s*(?:from|import) lightning\b.*$", text, re.M)
+        assert not leftover, f"{file} still imports lightning: {leftover}"
+    return text
+
+
+def _digest(optimizer: torch.optim.Optimizer) -> str:
+    hasher = hashlib.sha256()
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            hasher.update(param.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return hasher.hexdigest()[:20]
+
+
+def _set_default(function: Any, name: str, value: Any) -> None:
+    """Sets the default of ``function``'s keyword ``name`` (the example's own knob, e.g. ``max_epochs``)."""
+    code = function.__code__
+    names = code.co_varnames[: code.co_argcount]
+    defaults = list(function.__defaults__)
+    defaults[names.index(name) - (len(names) - len(defaults))] = value
+    function.__defaults__ = tuple(defaults)
+
+
+def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
+    spec = EXAMPLES[name]
+    steps: list[str] = []
+    handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.append(_digest(opt)))
+    code = compile(source_for(framework, spec["file"]), str(HERE / spec["file"]), "exec")
+    namespace: dict[str, Any] = {"__name__": "__main__" if "argv" in spec else f"example_{name}"}
+    namespace["__file__"] = str(HERE / spec["file"])
+    printed = io.StringIO()
+    workdir.mkdir(parents=True, exist_ok=True)
+    previous_cwd, previous_argv = Path.cwd(), sys.argv
+    os.chdir(workdir)
+    sys.argv = [spec["file"], *spec.get("argv", [])]
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(code, namespace)
+            if "call" in spec:
+                namespace.update(spec.get("settings", {}))
+                for function, values in spec.get("defaults", {}).items():
+                    for key, value in values.items():
+                        _set_default(namespace[function], key, value)
+                namespace[spec["call"]]()
+    finally:
+        handle.remove()
+        os.chdir(previous_cwd)
+        sys.argv = previous_argv
+    sys.stdout.write(printed.getvalue())
+    lines = [line for line in printed.getvalue().splitlines() if line.strip()]
+    return {"printed": lines, "steps": steps, "seconds": round(time.perf_counter() - start, 2)}
+
+
+def main() -> None:
+    framework, out_dir, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+    records = {name: run_example(framework, name, out_dir / f"{framework}-work-{rank}" / name) for name in names}
+    (out_dir / f"{framework}-rank{rank}.json").write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    main()
