@@ -32,7 +32,7 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 test: $(STAMP) lint docs
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" -q --durations=15
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
