@@ -75,6 +75,9 @@ class Fabric:
             optimizer.zero_grad()
     """
 
+    # Whether setup() records itself on a LightningModule/TrainModule (module.fabric); the Trainer's own does not.
+    _attaches_modules = True
+
     def __init__(
         self,
         *,
@@ -321,7 +324,7 @@ class Fabric:
         )
         wrapped = self._wrap_module(forward_module, original, move_to_device, compiled)
         wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
-        if hasattr(original, "_fabric_optimizers"):  # a LightningModule reaches its optimizers through Fabric
+        if hasattr(original, "_fabric_optimizers") and self._attaches_modules:  # self.optimizers() returns them
             setattr(original, "_fabric_optimizers", wrapped_optimizers)  # noqa: B010 - typed as Tensor | Module
         if scheduler is not None:
             scheduler = wrap_scheduler_step(scheduler, self._accumulation)
@@ -432,8 +435,8 @@ class Fabric:
         forward_module = compile_forward(forward_module, compiled, self._compile)
         self._setup_modules.add(original)
         self._models_setup += 1
-        if hasattr(original, "_fabric"):  # a LightningModule: self.fabric, self.logger, self.log go through us
-            setattr(original, "_fabric", self)  # noqa: B010 - typed as Tensor | Module
+        if hasattr(original, "_fabric") and self._attaches_modules:  # a LightningModule/TrainModule: self.fabric,
+            setattr(original, "_fabric", self)  # noqa: B010 - self.logger, self.log then go through this Fabric
         wrapped = FabricModule(forward_module, self._precision, original)
         # Where a module without parameters or buffers "is": Lightning's rule.
         wrapped.__dict__["_fabricx_device"] = self.device if move_to_device else torch.device("cpu")

@@ -54,6 +54,10 @@ class TrainModule(nn.Module):
         super().__init__(*args, **kwargs)
         # Kept out of nn.Module's registries: the trainer is not a sub-module.
         self.__dict__["_trainer"] = None
+        # Set by a plain Fabric's setup() (as on a LightningModule): self.fabric, self.log, self.logger, the ranks,
+        # backward and self.optimizers() then go through that Fabric while no Trainer runs the module.
+        self.__dict__["_fabric"] = None
+        self.__dict__["_fabric_optimizers"] = []
         self.__dict__["_hparams"] = AttributeDict()
 
     # -- where the module is running ------------------------------------------------------------------
@@ -70,8 +74,26 @@ class TrainModule(nn.Module):
 
     @property
     def fabric(self) -> Fabric:
-        """The :class:`~fabricx.Fabric` the Trainer drives this module with."""
-        return self.trainer.fabric
+        """The :class:`~fabricx.Fabric` running this module: the Trainer's, or the plain Fabric that set it up.
+
+        Example::
+
+            model = fabric.setup(MyTrainModule())
+            assert model.fabric is fabric
+        """
+        fabric = self._plain_fabric()
+        return fabric if fabric is not None else self.trainer.fabric
+
+    @fabric.setter
+    def fabric(self, fabric: Fabric | None) -> None:
+        for child in self.children():
+            if isinstance(child, TrainModule):
+                child.fabric = fabric
+        self.__dict__["_fabric"] = fabric
+
+    def _plain_fabric(self) -> Fabric | None:
+        """The Fabric that set this module up, while no Trainer runs it (``None`` otherwise)."""
+        return self.__dict__.get("_fabric") if self.__dict__.get("_trainer") is None else None
 
     @property
     def device(self) -> torch.device:
@@ -79,6 +101,9 @@ class TrainModule(nn.Module):
         trainer = self.__dict__.get("_trainer")
         if trainer is not None:
             return trainer.fabric.device
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            return fabric.device
         for tensor in self.parameters():
             return tensor.device
         return torch.device("cpu")
@@ -169,6 +194,10 @@ class TrainModule(nn.Module):
             self.manual_backward(loss)
             opt.step()
         """
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            fabric.backward(loss, *args, **kwargs)
+            return
         trainer = self.trainer
         if self.automatic_optimization:
             raise FabricxError(
@@ -180,6 +209,10 @@ class TrainModule(nn.Module):
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """How the loss is back-propagated (override for custom behaviour; the default goes through the strategy)."""
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            fabric.backward(loss, *args, **kwargs)
+            return
         self.trainer.fabric.backward(loss, *args, model=self.trainer.model, **kwargs)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
@@ -276,23 +309,35 @@ class TrainModule(nn.Module):
     # -- where the module runs (Lightning names) -----------------------------------------------------------
     @property
     def logger(self) -> Any:
-        """The trainer's first logger (``None`` when none or not attached)."""
+        """The trainer's (or the setting-up Fabric's) first logger (``None`` when none or not attached)."""
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            return fabric.logger
         trainer = self.__dict__.get("_trainer")
         return trainer.logger if trainer is not None else None
 
     @property
     def loggers(self) -> list[Any]:
-        """The trainer's loggers (empty when not attached)."""
+        """The trainer's (or the setting-up Fabric's) loggers (empty when not attached)."""
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            return list(fabric.loggers)
         trainer = self.__dict__.get("_trainer")
         return list(trainer.loggers) if trainer is not None else []
 
     @property
     def global_rank(self) -> int:
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            return fabric.global_rank
         trainer = self.__dict__.get("_trainer")
         return trainer.global_rank if trainer is not None else 0
 
     @property
     def local_rank(self) -> int:
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            return fabric.local_rank
         trainer = self.__dict__.get("_trainer")
         return trainer.local_rank if trainer is not None else 0
 
@@ -370,6 +415,9 @@ class TrainModule(nn.Module):
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather ``data`` (tensors, nested) from every process (a new leading dimension of size world_size)."""
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            return fabric.all_gather(data, group=group, sync_grads=sync_grads)
         trainer = self.__dict__.get("_trainer")
         if trainer is None or trainer.world_size == 1:
             return data  # as Lightning: one process gathers nothing
@@ -409,6 +457,11 @@ class TrainModule(nn.Module):
 
             self.log("val_acc", self.val_accuracy, prog_bar=True)
         """
+        fabric = self._plain_fabric()
+        if fabric is not None:  # as Lightning: straight to the Fabric's loggers (there is nothing to reduce)
+            if logger is not False:
+                fabric.log(name, value)
+            return
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             _warn_not_attached(name)
@@ -446,6 +499,11 @@ class TrainModule(nn.Module):
 
             self.log_dict({"loss": loss, "acc": acc}, prog_bar=True)
         """
+        fabric = self._plain_fabric()
+        if fabric is not None:  # one call, so the loggers get the values as one step's metrics
+            if logger is not False:
+                fabric.log_dict(dict(dictionary))
+            return
         for name, value in dictionary.items():
             self.log(
                 name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist=sync_dist, batch_size=batch_size
@@ -454,6 +512,9 @@ class TrainModule(nn.Module):
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer (a list when ``configure_optimizers`` returned several); stepping it runs the
         trainer's hooks and counts toward ``global_step`` under manual optimization."""
+        if self._plain_fabric() is not None:  # set up by a plain Fabric: the optimizers set up with this module
+            optimizers = self.__dict__["_fabric_optimizers"]
+            return optimizers[0] if len(optimizers) == 1 else list(optimizers)
         trainer = self.trainer
         optimizers = (
             trainer._module_optimizers if use_pl_optimizer else [o.optimizer for o in trainer._module_optimizers]
@@ -474,6 +535,10 @@ class TrainModule(nn.Module):
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank zero only."""
+        fabric = self._plain_fabric()
+        if fabric is not None:
+            fabric.print(*args, **kwargs)
+            return
         trainer = self.__dict__.get("_trainer")
         if trainer is None or trainer.is_global_zero:
             print(*args, **kwargs)

@@ -1472,7 +1472,12 @@ class Trainer:
 
 
 class _TrainerFabric(Fabric):
-    """A Fabric that can be pickled into spawned processes (weak sets are sent as their items)."""
+    """A Fabric that can be pickled into spawned processes (weak sets are sent as their items).
+
+    It leaves a module's ``_fabric`` alone: a module the Trainer runs reaches everything through the Trainer.
+    """
+
+    _attaches_modules = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
