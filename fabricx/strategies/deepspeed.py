@@ -503,62 +503,31 @@ class DeepSpeedStrategy(ParallelStrategy):
         )
 
     def get_gradient_state(self, module: Module) -> dict[str, Any]:
-        """ZeRO-0/1 accumulate each rank's gradients on the parameters until the boundary (``param.grad``, or
-        DeepSpeed's ``grad_accum`` attribute); ZeRO-2/3 reduce and partition them into private buffers as
-        backward runs, which no DeepSpeed API exports, so a save inside a window is refused there."""
+        """This rank's accumulated gradients inside a window (ZeRO-0/1: on the parameters; ZeRO-2: the
+        optimizer's partitioned running sums) and the engine's micro-step; ZeRO-3 refuses (see
+        :mod:`fabricx.strategies.deepspeed_window`)."""
         engine = self._engine_of(module)
         if engine is None:
             return super().get_gradient_state(module)
-        steps = engine.gradient_accumulation_steps()
-        if steps > 1 and getattr(engine, "micro_steps", 0) % steps != 0:  # the engine's own accumulation
-            self._refuse_mid_window()
-        if not self._gradients_on_parameters(engine):
-            return {}
-        separate = getattr(engine.optimizer, "use_grad_accum_attribute", False)
-        grads = {}
-        for name, param in engine.module.named_parameters():
-            grad = getattr(param, "grad_accum", None) if separate else None
-            grad = param.grad if grad is None else grad
-            if grad is not None:
-                grads[name] = grad.detach()
-        return grads
+        from fabricx.strategies.deepspeed_window import engine_gradient_state
+
+        return engine_gradient_state(engine, self.world_size)
 
     def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
         engine = self._engine_of(module)
         if engine is None:
             super().load_gradient_state(module, state)
             return
-        if not state:
-            return
-        if not self._gradients_on_parameters(engine):
-            self._refuse_mid_window()
-        separate = getattr(engine.optimizer, "use_grad_accum_attribute", False)
-        for name, param in engine.module.named_parameters():
-            saved = state.get(name)
-            grad = None if saved is None else saved.to(device=param.device)
-            if separate:
-                param.grad_accum = None if grad is None else grad.to(engine.optimizer.gradient_accumulation_dtype)
-                param.grad = None
-            else:
-                param.grad = None if grad is None else grad.to(param.dtype)
+        from fabricx.strategies.deepspeed_window import load_engine_gradient_state
+
+        load_engine_gradient_state(engine, state, self.world_size)
 
     def check_mid_window_save(self, counter: int, window_length: int) -> None:
+        from fabricx.strategies.deepspeed_window import refuse_mid_window
+
         for engine in self._engines:
-            if not self._gradients_on_parameters(engine):
-                self._refuse_mid_window()
-
-    @staticmethod
-    def _gradients_on_parameters(engine: Any) -> bool:
-        return engine.zero_optimization_stage() in (0, 1)
-
-    def _refuse_mid_window(self) -> None:
-        raise FabricxError(
-            f"fabric.save() inside a gradient-accumulation window cannot be exact under DeepSpeed ZeRO stage "
-            f"{self.zero_stage}: the engine reduces the gradients as backward runs and keeps them partitioned in "
-            "its own buffers, which it exports through no API. Save at a window boundary (after "
-            "optimizer.step(), when fabric.sync_gradients is True), or use ZeRO stage 1 (DeepSpeedStrategy(stage=1)) "
-            "or strategy='ddp' / 'fsdp', whose mid-window saves store every rank's accumulated gradients."
-        )
+            if engine.optimizer is not None:
+                refuse_mid_window(engine)
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def checkpoint_storage(self) -> Any:

@@ -3,14 +3,15 @@
 Three launches (gloo on CPU, processes started like torchrun so that one process group serves a
 Fabric per strategy), each running every strategy in turn:
 
-1. two processes: an uninterrupted run per strategy (DeepSpeed: ZeRO-2, and ZeRO-1 for the mid-window
-   save) with ``Fabric(grad_accum_steps=2)`` that saves inside a window (after micro-batch 3) and at a
-   boundary (after optimizer step 2);
+1. two processes: an uninterrupted run per strategy (DeepSpeed: ZeRO-2, ZeRO-1, and ZeRO-2 accumulating
+   by the engine's own ``gradient_accumulation_steps=2``) with ``Fabric(grad_accum_steps=2)`` that saves
+   inside a window (after micro-batch 3) and at a boundary (after optimizer step 2);
 2. one process: the same run saving at step 2 (for 1→2), and resuming the two-process boundary
    checkpoint (2→1), which must end where the two-process run ended; error types for a missing key;
-3. two fresh processes: resume the mid-window checkpoint (bit-identical end: DDP, FSDP2, ZeRO-1; ZeRO-2
-   refuses to save inside a window, naming the alternatives), the boundary checkpoint (bit-identical)
-   and the one-process checkpoint (1→2, ends where the one-process run ended).
+   ZeRO-3 refuses a save inside a window, naming the alternatives;
+3. two fresh processes: resume the mid-window checkpoint (bit-identical end: DDP, FSDP2, ZeRO-1, ZeRO-2
+   with either accumulation), the boundary checkpoint (bit-identical) and the one-process checkpoint
+   (1→2, ends where the one-process run ended).
 
 A global batch is split over the ranks, so one process and two reach the same weights (up to float
 summation order: 1e-5), and a resumed optimizer whose Adam moments were lost would not.
@@ -33,7 +34,11 @@ from torch import nn
 
 STEPS, ACCUM, PER_RANK, WORLD = 4, 2, 4, 2
 STRATEGIES = ("ddp", "fsdp", "deepspeed")  # deepspeed: ZeRO-2
-MID_WINDOW = ("ddp", "fsdp", "deepspeed_1")  # ZeRO-1 keeps accumulated gradients on the parameters
+# ZeRO-1 keeps accumulated gradients on the parameters, ZeRO-2 in its optimizer's partitioned buffers;
+# deepspeed_engine: ZeRO-2 accumulating by the engine's gradient_accumulation_steps (Fabric(grad_accum_steps=1)),
+# in bf16 with fp32 gradient accumulation (ZeRO-2's flat fp32 partition buffers).
+EXTRA = ("deepspeed_1", "deepspeed_engine")
+MID_WINDOW = ("ddp", "fsdp", "deepspeed", *EXTRA)
 MID, BOUNDARY = 3, 4  # micro-batch after which each checkpoint is saved (3: inside window 2)
 
 
@@ -46,7 +51,11 @@ def _strategy(name: str) -> Any:
         return DDPStrategy(timeout=timeout)
     if name == "fsdp":
         return FSDPStrategy(timeout=timeout)
-    return DeepSpeedStrategy(stage=1 if name == "deepspeed_1" else 2, timeout=timeout)
+    if name == "deepspeed_engine":
+        strategy = DeepSpeedStrategy(stage=2, gradient_accumulation_steps=ACCUM, timeout=timeout)
+        strategy.config["data_types"] = {"grad_accum_dtype": "fp32"}
+        return strategy
+    return DeepSpeedStrategy(stage={"deepspeed_1": 1, "deepspeed_3": 3}.get(name, 2), timeout=timeout)
 
 
 def _batch(micro: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +94,7 @@ def _train(fabric: Any, state: dict, until: int, saves: dict[int, Path] | None =
             try:
                 fabric.save(saves[state["micro"]], state)
                 out[f"saved_{state['micro']}"] = _weights(fabric, state)
-            except Exception as error:  # DeepSpeed refuses inside a window: keep the message
+            except Exception as error:  # ZeRO-3 refuses inside a window: keep the message
                 out[f"refused_{state['micro']}"] = f"{type(error).__name__}: {error}"
     out["final"] = _weights(fabric, state)
     return out
@@ -113,11 +122,10 @@ def _one_process_runs(fabric: Any, name: str, root: Path) -> dict:
         fabric.load(root / f"{name}_boundary", {**_setup(fabric), "missing": 1})
     except CheckpointKeyError as error:
         out["missing_key_error"] = (type(error).__name__, isinstance(error, KeyError), str(error))
-    if name != "deepspeed":  # a mid-window checkpoint holds each rank's own gradients: same count only
-        try:
-            fabric.load(root / f"{name}_mid", _setup(fabric))
-        except CheckpointError as error:
-            out["mid_window_refused"] = str(error)
+    try:  # a mid-window checkpoint holds each rank's own gradients: same count only
+        fabric.load(root / f"{name}_mid", _setup(fabric))
+    except CheckpointError as error:
+        out["mid_window_refused"] = str(error)
     out["non_strict_remainder"] = sorted(fabric.load(root / f"{name}_boundary", {"model": _setup(fabric)["model"]},
                                                      strict=False))
     return out
@@ -125,15 +133,14 @@ def _one_process_runs(fabric: Any, name: str, root: Path) -> dict:
 
 def _fresh_two_process_resumes(fabric: Any, name: str, root: Path) -> dict:
     out: dict = {}
-    if name != "deepspeed":
-        state = _setup(fabric)
-        fabric.load(root / f"{name}_mid", state)
-        out["mid_micro"] = state["micro"]
-        out["mid_final"] = _train(fabric, state, STEPS * ACCUM)["final"]
+    state = _setup(fabric)
+    fabric.load(root / f"{name}_mid", state)
+    out["mid_micro"] = state["micro"]
+    out["mid_final"] = _train(fabric, state, STEPS * ACCUM)["final"]
     state = _setup(fabric)
     fabric.load(root / f"{name}_boundary", state)  # same process count: exact
     out["boundary_final"] = _train(fabric, state, STEPS * ACCUM)["final"]
-    if name == "deepspeed_1":
+    if name in EXTRA:
         return out
     state = _setup(fabric)
     fabric.load(root / f"{name}_single", state)  # saved by one process: 1 -> 2
@@ -153,10 +160,20 @@ def _child(rank: int, world: int, port: int, phase: str, root: str) -> None:
     from fabricx import Fabric
 
     results = {}
-    for name in STRATEGIES if phase == "one" else (*STRATEGIES, "deepspeed_1"):
-        fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(name), grad_accum_steps=ACCUM)
+    for name in STRATEGIES if phase == "one" else (*STRATEGIES, *EXTRA):
+        engine = name == "deepspeed_engine"
+        fabric = Fabric(
+            accelerator="cpu",
+            devices=world,
+            strategy=_strategy(name),
+            grad_accum_steps=1 if engine else ACCUM,
+            precision="bf16-mixed" if engine else "32-true",
+        )
         results[name] = _PHASES[phase](fabric, name, Path(root))
         fabric.barrier()
+    if phase == "one":  # ZeRO-3 cannot save inside a window: a clear refusal
+        fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy("deepspeed_3"), grad_accum_steps=ACCUM)
+        results["deepspeed_3"] = _train(fabric, _setup(fabric), 1, {1: Path(root) / "deepspeed_3_mid"})
     if rank == 0:
         torch.save(results, Path(root) / f"{phase}.pt")
     torch.distributed.destroy_process_group()
@@ -219,7 +236,18 @@ def test_mid_window_saves_resume_bit_identically(runs: dict) -> None:
             refused = runs["one"][name]["mid_window_refused"]
             assert "accumulation window" in refused and "2 process(es)" in refused, refused
         assert _diff(resume["mid_final"], two["final"]) == 0.0, name
-    for name in (*STRATEGIES, "deepspeed_1"):
+    for name in (*STRATEGIES, *EXTRA):
         assert _diff(runs["resume"][name]["boundary_final"], runs["two"][name]["final"]) == 0.0, name
-    refusal = runs["two"]["deepspeed"][f"refused_{MID}"]
-    assert "accumulation window" in refusal and "window boundary" in refusal and "stage=1" in refusal
+    # What the ZeRO-2 mid-window checkpoints hold: the optimizer's partitioned running sums (fabric.accumulate)
+    # (one per parameter, fp32) or flat fp32 partitions (bf16 weights), and the engine's micro-step (3: inside
+    # its second window).
+    from fabricx.checkpoint.format import read_checkpoint
+    from fabricx.window_state import GRADIENTS_KEY
+
+    for rank in range(WORLD):
+        fabric_window = read_checkpoint(runs["root"] / "deepspeed_mid", rank).per_rank[GRADIENTS_KEY]["model"]
+        engine_window = read_checkpoint(runs["root"] / "deepspeed_engine_mid", rank).per_rank[GRADIENTS_KEY]["model"]
+        assert "zero2_accumulated" in fabric_window and fabric_window["stage"] == 2, sorted(fabric_window)
+        assert "zero2_partitions" in engine_window and engine_window["micro_steps"] == MID, engine_window
+    refusal = runs["one"]["deepspeed_3"]["refused_1"]
+    assert "accumulation window" in refusal and "window boundary" in refusal and "stage=2" in refusal, refusal
