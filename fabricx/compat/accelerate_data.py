@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from fabricx._compat.sampler import given_num_samples
+from fabricx.compat.accelerate_elastic import consumed_samples, rank_batches_of_the_rest, resizable_batch_sampler
 from fabricx.compat.accelerate_sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
 from fabricx.data.loader import DATALOADER_SETTINGS
 from fabricx.utilities.apply import move_data_to_device
@@ -89,18 +90,21 @@ class LoaderOptions:
 
 class _PlannedBatches:
     """A batch sampler that draws the whole pass's batches at once (so the draws happen at a known
-    moment), tells ``on_planned``, then hands them out from batch ``skip`` on."""
+    moment), tells ``on_planned``, then hands them out from batch ``skip`` on. ``replan`` (once)
+    draws the pass's batches instead (a pass continued at another number of processes)."""
 
     def __init__(self, batch_sampler: Any) -> None:
         self.batch_sampler = batch_sampler
         self.skip = 0
         self.on_planned: Callable[[], None] | None = None
+        self.replan: Callable[[], list[Any]] | None = None
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[Any]:
-        plan = list(self.batch_sampler)
+        replan, self.replan = self.replan, None
+        plan = list(self.batch_sampler) if replan is None else replan()
         skip, self.skip = self.skip, 0
         hook, self.on_planned = self.on_planned, None
         if hook is not None:
@@ -206,6 +210,9 @@ class AcceleratedDataLoader:
         self._in_pass = False
         self._resume: dict[str, Any] | None = None
         self._pass_start: dict[str, Any] | None = None
+        # A pass continued from another number of processes: samples consumed, and steps counted, before it.
+        self._consumed_base = 0
+        self._yielded_base = 0
 
     # -- building the per-process loader ---------------------------------------------------------
     def _build_map_style(self, loader: DataLoader, kwargs: dict[str, Any]) -> DataLoader:
@@ -394,6 +401,7 @@ class AcceleratedDataLoader:
         """``iter()`` of the inner loader, replaying the random state of the interrupted pass when resuming."""
         if resume is None:
             self._yielded = 0
+            self._consumed_base = self._yielded_base = 0
             self._pass_start = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
             self._in_pass = True
             return iter(self._inner)
@@ -417,6 +425,9 @@ class AcceleratedDataLoader:
         # pass's first samples); the others skip the indices (map-style) or read again (iterable).
         inner_skip = 0 if self._dispatch else skip
         if self._planned is not None:
+            if "consumed" in resume:  # continued at another size: this process's share of the rest
+                inner_skip = 0
+                self._planned.replan = self._rest_of_pass
             self._planned.skip = inner_skip
             self._planned.on_planned = back_to_now
             iterator = iter(self._inner)
@@ -519,6 +530,7 @@ class AcceleratedDataLoader:
             "generators": [g.get_state() for g in self._generators],
             "process_index": self._options.process_index,
             "num_processes": self._options.num_processes,
+            "position": self._position(),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -529,25 +541,111 @@ class AcceleratedDataLoader:
                 "prepared loader's state_dict() returned, or load the checkpoint with accelerator.load_state()."
             )
         saved = list(state_dict["generators"])
-        if len(saved) != len(self._generators):
+        resized = bool(state_dict["in_pass"]) and self._resized(state_dict)
+        if resized:
+            self._check_resizable(state_dict)
+        saved_n = int(state_dict["num_processes"])
+        targets = self._generators
+        if len(saved) == len(self._generators) + 1 and saved_n > 1:
+            self._adopt_synchronized_generator()
+            targets = self._generators
+        elif len(saved) + 1 == len(self._generators) and saved_n == 1 and self._synchronized is not None:
+            if resized:
+                raise FabricxError(
+                    f"This loader state was saved mid-pass by one process, whose shuffle drew from the global "
+                    f"generator; these {self._options.num_processes} processes share a generator instead and "
+                    "cannot redraw that order. Resume on one process, or from a checkpoint saved at the end of a pass."
+                )
+            # From a pass end: the processes' shared generator keeps the seed it was given at prepare.
+            targets = [g for g in self._generators if g is not self._synchronized]
+        if len(saved) != len(targets):
             raise FabricxError(
                 f"The saved loader state has {len(saved)} random generator(s) but this loader has "
                 f"{len(self._generators)}: it was built differently (shuffle, sampler or generator changed). "
                 "Build the loader with the same settings as the run that saved it."
             )
-        if state_dict["in_pass"] and int(state_dict["num_processes"]) != self._options.num_processes:
-            raise FabricxError(
-                f"This loader state was saved mid-pass by {state_dict['num_processes']} processes; this run has "
-                f"{self._options.num_processes}, which share the data differently. Resume with "
-                f"{state_dict['num_processes']} processes, or from a checkpoint saved at the end of a pass."
-            )
-        for generator, state in zip(self._generators, saved, strict=True):
+        for generator, state in zip(targets, saved, strict=True):
             generator.set_state(torch.as_tensor(state))
         self.iteration = int(state_dict["iteration"])
         self._yielded = int(state_dict["yielded"])
         self._in_pass = bool(state_dict["in_pass"])
         self._pass_start = state_dict["pass_start"]
         self._resume = dict(state_dict) if self._in_pass and self._pass_start is not None else None
+        self._consumed_base = self._yielded_base = 0
+        if resized and self._resume is not None:
+            consumed = int(state_dict["position"]["consumed"])
+            self._resume["consumed"] = consumed
+            # Steps counted as the steps of this size that the consumed samples make (the same count
+            # as before when the global batch is kept).
+            self._yielded = self._yielded_base = consumed // self._samples_per_step()
+            self._resume["yielded"] = self._yielded
+            self._consumed_base = consumed
+
+    # -- continuing a pass at another number of processes (fabricx/compat/accelerate_elastic.py) ----
+    def _samples_per_step(self) -> int:
+        size = int(self._loader.batch_size or 1)
+        return size if self._options.split_batches else size * self._options.num_processes
+
+    def _position(self) -> dict[str, Any] | None:
+        """Samples of the pass's order consumed by all processes, independent of their number."""
+        if self._loader.batch_size is None or self._iterable:
+            return None
+        steps = self._yielded - self._yielded_base
+        length = self.total_dataset_length
+        consumed = self._consumed_base + consumed_samples(
+            steps, int(self._loader.batch_size), self._options.num_processes, self._options.split_batches, length
+        )
+        return {"consumed": min(consumed, length), "batch_size": self._loader.batch_size,
+                "split_batches": self._options.split_batches, "continued": self._consumed_base > 0}
+
+    def _resized(self, state_dict: dict[str, Any]) -> bool:
+        """Whether a mid-pass state comes from a run that shared the data differently."""
+        position = state_dict.get("position")
+        if int(state_dict["num_processes"]) != self._options.num_processes:
+            return True
+        if not position:
+            return False
+        return bool(position["continued"]) or (position["batch_size"], position["split_batches"]) != (
+            self._loader.batch_size,
+            self._options.split_batches,
+        )
+
+    def _check_resizable(self, state_dict: dict[str, Any]) -> None:
+        saved_n, n = int(state_dict["num_processes"]), self._options.num_processes
+        reason = None
+        if not state_dict.get("position"):
+            reason = "the loader has its own batch sampler or an iterable dataset, so no position in samples"
+        elif self._dispatch or self._planned is None:
+            reason = "this loader reads an iterable dataset or dispatches batches from the main process"
+        elif resizable_batch_sampler(self.batch_sampler) is None:
+            reason = "its batch sampler is a custom one (only torch's BatchSampler cuts the order into runs)"
+        elif int(state_dict["position"]["consumed"]) > self.total_dataset_length:
+            reason = f"the saved pass consumed more samples than this dataset's {self.total_dataset_length}"
+        if reason is not None:
+            raise FabricxError(
+                f"This loader state was saved mid-pass by {saved_n} processes; this run has {n} (or another batch "
+                f"size) and cannot continue that pass: {reason}. Resume with {saved_n} processes and the same "
+                "loader, or from a checkpoint saved at the end of a pass."
+            )
+
+    def _adopt_synchronized_generator(self) -> None:
+        """One process continuing a multi-process run: the sampler gets the generator the processes
+        shared (Accelerate gives one only to multi-process loaders), so this and later passes keep its order."""
+        sampler = self._user_sampler
+        if self._options.num_processes == 1 and sampler is not None and getattr(sampler, "generator", 0) is None:
+            sampler.generator = torch.Generator()
+            self._generators = self._find_generators()
+
+    def _rest_of_pass(self) -> list[list[int]]:
+        """This process's batches of what the interrupted pass had not consumed (drawn under the pass's
+        restored random state)."""
+        user = resizable_batch_sampler(self.batch_sampler)
+        assert user is not None and self._resume is None
+        options = self._options
+        return rank_batches_of_the_rest(
+            list(user.sampler), self._consumed_base, int(user.batch_size), user.drop_last,
+            options.num_processes, options.process_index, options.split_batches, options.even_batches,
+        )
 
     def __repr__(self) -> str:
         return f"AcceleratedDataLoader({self._loader!r}, num_processes={self._options.num_processes})"

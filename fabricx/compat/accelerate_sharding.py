@@ -82,6 +82,8 @@ class BatchShard(BatchSampler):
         self.process_index = process_index
         self.split_batches = split_batches
         self.even_batches = even_batches
+        #: Samples that complete an uneven last round (default: the pass's first round).
+        self.padding: list[Any] | None = None
         self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
         self.drop_last: bool = getattr(batch_sampler, "drop_last", False)
         if split_batches and (self.batch_size is None or self.batch_size % num_processes != 0):
@@ -139,7 +141,7 @@ class BatchShard(BatchSampler):
             if len(last) > mine.start:
                 yield last[mine]
             return
-        filler = list(first)
+        filler = list(first if self.padding is None else self.padding)
         while len(filler) < size:
             filler += filler
         yield (last + filler)[mine]
@@ -169,6 +171,8 @@ class BatchShard(BatchSampler):
         if mine and (size is None or len(mine) == size):
             yield mine
         needed = n * size if size is not None else n
+        if self.padding is not None:
+            seen = list(self.padding)
         while len(seen) < needed:
             seen += seen
         # The round in progress is completed from the start of the epoch, batch by batch.

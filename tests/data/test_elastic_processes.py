@@ -1,9 +1,11 @@
-"""Elastic resumption in real processes (gloo): a DDP and an FSDP2 run on 2 ranks save in the middle of
-epoch 0 and go on uninterrupted; fresh runs on 1, 3 and 4 ranks resume from those checkpoints with the
-global batch kept (``setup_dataloaders(global_batch_size=12)``). Over the rest of the epoch every
+"""Elastic resumption in real processes (gloo, started by ``fabricx run``): a DDP run (two loader
+workers per rank), an FSDP2 run and an Accelerate-adapter run (two workers) on 2 ranks save in the
+middle of epoch 0 and go on uninterrupted; fresh runs on 1, 3 and 4 ranks resume from those
+checkpoints with the global batch kept (``setup_dataloaders(global_batch_size=12)``; for Accelerate a
+per-process ``batch_size`` of 12 // ranks and ``load_state()``). Over the rest of the epoch every
 remaining sample is seen exactly once across the new ranks, each step holds the samples the
 uninterrupted run's step held, the next epoch is the uninterrupted one, and the final weights match it
-to float tolerance. (Two workers per loader: tests/data/test_elastic_loader.py.)"""
+to float tolerance. All three run one after the other in the same launches."""
 
 from __future__ import annotations
 
@@ -23,11 +25,13 @@ NEW_WORLDS = (1, 3, 4)
 
 
 def _launch(phase: str, world: int, root: Path) -> None:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(find_free_port())}
+    env = dict(os.environ)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "FABRICX_GLOBAL_SEED", "PL_GLOBAL_SEED"):
         env.pop(name, None)
+    launcher = [sys.executable, "-m", "fabricx", "run", "--accelerator", "cpu", "--devices", str(world),
+                "--main-port", str(find_free_port())]
     done = subprocess.run(
-        [sys.executable, str(JOB), phase, str(world), str(root / "ckpt"), str(root / "out")],
+        [*launcher, str(JOB), phase, str(world), str(root / "ckpt"), str(root / "out")],
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, f"{phase} at {world} exited with {done.returncode}:\n{done.stderr[-4000:]}"
@@ -56,7 +60,7 @@ def _global_steps(records: list[dict]) -> list[tuple[int, int, list[int]]]:
     return steps
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "accelerate"])
 @pytest.mark.parametrize("world", NEW_WORLDS)
 def test_resume_at_another_number_of_ranks_deals_the_rest_and_matches_the_uninterrupted_run(runs, strategy, world):
     reference = _global_steps(_records(runs, strategy, "save", 2))
