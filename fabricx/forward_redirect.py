@@ -89,9 +89,10 @@ def guard_direct_call(
     """``method`` checked once: if it runs a submodule with gradients on, it bypassed the strategy.
 
     The first call with gradients enabled puts a forward pre-hook on every submodule; a call that ran
-    any of them raises (mark the method with ``model.mark_forward_method(name)``), a call that ran none
-    adds ``name`` to ``checked`` so later lookups return the method itself. Calls under
-    ``torch.no_grad()`` are not checked (no gradient can go unsynchronised).
+    any of them with gradients on raises (mark the method with ``model.mark_forward_method(name)``), a
+    call that ran none adds ``name`` to ``checked`` so later lookups return the method itself. Calls under
+    ``torch.no_grad()`` are not checked, and layers a method runs under its own ``@torch.no_grad()``
+    do not count (no gradient can go unsynchronised); such a method stays checked on later calls.
 
     Example::
 
@@ -104,21 +105,24 @@ def guard_direct_call(
     def call(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled() or name in checked:
             return method(*args, **kwargs)
-        ran: list[bool] = []
-        handles = [m.register_forward_pre_hook(lambda *_: ran.append(True)) for m in original.modules()]
+        ran: list[bool] = []  # per submodule call: whether it ran with gradients on
+        handles = [
+            m.register_forward_pre_hook(lambda *_: ran.append(torch.is_grad_enabled())) for m in original.modules()
+        ]
         try:
             output = method(*args, **kwargs)
         finally:
             for handle in handles:
                 handle.remove()
-        if ran:
+        if any(ran):
             raise FabricxError(
                 f"{type(original).__name__}.{name}() ran the model's layers outside its set-up forward, so the "
                 "strategy (DDP gradient averaging, FSDP gathering, DeepSpeed, autocast) was skipped and the "
                 f"result would be wrong. Call `model.mark_forward_method({name!r})` after fabric.setup() to send "
                 f"{name}() through forward, or call it under torch.no_grad() if it does not train."
             )
-        checked.add(name)
+        if not ran:
+            checked.add(name)
         return output
 
     call.__name__ = name

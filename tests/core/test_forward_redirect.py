@@ -177,3 +177,24 @@ def test_a_method_that_runs_no_layer_is_checked_once() -> None:
     model = fabric.setup_module(WithHelper())
     assert model.scale(2.0) == 4.0
     assert model.scale == model.module.scale  # checked: later lookups get the method itself
+
+
+def test_a_method_under_its_own_no_grad_decorator_is_allowed_and_stays_checked() -> None:
+    # Lightning's reinforcement-learning example: `@torch.no_grad()` on a method that runs the critic.
+    class WithNoGradHelper(StepNet):
+        @torch.no_grad()
+        def value(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(torch.tanh(self.first(x)))
+
+        def value_then_train(self, x: torch.Tensor, with_grad: bool) -> torch.Tensor:
+            with torch.set_grad_enabled(with_grad):
+                return self.first(x)
+
+    fabric = Fabric(accelerator="cpu", devices=1, precision="bf16-mixed")
+    model = fabric.setup_module(WithNoGradHelper())
+    x = torch.randn(2, 4)
+    assert not model.value(x).requires_grad
+    assert not model.value_then_train(x, with_grad=False).requires_grad
+    assert model.value_then_train != model.module.value_then_train  # ran layers, so still checked next time
+    with pytest.raises(FabricxError, match=r"mark_forward_method\('value_then_train'\)"):
+        model.value_then_train(x, with_grad=True)

@@ -44,6 +44,17 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "call": "main",
         "defaults": {"train": {"max_epochs": 1}},
     },
+    "reinforcement_learning": {
+        "file": "rl_example/train_fabric.py",
+        "package": "rl_example/rl",  # copied (imports rewritten) into the work directory, imported as `rl`
+        "argv": [
+            "--num-envs=2",
+            "--num-steps=16",
+            "--total-timesteps=64",
+            "--update-epochs=2",
+            "--per-rank-batch-size=16",
+        ],
+    },
     "dcgan": {
         "file": "dcgan_train_fabric.py",
         "call": "main",
@@ -54,7 +65,9 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 _DATA_SOURCES = {"from lightning.pytorch.demos import": "from demos_standin import"}
 _FABRIC_IMPORTS = {
     "from lightning.fabric import": "from fabricx import",
+    "from lightning.fabric.": "from fabricx.",
     "import lightning as L": "import fabricx as L",
+    "from lightning.pytorch import LightningModule": "from fabricx.train import TrainModule as LightningModule",
 }
 
 
@@ -98,6 +111,13 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
     printed = io.StringIO()
     workdir.mkdir(parents=True, exist_ok=True)
     previous_cwd, previous_argv = Path.cwd(), sys.argv
+    package = spec.get("package")
+    if package is not None:
+        target = workdir / Path(package).name
+        target.mkdir(exist_ok=True)
+        for module in sorted((HERE / package).glob("*.py")):
+            (target / module.name).write_text(source_for(framework, f"{package}/{module.name}"))
+        sys.path.insert(0, str(workdir))
     os.chdir(workdir)
     sys.argv = [spec["file"], *spec.get("argv", [])]
     start = time.perf_counter()
@@ -111,6 +131,11 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
                         _set_default(namespace[function], key, value)
                 namespace[spec["call"]]()
     finally:
+        if package is not None:
+            sys.path.remove(str(workdir))
+            prefix = Path(package).name
+            for loaded in [key for key in sys.modules if key == prefix or key.startswith(prefix + ".")]:
+                del sys.modules[loaded]
         handle.remove()
         os.chdir(previous_cwd)
         sys.argv = previous_argv

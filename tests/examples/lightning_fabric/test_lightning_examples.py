@@ -9,10 +9,14 @@ process (one launch per framework and process count), and both frameworks' launc
 The comparison is bit for bit: after every optimizer step the runner digests the bytes of the parameters, so the
 records match only if every step's weights are identical, and every printed line (losses, accuracies) must match.
 
-Not here: ``build_your_own_trainer`` (its trainer subclasses Lightning's ``LightningModule`` API and imports
-Lightning's private ``_unwrap_objects``), ``tensor_parallel`` and ``fp8_distributed_transformer`` (CUDA only:
-``accelerator="cuda", devices=4`` and Transformer Engine), ``meta_learning`` (needs ``learn2learn``) and
-``reinforcement_learning`` (needs ``gymnasium`` environments and their rendering).
+``reinforcement_learning`` is ``train_fabric.py`` with its ``rl`` package (``rl_example/``): its agent is a
+``LightningModule`` whose ``self.logger`` is the Fabric's, so for fabricx the agent's base becomes
+``fabricx.train.TrainModule`` (``from lightning.pytorch import LightningModule`` is the import that changes); it runs
+CartPole from ``gymnasium``.
+
+Not here: ``build_your_own_trainer`` (fails on Lightning 2.6.6 itself: ``lightning.fabric.utilities.types`` has no
+``LRScheduler`` any more), ``tensor_parallel`` and ``fp8_distributed_transformer`` (CUDA only: they hard-code
+``accelerator="cuda"`` with 4 GPUs, and Transformer Engine), ``meta_learning`` (needs ``learn2learn``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,13 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[2]
 RUNNER = HERE / "example_runner.py"
 
-ONE_PROCESS = ["image_classifier", "kfold_cv", "language_model", "dcgan"]  # dcgan hard-codes devices=1
-TWO_PROCESSES = ["image_classifier", "language_model", "kfold_cv"]
+ONE_PROCESS = ["image_classifier", "kfold_cv", "language_model", "reinforcement_learning", "dcgan"]
+TWO_PROCESSES = ["image_classifier", "language_model", "kfold_cv"]  # dcgan hard-codes devices=1
+# Lightning refuses the reinforcement-learning example under DDP (see the 2-process test), so only fabricx runs it.
+TWO_PROCESSES_FABRICX_ONLY = ["reinforcement_learning"]
+# What each prints with numbers in it (the reinforcement-learning example writes only to TensorBoard; with gymnasium
+# 1.x it prints no episode lines).
+PRINTS_RESULTS = {"image_classifier", "kfold_cv", "language_model", "dcgan"}
 
 
 def _command(framework: str, devices: int, out: Path, names: list[str]) -> list[str]:
@@ -44,7 +53,9 @@ def _command(framework: str, devices: int, out: Path, names: list[str]) -> list[
     return [sys.executable, "-m", "fabricx", *flags, *runner]
 
 
-def _run_both(tmp_path: Path, devices: int, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _run_both(
+    tmp_path: Path, devices: int, names: list[str], fabricx_only: tuple[str, ...] = ()
+) -> dict[str, list[dict[str, Any]]]:
     """Launches Lightning's and fabricx's runs side by side; returns each framework's per-rank records."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE / "stand_ins"), str(REPO), env.get("PYTHONPATH", "")])
@@ -52,7 +63,7 @@ def _run_both(tmp_path: Path, devices: int, names: list[str]) -> dict[str, list[
     launched = {}
     for framework in ("lightning", "fabricx"):
         log = (tmp_path / f"{framework}.log").open("w")
-        command = _command(framework, devices, tmp_path, names)
+        command = _command(framework, devices, tmp_path, [*names, *(fabricx_only if framework == "fabricx" else ())])
         launched[framework] = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     records: dict[str, list[dict[str, Any]]] = {}
     for framework, process in launched.items():
@@ -74,14 +85,15 @@ def test_examples_give_lightnings_weights_and_losses_bit_for_bit(tmp_path):
     records = _run_both(tmp_path, 1, ONE_PROCESS)
     (lightning,), (fabricx,) = records["lightning"], records["fabricx"]
     for name in ONE_PROCESS:
-        assert any(any(ch.isdigit() for ch in line) for line in lightning[name]["printed"]), name
+        if name in PRINTS_RESULTS:
+            assert any(any(ch.isdigit() for ch in line) for line in lightning[name]["printed"]), name
         _assert_identical(lightning[name], fabricx[name], name)
 
 
 @pytest.mark.slow  # four processes importing Lightning / fabricx: about 50 s of CPU
 @pytest.mark.distributed
 def test_examples_on_two_ddp_processes(tmp_path):
-    records = _run_both(tmp_path, 2, TWO_PROCESSES)
+    records = _run_both(tmp_path, 2, TWO_PROCESSES, fabricx_only=tuple(TWO_PROCESSES_FABRICX_ONLY))
     for rank in range(2):
         for name in ("image_classifier", "language_model"):
             _assert_identical(records["lightning"][rank][name], records["fabricx"][rank][name], f"{name}, rank {rank}")
@@ -95,3 +107,9 @@ def test_examples_on_two_ddp_processes(tmp_path):
         assert len(kfold[0]["steps"]) == len(records["lightning"][0]["kfold_cv"]["steps"])
         accuracies = [line for line in kfold[0]["printed"] if "Average acc" in line]
         assert len(accuracies) == 1, kfold[0]["printed"]
+    # reinforcement_learning calls agent.get_action_and_value() under torch.no_grad() and a method decorated with
+    # @torch.no_grad(), both outside forward. Deliberate difference: Lightning refuses any such call under DDP
+    # ("You are calling the method `PPOLightningAgent.get_action_and_value()` from outside the model"), fabricx
+    # refuses only layers run with gradients on (no gradient can miss DDP's averaging), so the example trains.
+    rl = [records["fabricx"][rank]["reinforcement_learning"] for rank in range(2)]
+    assert rl[0]["steps"] and rl[0]["steps"] == rl[1]["steps"], "fabricx: ranks' weights differ"
