@@ -1,8 +1,8 @@
 """Elastic resumption job for test_elastic_processes.py: ``python _elastic_job.py PHASE WORLD CKPT OUT``.
 
-``save``: DDP (two loader workers per rank), FSDP2 and the Accelerate adapter (two workers) on WORLD
-ranks, one after the other in the same processes: 2 epochs with a global batch of 12, a checkpoint after
-the first step of epoch 0 (the run goes on uninterrupted). ``resume``: the same on WORLD ranks from those
+``save``: DDP, FSDP2 and the Accelerate adapter (loader workers: :func:`loader_workers`) on WORLD ranks,
+one after the other in the same processes: 2 epochs with a global batch of 12, a checkpoint after the
+first step of epoch 0 (the run goes on uninterrupted). ``resume``: the same on WORLD ranks from those
 checkpoints (the adapter at 1 and 3 ranks). Each rank writes the sample ids of every step it took and
 the final full weights.
 """
@@ -29,6 +29,14 @@ def dataset() -> TensorDataset:
     return TensorDataset(torch.arange(48), x, x.sum(dim=1, keepdim=True))
 
 
+def loader_workers(strategy_name: str, phase: str, world: int) -> int:
+    """Worker processes per loader: DDP has two (none when resuming at 4 ranks), FSDP2 none (two when
+    resuming at 3), so each strategy resumes with and without workers, and across a change of the count."""
+    if strategy_name == "ddp":
+        return 0 if (phase, world) == ("resume", 4) else 2
+    return 2 if (phase, world) == ("resume", 3) else 0
+
+
 def _model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
@@ -45,7 +53,7 @@ def run(strategy_name: str, phase: str, world: int, ckpt: Path, out: Path) -> No
     fabric.seed_everything(0)
     model = _model()
     model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.05))
-    workers = 2 if strategy_name == "ddp" else 0
+    workers = loader_workers(strategy_name, phase, world)
     loader = fabric.setup_dataloaders(
         DataLoader(dataset(), batch_size=1, shuffle=True, num_workers=workers), global_batch_size=GLOBAL_BATCH
     )
@@ -69,7 +77,7 @@ def run(strategy_name: str, phase: str, world: int, ckpt: Path, out: Path) -> No
         name: (value.full_tensor() if hasattr(value, "full_tensor") else value).detach().clone()
         for name, value in model.state_dict().items()
     }
-    record = {"steps": steps, "weights": weights, "len": len(loader)}
+    record = {"steps": steps, "weights": weights, "len": len(loader), "workers": loader.num_workers}
     _save_record(strategy_name, phase, world, fabric.global_rank, out, record)
     fabric.barrier()
 
@@ -99,7 +107,7 @@ def run_accelerate(phase: str, world: int, ckpt: Path, out: Path) -> None:
             if phase == "save" and (epoch, loader.batches_consumed) == (0, 1):
                 accelerator.save_state(path)
     weights = {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
-    record = {"steps": steps, "weights": weights, "len": len(loader)}
+    record = {"steps": steps, "weights": weights, "len": len(loader), "workers": loader.num_workers}
     _save_record("accelerate", phase, world, accelerator.process_index, out, record)
     accelerator.wait_for_everyone()
 

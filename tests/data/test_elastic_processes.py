@@ -1,11 +1,12 @@
-"""Elastic resumption in real processes (gloo, started by ``fabricx run``): a DDP run (two loader
-workers per rank), an FSDP2 run and an Accelerate-adapter run (two workers) on 2 ranks save in the
-middle of epoch 0 and go on uninterrupted; fresh runs on 1, 3 and 4 ranks resume from those
-checkpoints with the global batch kept (``setup_dataloaders(global_batch_size=12)``; for Accelerate, at 1
-and 3 ranks, a per-process ``batch_size`` of 12 // ranks and ``load_state()``). Over the rest of the epoch every
-remaining sample is seen exactly once across the new ranks, each step holds the samples the
-uninterrupted run's step held, the next epoch is the uninterrupted one, and the final weights match it
-to float tolerance. All three run one after the other in the same launches."""
+"""Elastic resumption in real processes (gloo, started by ``fabricx run``): a DDP run, an FSDP2 run and
+an Accelerate-adapter run on 2 ranks save in the middle of epoch 0 and go on uninterrupted; fresh runs
+on 1, 3 and 4 ranks resume from those checkpoints with the global batch kept
+(``setup_dataloaders(global_batch_size=12)``; for Accelerate, at 1 and 3 ranks, a per-process
+``batch_size`` of 12 // ranks and ``load_state()``). Over the rest of the epoch every remaining sample is
+seen exactly once across the new ranks, each step holds the samples the uninterrupted run's step held,
+the next epoch is the uninterrupted one, and the final weights match it to float tolerance. All three
+run one after the other in the same launches. Two loader workers per rank: DDP everywhere but the
+resume at 4, FSDP2 only at the resume at 3, Accelerate everywhere."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _elastic_job import loader_workers
 
 from fabricx.environments.local import find_free_port
 
@@ -78,7 +80,9 @@ def test_resume_at_another_number_of_ranks_deals_the_rest_and_matches_the_uninte
     assert resumed == reference[1:]
     rest = [i for epoch, _, samples in resumed if epoch == 0 for i in samples]
     assert sorted(rest) == sorted(set(range(48)) - set(reference[0][2]))  # each remaining sample once
-    assert all(record["len"] == 4 for record in records)  # 48 / 12 steps per epoch at every size
+    workers = 2 if strategy == "accelerate" else loader_workers(strategy, "resume", world)
+    # 48 / 12 steps per epoch at every size; the worker count is the one asked for
+    assert all(record["len"] == 4 and record["workers"] == workers for record in records)
     expected = _records(runs, strategy, "save", 2)[0]["weights"]
     for record in records:
         for name, value in expected.items():
