@@ -34,10 +34,10 @@ def _run(loaders, passes: int, stop_after: tuple[int, int] | None = None):
     for number in range(passes):
         iterators = [iter(loader) for loader in loaders]
         while True:
-            try:
-                parts = [next(iterator) for iterator in iterators]
-            except StopIteration:
+            parts = [next(iterator, None) for iterator in iterators]  # every rank's pass runs to its end
+            if all(part is None for part in parts):
                 break
+            assert all(part is not None for part in parts), "the ranks have different numbers of batches"
             steps.append(sorted(i for part in parts for i in part.tolist()))
             if (number, loaders[0].batches_consumed) == stop_after:
                 states = [loader.state_dict() for loader in loaders]
@@ -80,6 +80,13 @@ def test_split_batches_continue_at_another_count():
     reference, states = _run(_loaders(2, batch_size=GLOBAL, split_batches=True), 2, stop_after=(0, 2))
     steps, _ = _run(_resumed(3, states[0], batch_size=GLOBAL, split_batches=True), 2)
     assert steps == reference[2:]
+
+
+def test_a_seedable_sampler_continues_at_another_count_and_keeps_its_epoch_order():
+    options = {"use_seedable_sampler": True, "data_seed": 7}
+    reference, states = _run(_loaders(2, **options), 3, stop_after=(1, 2))  # inside the second pass
+    steps, _ = _run(_resumed(4, states[0], **options), 2)
+    assert steps == reference[6:]
 
 
 def test_rest_of_a_pass_is_dealt_in_turn_with_the_last_round_completed_from_the_start():
