@@ -4,8 +4,8 @@ Fabric or through fabricx, and records what each did.
 Usage: ``python example_runner.py FRAMEWORK OUT_DIR EXAMPLE [EXAMPLE ...]`` (also under ``fabric run`` /
 ``fabricx run``, one record file per rank). For fabricx only the script's imports change (``lightning.fabric`` and
 ``lightning`` become ``fabricx``). The data sources are stand-ins (``stand_ins/``) and the sizes are shrunk through
-the scripts' own knobs: command-line flags, module-level settings, function defaults. Their training code runs as
-shipped.
+the scripts' own knobs: command-line flags, module-level settings, function defaults, and (for the 4-GPU
+tensor-parallel script) forced constructor arguments. Their training code runs as shipped.
 
 For every example the record holds the printed lines and, after every optimizer step, a digest of the bytes of
 that optimizer's parameters, so two records agree only where the weights are bit for bit the same.
@@ -55,6 +55,19 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             "--per-rank-batch-size=16",
         ],
     },
+    "tensor_parallel": {
+        "file": "tp_example/train.py",
+        "modules": ["tp_example/data.py", "tp_example/model.py", "tp_example/parallelism.py"],
+        "call": "train",
+        "seed": 0,  # the script seeds nothing; both runs start from the same global generator state
+        # The script asks for 4 GPUs (2 x 2 mesh) and a 4096-wide model: on CPU, tensor parallelism over the two
+        # processes and a small model (the dataset's vocabulary follows `model_args.vocab_size`).
+        "force": {
+            "L.Fabric": {"accelerator": "cpu", "devices": 2},
+            "ModelParallelStrategy": {"data_parallel_size": 1, "tensor_parallel_size": 2},
+            "ModelArgs": {"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "multiple_of": 16},
+        },
+    },
     "dcgan": {
         "file": "dcgan_train_fabric.py",
         "call": "main",
@@ -88,8 +101,39 @@ def _digest(optimizer: torch.optim.Optimizer) -> str:
     hasher = hashlib.sha256()
     for group in optimizer.param_groups:
         for param in group["params"]:
-            hasher.update(param.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            local = param.detach()
+            local = local.to_local() if hasattr(local, "to_local") else local  # this rank's shard of a DTensor
+            hasher.update(local.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return hasher.hexdigest()[:20]
+
+
+def _forcing(factory: Any, forced: dict[str, Any]) -> Any:
+    """``factory`` called with ``forced`` keyword arguments replacing whatever the script passes."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return factory(*args, **{**kwargs, **forced})
+
+    return call
+
+
+class _Overlay:
+    """A module seen through a few replaced attributes (``L.Fabric`` with forced arguments)."""
+
+    def __init__(self, module: Any, replaced: dict[str, Any]) -> None:
+        self._module, self._replaced = module, replaced
+
+    def __getattr__(self, name: str) -> Any:
+        return self._replaced[name] if name in self._replaced else getattr(self._module, name)
+
+
+def _apply_forced(namespace: dict[str, Any], force: dict[str, dict[str, Any]]) -> None:
+    for target, forced in force.items():
+        owner, _, name = target.rpartition(".")
+        if owner:
+            module = namespace[owner]
+            namespace[owner] = _Overlay(module, {name: _forcing(getattr(module, name), forced)})
+        else:
+            namespace[name] = _forcing(namespace[name], forced)
 
 
 def _set_default(function: Any, name: str, value: Any) -> None:
@@ -111,6 +155,11 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
     printed = io.StringIO()
     workdir.mkdir(parents=True, exist_ok=True)
     previous_cwd, previous_argv = Path.cwd(), sys.argv
+    for module_file in spec.get("modules", []):  # the script's own flat modules (``from model import ...``)
+        (workdir / Path(module_file).name).write_text(source_for(framework, module_file))
+    flat = [Path(module_file).stem for module_file in spec.get("modules", [])]
+    if flat:
+        sys.path.insert(0, str(workdir))
     package = spec.get("package")
     if package is not None:
         target = workdir / Path(package).name
@@ -119,18 +168,26 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
             (target / module.name).write_text(source_for(framework, f"{package}/{module.name}"))
         sys.path.insert(0, str(workdir))
     os.chdir(workdir)
-    sys.argv = [spec["file"], *spec.get("argv", [])]
+    if "argv" in spec:  # the script parses its flags; a script called as a function sees the runner's own command
+        sys.argv = [spec["file"], *spec["argv"]]  # line, so a `fabric.launch()` that re-runs it starts the runner
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(printed):
             exec(code, namespace)
             if "call" in spec:
                 namespace.update(spec.get("settings", {}))
+                _apply_forced(namespace, spec.get("force", {}))
+                if "seed" in spec:
+                    torch.manual_seed(spec["seed"])
                 for function, values in spec.get("defaults", {}).items():
                     for key, value in values.items():
                         _set_default(namespace[function], key, value)
                 namespace[spec["call"]]()
     finally:
+        if flat:
+            sys.path.remove(str(workdir))
+            for loaded in flat:
+                sys.modules.pop(loaded, None)
         if package is not None:
             sys.path.remove(str(workdir))
             prefix = Path(package).name
@@ -145,7 +202,8 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    framework, out_dir, names = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+    sys.argv[0] = str(Path(sys.argv[0]).resolve())  # the examples run in their own directories
+    framework, out_dir, names = sys.argv[1], Path(sys.argv[2]).resolve(), sys.argv[3:]
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
     records = {name: run_example(framework, name, out_dir / f"{framework}-work-{rank}" / name) for name in names}

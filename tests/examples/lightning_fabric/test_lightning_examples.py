@@ -14,9 +14,14 @@ records match only if every step's weights are identical, and every printed line
 ``fabricx.train.TrainModule`` (``from lightning.pytorch import LightningModule`` is the import that changes); it runs
 CartPole from ``gymnasium``.
 
+``tensor_parallel`` (``tp_example/``) asks for 4 GPUs in a 2 x 2 mesh and a 4096-wide Llama: the runner forces
+``Fabric(accelerator="cpu", devices=2)``, a 1 x 2 mesh (tensor parallelism only) and a small ``ModelArgs``, and seeds
+the global generator (the script seeds nothing). It is started with plain ``python``: its ``fabric.launch()``
+starts the second process, as the script expects.
+
 Not here: ``build_your_own_trainer`` (fails on Lightning 2.6.6 itself: ``lightning.fabric.utilities.types`` has no
-``LRScheduler`` any more), ``tensor_parallel`` and ``fp8_distributed_transformer`` (CUDA only: they hard-code
-``accelerator="cuda"`` with 4 GPUs, and Transformer Engine), ``meta_learning`` (needs ``learn2learn``).
+``LRScheduler`` any more), ``fp8_distributed_transformer`` (float8 training through torchao needs a recent CUDA GPU)
+and ``meta_learning`` (needs ``learn2learn``).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def _command(framework: str, devices: int, out: Path, names: list[str]) -> list[
 
 
 def _run_both(
-    tmp_path: Path, devices: int, names: list[str], fabricx_only: tuple[str, ...] = ()
+    tmp_path: Path, devices: int, names: list[str], fabricx_only: tuple[str, ...] = (), ranks: int | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """Launches Lightning's and fabricx's runs side by side; returns each framework's per-rank records."""
     env = dict(os.environ)
@@ -70,7 +75,7 @@ def _run_both(
         returncode = process.wait(timeout=600)
         log_text = (tmp_path / f"{framework}.log").read_text()
         assert returncode == 0, f"{framework} run failed:\n{log_text[-4000:]}"
-        files = [tmp_path / f"{framework}-rank{rank}.json" for rank in range(devices)]
+        files = [tmp_path / f"{framework}-rank{rank}.json" for rank in range(ranks or devices)]
         records[framework] = [json.loads(file.read_text()) for file in files]
     return records
 
@@ -113,3 +118,12 @@ def test_examples_on_two_ddp_processes(tmp_path):
     # refuses only layers run with gradients on (no gradient can miss DDP's averaging), so the example trains.
     rl = [records["fabricx"][rank]["reinforcement_learning"] for rank in range(2)]
     assert rl[0]["steps"] and rl[0]["steps"] == rl[1]["steps"], "fabricx: ranks' weights differ"
+
+
+@pytest.mark.slow  # two processes per framework, 16 tensor-parallel steps: about 30 s of CPU
+@pytest.mark.distributed
+def test_tensor_parallel_example_on_two_processes(tmp_path):
+    records = _run_both(tmp_path, 1, ["tensor_parallel"], ranks=2)  # the script's launch() starts rank 1
+    for rank in range(2):
+        lightning, fabricx = (records[framework][rank]["tensor_parallel"] for framework in ("lightning", "fabricx"))
+        _assert_identical(lightning, fabricx, f"tensor_parallel, rank {rank}")
