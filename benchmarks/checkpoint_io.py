@@ -6,12 +6,18 @@ atomic rename), which ``torch.save`` does not; ``torch_save_fsync`` is the basel
 same way, so the cost of durability and the cost of fabricx can be told apart.
 
 Blocking: the model's weights plus Adam's two moments (3x the weights, ~600 MB) are saved the way a
-training loop would, and the time the call blocks is compared with ``torch.save`` + fsync of the same
-state in the same run: ``fabric.save`` (synchronous, durable when it returns) and
-``fabric.save(..., async_save=True)`` (returns once the state is copied to host memory; the write and
-the commit run in a background thread, reported as ``async_background_s``). The peak extra resident
-memory of each, sampled every few milliseconds, is reported in MB and as a multiple of the state (the
-host buffers an asynchronous save keeps for reuse by the next one count as extra memory).
+training loop would, and the time the loop is blocked is compared with ``torch.save`` + fsync of the
+same state in the same run: ``fabric.save`` (synchronous, durable when it returns) and
+``fabric.save(..., async_save=True)``. The asynchronous save returns once buffers, gradients and values
+are copied; parameters and optimizer state are copied by the background thread while the loop runs the
+next training step (forward and backward of a 16-row batch), whose ``optimizer.step()`` waits until that
+copy is done. Its blocked time is the call plus that wait (``async_call_s`` + ``async_step_wait_s``);
+``async_first_step_s`` is the whole first step after the call against ``train_step_s`` without a save (it
+includes the wait and the background thread's competition for the CPU); ``async_staged_s`` is the time
+from the call until the copy is done (what a step following at once would wait for:
+``blocked_async_worst_ratio``); the write and the commit are ``async_background_s``. The peak extra
+resident memory of each save, sampled every few milliseconds, is reported in MB and as a multiple of the
+state (the host buffers an asynchronous save keeps for reuse by the next one count as extra memory).
 
 Run: ``python -m benchmarks.checkpoint_io [--megabytes 200 --repeats 3]``
 """
@@ -110,8 +116,15 @@ def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, floa
     root = Path(tempfile.mkdtemp(prefix="fabricx-bench-block-"))
     durable_file = root / "durable.pt"
     counter = iter(range(10**6))
-    samples: dict[str, list[float]] = {"torch_fsync": [], "sync": [], "async": [], "async_background": []}
+    names = ("torch_fsync", "sync", "async", "async_call", "async_step_wait", "async_first_step", "train_step")
+    samples: dict[str, list[float]] = {name: [] for name in (*names, "async_staged", "async_background")}
     peaks: dict[str, list[int]] = {"torch_fsync": [], "sync": [], "async": []}
+    batch = torch.randn(16, 1024)
+
+    def train_step() -> None:
+        fabric.backward(model(batch).square().mean())
+        optimizer.step()
+        optimizer.zero_grad()
 
     def torch_fsync() -> None:
         torch.save(plain, durable_file)
@@ -129,6 +142,7 @@ def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, floa
         handle = fabric.save(fresh_dir(), state, async_save=True)
         assert handle is not None
         handle.wait()
+        train_step()
         for _ in range(repeats):
             peak: dict[str, int] = {}
             with _peak_rss(peak):
@@ -143,11 +157,24 @@ def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, floa
             with _peak_rss(peak):
                 start = time.perf_counter()
                 handle = fabric.save(target, state, async_save=True)
-                samples["async"].append(time.perf_counter() - start)
                 assert handle is not None
+                handle.wait_staged()  # what a step right after the call would wait for
+                samples["async_staged"].append(time.perf_counter() - start)
                 handle.wait()
                 samples["async_background"].append(time.perf_counter() - start)
             peaks["async"].append(peak["extra"] + held)
+            # The loop goes on after an asynchronous save: the call, then the next step (which may wait).
+            samples["train_step"].append(_timed(train_step))
+            target = fresh_dir()
+            start = time.perf_counter()
+            handle = fabric.save(target, state, async_save=True)
+            call = time.perf_counter() - start
+            assert handle is not None
+            samples["async_first_step"].append(_timed(train_step))
+            samples["async_call"].append(call)
+            samples["async_step_wait"].append(handle.step_wait_s)
+            samples["async"].append(call + handle.step_wait_s)
+            handle.wait()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     seconds = {name: statistics.median(values) for name, values in samples.items()}
@@ -156,6 +183,8 @@ def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, floa
         result[f"{name}_s"] = value
     result["blocked_sync_ratio"] = seconds["sync"] / seconds["torch_fsync"]
     result["blocked_async_ratio"] = seconds["async"] / seconds["torch_fsync"]
+    # If the next optimizer.step() came at once (no forward/backward in between): the whole copy blocks.
+    result["blocked_async_worst_ratio"] = seconds["async_staged"] / seconds["torch_fsync"]
     for name, values in peaks.items():
         result[f"peak_extra_{name}_mb"] = max(values) / 1e6
     result["peak_extra_sync_state_ratio"] = max(peaks["sync"]) / 1e6 / state_mb

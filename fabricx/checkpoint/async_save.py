@@ -1,10 +1,13 @@
 """``fabric.save(..., async_save=True)``: the checkpoint pipeline with its writing moved off the training loop.
 
 In the foreground every rank turns its state into checkpoint contents (as a synchronous save does),
-copies them to host memory (:func:`~fabricx.checkpoint.background.stage_to_host`) and rank 0 creates
-the temporary directory. A background thread then writes the files, makes them durable, and the
-ranks agree (on a dedicated gloo group) that every one of them succeeded before rank 0 commits. A
-failure on any rank, or a crash, leaves the checkpoint uncommitted: the previous one stays the latest.
+copies them to host memory (:func:`~fabricx.checkpoint.background.stage_to_host_deferred`) and rank 0
+creates the temporary directory. The parameters and optimizer state of the optimizers in the state are
+copied at the start of the background thread instead, and the next ``optimizer.step()`` waits for that
+copy (:mod:`~fabricx.checkpoint.step_guard`), so the call returns at once and forward/backward go on
+meanwhile. The background thread then writes the files, makes them durable, and the ranks agree (on a
+dedicated gloo group) that every one of them succeeded before rank 0 commits. A failure on any rank,
+or a crash, leaves the checkpoint uncommitted: the previous one stays the latest.
 
 Example::
 
@@ -24,12 +27,13 @@ from fabricx.checkpoint.background import (
     _pool,
     agree,
     background_group,
-    stage_to_host,
+    stage_to_host_deferred,
     start_background_save,
     wait_for_pending_save,
 )
 from fabricx.checkpoint.fabric_state import _claimed, _io, _storage, split_state
 from fabricx.checkpoint.format import CheckpointWriter
+from fabricx.checkpoint.step_guard import StagingGuard, guarded_storages
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -67,9 +71,13 @@ def save_fabric_checkpoint_async(
     distributed = strategy.world_size > 1
     group = background_group()
     buffers: list = []
-    shared_copy = stage_to_host(shared, reuse=buffers) if strategy.is_global_zero else {}
+    deferred = guarded_storages(plain.values())  # copied in the background; optimizer.step() waits for it
+    finish_shared: Callable[[], None] = _nothing
+    shared_copy: dict = {}
+    if strategy.is_global_zero:
+        shared_copy, finish_shared = stage_to_host_deferred(shared, deferred, reuse=buffers)
     del shared
-    rank_copy = stage_to_host(per_rank, reuse=buffers)
+    rank_copy, finish_rank = stage_to_host_deferred(per_rank, deferred, reuse=buffers)
     token = strategy.broadcast(uuid.uuid4().hex) if distributed else None
 
     def barrier() -> None:
@@ -100,13 +108,36 @@ def save_fabric_checkpoint_async(
         _pool.give_back(buffers)
         raise
 
+    guard = StagingGuard() if deferred else None
+
+    def finish_staging() -> None:
+        try:
+            finish_shared()
+            finish_rank()
+        finally:
+            if guard is not None:
+                guard.release()  # optimizer steps may change the originals again
+
     def job() -> None:
         try:
-            _write_and_commit(writer, shared_copy, rank_copy, finish_claimed, group)
+            _write_and_commit(writer, shared_copy, rank_copy, finish_claimed, group, finish_staging)
         finally:
+            if guard is not None:
+                guard.release()
             _pool.give_back(buffers)  # the next save (which waits for this one) copies into them
 
-    return start_background_save(path, job)
+    try:
+        handle = start_background_save(path, job)
+    except BaseException:
+        if guard is not None:
+            guard.release()
+        raise
+    handle._guard = guard
+    return handle
+
+
+def _nothing() -> None:
+    return None
 
 
 def _write_and_commit(
@@ -115,10 +146,13 @@ def _write_and_commit(
     per_rank: dict,
     finish_claimed: Callable[[], dict[str, Any]],
     group: Any,
+    finish_staging: Callable[[], None] = _nothing,
 ) -> None:
-    """Background: write this rank's files, make them durable, agree that every rank did, commit (rank 0)."""
+    """Background: finish the host copy, write this rank's files, make them durable, agree that every rank
+    did, commit (rank 0)."""
     error: BaseException | None = None
     try:
+        finish_staging()
         shared.update(finish_claimed())
         writer.write_shared(shared)
         writer.write_rank(per_rank)

@@ -39,6 +39,7 @@ __all__ = [
     "pending_save",
     "release_staging_buffers",
     "stage_to_host",
+    "stage_to_host_deferred",
     "start_background_save",
     "wait_for_pending_save",
 ]
@@ -67,6 +68,7 @@ class AsyncSave:
         self._thread: threading.Thread | None = None
         self._callbacks: list[Callable[[], Any]] | None = []
         self._callbacks_lock = threading.Lock()
+        self._guard: Any = None
         self.started = time.perf_counter()
         self.seconds: float | None = None
 
@@ -101,6 +103,26 @@ class AsyncSave:
     def done(self) -> bool:
         """Whether the background write has finished (committed or failed)."""
         return self._finished.is_set()
+
+    def wait_staged(self, timeout: float | None = None) -> bool:
+        """Block until the state of the save call is copied to host memory (parameters and optimizer
+        state are copied in the background; the next ``optimizer.step()`` waits for this by itself).
+        Returns whether the copy finished within ``timeout``; afterwards the state may change freely.
+
+        Example::
+
+            handle = fabric.save("ckpt", state, async_save=True)
+            handle.wait_staged()
+            model.weight.data.zero_()  # in-place change outside optimizer.step(): safe now
+        """
+        guard = self._guard
+        return True if guard is None else guard.wait(timeout)
+
+    @property
+    def step_wait_s(self) -> float:
+        """Seconds ``optimizer.step()`` calls were held until the background copy of the state finished."""
+        guard = self._guard
+        return 0.0 if guard is None else guard.waited_s
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the checkpoint is committed and return its path.
@@ -255,6 +277,29 @@ def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | Non
     return stager.fill(structure)
 
 
+def stage_to_host_deferred(
+    obj: Any,
+    deferred: frozenset[tuple[str, int]],
+    *,
+    pin_memory: bool | None = None,
+    reuse: list | None = None,
+) -> tuple[Any, Callable[[], None]]:
+    """:func:`stage_to_host`, except that tensors whose memory is in ``deferred`` (``(device, storage
+    address)`` pairs, see :func:`~fabricx.checkpoint.step_guard.guarded_storages`) get their host buffer now
+    and their copy only when the returned function runs (in the background thread). That function raises
+    :class:`CheckpointError` if such a tensor was changed in place (its version counter moved) in between.
+
+    Example::
+
+        staged, finish = stage_to_host_deferred(state, guarded_storages([optimizer]))
+        finish()  # before ``staged`` is written, and before the optimizer steps again
+    """
+    stager = _Stager(pin_memory, reuse, deferred)
+    structure = stager.walk(obj, "")
+    stager.copy()
+    return stager.fill(structure), stager.finish_deferred
+
+
 class _Slot:
     __slots__ = ("index",)
 
@@ -263,11 +308,17 @@ class _Slot:
 
 
 class _Stager:
-    def __init__(self, pin_memory: bool | None, reuse: list | None = None) -> None:
+    def __init__(
+        self, pin_memory: bool | None, reuse: list | None = None, deferred: frozenset[tuple[str, int]] = frozenset()
+    ) -> None:
         self.pin = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.reuse = reuse
+        self.deferred_storages = deferred
         self.tensors: list[torch.Tensor] = []
+        self.paths: list[str] = []
         self.copies: list[torch.Tensor | None] = []
+        # (host target, source, [(tensor, its version counter at the save call, its path in the state)])
+        self.pending: list[tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, int, str]]]] = []
         self._active: set[int] = set()
 
     def walk(self, value: Any, path: str) -> Any:
@@ -320,6 +371,7 @@ class _Stager:
                 f"Cannot save state{path}: it is a tensor on the meta device and has no data. Materialize it first."
             )
         self.tensors.append(tensor.detach())
+        self.paths.append(path)
         return _Slot(len(self.tensors) - 1)
 
     def copy(self) -> None:
@@ -333,20 +385,38 @@ class _Stager:
             else:
                 groups.setdefault((str(tensor.device), storage.data_ptr()), []).append(index)
         devices = set()
-        for indices in groups.values():
+        for key, indices in groups.items():
+            defer = key in self.deferred_storages
             views: dict[tuple, list[int]] = {}
             for index in indices:
                 views.setdefault(_view_key(self.tensors[index]), []).append(index)
             if len(views) == 1:
-                copy = self._host_copy(self.tensors[indices[0]])
+                copy = self._host_copy(self.tensors[indices[0]], self.paths[indices[0]] if defer else None)
                 for index in indices:
                     self.copies[index] = copy
             else:
-                self._copy_span(indices)
-            devices.add(self.tensors[indices[0]].device)
-        for device in devices:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+                self._copy_span(indices, defer)
+            if not defer:
+                devices.add(self.tensors[indices[0]].device)
+        _synchronize(devices)
+
+    def finish_deferred(self) -> None:
+        """Copy the deferred tensors (in the background); refuse any that changed since the save call."""
+        pending, self.pending = self.pending, []
+        devices = set()
+        for target, source, _ in pending:
+            target.copy_(source, non_blocking=source.device.type != "cpu")
+            devices.add(source.device)
+        _synchronize(devices)
+        changed = [path for _, _, checks in pending for tensor, version, path in checks if tensor._version != version]
+        if changed:
+            shown = ", ".join(f"state{path}" for path in changed[:3]) + (" ..." if len(changed) > 3 else "")
+            raise CheckpointError(
+                f"{shown} changed in place after the asynchronous save was called and before it was copied, "
+                "outside optimizer.step() (which waits for the copy). The save was not committed. Call "
+                "handle.wait_staged() before such changes, or switch the deferred copy off with "
+                "fabricx.checkpoint.step_guard.defer_optimizer_tensors(False)."
+            )
 
     def _host_tensor(self, shape: Any, dtype: torch.dtype, on_accelerator: bool) -> torch.Tensor:
         pinned = self.pin and on_accelerator
@@ -360,17 +430,20 @@ class _Stager:
         self.reuse.append((buffer, pinned))
         return buffer.view(dtype).view(shape)
 
-    def _host_copy(self, tensor: torch.Tensor) -> torch.Tensor:
+    def _host_copy(self, tensor: torch.Tensor, deferred_path: str | None = None) -> torch.Tensor:
         if tensor.layout != torch.strided:
             return tensor.to("cpu", copy=True)
         source = tensor.resolve_conj().resolve_neg()
         target = self._host_tensor(source.shape, source.dtype, source.device.type != "cpu")
-        target.copy_(source, non_blocking=source.device.type != "cpu")
+        if deferred_path is not None:
+            self.pending.append((target, source, [(tensor, tensor._version, deferred_path)]))
+        else:
+            target.copy_(source, non_blocking=source.device.type != "cpu")
         if isinstance(tensor, torch.nn.Parameter):
             return torch.nn.Parameter(target, requires_grad=tensor.requires_grad)
         return target
 
-    def _copy_span(self, indices: list[int]) -> None:
+    def _copy_span(self, indices: list[int], defer: bool = False) -> None:
         # Different views of one memory region: copy the bytes they cover once and rebuild each view.
         tensors = [self.tensors[i] for i in indices]
         sizes = [t.element_size() for t in tensors]
@@ -383,7 +456,14 @@ class _Stager:
         raw = torch.empty(0, dtype=torch.uint8, device=tensors[0].device)
         raw.set_(storage, 0, (storage.nbytes(),), (1,))
         span = self._host_tensor((end - begin,), torch.uint8, raw.device.type != "cpu")
-        span.copy_(raw[begin:end], non_blocking=raw.device.type != "cpu")
+        if defer:
+            # The raw byte view has a version counter of its own: check every view's.
+            checks = [
+                (tensor, tensor._version, self.paths[index]) for index, tensor in zip(indices, tensors, strict=True)
+            ]
+            self.pending.append((span, raw[begin:end], checks))
+        else:
+            span.copy_(raw[begin:end], non_blocking=raw.device.type != "cpu")
         for index, tensor, start, size in zip(indices, tensors, starts, sizes, strict=True):
             view = torch.empty(0, dtype=tensor.dtype)
             view.set_(span.untyped_storage(), (start - begin) // size, tensor.shape, tensor.stride())
@@ -405,6 +485,12 @@ class _Stager:
         if isinstance(structure, tuple):
             return tuple(self.fill(item) for item in structure)
         return structure
+
+
+def _synchronize(devices: set[torch.device]) -> None:
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
 
 def _view_key(tensor: torch.Tensor) -> tuple:

@@ -624,6 +624,28 @@ class _EngineEntries(EntryStorage):
             )
         return {}
 
+    def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Callable[[], dict]:
+        """Like :meth:`save`, but the engines' files are serialized into memory now and written by the
+        background thread (see :mod:`fabricx.strategies.deepspeed_async`)."""
+        from fabricx.strategies.deepspeed_async import EngineFiles
+
+        files = EngineFiles()
+        models, _, _ = self.strategy._split_engine_state(entries)
+        for key, engine in models.items():
+            with files.capture(engine):
+                engine.save_checkpoint(
+                    os.fspath(staging / ENGINE_FOLDER),
+                    tag=key,
+                    save_latest=False,
+                    exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
+                )
+
+        def finish() -> dict[str, Any]:
+            files.write()
+            return {}
+
+        return finish
+
     def load(self, loaded: Any, entries: dict[str, Any], strict: bool) -> None:
         models, optimizer_keys, _ = self.strategy._split_engine_state(entries, require_models=False)
         saved = _saved_models(loaded.meta)

@@ -3,8 +3,9 @@
 It imports torch once, then for every project path read from stdin forks a trainer that resumes from
 the project's latest checkpoint and saves asynchronously in a loop, printing ``saving <step>`` as
 soon as ``fabric.save_checkpoint(..., async_save=True)`` returns (the background write has begun).
-Right after that the trainer overwrites every tensor with garbage, as training would, so a checkpoint
-that captured live memory instead of its staged copy would show it. The helper prints the trainer's
+Right after that the trainer overwrites every tensor with garbage through an optimizer step, as
+training would (the step waits until the save has copied what it changes), so a checkpoint that
+captured live memory instead of its staged copy would show it. The helper prints the trainer's
 pid and, once the test has killed it, its wait status.
 """
 
@@ -32,6 +33,19 @@ def tensors_of(state: dict) -> list[torch.Tensor]:
     return found
 
 
+class Overwrite(torch.optim.Optimizer):
+    """An optimizer whose step sets every tensor it holds to -1: training changing the whole state."""
+
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
+        super().__init__(tensors, {})
+
+    @torch.no_grad()
+    def step(self, closure: object = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for tensor in group["params"]:
+                tensor.fill_(-1.0)
+
+
 def train_forever(project: str) -> None:
     options = json.loads(os.environ.get("FABRICX_TEST_STORAGE_OPTIONS", "null"))
     plugins = None
@@ -50,6 +64,7 @@ def train_forever(project: str) -> None:
     manager = CheckpointManager(project, total_limit=2, io=plugins[0] if plugins else None)
     fabric.load_latest(manager, state)
     step = state["step"]
+    overwrite = Overwrite(tensors_of(state))
     while True:
         step += 1
         with torch.no_grad():
@@ -58,9 +73,7 @@ def train_forever(project: str) -> None:
         state["step"] = step
         fabric.save_checkpoint(manager, state, async_save=True)
         print(f"saving {step}", flush=True)
-        with torch.no_grad():  # training goes on and changes every tensor while the save is written
-            for tensor in tensors_of(state):
-                tensor.fill_(-1.0)
+        overwrite.step()  # training goes on and changes every tensor while the save is written
 
 
 def main() -> None:

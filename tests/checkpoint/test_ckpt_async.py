@@ -84,11 +84,12 @@ def test_async_save_writes_the_state_of_the_call_while_training_goes_on(tmp_path
     moments = [value["exp_avg"].clone() for value in optimizer.state.values()]
     handle = fabric.save(tmp_path / "ckpt", {"model": model, "optimizer": optimizer, "step": 7}, async_save=True)
     assert isinstance(handle, AsyncSave)
-    with torch.no_grad():  # the next training steps change everything in place
-        for parameter in model.parameters():
-            parameter.add_(1.0)
-        for value in optimizer.state.values():
-            value["exp_avg"].mul_(0.0)
+    for _ in range(2):  # the next training steps change weights and moments in place
+        fabric.backward(model(torch.randn(4, 256)).square().sum())
+        optimizer.step()  # waits until the save has copied what it changes
+        optimizer.zero_grad()
+    assert not torch.equal(model.state_dict()["0.weight"], expected["0.weight"])
+    assert handle.step_wait_s >= 0.0 and handle.wait_staged()
     assert handle.wait() == os.fspath(tmp_path / "ckpt") and handle.done()
     loaded = read_checkpoint(tmp_path / "ckpt").shared
     assert loaded["step"] == 7
@@ -100,6 +101,70 @@ def test_async_save_writes_the_state_of_the_call_while_training_goes_on(tmp_path
     state = {"model": model, "optimizer": optimizer, "step": 0}
     fabric.load(tmp_path / "ckpt", state)
     assert state["step"] == 7 and torch.equal(model.state_dict()["0.weight"], expected["0.weight"])
+
+
+def _hold_background_copy(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The background copy of parameters and optimizer state starts only once the returned event is set."""
+    from fabricx.checkpoint import background
+
+    go = threading.Event()
+    original = background._Stager.finish_deferred
+
+    def held(self: Any) -> None:
+        if self.pending:
+            assert go.wait(60)
+        original(self)
+
+    monkeypatch.setattr(background._Stager, "finish_deferred", held)
+    return go
+
+
+def test_the_next_step_waits_for_the_background_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fabric, model, optimizer = _setup(width=256)
+    expected = model.state_dict()["0.weight"].clone()
+    go = _hold_background_copy(monkeypatch)
+    handle = fabric.save(tmp_path / "ckpt", {"model": model, "optimizer": optimizer}, async_save=True)
+    fabric.backward(model(torch.randn(4, 256)).square().sum())  # forward/backward run meanwhile
+    assert not handle.wait_staged(timeout=0.05)
+    threading.Timer(0.3, go.set).start()
+    optimizer.step()  # held until the copy is done
+    assert handle.step_wait_s >= 0.25 and handle.wait_staged(timeout=0)
+    handle.wait()
+    assert torch.equal(read_checkpoint(tmp_path / "ckpt").shared["model"]["0.weight"], expected)
+    assert not torch.equal(model.state_dict()["0.weight"], expected)
+
+
+def test_in_place_changes_outside_the_step_fail_the_save_or_wait_for_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabricx.checkpoint.step_guard import defer_optimizer_tensors
+
+    fabric, model, optimizer = _setup(width=256)
+    state = {"model": model, "optimizer": optimizer}
+    fabric.save(tmp_path / "ckpt", state)
+    committed = read_checkpoint(tmp_path / "ckpt").shared["model"]["0.weight"].clone()
+    # A weight changed by hand (not by optimizer.step()) before the background copy: refused, never mixed.
+    go = _hold_background_copy(monkeypatch)
+    handle = fabric.save(tmp_path / "ckpt", state, async_save=True)
+    with torch.no_grad():
+        model.module[0].weight.add_(1.0)
+    go.set()
+    with pytest.raises(CheckpointError, match=r"state\['model'\]\['0.weight'\] changed in place"):
+        handle.wait()
+    assert torch.equal(read_checkpoint(tmp_path / "ckpt").shared["model"]["0.weight"], committed)
+    # After wait_staged() the state may change freely; without deferral the call copies everything itself.
+    for defer in (True, False):
+        defer_optimizer_tensors(defer)
+        try:
+            expected = model.state_dict()["0.weight"].clone()
+            handle = fabric.save(tmp_path / f"ckpt_{defer}", state, async_save=True)
+            assert handle.wait_staged(timeout=60)
+            with torch.no_grad():
+                model.module[0].weight.add_(1.0)
+            handle.wait()
+            assert torch.equal(read_checkpoint(tmp_path / f"ckpt_{defer}").shared["model"]["0.weight"], expected)
+        finally:
+            defer_optimizer_tensors(True)
 
 
 def test_next_save_and_load_wait_for_the_unfinished_one(tmp_path: Path) -> None:

@@ -78,10 +78,14 @@ def _weights(fabric: Any, state: dict) -> dict[str, torch.Tensor]:
     return {k: v.detach().float().clone() for k, v in full.items()}
 
 
-def _train(fabric: Any, state: dict, until: int, saves: dict[int, Path] | None = None) -> dict:
-    """Micro-batches state["micro"]+1 .. until, saving after those named in ``saves``."""
+def _train(
+    fabric: Any, state: dict, until: int, saves: dict[int, Path] | None = None, background: bool = False
+) -> dict:
+    """Micro-batches state["micro"]+1 .. until, saving after those named in ``saves`` (``background``: with
+    ``async_save=True``, training going on while the checkpoint is written)."""
     model, optimizer = state["model"], state["optimizer"]
     out: dict = {}
+    handles = []
     while state["micro"] < until:
         x, y = _batch(state["micro"], fabric.global_rank, fabric.world_size)
         with fabric.accumulate(model):
@@ -92,11 +96,14 @@ def _train(fabric: Any, state: dict, until: int, saves: dict[int, Path] | None =
         state["micro"] += 1
         if saves and state["micro"] in saves:
             try:
-                fabric.save(saves[state["micro"]], state)
+                handles.append(fabric.save(saves[state["micro"]], state, async_save=background))
                 out[f"saved_{state['micro']}"] = _weights(fabric, state)
             except Exception as error:  # ZeRO-3 refuses inside a window: keep the message
                 out[f"refused_{state['micro']}"] = f"{type(error).__name__}: {error}"
     out["final"] = _weights(fabric, state)
+    for handle in handles:
+        if handle is not None:
+            handle.wait()
     return out
 
 
@@ -104,7 +111,10 @@ def _train(fabric: Any, state: dict, until: int, saves: dict[int, Path] | None =
 def _two_process_runs(fabric: Any, name: str, root: Path) -> dict:
     state = _setup(fabric)
     saves = {MID: root / f"{name}_mid", BOUNDARY: root / f"{name}_boundary"}
-    return _train(fabric, state, STEPS * ACCUM, saves)
+    out = _train(fabric, state, STEPS * ACCUM, saves, background=True)  # resumed below: the async saves hold
+    out["engine_files_written_by"] = sorted(_ENGINE_FILE_WRITERS)  # what the next micro-batches did not change
+    _ENGINE_FILE_WRITERS.clear()
+    return out
 
 
 def _one_process_runs(fabric: Any, name: str, root: Path) -> dict:
@@ -126,8 +136,9 @@ def _one_process_runs(fabric: Any, name: str, root: Path) -> dict:
         fabric.load(root / f"{name}_mid", _setup(fabric))
     except CheckpointError as error:
         out["mid_window_refused"] = str(error)
-    out["non_strict_remainder"] = sorted(fabric.load(root / f"{name}_boundary", {"model": _setup(fabric)["model"]},
-                                                     strict=False))
+    out["non_strict_remainder"] = sorted(
+        fabric.load(root / f"{name}_boundary", {"model": _setup(fabric)["model"]}, strict=False)
+    )
     return out
 
 
@@ -152,12 +163,32 @@ def _fresh_two_process_resumes(fabric: Any, name: str, root: Path) -> dict:
 _PHASES = {"two": _two_process_runs, "one": _one_process_runs, "resume": _fresh_two_process_resumes}
 
 
+_ENGINE_FILE_WRITERS: set[str] = set()
+
+
+def _record_engine_file_writer() -> None:
+    """Note which thread writes DeepSpeed's engine files of an asynchronous save."""
+    import threading
+
+    from fabricx.strategies.deepspeed_async import EngineFiles
+
+    write = EngineFiles.write
+
+    def recorded(self: Any) -> None:
+        _ENGINE_FILE_WRITERS.add(threading.current_thread().name)
+        write(self)
+
+    EngineFiles.write = recorded  # type: ignore[method-assign]
+
+
 def _child(rank: int, world: int, port: int, phase: str, root: str) -> None:
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
     torch.set_num_threads(1)
     from fabricx import Fabric
+
+    _record_engine_file_writer()
 
     results = {}
     for name in STRATEGIES if phase == "one" else (*STRATEGIES, *EXTRA):
@@ -197,8 +228,12 @@ def _diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("pipeline")
-    return {"two": _launch("two", WORLD, root), "one": _launch("one", 1, root),
-            "resume": _launch("resume", WORLD, root), "root": root}
+    return {
+        "two": _launch("two", WORLD, root),
+        "one": _launch("one", 1, root),
+        "resume": _launch("resume", WORLD, root),
+        "root": root,
+    }
 
 
 @pytest.mark.distributed
@@ -238,6 +273,9 @@ def test_mid_window_saves_resume_bit_identically(runs: dict) -> None:
         assert _diff(resume["mid_final"], two["final"]) == 0.0, name
     for name in (*STRATEGIES, *EXTRA):
         assert _diff(runs["resume"][name]["boundary_final"], runs["two"][name]["final"]) == 0.0, name
+        # The two-process saves were asynchronous; DeepSpeed's engine files were written in the background.
+        writers = runs["two"][name]["engine_files_written_by"]
+        assert writers == (["fabricx-async-save"] if name.startswith("deepspeed") else []), (name, writers)
     # What the ZeRO-2 mid-window checkpoints hold: the optimizer's partitioned running sums (fabric.accumulate)
     # (one per parameter, fp32) or flat fp32 partitions (bf16 weights), and the engine's micro-step (3: inside
     # its second window).

@@ -196,6 +196,8 @@ def test_fabric_save_and_load_on_s3(s3_server: Any, async_save: bool) -> None:
     url = s3_server.url("fabric")
     expected = {k: v.clone() for k, v in state["model"].state_dict().items()}
     handle = fabric.save(url, state, async_save=async_save)
+    if handle is not None:
+        handle.wait_staged()  # weights changed by hand (outside optimizer.step()) only after the copy
     with torch.no_grad():
         state["model"].weight.fill_(3.0)
     if handle is not None:
