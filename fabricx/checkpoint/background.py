@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import sys
 import threading
 import time
@@ -319,6 +320,7 @@ class _Stager:
         self.copies: list[torch.Tensor | None] = []
         # (host target, source, [(tensor, its version counter at the save call, its path in the state)])
         self.pending: list[tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, int, str]]]] = []
+        self.streams: dict[torch.device, Any] = {}  # CUDA device -> the caller's stream at the save call
         self._active: set[int] = set()
 
     def walk(self, value: Any, path: str) -> Any:
@@ -387,6 +389,10 @@ class _Stager:
         devices = set()
         for key, indices in groups.items():
             defer = key in self.deferred_storages
+            device = self.tensors[indices[0]].device
+            if defer and device.type == "cuda" and device not in self.streams:
+                # The background copy runs on the stream the caller's work was queued on, after that work.
+                self.streams[device] = torch.cuda.current_stream(device)
             views: dict[tuple, list[int]] = {}
             for index in indices:
                 views.setdefault(_view_key(self.tensors[index]), []).append(index)
@@ -405,7 +411,9 @@ class _Stager:
         pending, self.pending = self.pending, []
         devices = set()
         for target, source, _ in pending:
-            target.copy_(source, non_blocking=source.device.type != "cpu")
+            stream = self.streams.get(source.device)
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                target.copy_(source, non_blocking=source.device.type != "cpu")
             devices.add(source.device)
         _synchronize(devices)
         changed = [path for _, _, checks in pending for tensor, version, path in checks if tensor._version != version]
