@@ -61,7 +61,9 @@ def guarded_storages(objects: Iterable[Any]) -> frozenset[tuple[str, int]]:
         if not isinstance(inner, Optimizer):
             continue
         tensors = [param for group in inner.param_groups for param in group["params"]]
-        tensors += [value for entry in inner.state.values() for value in entry.values() if torch.is_tensor(value)]
+        for entry in inner.state.values():
+            values = entry.values() if isinstance(entry, dict) else [entry]
+            tensors += [value for value in values if torch.is_tensor(value)]
         for tensor in tensors:
             if tensor.layout == torch.strided and tensor.device.type != "meta":
                 found.add(storage_key(tensor))
