@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -210,10 +211,7 @@ class Strategy(ABC):
         error_if_nonfinite: bool = True,
     ) -> Tensor:
         self.precision.unscale_gradients(optimizer)
-        parameters = _optimizer_parameters(optimizer)
-        return torch.nn.utils.clip_grad_norm_(
-            parameters, max_norm=max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite
-        )
+        return clip_grad_norm(_optimizer_parameters(optimizer), max_norm, norm_type, error_if_nonfinite)
 
     def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float) -> None:
         self.precision.unscale_gradients(optimizer)
@@ -302,7 +300,27 @@ def _local(tensor: Tensor) -> Tensor:
     return cast(Tensor, to_local()) if callable(to_local) else tensor
 
 
-def _optimizer_parameters(optimizer: Optimizer) -> Iterable[Tensor]:
+def clip_grad_norm(
+    parameters: list[Tensor], max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = True
+) -> Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` with the same result, checking for a non-finite norm on one number.
+
+    torch's own check runs three tensor operations per call (a tenth of a small model's step on CPU);
+    reading the norm once is enough.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.nn.utils.get_total_norm(grads, norm_type=norm_type)
+    if error_if_nonfinite and not math.isfinite(total_norm.item()):
+        raise RuntimeError(
+            f"The total norm of order {float(norm_type)} of the gradients is non-finite ({total_norm.item()}), so they "
+            "cannot be clipped. Find the step that produced it (a too high learning rate, a bad batch), or pass "
+            "error_if_nonfinite=False to scale the gradients by the non-finite norm anyway."
+        )
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
+    return total_norm
+
+
+def _optimizer_parameters(optimizer: Optimizer) -> list[Tensor]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
