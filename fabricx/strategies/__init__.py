@@ -23,6 +23,11 @@ def __getattr__(name: str) -> Any:
         from fabricx.utilities.imports import lazy_import
 
         return getattr(lazy_import(_LAZY[name]), name)
+    from fabricx.utilities.imports import submodule
+
+    module = submodule(__name__, name)  # `fabricx.strategies.fsdp.FSDPStrategy` without importing the module first
+    if module is not None:
+        return module
     raise AttributeError(f"module 'fabricx.strategies' has no attribute {name!r}")
 
 

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from fabricx.train.datamodule import DataModule
     from fabricx.train.hparams import AttributeDict
     from fabricx.train.module import TrainModule
+    from fabricx.train.overrides import is_overridden
     from fabricx.train.progress import Progress
     from fabricx.train.trainer import Trainer
 
-__all__ = ["AttributeDict", "CombinedLoader", "DataModule", "Progress", "TrainModule", "Trainer"]
+__all__ = ["AttributeDict", "CombinedLoader", "DataModule", "Progress", "TrainModule", "Trainer", "is_overridden"]
 
 _WHERE = {
     "AttributeDict": "fabricx.train.hparams",
@@ -26,6 +27,7 @@ _WHERE = {
     "Progress": "fabricx.train.progress",
     "TrainModule": "fabricx.train.module",
     "Trainer": "fabricx.train.trainer",
+    "is_overridden": "fabricx.train.overrides",
 }
 
 

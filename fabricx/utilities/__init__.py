@@ -1,1 +1,37 @@
-"""Small helpers shared by every layer of fabricx."""
+"""Small helpers shared by every layer of fabricx.
+
+The rank-zero helpers are reachable from the package, and every module of it as an attribute
+(``fabricx.utilities.types``), as in ``lightning.fabric.utilities``.
+
+Example::
+
+    import fabricx
+
+    fabricx.utilities.rank_zero_warn("only the first process warns")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_print, rank_zero_warn
+
+_RANK_ZERO = ("rank_zero_info", "rank_zero_only", "rank_zero_print", "rank_zero_warn")
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: importing one helper module must not import the others.
+    if name in _RANK_ZERO:
+        from fabricx.utilities import rank_zero
+
+        return getattr(rank_zero, name)
+    from fabricx.utilities.imports import submodule
+
+    module = submodule(__name__, name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return module
+
+
+__all__ = ["rank_zero_info", "rank_zero_only", "rank_zero_print", "rank_zero_warn"]

@@ -65,3 +65,20 @@ def require(name: str, *, extra: str, feature: str) -> ModuleType:
             f"Install it with `pip install 'fabricx[{extra}]'`."
         )
     return lazy_import(name)
+
+
+def submodule(package: str, name: str) -> ModuleType | None:
+    """``package.name`` imported (through :func:`lazy_import`) when it is a module of ``package``, else ``None``.
+
+    A package's ``__getattr__`` uses it so that ``fabricx.strategies.fsdp`` reaches the module without an import
+    statement, as attribute access does in a package that imports its modules eagerly.
+
+    Example::
+
+        fsdp = submodule("fabricx.strategies", "fsdp")
+    """
+    if name.startswith("_"):
+        return None
+    if importlib.util.find_spec(f"{package}.{name}") is None:
+        return None
+    return lazy_import(f"{package}.{name}")

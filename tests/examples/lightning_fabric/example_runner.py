@@ -7,14 +7,16 @@ Usage: ``python example_runner.py FRAMEWORK OUT_DIR EXAMPLE [EXAMPLE ...]`` (als
 the scripts' own knobs: command-line flags, module-level settings, function defaults, and (for the 4-GPU
 tensor-parallel script) forced constructor arguments. Their training code runs as shipped.
 
-For every example the record holds the printed lines and, after every optimizer step, a digest of the bytes of
-that optimizer's parameters, so two records agree only where the weights are bit for bit the same.
+For every example the record holds the printed lines, after every optimizer step a digest of the bytes of that
+optimizer's parameters (so two records agree only where the weights are bit for bit the same), and the paths the
+example wrote (two levels deep).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -68,6 +70,30 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             "ModelArgs": {"vocab_size": 256, "dim": 64, "n_layers": 2, "n_heads": 4, "multiple_of": 16},
         },
     },
+    "build_your_own_trainer": {
+        "file": "byot_example/run.py",
+        "modules": ["byot_example/trainer.py"],
+        "call": "train(MNISTModule())",  # the script's `if __name__ == "__main__":` line
+        "seed": 0,  # the script seeds nothing (torch's own start-up seed differs from run to run)
+        # The example was written against older releases; three of its lines fail on the installed ones, the same
+        # way for both frameworks, so both runs get the same repair (the vendored files stay as shipped):
+        "repairs": {
+            "byot_example/run.py": {
+                # torch 2.13's ReduceLROnPlateau has no `verbose` any more (TypeError).
+                'mode="max", verbose=True)': 'mode="max")',
+                # The trainer's parser reads a dict as a scheduler configuration only, so the shipped dict (with an
+                # "optimizer" key) gives no optimizer and `fit` stops at `assert optimizer is not None`; the
+                # (optimizer, scheduler configuration) pair it does parse carries the same settings.
+                'return {\n            "optimizer": optim,\n': "return optim, {\n",
+            },
+        },
+        # lightning 2.6.6 has no `lightning.fabric.utilities.types.LRScheduler`, which trainer.py's annotations
+        # name at import: for the Lightning run it is set to torch's class (what the example means by it).
+        "lightning_shims": {
+            "lightning.fabric.utilities.types": {"LRScheduler": "torch.optim.lr_scheduler.LRScheduler"},
+        },
+        "force": {"torch.utils.data.DataLoader": {"num_workers": 0}},  # the script starts 4 loader workers
+    },
     "dcgan": {
         "file": "dcgan_train_fabric.py",
         "call": "main",
@@ -77,21 +103,33 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 
 _DATA_SOURCES = {"from lightning.pytorch.demos import": "from demos_standin import"}
 _FABRIC_IMPORTS = {
+    # Lightning's private unwrap helper: fabricx's public `unwrap` does the same for one object.
+    "from lightning.fabric.wrappers import _unwrap_objects": "from fabricx import unwrap as _unwrap_objects",
+    "from lightning.pytorch.utilities.model_helpers import is_overridden": "from fabricx.train import is_overridden",
     "from lightning.fabric import": "from fabricx import",
     "from lightning.fabric.": "from fabricx.",
     "import lightning as L": "import fabricx as L",
     "from lightning.pytorch import LightningModule": "from fabricx.train import TrainModule as LightningModule",
 }
+# Names reached through `import lightning as L` (now `import fabricx as L`): `lightning.fabric.X` is `fabricx.X`, as
+# in the imports above, and a LightningModule is a TrainModule.
+_FABRIC_NAMES = {r"\bL\.fabric\.": "L.", r"\bL\.LightningModule\b": "L.TrainModule"}
 
 
-def source_for(framework: str, file: str) -> str:
-    """The example's text as ``framework`` runs it: data sources swapped for stand-ins, imports for fabricx."""
+def source_for(framework: str, file: str, repairs: dict[str, str] | None = None) -> str:
+    """The example's text as ``framework`` runs it: ``repairs`` made, data sources swapped for stand-ins, imports
+    (and the names reached through ``L``) changed for fabricx."""
     text = (HERE / file).read_text()
+    for old, new in (repairs or {}).items():
+        assert old in text, f"{file}: the repaired text {old!r} is not there any more"
+        text = text.replace(old, new)
     for old, new in _DATA_SOURCES.items():
         text = text.replace(old, new)
     if framework == "fabricx":
         for old, new in _FABRIC_IMPORTS.items():
             text = text.replace(old, new)
+        for pattern, new in _FABRIC_NAMES.items():
+            text = re.sub(pattern, new, text)
         leftover = re.findall(r"^\s*(?:from|import) lightning\b.*$", text, re.M)
         assert not leftover, f"{file} still imports lightning: {leftover}"
     return text
@@ -126,14 +164,30 @@ class _Overlay:
         return self._replaced[name] if name in self._replaced else getattr(self._module, name)
 
 
+def _overlay_path(module: Any, path: list[str], forced: dict[str, Any]) -> _Overlay:
+    """``module`` with ``module.a.b.name`` (``path``) replaced by the forcing factory."""
+    head, *rest = path
+    inner = getattr(module, head)
+    return _Overlay(module, {head: _overlay_path(inner, rest, forced) if rest else _forcing(inner, forced)})
+
+
 def _apply_forced(namespace: dict[str, Any], force: dict[str, dict[str, Any]]) -> None:
     for target, forced in force.items():
-        owner, _, name = target.rpartition(".")
-        if owner:
-            module = namespace[owner]
-            namespace[owner] = _Overlay(module, {name: _forcing(getattr(module, name), forced)})
-        else:
-            namespace[name] = _forcing(namespace[name], forced)
+        first, *path = target.split(".")
+        namespace[first] = _overlay_path(namespace[first], path, forced) if path else _forcing(namespace[first], forced)
+
+
+def _apply_shims(shims: dict[str, dict[str, str]]) -> list[tuple[Any, str]]:
+    """Sets each missing ``module.name`` to the object a dotted path names; returns what to delete afterwards."""
+    added = []
+    for module_name, names in shims.items():
+        module = importlib.import_module(module_name)
+        for name, target in names.items():
+            if not hasattr(module, name):
+                owner, _, attribute = target.rpartition(".")
+                setattr(module, name, getattr(importlib.import_module(owner), attribute))
+                added.append((module, name))
+    return added
 
 
 def _set_default(function: Any, name: str, value: Any) -> None:
@@ -149,14 +203,15 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
     spec = EXAMPLES[name]
     steps: list[str] = []
     handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.append(_digest(opt)))
-    code = compile(source_for(framework, spec["file"]), str(HERE / spec["file"]), "exec")
+    repairs = spec.get("repairs", {})
+    code = compile(source_for(framework, spec["file"], repairs.get(spec["file"])), str(HERE / spec["file"]), "exec")
     namespace: dict[str, Any] = {"__name__": "__main__" if "argv" in spec else f"example_{name}"}
     namespace["__file__"] = str(HERE / spec["file"])
     printed = io.StringIO()
     workdir.mkdir(parents=True, exist_ok=True)
     previous_cwd, previous_argv = Path.cwd(), sys.argv
     for module_file in spec.get("modules", []):  # the script's own flat modules (``from model import ...``)
-        (workdir / Path(module_file).name).write_text(source_for(framework, module_file))
+        (workdir / Path(module_file).name).write_text(source_for(framework, module_file, repairs.get(module_file)))
     flat = [Path(module_file).stem for module_file in spec.get("modules", [])]
     if flat:
         sys.path.insert(0, str(workdir))
@@ -170,6 +225,7 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
     os.chdir(workdir)
     if "argv" in spec:  # the script parses its flags; a script called as a function sees the runner's own command
         sys.argv = [spec["file"], *spec["argv"]]  # line, so a `fabric.launch()` that re-runs it starts the runner
+    shimmed = _apply_shims(spec.get("lightning_shims", {})) if framework == "lightning" else []
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(printed):
@@ -182,7 +238,11 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
                 for function, values in spec.get("defaults", {}).items():
                     for key, value in values.items():
                         _set_default(namespace[function], key, value)
-                namespace[spec["call"]]()
+                call = spec["call"]
+                if "(" in call:  # a call expression, e.g. the script's own `train(MNISTModule())`
+                    eval(call, namespace)
+                else:
+                    namespace[call]()
     finally:
         if flat:
             sys.path.remove(str(workdir))
@@ -193,12 +253,15 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
             prefix = Path(package).name
             for loaded in [key for key in sys.modules if key == prefix or key.startswith(prefix + ".")]:
                 del sys.modules[loaded]
+        for module, name in shimmed:
+            delattr(module, name)
         handle.remove()
         os.chdir(previous_cwd)
         sys.argv = previous_argv
     sys.stdout.write(printed.getvalue())
     lines = [line for line in printed.getvalue().splitlines() if line.strip()]
-    return {"printed": lines, "steps": steps, "seconds": round(time.perf_counter() - start, 2)}
+    written = sorted(str(path.relative_to(workdir)) for path in [*workdir.glob("*"), *workdir.glob("*/*")])
+    return {"printed": lines, "steps": steps, "written": written, "seconds": round(time.perf_counter() - start, 2)}
 
 
 def main() -> None:
