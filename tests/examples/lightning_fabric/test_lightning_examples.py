@@ -45,6 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+
+from fabricx import Fabric
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[2]
@@ -116,6 +119,18 @@ def test_examples_give_lightnings_weights_and_losses_bit_for_bit(tmp_path):
     saved = [f"checkpoints/epoch-{epoch:04d}.ckpt" for epoch in (1, 2, 3)]
     for record in (lightning, fabricx):
         assert set(saved) <= set(record["build_your_own_trainer"]["written"]), record["build_your_own_trainer"]
+    # The scheduler stepped alike after every validation (the weights cannot show it: with patience 10 the
+    # ReduceLROnPlateau never lowers the rate in 3 epochs). Lightning pickles the scheduler object into its file (this
+    # test's own file, so unpickling it is safe); fabricx stores the scheduler's state_dict.
+    last = "build_your_own_trainer/checkpoints/epoch-0003.ckpt"
+    from_lightning = torch.load(tmp_path / "lightning-work-0" / last, weights_only=False)
+    from_fabricx = Fabric(accelerator="cpu").load(tmp_path / "fabricx-work-0" / last)
+    assert from_fabricx["scheduler"]["scheduler"] == from_lightning["scheduler"]["scheduler"].state_dict()
+    assert from_fabricx["scheduler"]["scheduler"]["last_epoch"] == 3
+    assert (from_fabricx["global_step"], from_fabricx["current_epoch"]) == (6, 3) == (
+        from_lightning["global_step"],
+        from_lightning["current_epoch"],
+    )
 
 
 @pytest.mark.slow  # four processes importing Lightning / fabricx: about 50 s of CPU
