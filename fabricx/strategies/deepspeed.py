@@ -272,6 +272,7 @@ class DeepSpeedStrategy(ParallelStrategy):
             if self.root_device.type == "cpu":
                 _avoid_cpu_jit_builds()
         deepspeed_logger.setLevel(self._logging_level)
+        _warn_if_untested_version(deepspeed.__version__)
         kwargs: dict[str, Any] = {"dist_init_required": False, "verbose": False}
         if self._timeout is not None:
             kwargs["timeout"] = self._timeout
@@ -771,6 +772,23 @@ def _regroup_shards(shards: list[dict[str, Any]], world: int) -> list[dict[str, 
     merged = regrouped(torch.cat)
     empty = regrouped(lambda parts: parts[0][:0])
     return [merged] + [empty] * (world - 1)
+
+
+#: The oldest DeepSpeed release fabricx's equivalence tests pass with. With 0.19.7, ZeRO-1/2/3 on CPU ended
+#: some runs with weights that differ from DDP on the same data, and by different amounts from run to run.
+TESTED_DEEPSPEED = (0, 19, 8)
+
+
+def _warn_if_untested_version(version: str) -> None:
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    if release < TESTED_DEEPSPEED:
+        from fabricx.utilities.rank_zero import rank_zero_warn
+
+        rank_zero_warn(
+            f"DeepSpeed {version} is older than {'.'.join(map(str, TESTED_DEEPSPEED))}, the oldest release fabricx's "
+            "ZeRO-versus-DDP equivalence tests pass with (0.19.7 gave different weights from run to run on CPU). "
+            "Upgrade: pip install 'deepspeed>=0.19.8'."
+        )
 
 
 @contextlib.contextmanager

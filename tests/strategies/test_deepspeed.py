@@ -549,3 +549,17 @@ def test_offload_variants_train(name: str) -> None:
     strategy = create_strategy(name, start_method="spawn", timeout=1500)
     out = Fabric(accelerator="cpu", devices=2, strategy=strategy).launch(_offload_checks)
     assert out["vs_ddp"] < 1e-4, out
+
+
+def test_an_untested_deepspeed_release_is_named_with_the_upgrade_command() -> None:
+    from fabricx.strategies.deepspeed import _warn_if_untested_version
+
+    expected = r"DeepSpeed 0\.19\.7 is older than 0\.19\.8.*pip install 'deepspeed>=0\.19\.8'"
+    with pytest.warns(UserWarning, match=expected):
+        _warn_if_untested_version("0.19.7")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_untested_version("0.19.8")
+        _warn_if_untested_version("0.20.0+cpu")
