@@ -93,6 +93,15 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             "lightning.fabric.utilities.types": {"LRScheduler": "torch.optim.lr_scheduler.LRScheduler"},
         },
         "force": {"torch.utils.data.DataLoader": {"num_workers": 0}},  # the script starts 4 loader workers
+        # On several processes the trainer (which asks for accelerator="auto", devices="auto") gets CPU DDP
+        # explicitly, through the arguments it passes on to its Fabric (see `_devices`).
+        "force_distributed": {"MyCustomTrainer": {"accelerator": "cpu", "strategy": "ddp", "devices": "WORLD_SIZE"}},
+        # Lightning 2.6.6's private `_unwrap_objects` returns the DDP wrapper under DDP (it unwraps to the module that
+        # runs forward), so `is_overridden` finds no LightningModule and raises "Expected a parent": on several
+        # processes the example fails on Lightning itself. For the Lightning run only, the trainer asks the Fabric
+        # module for the user's module instead (`.module`, Lightning's public way); fabricx's run is unchanged, its
+        # `unwrap` returns the user's module under DDP too.
+        "lightning_repairs_distributed": {"byot_example/trainer.py": {"_unwrap_objects(model)": "model.module"}},
     },
     "dcgan": {
         "file": "dcgan_train_fabric.py",
@@ -190,6 +199,20 @@ def _apply_shims(shims: dict[str, dict[str, str]]) -> list[tuple[Any, str]]:
     return added
 
 
+def _devices() -> int:
+    """The process count: ``FABRICX_EXAMPLE_DEVICES`` (for a script whose own ``launch()`` starts the other ranks,
+    run with plain ``python``), else the launcher's ``WORLD_SIZE``."""
+    return int(os.environ.get("FABRICX_EXAMPLE_DEVICES") or os.environ.get("WORLD_SIZE", "1"))
+
+
+def _with_devices(force: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``force`` with each ``"WORLD_SIZE"`` value replaced by the process count."""
+    return {
+        target: {key: _devices() if value == "WORLD_SIZE" else value for key, value in forced.items()}
+        for target, forced in force.items()
+    }
+
+
 def _set_default(function: Any, name: str, value: Any) -> None:
     """Sets the default of ``function``'s keyword ``name`` (the example's own knob, e.g. ``max_epochs``)."""
     code = function.__code__
@@ -203,7 +226,10 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
     spec = EXAMPLES[name]
     steps: list[str] = []
     handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.append(_digest(opt)))
-    repairs = spec.get("repairs", {})
+    repairs = dict(spec.get("repairs", {}))
+    if framework == "lightning" and _devices() > 1:
+        for file, replaced in spec.get("lightning_repairs_distributed", {}).items():
+            repairs[file] = {**repairs.get(file, {}), **replaced}
     code = compile(source_for(framework, spec["file"], repairs.get(spec["file"])), str(HERE / spec["file"]), "exec")
     namespace: dict[str, Any] = {"__name__": "__main__" if "argv" in spec else f"example_{name}"}
     namespace["__file__"] = str(HERE / spec["file"])
@@ -233,6 +259,8 @@ def run_example(framework: str, name: str, workdir: Path) -> dict[str, Any]:
             if "call" in spec:
                 namespace.update(spec.get("settings", {}))
                 _apply_forced(namespace, spec.get("force", {}))
+                if _devices() > 1:
+                    _apply_forced(namespace, _with_devices(spec.get("force_distributed", {})))
                 if "seed" in spec:
                     torch.manual_seed(spec["seed"])
                 for function, values in spec.get("defaults", {}).items():

@@ -62,8 +62,9 @@ ONE_PROCESS = [
     "build_your_own_trainer",
 ]
 TWO_PROCESSES = ["image_classifier", "language_model", "kfold_cv"]  # dcgan hard-codes devices=1
-# Lightning refuses the reinforcement-learning example under DDP (see the 2-process test), so only fabricx runs it.
-TWO_PROCESSES_FABRICX_ONLY = ["reinforcement_learning"]
+# Lightning refuses the reinforcement-learning example under DDP, and the hand-written trainer's `fabric.launch()`
+# under its CLI (see the 2-process test), so under the CLI only fabricx runs them.
+TWO_PROCESSES_FABRICX_ONLY = ["reinforcement_learning", "build_your_own_trainer"]
 # What each prints with numbers in it (the reinforcement-learning example writes only to TensorBoard; with gymnasium
 # 1.x it prints no episode lines; build_your_own_trainer writes to a tqdm bar on stderr).
 PRINTS_RESULTS = {"image_classifier", "kfold_cv", "language_model", "dcgan"}
@@ -80,12 +81,18 @@ def _command(framework: str, devices: int, out: Path, names: list[str]) -> list[
 
 
 def _run_both(
-    tmp_path: Path, devices: int, names: list[str], fabricx_only: tuple[str, ...] = (), ranks: int | None = None
+    tmp_path: Path,
+    devices: int,
+    names: list[str],
+    fabricx_only: tuple[str, ...] = (),
+    ranks: int | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Launches Lightning's and fabricx's runs side by side; returns each framework's per-rank records."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE / "stand_ins"), str(REPO), env.get("PYTHONPATH", "")])
-    env.update(OMP_NUM_THREADS="1", FABRICX_STANDIN_MNIST_SIZE="96", MASTER_ADDR="127.0.0.1")
+    env.update(OMP_NUM_THREADS="1", FABRICX_STANDIN_MNIST_SIZE="96", MASTER_ADDR="127.0.0.1", **(extra_env or {}))
+    tmp_path.mkdir(parents=True, exist_ok=True)
     launched = {}
     for framework in ("lightning", "fabricx"):
         log = (tmp_path / f"{framework}.log").open("w")
@@ -140,6 +147,23 @@ def test_examples_on_two_ddp_processes(tmp_path):
     for rank in range(2):
         for name in ("image_classifier", "language_model"):
             _assert_identical(records["lightning"][rank][name], records["fabricx"][rank][name], f"{name}, rank {rank}")
+    # The hand-written trainer calls `fabric.launch()` itself. Deliberate difference: under Lightning's CLI that call
+    # raises ("processes have already been created"); under `fabricx run` it joins the started processes, so the
+    # script runs unchanged both ways. On CPU DDP: 96 samples over 2 ranks, batch 64 -> 1 step per epoch, 3 epochs.
+    # (Its sampler's seed comes from PL_GLOBAL_SEED, which the examples run before it set: so a different order here.)
+    byot = [records["fabricx"][rank]["build_your_own_trainer"] for rank in range(2)]
+    assert len(byot[0]["steps"]) == 3 and byot[0]["steps"] == byot[1]["steps"], byot
+    # The comparison with Lightning therefore starts the script with plain `python` (as the tensor-parallel test
+    # does): the trainer's Fabric gets accelerator="cpu", strategy="ddp", devices=2 and its launch() starts rank 1.
+    # Lightning 2.6.6 then fails in the trainer's own `is_overridden(..., _unwrap_objects(model))` (its private helper
+    # returns the DDP wrapper): its run alone gets `model.module` there (`lightning_repairs_distributed` in the runner).
+    two = {"FABRICX_EXAMPLE_DEVICES": "2"}
+    started = _run_both(tmp_path / "launched_by_script", 1, ["build_your_own_trainer"], ranks=2, extra_env=two)
+    for rank in range(2):
+        lightning, fabricx = (started[framework][rank]["build_your_own_trainer"] for framework in started)
+        _assert_identical(lightning, fabricx, f"build_your_own_trainer, rank {rank}")
+        assert len(fabricx["steps"]) == 3, fabricx  # DDP: both ranks' weights in step, as Lightning's are
+        assert fabricx["steps"] == started["fabricx"][0]["build_your_own_trainer"]["steps"]
     # kfold_cv passes a SubsetRandomSampler (no generator of its own). Deliberate difference: Lightning draws its
     # order from each rank's global RNG; fabricx draws it under a generator seeded with seed + epoch, leaving the
     # global RNG alone, so ranks agree whatever their RNGs did and a resumed run redraws the same order. The numbers
