@@ -104,9 +104,10 @@ class DataModule:
         """Restore what :meth:`state_dict` returned."""
 
 
-def _missing(datamodule: DataModule, method: str, stage: str) -> str:
+def _missing(owner: Any, method: str, stage: str) -> str:
+    """Why a loader hook of a DataModule or TrainModule the user did not define cannot be called."""
     return (
-        f"{type(datamodule).__name__} has no {method}(), which Trainer.{stage} needs. Define "
+        f"{type(owner).__name__} has no {method}(), which Trainer.{stage} needs. Define "
         f"{method}(self) returning a DataLoader, or pass the loader to the Trainer call."
     )
 

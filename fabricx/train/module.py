@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from fabricx.train.datamodule import _missing
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -626,19 +627,19 @@ class TrainModule(nn.Module):
 
     def train_dataloader(self) -> Any:
         """The training loader ``Trainer.fit(model)`` uses when none is passed."""
-        raise NotImplementedError(f"{type(self).__name__} defines no train_dataloader().")
+        raise NotImplementedError(_missing(self, "train_dataloader", "fit"))
 
     def val_dataloader(self) -> Any:
         """The validation loader(s) used when none are passed."""
-        raise NotImplementedError(f"{type(self).__name__} defines no val_dataloader().")
+        raise NotImplementedError(_missing(self, "val_dataloader", "validate"))
 
     def test_dataloader(self) -> Any:
         """The test loader(s) used when none are passed."""
-        raise NotImplementedError(f"{type(self).__name__} defines no test_dataloader().")
+        raise NotImplementedError(_missing(self, "test_dataloader", "test"))
 
     def predict_dataloader(self) -> Any:
         """The prediction loader(s) used when none are passed."""
-        raise NotImplementedError(f"{type(self).__name__} defines no predict_dataloader().")
+        raise NotImplementedError(_missing(self, "predict_dataloader", "predict"))
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch before it is moved to the device."""
