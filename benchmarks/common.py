@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -17,8 +17,7 @@ def tiny_mlp() -> nn.Module:
 def tiny_data(steps: int, batch: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(0)
     return [
-        (torch.randn(batch, 32, generator=generator), torch.randn(batch, 1, generator=generator))
-        for _ in range(steps)
+        (torch.randn(batch, 32, generator=generator), torch.randn(batch, 1, generator=generator)) for _ in range(steps)
     ]
 
 
@@ -29,6 +28,68 @@ def interleaved(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str,
         for name, run in runs.items():
             samples[name].append(run())
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+_ENDED = object()
+
+
+class StepPairs:
+    """Times two training loops written as generators that yield after every optimizer step, by
+    running them one step each in turn: both sides meet the same machine at the same moment, so a
+    machine that slows down for a second slows both alike (alternating whole epochs does not).
+
+    Every step's wall-clock and processor time is kept by name; who goes first alternates between
+    calls. The figures are medians over all steps of all calls.
+
+    Example::
+
+        pairs = StepPairs()
+        pairs.run(("plain", plain_steps()), ("fabricx", fabric_steps()))
+        ratio = pairs.median_step("fabricx") / pairs.median_step("plain")
+    """
+
+    def __init__(self) -> None:
+        self.step_seconds: dict[str, list[float]] = {}
+        self.cpu_seconds: dict[str, list[float]] = {}
+        self.epoch_seconds: dict[str, list[float]] = {}
+        self._calls = 0
+
+    def run(self, first: tuple[str, Iterator[None]], second: tuple[str, Iterator[None]]) -> None:
+        sides = [first, second] if self._calls % 2 == 0 else [second, first]
+        self._calls += 1
+        walls = [self.step_seconds.setdefault(name, []) for name, _ in sides]
+        cpus = [self.cpu_seconds.setdefault(name, []) for name, _ in sides]
+        counts = [len(wall) for wall in walls]
+        live = [True, True]
+        clock, cpu_clock = time.perf_counter, time.process_time
+        while live[0] or live[1]:
+            for index, (_, steps) in enumerate(sides):
+                if not live[index]:
+                    continue
+                start, start_cpu = clock(), cpu_clock()
+                step = next(steps, _ENDED)
+                wall, cpu = clock() - start, cpu_clock() - start_cpu
+                if step is _ENDED:  # the epoch is over
+                    live[index] = False
+                    continue
+                walls[index].append(wall)
+                cpus[index].append(cpu)
+        for (name, _), wall, count in zip(sides, walls, counts, strict=True):
+            self.epoch_seconds.setdefault(name, []).append(sum(wall[count:]))
+
+    def clear(self) -> None:
+        for samples in (self.step_seconds, self.cpu_seconds, self.epoch_seconds):
+            samples.clear()
+        self._calls = 0
+
+    def median_step(self, name: str) -> float:
+        return statistics.median(self.step_seconds[name])
+
+    def median_cpu(self, name: str) -> float:
+        return statistics.median(self.cpu_seconds[name])
+
+    def median_epoch(self, name: str) -> float:
+        return statistics.median(self.epoch_seconds[name])
 
 
 def timed(fn: Callable[[], None], steps: int) -> float:

@@ -5,9 +5,12 @@ read a *shuffled* loader: plain PyTorch a ``DataLoader`` with a ``DistributedSam
 before each epoch), Fabric the same kind of ``DataLoader`` given to ``fabric.setup_dataloaders``. The
 loops are those of :mod:`benchmarks.loop_overhead` (``ratio``: plain; ``accumulation_ratio``: 4
 micro-batches per step, with ``no_sync`` by hand against ``fabric.accumulate``; ``clipping_ratio``:
-gradient-norm clipping), timed as pairs interleaved over the repeats; each figure is the median over
-repeats of rank 0's time per step (ranks move in lockstep through the gradient all-reduce). Both sides
-of a pair see the same batches from the same weights, so their final losses must be equal (checked).
+gradient-norm clipping), run one optimizer step each in turn, pairs in turn over the repeats. Each
+ratio is of the median of rank 0's step times over all steps of all repeats (ranks move in lockstep
+through the gradient all-reduce), ``*_epoch_ratio`` of the median epoch time, ``*_cpu_time_ratio`` of
+the median processor time of a step (all threads, gloo's included). ``control_ratio`` times two
+identical hand-written DDP loops the same way: its distance from 1.0 is the noise of that run. Both
+sides of a pair see the same batches from the same weights, so their final losses must be equal (checked).
 
 Run: ``python -m benchmarks.ddp_overhead [--steps 200 --repeats 5] [--profile]``
 """
@@ -16,21 +19,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from typing import Any
 
 import torch
 from torch import nn
 
-from benchmarks.common import interleaved, tiny_data, tiny_mlp
+from benchmarks.common import StepPairs, tiny_data, tiny_mlp
 from benchmarks.loop_overhead import (
     ACCUMULATION,
     VARIANTS,
     as_dataset,
     check_losses,
-    fabric_loop,
-    plain_loop,
+    fabric_steps,
+    plain_steps,
+    ratios,
+    run_pairs,
     shuffled_loader,
 )
 
@@ -59,19 +63,8 @@ def _compare(fabric: Any, steps: int, repeats: int, profile: bool) -> dict[str, 
     steps = -(-steps // ACCUMULATION) * ACCUMULATION
     rank, world = fabric.global_rank, fabric.world_size
     dataset = as_dataset(tiny_data(steps * world))
-    wall: dict[str, list[float]] = {}
-    cpu: dict[str, list[float]] = {}
     last: dict[str, list] = {}
-
-    def timed(name: str, loop: Any) -> float:
-        fabric.barrier()  # both ranks start together, so neither waits for the other inside the loop
-        start, start_cpu = time.perf_counter(), time.process_time()
-        loop()
-        cpu.setdefault(name, []).append((time.process_time() - start_cpu) / steps)
-        wall.setdefault(name, []).append((time.perf_counter() - start) / steps)
-        return wall[name][-1]
-
-    runs: dict[str, Any] = {}
+    pairs: dict[str, Any] = {}
     pieces: dict[str, Any] = {}
     for variant in VARIANTS:
         torch.manual_seed(0)
@@ -89,40 +82,53 @@ def _compare(fabric: Any, steps: int, repeats: int, profile: bool) -> dict[str, 
 
         plain_last, fabric_last = last.setdefault(f"plain_{variant}", []), last.setdefault(f"fabricx_{variant}", [])
 
-        def plain_epoch(v=variant, m=plain_model, o=plain_optimizer, d=plain_data, out=plain_last) -> None:
+        def plain_epoch(v=variant, m=plain_model, o=plain_optimizer, d=plain_data, out=plain_last) -> Any:
             d.sampler.set_epoch(d.sampler.epoch + 1 if out else 0)
-            plain_loop(v, m, o, d, out)
+            return plain_steps(v, m, o, d, out)
 
-        def fabric_epoch(v=variant, m=fabric_model, o=fabric_optimizer, d=fabric_data, out=fabric_last) -> None:
-            fabric_loop(v, fabric, m, o, d, out)
+        def make_pair(v=variant, m=fabric_model, o=fabric_optimizer, d=fabric_data, out=fabric_last, p=plain_epoch):
+            return p(), fabric_steps(v, fabric, m, o, d, out)
 
-        runs[f"plain_{variant}"] = lambda n=f"plain_{variant}", loop=plain_epoch: timed(n, loop)
-        runs[f"fabricx_{variant}"] = lambda n=f"fabricx_{variant}", loop=fabric_epoch: timed(n, loop)
+        pairs[variant] = make_pair
         if variant == "plain":
             pieces = {"model": fabric_model, "optimizer": fabric_optimizer, "loader": fabric_data, "ddp": plain_model}
-    for run in runs.values():  # warm-up (one epoch each; both sides of a pair stay in step)
-        run()
-    wall.clear()
-    cpu.clear()
-    medians = interleaved(runs, repeats)
+    pairs["control"] = _control_pair(dataset, rank, world)
+    clock = StepPairs()
+    # Both ranks start each pair together, so neither waits for the other inside the loops.
+    run_pairs(clock, pairs, repeats, before_each=fabric.barrier)
     check_losses(last)
-    cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
-    result: dict[str, float] = {
-        "plain_ddp_us_per_step": medians["plain_plain"] * 1e6,
-        "fabricx_ddp_us_per_step": medians["fabricx_plain"] * 1e6,
-    }
-    for variant in VARIANTS:
-        key = "ratio" if variant == "plain" else f"{variant}_ratio"
-        result[key] = medians[f"fabricx_{variant}"] / medians[f"plain_{variant}"]
-        # Processor time (all threads): less sensitive to other work on a busy machine.
-        result[f"{variant}_cpu_time_ratio"] = cpu_medians[f"fabricx_{variant}"] / cpu_medians[f"plain_{variant}"]
-    result["final_loss"] = last["plain_plain"][0].item()
+    result = ratios(clock, last, prefix="ddp_")
+    # Two identical hand-written DDP loops timed like a pair: how far from 1.0 noise alone moves a ratio.
+    result["control_ratio"] = clock.median_step("fabricx_control") / clock.median_step("plain_control")
     if profile:
         batches = [batch for batch in pieces["loader"]]
         result.update(
             _profile_parts(fabric, pieces["model"], pieces["optimizer"], pieces["loader"], pieces["ddp"], batches)
         )
     return result
+
+
+def _control_pair(dataset: Any, rank: int, world: int) -> Any:
+    """A pair of the same hand-written DDP loop (plain variant), built twice alike."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DistributedSampler
+
+    sides = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = DistributedDataParallel(tiny_mlp())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
+        sides.append((model, optimizer, shuffled_loader(dataset, sampler=sampler), []))
+
+    def make_pair() -> tuple[Any, Any]:
+        epochs = []
+        for model, optimizer, loader, out in sides:
+            loader.sampler.set_epoch(loader.sampler.epoch + 1)
+            epochs.append(plain_steps("plain", model, optimizer, loader, out))
+        return epochs[0], epochs[1]
+
+    return make_pair
 
 
 def _profile_parts(

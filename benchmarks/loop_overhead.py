@@ -1,8 +1,7 @@
 """Per-step time of the same tiny loop through Fabric and through plain PyTorch, one process (target <= 1.03x).
 
 Both sides read a *shuffled* ``DataLoader`` (plain PyTorch iterates it directly; Fabric gets the same
-loader through ``fabric.setup_dataloaders``, which adds exact resumption). Three loops, each timed as
-a pair, pairs interleaved over the repeats, median time per step of each:
+loader through ``fabric.setup_dataloaders``, which adds exact resumption). Three loops, each a pair:
 
 * ``ratio``: forward, backward, step, zero_grad;
 * ``accumulation_ratio``: 4 micro-batches per optimizer step (``Fabric(grad_accum_steps=4)`` and
@@ -10,7 +9,11 @@ a pair, pairs interleaved over the repeats, median time per step of each:
 * ``clipping_ratio``: gradient-norm clipping before each step (``fabric.clip_gradients`` against
   ``torch.nn.utils.clip_grad_norm_``).
 
-``*_cpu_time_ratio`` compares processor time instead of wall-clock time (steadier on a loaded machine).
+The two loops of a pair run one optimizer step each in turn (:class:`benchmarks.common.StepPairs`),
+pairs in turn over the repeats. Each ratio is Fabric's median step time over plain PyTorch's, over
+every step of every repeat: on a shared machine whose speed drifts from second to second, pairing
+steps keeps that drift out of the ratio. ``*_epoch_ratio`` compares the median epoch time instead, and
+``*_cpu_time_ratio`` the median processor time of a step.
 
 Each pair starts from the same weights and reads the same batches (each loader has its own generator
 seeded alike), so the final losses must be equal: the benchmark fails if they are not.
@@ -23,16 +26,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks.common import interleaved, tiny_data, tiny_mlp
+from benchmarks.common import StepPairs, tiny_data, tiny_mlp
 
 ACCUMULATION = 4
 MAX_NORM = 1.0
@@ -51,8 +52,11 @@ def as_dataset(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> TensorDatase
     return TensorDataset(torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]))
 
 
-def plain_loop(variant: str, model: nn.Module, optimizer: torch.optim.Optimizer, loader: Any, last: list) -> None:
-    """The hand-written PyTorch loop; ``last`` receives the final loss."""
+def plain_steps(
+    variant: str, model: nn.Module, optimizer: torch.optim.Optimizer, loader: Any, last: list
+) -> Iterator[None]:
+    """One epoch of the hand-written PyTorch loop, pausing after each optimizer step; ``last`` receives
+    the final loss."""
     for index, (x, y) in enumerate(loader):
         if variant == "accumulation":
             boundary = (index + 1) % ACCUMULATION == 0
@@ -68,18 +72,21 @@ def plain_loop(variant: str, model: nn.Module, optimizer: torch.optim.Optimizer,
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
         optimizer.step()
         optimizer.zero_grad()
+        yield
     last[:] = [loss.detach()]
 
 
-def fabric_loop(variant: str, fabric: Any, model: Any, optimizer: Any, loader: Any, last: list) -> None:
-    """The same loop written for Fabric."""
+def fabric_steps(variant: str, fabric: Any, model: Any, optimizer: Any, loader: Any, last: list) -> Iterator[None]:
+    """The same epoch written for Fabric, pausing after each optimizer step."""
     if variant == "accumulation":
-        for x, y in loader:
+        for index, (x, y) in enumerate(loader):
             with fabric.accumulate(model):
                 loss = nn.functional.mse_loss(model(x), y)
                 fabric.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
+            if (index + 1) % ACCUMULATION == 0:
+                yield
     else:
         clipping = variant == "clipping"
         for x, y in loader:
@@ -89,6 +96,7 @@ def fabric_loop(variant: str, fabric: Any, model: Any, optimizer: Any, loader: A
                 fabric.clip_gradients(model, optimizer, max_norm=MAX_NORM)
             optimizer.step()
             optimizer.zero_grad()
+            yield
     last[:] = [loss.detach()]
 
 
@@ -109,16 +117,8 @@ def measure(steps: int = 300, repeats: int = 15) -> dict[str, float]:
     # Whole accumulation windows only: fabricx scales a shorter last window by its real length.
     steps = -(-steps // ACCUMULATION) * ACCUMULATION
     dataset = as_dataset(tiny_data(steps))
-    runs: dict[str, Callable[[], float]] = {}
+    pairs: dict[str, Callable[[], tuple[Iterator[None], Iterator[None]]]] = {}
     last: dict[str, list] = {}
-    cpu: dict[str, list[float]] = {}
-
-    def timed(name: str, loop: Callable[[], None]) -> float:
-        start, start_cpu = time.perf_counter(), time.process_time()
-        loop()
-        cpu.setdefault(name, []).append((time.process_time() - start_cpu) / steps)
-        return (time.perf_counter() - start) / steps
-
     for variant in VARIANTS:
         torch.manual_seed(0)
         plain_model = tiny_mlp()
@@ -134,23 +134,43 @@ def measure(steps: int = 300, repeats: int = 15) -> dict[str, float]:
         plain_last, fabric_last = last.setdefault(f"plain_{variant}", []), last.setdefault(f"fabricx_{variant}", [])
         args = (variant, plain_model, plain_optimizer, plain_data, plain_last)
         fargs = (variant, fabric, fabric_model, fabric_optimizer, fabric_data, fabric_last)
-        runs[f"plain_{variant}"] = lambda a=args, n=f"plain_{variant}": timed(n, lambda: plain_loop(*a))
-        runs[f"fabricx_{variant}"] = lambda a=fargs, n=f"fabricx_{variant}": timed(n, lambda: fabric_loop(*a))
-    for run in runs.values():  # warm-up (one epoch each; both sides of a pair stay in step)
-        run()
-    cpu.clear()
-    medians = interleaved(runs, repeats)
-    cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
+        pairs[variant] = lambda a=args, f=fargs: (plain_steps(*a), fabric_steps(*f))
+    clock = StepPairs()
+    run_pairs(clock, pairs, repeats)
     check_losses(last)
+    return ratios(clock, last, prefix="")
+
+
+def run_pairs(
+    clock: StepPairs,
+    pairs: dict[str, Callable[[], tuple[Iterator[None], Iterator[None]]]],
+    repeats: int,
+    before_each: Callable[[], None] = lambda: None,
+) -> None:
+    """One warm-up epoch of each pair, then ``repeats`` epochs of each, pairs in turn."""
+    for repeat in range(repeats + 1):
+        if repeat == 1:
+            clock.clear()
+        for variant, make in pairs.items():
+            before_each()
+            plain, fabricx = make()
+            clock.run((f"plain_{variant}", plain), (f"fabricx_{variant}", fabricx))
+
+
+def ratios(clock: StepPairs, last: dict[str, list], prefix: str) -> dict[str, float]:
+    """Fabric over plain PyTorch for each loop: median step time (``ratio``, ``<variant>_ratio``), median
+    epoch time (``*_epoch_ratio``) and median processor time per step (``*_cpu_time_ratio``)."""
     result: dict[str, float] = {
-        "plain_us_per_step": medians["plain_plain"] * 1e6,
-        "fabricx_us_per_step": medians["fabricx_plain"] * 1e6,
+        f"plain_{prefix}us_per_step": clock.median_step("plain_plain") * 1e6,
+        f"fabricx_{prefix}us_per_step": clock.median_step("fabricx_plain") * 1e6,
     }
     for variant in VARIANTS:
+        plain, fabricx = f"plain_{variant}", f"fabricx_{variant}"
         key = "ratio" if variant == "plain" else f"{variant}_ratio"
-        result[key] = medians[f"fabricx_{variant}"] / medians[f"plain_{variant}"]
+        result[key] = clock.median_step(fabricx) / clock.median_step(plain)
+        result[f"{variant}_epoch_ratio"] = clock.median_epoch(fabricx) / clock.median_epoch(plain)
         # Processor time: less sensitive to other work on a busy machine than the wall-clock ratio.
-        result[f"{variant}_cpu_time_ratio"] = cpu_medians[f"fabricx_{variant}"] / cpu_medians[f"plain_{variant}"]
+        result[f"{variant}_cpu_time_ratio"] = clock.median_cpu(fabricx) / clock.median_cpu(plain)
     result["final_loss"] = last["plain_plain"][0].item()
     return result
 

@@ -16,6 +16,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
+from fabricx.accumulation import AccumulationWindow
 from fabricx.checkpoint.format import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
@@ -118,6 +119,7 @@ class Fabric:
         self._accumulation = _AccumulationState()
         # Decided once: when neither strategy nor precision changes backward, call it directly.
         self._plain_backward = _backward_is_plain(self._strategy, self._precision)
+        self._sync_is_noop = _no_backward_sync_is_noop(self._strategy)
         self._launched = False
         # Weak: an id() of a collected module can be reused by a new one, which was then refused.
         self._setup_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -503,8 +505,7 @@ class Fabric:
         else:
             self._strategy.backward(tensor, model, *args, **kwargs)
 
-    @contextlib.contextmanager
-    def accumulate(self, module: nn.Module, epoch_length: int | None = None) -> Generator[None, None, None]:
+    def accumulate(self, module: nn.Module, epoch_length: int | None = None) -> AccumulationWindow:
         """One micro-batch of gradient accumulation (``Fabric(grad_accum_steps=N)``).
 
         Off a window boundary, gradient sync is off and ``optimizer.step()``, ``zero_grad()`` and a
@@ -520,35 +521,7 @@ class Fabric:
                     optimizer.step()
                     optimizer.zero_grad()
         """
-        accumulation = self._accumulation
-        steps = self._grad_accum_steps
-        if steps == 1:
-            accumulation.sync_gradients = True
-            yield
-            return
-        accumulation.counter += 1
-        if accumulation.counter == 1:
-            accumulation.window_length = steps
-            loader = accumulation.active_loader
-            if loader is not None:
-                with contextlib.suppress(TypeError):
-                    length = epoch_length if epoch_length is not None else len(loader)
-                    remaining = length - loader.batches_consumed + 1
-                    if 0 < remaining < steps:
-                        accumulation.window_length = remaining
-        boundary = accumulation.counter >= accumulation.window_length
-        accumulation.sync_gradients = boundary
-        accumulation.in_window = True
-        try:
-            if boundary:
-                yield
-            else:
-                with self.no_backward_sync(module):
-                    yield
-        finally:
-            accumulation.in_window = False
-            if boundary:
-                accumulation.counter = 0
+        return AccumulationWindow(self, module, epoch_length)
 
     @contextlib.contextmanager
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> Generator[None, None, None]:
@@ -559,15 +532,20 @@ class Fabric:
             with fabric.no_backward_sync(model, enabled=not is_last_micro_batch):
                 fabric.backward(loss)
         """
-        if not isinstance(module, FabricModule):
-            raise TypeError(
-                f"no_backward_sync() needs the model returned by fabric.setup(), got {type(module).__name__}."
-            )
+        wrapped = _require_set_up(module)
         if not enabled:
             yield
             return
-        with self._strategy.no_backward_sync(module._forward_module, enabled):
+        with self._strategy.no_backward_sync(wrapped._forward_module, enabled):
             yield
+
+    def _gradient_sync_off(self, module: nn.Module) -> contextlib.AbstractContextManager | None:
+        """The strategy's context that skips gradient sync for ``module`` (as ``no_backward_sync``);
+        ``None`` where the strategy has nothing to skip (one process)."""
+        wrapped = _require_set_up(module)
+        if self._sync_is_noop:
+            return None
+        return self._strategy.no_backward_sync(wrapped._forward_module, True)
 
     def clip_gradients(
         self,
@@ -953,6 +931,12 @@ class Fabric:
         self._strategy.teardown()
 
 
+def _no_backward_sync_is_noop(strategy: Any) -> bool:
+    from fabricx.strategies.strategy import Strategy
+
+    return type(strategy).no_backward_sync is Strategy.no_backward_sync
+
+
 def _backward_is_plain(strategy: Any, precision: Any) -> bool:
     from fabricx.precision.precision import Precision
     from fabricx.strategies.strategy import Strategy
@@ -997,3 +981,9 @@ def _per_rank_batch_size(global_batch_size: int | None, world_size: int) -> int 
             f"Give a multiple of {world_size}, or set the per-process batch size on the DataLoader instead."
         )
     return global_batch_size // world_size
+
+
+def _require_set_up(module: nn.Module) -> FabricModule:
+    if not isinstance(module, FabricModule):
+        raise TypeError(f"no_backward_sync() needs the model returned by fabric.setup(), got {type(module).__name__}.")
+    return module

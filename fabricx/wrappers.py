@@ -50,6 +50,7 @@ class FabricModule(nn.Module):
 
     def __init__(self, forward_module: nn.Module, precision: Precision, original_module: nn.Module) -> None:
         super().__init__()
+        self.__dict__["_forward_call"] = forward_module
         self._forward_module = forward_module
         # Stored outside nn.Module's registries so parameters are not listed twice.
         self.__dict__["_original_module"] = original_module
@@ -60,6 +61,12 @@ class FabricModule(nn.Module):
         self.__dict__["_forward_methods"] = set(STEP_METHODS)
         self.__dict__["_redirected_methods"] = {}
         self.__dict__["_checked_methods"] = set()
+
+    @property
+    def _forward_module(self) -> nn.Module:
+        # Registered as a submodule too (state_dict, .to()); read from __dict__ because nn.Module's
+        # __getattr__ path costs a couple of microseconds on every step that needs it.
+        return self.__dict__["_forward_call"]
 
     @property
     def module(self) -> nn.Module:
@@ -77,11 +84,11 @@ class FabricModule(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._needs_context:
-            return self._forward_module(*args, **kwargs)
+            return self._forward_call(*args, **kwargs)
         precision = self._precision
         args, kwargs = precision.convert_input((args, kwargs))
         with precision.forward_context():
-            output = self._forward_module(*args, **kwargs)
+            output = self._forward_call(*args, **kwargs)
         return precision.convert_output(output)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
@@ -149,6 +156,8 @@ class FabricModule(nn.Module):
             setattr(original, name, value)
         else:
             super().__setattr__(name, value)
+            if name == "_forward_module":
+                self.__dict__["_forward_call"] = value
 
     def __repr__(self) -> str:
         return f"FabricModule({self._original_module!r})"

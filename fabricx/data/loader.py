@@ -25,6 +25,7 @@ from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchS
 
 from fabricx._compat.sampler import given_num_samples
 from fabricx.data import elastic
+from fabricx.data.batching import ResumableBatchSampler, with_resumable_batches
 from fabricx.data.sampler import ElasticDistributedSampler, ResumableRandomSampler, distributed_sampler_for
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
@@ -51,7 +52,7 @@ _STATE_VERSION = 2
 
 
 def _has_default_batch_sampler(loader: DataLoader) -> bool:
-    default_types = (BatchSampler, StatefulBatchSampler)
+    default_types = (BatchSampler, StatefulBatchSampler, ResumableBatchSampler)
     if loader.batch_size is None and loader.batch_sampler is None:
         return True  # batch_size=None: the dataset yields whole batches, sampled one index at a time
     return loader.batch_size is not None and type(loader.batch_sampler) in default_types
@@ -118,16 +119,16 @@ def build_stateful_loader(
         sampler = distributed_sampler_for(
             cast(Sampler, sampler), cast(Sized, dataset), num_replicas, rank, seed=global_seed()
         )
-        return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
+        return _batched(source, loader, batch_size, sampler=sampler, **kwargs)
     if type(sampler) is RandomSampler:
         # Draws what torch's sampler draws, when it draws it, and records its seed and position.
         sampler = ResumableRandomSampler(
             sampler.data_source, sampler.replacement, given_num_samples(sampler), generator=sampler.generator
         )
-        return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
+        return _batched(source, loader, batch_size, sampler=sampler, **kwargs)
     if type(sampler) is SequentialSampler:
-        return StatefulDataLoader(source, **_batching(loader, batch_size), **kwargs)
-    return StatefulDataLoader(source, **_batching(loader, batch_size), sampler=sampler, **kwargs)
+        return _batched(source, loader, batch_size, **kwargs)
+    return _batched(source, loader, batch_size, sampler=sampler, **kwargs)
 
 
 class _WorkerRandomStateDataset(Dataset):
@@ -225,9 +226,14 @@ def _batching(loader: DataLoader, batch_size: int | None = None) -> dict[str, An
     return {"batch_size": loader.batch_size if batch_size is None else batch_size, "drop_last": loader.drop_last}
 
 
+def _batched(source: Any, loader: DataLoader, batch_size: int | None, **kwargs: Any) -> StatefulDataLoader:
+    """A ``StatefulDataLoader`` over the map-style ``source``, batching like ``loader`` (or by ``batch_size``)."""
+    return with_resumable_batches(StatefulDataLoader(source, **_batching(loader, batch_size), **kwargs))
+
+
 def _with_sampler(loader: StatefulDataLoader, sampler: Any, batch_size: int | None = None) -> StatefulDataLoader:
     """A ``StatefulDataLoader`` like ``loader`` (same dataset view and settings) reading ``sampler``."""
-    return StatefulDataLoader(loader.dataset, **_batching(loader, batch_size), sampler=sampler, **_settings(loader))
+    return _batched(loader.dataset, loader, batch_size, sampler=sampler, **_settings(loader))
 
 
 def _settings(loader: DataLoader) -> dict[str, Any]:

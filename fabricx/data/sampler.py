@@ -95,6 +95,14 @@ class _ResumableRandomOrder(Iterator[int]):
         self.yielded += 1
         return index
 
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` indices (fewer at the end of the epoch), as ``count`` calls of ``next``."""
+        if self._indices is None:
+            self._begin(None)
+        batch = list(itertools.islice(self._indices, count))  # type: ignore[arg-type]
+        self.yielded += len(batch)
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         return {"start": self._start, "yielded": self.yielded}
 
@@ -208,13 +216,7 @@ class ElasticDistributedSampler(StatefulDistributedSampler):
         return remaining[self.rank : self.total_size : self.num_replicas]
 
     def __iter__(self) -> Iterator[int]:
-        self.yielded = 0
-        if self.next_yielded is not None:
-            self.yielded = self.next_yielded
-            self.next_yielded = None
-        for index in itertools.islice(self._indices(), self.yielded, None):
-            self.yielded += 1
-            yield index
+        return _CountedShare(self)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -227,6 +229,46 @@ class ElasticDistributedSampler(StatefulDistributedSampler):
         resume = state_dict.get(self._RESUME)
         self._resume = None if resume is None else dict(resume)
         self._update_shares()
+
+
+class _CountedShare(Iterator[int]):
+    """This rank's indices of an :class:`ElasticDistributedSampler` epoch, counted into the sampler's
+    ``yielded``. Like torchdata's generator, it starts (from a restored position, if any) at the
+    first index asked for, not at ``iter()``."""
+
+    def __init__(self, sampler: ElasticDistributedSampler) -> None:
+        self._sampler = sampler
+        self._share: list[int] | None = None
+        self._position = 0
+
+    def _make_share(self) -> list[int]:
+        sampler = self._sampler
+        sampler.yielded = 0
+        if sampler.next_yielded is not None:  # restored by load_state_dict()
+            sampler.yielded, sampler.next_yielded = sampler.next_yielded, None
+        self._position = sampler.yielded
+        self._share = sampler._indices()
+        return self._share
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        share = self._share if self._share is not None else self._make_share()
+        position = self._position
+        if position >= len(share):
+            raise StopIteration
+        self._position = position + 1
+        self._sampler.yielded += 1
+        return share[position]
+
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` indices (fewer at the end of the epoch), as ``count`` calls of ``next``."""
+        share = self._share if self._share is not None else self._make_share()
+        batch = share[self._position : self._position + count]
+        self._position += len(batch)
+        self._sampler.yielded += len(batch)
+        return batch
 
 
 class DistributedSamplerWrapper(StatefulDistributedSampler):

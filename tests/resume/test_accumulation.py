@@ -109,3 +109,28 @@ def test_save_inside_a_window_continues_the_window_after_loading(tmp_path):
     micro_batches(fresh, fresh_model, fresh_optimizer, 3)
     for got, want in zip(fresh_model.parameters(), model.parameters(), strict=True):
         assert torch.equal(got, want)
+
+
+def test_an_error_inside_accumulate_leaves_the_window_state_consistent():
+    """The body raising (a bad batch) ends the micro-batch: not in a window, the counter kept off a
+    boundary and reset on one, and a model that was not set up is refused on the first micro-batch."""
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=2)
+    module = _model()
+    model, _ = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.1))
+    state = fabric._accumulation
+    for expected_counter in (1, 0, 1):
+        try:
+            with fabric.accumulate(model):
+                assert state.in_window
+                raise ValueError("bad batch")
+        except ValueError:
+            pass
+        assert not state.in_window
+        assert state.counter == expected_counter
+    state.counter = 0
+    try:
+        with fabric.accumulate(nn.Linear(1, 1)):
+            raise AssertionError("the body must not run for a model that was not set up")
+    except TypeError as error:
+        assert "fabric.setup" in str(error)
+    assert not state.in_window
