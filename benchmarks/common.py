@@ -39,7 +39,7 @@ class StepPairs:
     machine that slows down for a second slows both alike (alternating whole epochs does not).
 
     Every step's wall-clock and processor time is kept by name; who goes first alternates between
-    calls. The figures are medians over all steps of all calls.
+    calls with the same pair. The figures are medians over all steps of all calls.
 
     Example::
 
@@ -52,11 +52,13 @@ class StepPairs:
         self.step_seconds: dict[str, list[float]] = {}
         self.cpu_seconds: dict[str, list[float]] = {}
         self.epoch_seconds: dict[str, list[float]] = {}
-        self._calls = 0
+        self._calls: dict[tuple[str, str], int] = {}
 
     def run(self, first: tuple[str, Iterator[None]], second: tuple[str, Iterator[None]]) -> None:
-        sides = [first, second] if self._calls % 2 == 0 else [second, first]
-        self._calls += 1
+        pair = (first[0], second[0])
+        calls = self._calls.get(pair, 0)
+        self._calls[pair] = calls + 1
+        sides = [first, second] if calls % 2 == 0 else [second, first]
         walls = [self.step_seconds.setdefault(name, []) for name, _ in sides]
         cpus = [self.cpu_seconds.setdefault(name, []) for name, _ in sides]
         counts = [len(wall) for wall in walls]
@@ -80,7 +82,7 @@ class StepPairs:
     def clear(self) -> None:
         for samples in (self.step_seconds, self.cpu_seconds, self.epoch_seconds):
             samples.clear()
-        self._calls = 0
+        self._calls.clear()
 
     def median_step(self, name: str) -> float:
         return statistics.median(self.step_seconds[name])
