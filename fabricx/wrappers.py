@@ -51,7 +51,7 @@ class FabricModule(nn.Module):
     def __init__(self, forward_module: nn.Module, precision: Precision, original_module: nn.Module) -> None:
         super().__init__()
         self.__dict__["_forward_call"] = forward_module
-        self._forward_module = forward_module
+        self._modules["_forward_module"] = forward_module  # what nn.Module's __setattr__ does (a property reads it)
         # Stored outside nn.Module's registries so parameters are not listed twice.
         self.__dict__["_original_module"] = original_module
         self.__dict__["_fabricx_unwrapped"] = original_module
