@@ -121,6 +121,8 @@ class Fabric:
         self._plain_backward = _backward_is_plain(self._strategy, self._precision)
         self._sync_is_noop = _no_backward_sync_is_noop(self._strategy)
         self._launched = False
+        # The last accumulate() context, reused for the next micro-batch of the same module.
+        self._window: AccumulationWindow | None = None
         # Weak: an id() of a collected module can be reused by a new one, which was then refused.
         self._setup_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._models_setup = 0
@@ -521,7 +523,15 @@ class Fabric:
                     optimizer.step()
                     optimizer.zero_grad()
         """
-        return AccumulationWindow(self, module, epoch_length)
+        window = self._window
+        if window is None or window._active or window._module() is not module:
+            if self._grad_accum_steps > 1:
+                _require_set_up(module, "accumulate()")
+            window = AccumulationWindow(self, module)
+            if self._window is None or not self._window._active:
+                self._window = window
+        window.epoch_length = epoch_length
+        return window
 
     @contextlib.contextmanager
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> Generator[None, None, None]:
@@ -538,14 +548,6 @@ class Fabric:
             return
         with self._strategy.no_backward_sync(wrapped._forward_module, enabled):
             yield
-
-    def _gradient_sync_off(self, module: nn.Module) -> contextlib.AbstractContextManager | None:
-        """The strategy's context that skips gradient sync for ``module`` (as ``no_backward_sync``);
-        ``None`` where the strategy has nothing to skip (one process)."""
-        wrapped = _require_set_up(module)
-        if self._sync_is_noop:
-            return None
-        return self._strategy.no_backward_sync(wrapped._forward_module, True)
 
     def clip_gradients(
         self,
@@ -983,7 +985,7 @@ def _per_rank_batch_size(global_batch_size: int | None, world_size: int) -> int 
     return global_batch_size // world_size
 
 
-def _require_set_up(module: nn.Module) -> FabricModule:
+def _require_set_up(module: nn.Module, caller: str = "no_backward_sync()") -> FabricModule:
     if not isinstance(module, FabricModule):
-        raise TypeError(f"no_backward_sync() needs the model returned by fabric.setup(), got {type(module).__name__}.")
+        raise TypeError(f"{caller} needs the model returned by fabric.setup(), got {type(module).__name__}.")
     return module

@@ -9,10 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 from torch.optim import Optimizer
 
 from fabricx._identity import Delegating, facade_class, gate_method
 from fabricx.forward_redirect import STEP_METHODS, forward_is_wrapped, guard_direct_call, redirect_through_forward
+
+# Hooks for every module (``torch.nn.modules.module.register_module_*_hook``): torch adds to and removes
+# from these dicts in place, so FabricModule.__call__ can check them without a function call.
+_GLOBAL_FORWARD_HOOKS = _torch_module._global_forward_hooks
+_GLOBAL_FORWARD_PRE_HOOKS = _torch_module._global_forward_pre_hooks
+_GLOBAL_BACKWARD_HOOKS = _torch_module._global_backward_hooks
+_GLOBAL_BACKWARD_PRE_HOOKS = _torch_module._global_backward_pre_hooks
 
 if TYPE_CHECKING:
     from fabricx.precision.precision import Precision
@@ -81,6 +89,27 @@ class FabricModule(nn.Module):
         for tensor in original.buffers():
             return tensor.device
         return self.__dict__.get("_fabricx_device", torch.device("cpu"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # nn.Module's call path costs three more Python calls per step; it is only needed when hooks
+        # (on this wrapper or global) or ``compile()`` of this wrapper use it. The user's module below
+        # still goes through its own full call path.
+        state = self.__dict__
+        if (
+            state["_forward_hooks"]
+            or state["_forward_pre_hooks"]
+            or state["_backward_hooks"]
+            or state["_backward_pre_hooks"]
+            or state.get("_compiled_call_impl") is not None
+            or _GLOBAL_FORWARD_HOOKS
+            or _GLOBAL_FORWARD_PRE_HOOKS
+            or _GLOBAL_BACKWARD_HOOKS
+            or _GLOBAL_BACKWARD_PRE_HOOKS
+        ):
+            return super().__call__(*args, **kwargs)
+        if not state["_needs_context"]:
+            return state["_forward_call"](*args, **kwargs)
+        return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._needs_context:

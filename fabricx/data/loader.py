@@ -318,6 +318,9 @@ class FabricDataLoader:
         self._inner_live = False
         # Random state just before this epoch's iterator was built (replayed when resuming it).
         self._epoch_start: dict[str, Any] | None = None
+        # len() when the current epoch's iterator was built: read by accumulation windows, which
+        # would otherwise ask the loader, batch sampler and sampler for it once per window.
+        self._epoch_batches: int | None = None
         self._fabricx_unwrapped = loader
 
     # -- what the user's loader had -------------------------------------------------------------
@@ -396,6 +399,10 @@ class FabricDataLoader:
         # when resuming, load_state_dict() already built it and this reuses it.
         iterator = iter(self._loader)
         self._inner_live = True
+        try:
+            self._epoch_batches = len(self)
+        except TypeError:
+            self._epoch_batches = None
         return self._iterate(iterator)
 
     def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:

@@ -7,6 +7,8 @@ test_resume_ddp.py, inside the launch that file makes anyway.
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import torch
 from torch import nn
@@ -134,3 +136,44 @@ def test_an_error_inside_accumulate_leaves_the_window_state_consistent():
     except TypeError as error:
         assert "fabric.setup" in str(error)
     assert not state.in_window
+
+
+def test_the_last_window_follows_a_dataset_that_grew_between_epochs():
+    """The epoch's length is measured when each epoch starts (not once for the loader's lifetime)."""
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=4)
+    model = _model()
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    samples = list(zip(*_data(40)[1:], strict=True))
+    loader = fabric.setup_dataloaders(DataLoader(samples, batch_size=4))
+    lengths = []
+    for _ in range(2):
+        for x, y in loader:
+            with fabric.accumulate(model):
+                fabric.backward(nn.functional.mse_loss(model(x), y))
+                if fabric.sync_gradients:
+                    lengths.append(fabric._accumulation.window_length)
+                optimizer.step()
+                optimizer.zero_grad()
+        samples.extend(samples[:4])  # one more batch next epoch: 11, so the last window holds 3
+    assert lengths == [4, 4, 2, 4, 4, 3]
+
+
+def test_one_context_serves_consecutive_micro_batches_without_keeping_the_model_alive():
+    fabric = Fabric(accelerator="cpu", devices=1, grad_accum_steps=2)
+    first, second = (fabric.setup_module(_model()) for _ in range(2))
+    assert fabric.accumulate(first) is fabric.accumulate(first)
+    with fabric.accumulate(first):
+        inner = fabric.accumulate(first)  # the outer context is in use: a new one
+        assert inner is not fabric._window
+    fabric._accumulation.counter = 0
+    _, x, y = _data(4)
+    boundaries = []
+    for model in (first, second, first, second):  # alternating models share one window count
+        with fabric.accumulate(model):
+            fabric.backward(nn.functional.mse_loss(model(x), y))
+            boundaries.append(fabric.sync_gradients)
+    assert boundaries == [False, True, False, True]
+    collected = weakref.ref(second)  # the context of the last micro-batch was second's
+    del model, second
+    gc.collect()
+    assert collected() is None
