@@ -30,7 +30,7 @@ from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
 
 if TYPE_CHECKING:
-    from fabricx._flags import AcceleratorName, PrecisionName, StrategyName
+    from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
     from fabricx.accelerators.accelerator import Accelerator
     from fabricx.checkpoint.background import AsyncSave
     from fabricx.precision.precision import Precision

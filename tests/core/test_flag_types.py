@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import typing
 
-from fabricx import _flags
-from fabricx._gen_flags import TARGET, render
+from fabricx import flags as _flags
+from tools.gen_flags import TARGET, render
 from fabricx.accelerators.registry import ACCELERATORS
 from fabricx.precision.registry import ALIASES
 from fabricx.strategies.registry import STRATEGIES
 
 
 def test_flags_file_is_up_to_date_with_the_registries():
-    assert TARGET.read_text() == render(), "run `python -m fabricx._gen_flags` and commit fabricx/_flags.py"
+    assert TARGET.read_text() == render(), "run `python -m tools.gen_flags` and commit fabricx/flags.py"
 
 
 def test_every_registry_name_is_a_literal_value():

@@ -1,6 +1,6 @@
 """The names ``Fabric(accelerator=, strategy=, precision=)`` accept, as ``Literal`` types.
 
-Generated from the registries by ``python -m fabricx._gen_flags``; do not edit by hand.
+Generated from the registries by ``python -m tools.gen_flags``; do not edit by hand.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Write ``fabricx/_flags.py``: the ``Literal`` types of ``Fabric``'s flags, from the registries.
+"""Write ``fabricx/flags.py``: the ``Literal`` types of ``Fabric``'s flags, from the registries.
 
-Run ``python -m fabricx._gen_flags`` after adding a registry name; tests/core/test_flag_types.py
+Run ``python -m tools.gen_flags`` after adding a registry name; tests/core/test_flag_types.py
 fails while the file is out of date.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-TARGET = Path(__file__).with_name("_flags.py")
+TARGET = Path(__file__).resolve().parents[1] / "fabricx" / "flags.py"
 
 
 def _literal(name: str, values: list[str], extra: str = "") -> str:
@@ -18,7 +18,7 @@ def _literal(name: str, values: list[str], extra: str = "") -> str:
 
 
 def render() -> str:
-    """The text of ``_flags.py`` for the registries as they are now."""
+    """The text of ``fabricx/flags.py`` for the registries as they are now."""
     from fabricx.accelerators.registry import ACCELERATORS
     from fabricx.precision.registry import ALIASES
     from fabricx.strategies.registry import STRATEGIES
@@ -29,7 +29,7 @@ def render() -> str:
     numbers = ", ".join(sorted({name for name in ALIASES if name.isdigit()}, key=int))
     return (
         '"""The names ``Fabric(accelerator=, strategy=, precision=)`` accept, as ``Literal`` types.\n\n'
-        "Generated from the registries by ``python -m fabricx._gen_flags``; do not edit by hand.\n"
+        "Generated from the registries by ``python -m tools.gen_flags``; do not edit by hand.\n"
         '"""\n\n'
         "from __future__ import annotations\n\n"
         "from typing import Literal\n\n"
