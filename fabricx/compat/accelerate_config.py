@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fabricx.utilities.exceptions import MisconfigurationError
 
 if TYPE_CHECKING:
-    from fabricx._flags import PrecisionName
+    from fabricx.flags import PrecisionName
 
 __all__ = [
     "DataLoaderConfiguration",

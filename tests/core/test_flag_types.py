@@ -5,10 +5,10 @@ from __future__ import annotations
 import typing
 
 from fabricx import flags as _flags
-from tools.gen_flags import TARGET, render
 from fabricx.accelerators.registry import ACCELERATORS
 from fabricx.precision.registry import ALIASES
 from fabricx.strategies.registry import STRATEGIES
+from tools.gen_flags import TARGET, render
 
 
 def test_flags_file_is_up_to_date_with_the_registries():
