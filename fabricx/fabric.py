@@ -30,9 +30,9 @@ from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
 
 if TYPE_CHECKING:
-    from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
     from fabricx.accelerators.accelerator import Accelerator
     from fabricx.checkpoint.background import AsyncSave
+    from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
     from fabricx.precision.precision import Precision
     from fabricx.strategies.strategy import Strategy
 
