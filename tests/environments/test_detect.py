@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import sys
 import types
 
@@ -14,9 +13,6 @@ from fabricx.environments import (
     TorchElasticEnvironment,
     detect_cluster_environment,
 )
-
-_PREFIXES = ("SLURM_", "LSB_", "JSM_", "OMPI_", "PMI_", "TORCHELASTIC_")
-_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "KUBERNETES_PORT")
 
 _TORCHRUN = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "a", "MASTER_PORT": "1"}
 _SLURM = {"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}
@@ -32,10 +28,7 @@ _KUBEFLOW = {
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(_PREFIXES) or name in _NAMES:
-            monkeypatch.delenv(name)
+def no_mpi(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # no MPI unless a test installs a stand-in
 
 

@@ -1,20 +1,13 @@
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from fabricx.environments import KubeflowEnvironment
 from fabricx.utilities.exceptions import MisconfigurationError
 
-_NAMES = ("KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
-
 
 @pytest.fixture
 def pytorchjob_env(monkeypatch):
-    for name in list(os.environ):
-        if name in _NAMES:
-            monkeypatch.delenv(name)
     values = {
         "KUBERNETES_PORT": "tcp://10.96.0.1:443", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
         "WORLD_SIZE": "3", "RANK": "2",

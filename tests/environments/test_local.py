@@ -9,16 +9,6 @@ from fabricx.environments import LocalEnvironment, find_free_port
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_only
 
-_PREFIXES = ("SLURM_", "LSB_", "JSM_", "OMPI_", "PMI_", "TORCHELASTIC_")
-_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK")
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(_PREFIXES) or name in _NAMES:
-            monkeypatch.delenv(name)
-
 
 def test_find_free_port_can_be_bound():
     port = find_free_port()

@@ -1,22 +1,11 @@
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
 
 from fabricx.environments import LSFEnvironment
 from fabricx.utilities.exceptions import MisconfigurationError
-
-_PREFIXES = ("SLURM_", "LSB_", "JSM_", "OMPI_", "PMI_", "TORCHELASTIC_")
-_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK")
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(_PREFIXES) or name in _NAMES:
-            monkeypatch.delenv(name)
 
 
 @pytest.fixture
