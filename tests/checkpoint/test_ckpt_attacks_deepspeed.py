@@ -22,6 +22,7 @@ import torch
 from fabricx.checkpoint.consolidate import consolidate_checkpoint
 from fabricx.checkpoint.deepspeed_consolidate import consolidate_deepspeed_checkpoint, deepspeed_model_states
 from fabricx.checkpoint.format import write_checkpoint
+from fabricx.environments.local import find_free_port
 from fabricx.utilities.exceptions import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,7 +186,7 @@ def test_fabric_load_under_deepspeed_reads_engine_files_weights_only(tmp_path: P
         "RANK": "0",
         "WORLD_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(find_free_port()),
         "DS_ACCELERATOR": "cpu",
     }
     marker = tmp_path / "executed"
@@ -204,14 +205,6 @@ def test_fabric_load_under_deepspeed_reads_engine_files_weights_only(tmp_path: P
     assert result["tampered"].startswith("CheckpointError: Refusing to load the DeepSpeed file"), result
     assert "optim_states.pt" in result["tampered"]
     assert result["marker"] is False
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_command_line_refuses_then_opts_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

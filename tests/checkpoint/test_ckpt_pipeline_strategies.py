@@ -20,7 +20,6 @@ summation order: 1e-5), and a resumed optimizer whose Adam moments were lost wou
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,8 @@ os.environ.setdefault("DS_BUILD_OPS", "0")
 import pytest
 import torch
 from torch import nn
+
+from fabricx.environments.local import find_free_port
 
 STEPS, ACCUM, PER_RANK, WORLD = 4, 2, 4, 2
 STRATEGIES = ("ddp", "fsdp", "deepspeed")  # deepspeed: ZeRO-2
@@ -213,10 +214,7 @@ def _child(rank: int, world: int, port: int, phase: str, root: str) -> None:
 def _launch(phase: str, world: int, root: Path) -> dict:
     import torch.multiprocessing as mp
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.start_processes(_child, args=(world, port, phase, str(root)), nprocs=world, start_method="spawn")
+    mp.start_processes(_child, args=(world, find_free_port(), phase, str(root)), nprocs=world, start_method="spawn")
     return torch.load(root / f"{phase}.pt", weights_only=False)
 
 

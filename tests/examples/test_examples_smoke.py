@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fabricx.environments.local import find_free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -43,12 +44,6 @@ def _checksum(output: str) -> str:
     found = re.findall(r"weight checksum (\S+)", output)
     assert found, f"no checksum printed:\n{output[-2000:]}"
     return found[-1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- convert_loop.py ------------------------------------------------------------------------------------
@@ -135,7 +130,7 @@ def _agreeing_checksums(output: str) -> list[str]:
 
 
 def test_multinode_two_nodes_on_loopback_with_fabricx_run(tmp_path: Path) -> None:
-    env = _env(MAIN_PORT=str(_free_port()), FABRICX=f"{sys.executable} -m fabricx")
+    env = _env(MAIN_PORT=str(find_free_port()), FABRICX=f"{sys.executable} -m fabricx")
     process = subprocess.run(
         ["bash", str(EXAMPLES / "multinode" / "run_two_nodes_locally.sh"), "1", "--epochs", "1",
          "--checkpoint", str(tmp_path / "ckpt")],
@@ -152,7 +147,7 @@ def test_multinode_script_under_srun_variables() -> None:
     """What ``srun`` in train.sbatch does: start each task with SLURM's variables (faked: no SLURM here)."""
     sbatch = (EXAMPLES / "multinode" / "train.sbatch").read_text()
     assert "srun python examples/multinode/train.py" in sbatch and "--ntasks-per-node=2" in sbatch
-    port = str(_free_port())
+    port = str(find_free_port())
     processes = []
     for rank in range(2):
         env = _env(
