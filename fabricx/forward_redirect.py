@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from fabricx._compat.torch_internals import has_own_forward_hooks
+
 if TYPE_CHECKING:
     from fabricx.precision.precision import Precision
 
@@ -37,7 +39,7 @@ def forward_is_wrapped(forward_module: nn.Module, original: nn.Module, precision
     return (
         forward_module is not original
         or precision.needs_forward_context
-        or bool(original._forward_pre_hooks or original._forward_hooks)
+        or has_own_forward_hooks(original)
     )
 
 

@@ -519,8 +519,9 @@ def _reader_class() -> type:
 
 
 def _read_item(file: Path, stream: Any, info: Any, item: Any, planner: Any) -> None:
-    from torch.distributed._shard._utils import narrow_tensor_by_index
     from torch.distributed.checkpoint.planner import LoadItemType
+
+    from fabricx._compat.torch_internals import narrow_tensor_by_index
 
     stream.seek(info.offset)
     data = stream.read(info.length)

@@ -97,10 +97,10 @@ class MixedPrecision(Precision):
     def unscale_gradients(self, optimizer: Optimizer) -> None:
         if self.scaler is None:
             return
-        from torch.amp.grad_scaler import OptState
+        from fabricx._compat.torch_internals import optimizer_unscaled_this_step
 
         # GradScaler raises if unscale_ runs twice in one step; clipping twice is legitimate.
-        if self.scaler._per_optimizer_states[id(optimizer)]["stage"] is OptState.READY:
+        if not optimizer_unscaled_this_step(self.scaler, optimizer):
             self.scaler.unscale_(optimizer)
 
     def state_dict(self) -> dict[str, Any]:

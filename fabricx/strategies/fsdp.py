@@ -254,12 +254,12 @@ class _DTensorStrategy(ParallelStrategy):
     def get_gradient_state(self, module: Module) -> dict[str, Any]:
         """Sharded gradients (``param.grad``) plus, inside a window without gradient sync, each FSDP2
         parameter's unsharded accumulated gradient, which lives outside ``param.grad``."""
+        from fabricx._compat.torch_internals import unsharded_accumulated_grad
+
         sharded = super().get_gradient_state(module)
         unsharded = {}
         for name, fsdp_param in _fsdp_params(module):
-            grad = fsdp_param.unsharded_accumulated_grad
-            if grad is None and hasattr(fsdp_param, "_unsharded_param"):
-                grad = fsdp_param._unsharded_param.grad
+            grad = unsharded_accumulated_grad(fsdp_param)
             if grad is not None:
                 unsharded[name] = _local(grad).detach()
         if not sharded and not unsharded:
@@ -676,13 +676,14 @@ def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
     """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
     from torch.distributed.fsdp import FSDPModule
 
+    from fabricx._compat.torch_internals import fsdp_params_of
+
     names = {id(param): name for name, param in module.named_parameters()}
     found = []
     for submodule in module.modules():
         if not isinstance(submodule, FSDPModule):
             continue
-        group = submodule._get_fsdp_state()._fsdp_param_group
-        for fsdp_param in group.fsdp_params if group is not None else ():
+        for fsdp_param in fsdp_params_of(submodule):
             name = names.get(id(fsdp_param.sharded_param))
             if name is not None:
                 found.append((name, fsdp_param))

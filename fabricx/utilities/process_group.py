@@ -96,9 +96,9 @@ def _store_barrier(dist: Any, timeout: float) -> None:
     gone (its host, rank 0, already left after seeing everyone arrive) ends the wait.
     """
     try:
-        from torch.distributed.distributed_c10d import _get_default_store
+        from fabricx._compat.torch_internals import default_store
 
-        store = _get_default_store()
+        store = default_store()
     except Exception:
         return
     _state["generation"] += 1

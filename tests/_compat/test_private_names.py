@@ -81,3 +81,74 @@ def test_dcp_private_readers_still_exist(tmp_path):
         "torch.distributed.checkpoint's _EmptyStateDictLoadPlanner/_load_state_dict changed: update "
         "fabricx/_compat/dcp.py"
     )
+
+
+def test_grad_scaler_still_records_each_optimizers_unscale_stage():
+    from fabricx._compat.torch_internals import optimizer_unscaled_this_step
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    assert not optimizer_unscaled_this_step(scaler, optimizer)
+    scaler.unscale_(optimizer)
+    assert optimizer_unscaled_this_step(scaler, optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    assert not optimizer_unscaled_this_step(scaler, optimizer)  # a new step starts unscaled
+
+
+def test_fsdp2_still_exposes_its_managed_parameters(tmp_path):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from fabricx._compat.torch_internals import fsdp_params_of, unsharded_accumulated_grad
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+        fully_shard(model[0], mesh=init_device_mesh("cpu", (1,)))
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        inner = [tuple(p.sharded_param.shape) for p in fsdp_params_of(model[0])]
+        outer = [tuple(p.sharded_param.shape) for p in fsdp_params_of(model)]
+        assert sorted(inner) == [(4,), (4, 3)]
+        assert sorted(outer) == [(2,), (2, 4)]  # the root manages only what its children do not
+        assert all(unsharded_accumulated_grad(p) is None for p in fsdp_params_of(model))
+        model.set_requires_gradient_sync(False)
+        model(torch.ones(2, 3)).sum().backward()
+        held = [unsharded_accumulated_grad(p) for p in fsdp_params_of(model)]
+        assert all(g is not None for g in held), "FSDP2 no longer keeps the unsharded gradient where the shim reads"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_default_process_group_store_is_still_reachable(tmp_path):
+    import torch.distributed as dist
+
+    from fabricx._compat.torch_internals import default_store
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert default_store().add("fabricx/test", 1) == 1
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dcp_chunk_narrowing_still_exists():
+    from fabricx._compat.torch_internals import narrow_tensor_by_index
+
+    full = torch.arange(16.0).reshape(4, 4)
+    assert torch.equal(narrow_tensor_by_index(full, (1, 2), (2, 2)), full[1:3, 2:4])
+
+
+def test_module_hook_dicts_still_hold_registered_hooks():
+    from fabricx._compat.torch_internals import has_own_forward_hooks
+
+    module = torch.nn.Linear(2, 2)
+    assert not has_own_forward_hooks(module)
+    handle = module.register_forward_pre_hook(lambda m, args: None)
+    assert has_own_forward_hooks(module)
+    handle.remove()
+    module.register_forward_hook(lambda m, args, out: None)
+    assert has_own_forward_hooks(module)

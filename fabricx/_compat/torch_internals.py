@@ -1,0 +1,92 @@
+"""torch's private names that fabricx reads outside a single feature's shim.
+
+Each is used here only; tests/_compat/test_private_names.py pins every one, so a torch release that
+renames one fails there, naming this file, instead of deep inside a training step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def optimizer_unscaled_this_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `scaler.unscale_(optimizer)` already ran in this step (GradScaler raises on a second call).
+
+    Example:
+        ```python
+        if not optimizer_unscaled_this_step(scaler, optimizer):
+            scaler.unscale_(optimizer)
+        ```
+    """
+    from torch.amp.grad_scaler import OptState
+
+    return scaler._per_optimizer_states[id(optimizer)]["stage"] is not OptState.READY
+
+
+def fsdp_params_of(module: torch.nn.Module) -> list[Any]:
+    """FSDP2's `FSDPParam` objects that `fully_shard(module)` manages directly (not its children's).
+
+    Example:
+        ```python
+        for fsdp_param in fsdp_params_of(block):
+            print(fsdp_param.sharded_param.shape)
+        ```
+    """
+    group = module._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
+    return list(group.fsdp_params) if group is not None else []
+
+
+def unsharded_accumulated_grad(fsdp_param: Any) -> torch.Tensor | None:
+    """The gradient FSDP2 accumulates unsharded while gradient sync is off (`None` outside such a window).
+
+    Recent torch keeps it in `unsharded_accumulated_grad` (reduce dtype); otherwise it is the private
+    unsharded parameter's `.grad`.
+
+    Example:
+        ```python
+        grads = {name: unsharded_accumulated_grad(p) for name, p in named_fsdp_params}
+        ```
+    """
+    grad = fsdp_param.unsharded_accumulated_grad
+    if grad is None and hasattr(fsdp_param, "_unsharded_param"):
+        grad = fsdp_param._unsharded_param.grad
+    return grad
+
+
+def default_store() -> Any:
+    """The key-value store of the default process group (raises if there is none).
+
+    Example:
+        ```python
+        default_store().add("arrived", 1)
+        ```
+    """
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    return _get_default_store()
+
+
+def narrow_tensor_by_index(tensor: torch.Tensor, offsets: Any, sizes: Any) -> torch.Tensor:
+    """The region of `tensor` at `offsets` with `sizes` (as torch.distributed.checkpoint reads a chunk).
+
+    Example:
+        ```python
+        chunk = narrow_tensor_by_index(full, (0, 4), (2, 4))
+        ```
+    """
+    from torch.distributed._shard._utils import narrow_tensor_by_index as narrow
+
+    return narrow(tensor, offsets, sizes)
+
+
+def has_own_forward_hooks(module: torch.nn.Module) -> bool:
+    """Whether hooks were registered on `module` itself with `register_forward(_pre)_hook`.
+
+    Example:
+        ```python
+        has_own_forward_hooks(module)  # False for a plain Linear
+        ```
+    """
+    return bool(module._forward_pre_hooks or module._forward_hooks)
