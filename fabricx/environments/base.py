@@ -70,8 +70,15 @@ class ClusterEnvironment(ABC):
         """Undo any process-wide changes this environment made."""
 
 
-def _int_env(name: str, default: int | None = None) -> int:
-    # One place for the "variable missing or not a number" message, shared by the environments.
+def int_env(name: str, default: int | None = None) -> int:
+    """The integer in environment variable `name` (or `default` when unset), with one clear message
+    for a missing or non-numeric value, shared by the cluster environments.
+
+    Example:
+        ```python
+        world_size = int_env("SLURM_NTASKS")
+        ```
+    """
     value = os.environ.get(name)
     if value is None:
         if default is None:
@@ -86,8 +93,15 @@ def _int_env(name: str, default: int | None = None) -> int:
         raise MisconfigurationError(f"The environment variable {name}={value!r} is not an integer.") from None
 
 
-def _port_from_job_id(job_id: str | None, default: int) -> int:
-    # Jobs sharing a node get different ports as long as their ids differ in the last four digits.
+def port_from_job_id(job_id: str | None, default: int) -> int:
+    """A rendezvous port derived from a scheduler's job id, so jobs sharing a node get different ports
+    (as long as their ids differ in the last four digits); `default` when the id has no digits.
+
+    Example:
+        ```python
+        port_from_job_id("1234567", 12910)  # 14567
+        ```
+    """
     digits = "".join(ch for ch in (job_id or "") if ch.isdigit())
     if not digits:
         return default

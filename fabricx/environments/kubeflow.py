@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fabricx.environments.base import ClusterEnvironment, _int_env
+from fabricx.environments.base import ClusterEnvironment, int_env
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _REQUIRED = ("KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
@@ -33,7 +33,7 @@ class KubeflowEnvironment(ClusterEnvironment):
 
     @property
     def main_port(self) -> int:
-        return _int_env("MASTER_PORT")
+        return int_env("MASTER_PORT")
 
     @staticmethod
     def detect() -> bool:
@@ -46,18 +46,18 @@ class KubeflowEnvironment(ClusterEnvironment):
         return all(name in os.environ for name in _REQUIRED)
 
     def world_size(self) -> int:
-        return _int_env("WORLD_SIZE")
+        return int_env("WORLD_SIZE")
 
 
     def global_rank(self) -> int:
-        return _int_env("RANK")
+        return int_env("RANK")
 
 
     def local_rank(self) -> int:
         return 0
 
     def node_rank(self) -> int:
-        return _int_env("RANK")
+        return int_env("RANK")
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         if num_devices != 1:

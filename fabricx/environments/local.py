@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from fabricx.environments.base import ClusterEnvironment, _int_env
+from fabricx.environments.base import ClusterEnvironment, int_env
 from fabricx.utilities.rank_zero import set_global_rank
 
 
@@ -56,7 +56,7 @@ class LocalEnvironment(ClusterEnvironment):
             # Exported so that every process launched from here rendezvous on the same port.
             self._exported_port = str(find_free_port())
             os.environ["MASTER_PORT"] = self._exported_port
-        return _int_env("MASTER_PORT")
+        return int_env("MASTER_PORT")
 
     @staticmethod
     def detect() -> bool:
@@ -76,10 +76,10 @@ class LocalEnvironment(ClusterEnvironment):
         set_global_rank(rank)
 
     def local_rank(self) -> int:
-        return _int_env("LOCAL_RANK", 0)
+        return int_env("LOCAL_RANK", 0)
 
     def node_rank(self) -> int:
-        return _int_env("NODE_RANK", _int_env("GROUP_RANK", 0))
+        return int_env("NODE_RANK", int_env("GROUP_RANK", 0))
 
     def teardown(self) -> None:
         # A port we picked is stale after the job; a later run in this process must pick a fresh one.

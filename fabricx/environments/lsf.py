@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from fabricx.environments.base import ClusterEnvironment, _int_env, _port_from_job_id
+from fabricx.environments.base import ClusterEnvironment, int_env, port_from_job_id
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _DEFAULT_PORT = 12910
@@ -42,8 +42,8 @@ class LSFEnvironment(ClusterEnvironment):
     @property
     def main_port(self) -> int:
         if "MASTER_PORT" in os.environ:
-            return _int_env("MASTER_PORT")
-        return _port_from_job_id(os.environ.get("LSB_JOBID"), _DEFAULT_PORT)
+            return int_env("MASTER_PORT")
+        return port_from_job_id(os.environ.get("LSB_JOBID"), _DEFAULT_PORT)
 
     @staticmethod
     def detect() -> bool:
@@ -52,15 +52,15 @@ class LSFEnvironment(ClusterEnvironment):
         return has_hosts and all(name in os.environ for name in required)
 
     def world_size(self) -> int:
-        return _int_env("JSM_NAMESPACE_SIZE")
+        return int_env("JSM_NAMESPACE_SIZE")
 
 
     def global_rank(self) -> int:
-        return _int_env("JSM_NAMESPACE_RANK")
+        return int_env("JSM_NAMESPACE_RANK")
 
 
     def local_rank(self) -> int:
-        return _int_env("JSM_NAMESPACE_LOCAL_RANK")
+        return int_env("JSM_NAMESPACE_LOCAL_RANK")
 
     def node_rank(self) -> int:
         hosts = self.compute_hosts()

@@ -6,7 +6,7 @@ import os
 import socket
 from typing import Any
 
-from fabricx.environments.base import ClusterEnvironment, _int_env
+from fabricx.environments.base import ClusterEnvironment, int_env
 from fabricx.environments.local import find_free_port
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.imports import lazy_import
@@ -64,7 +64,7 @@ class MPIEnvironment(ClusterEnvironment):
     @property
     def main_port(self) -> int:
         if "MASTER_PORT" in os.environ:
-            return _int_env("MASTER_PORT")
+            return int_env("MASTER_PORT")
         if self._main_port is None:
             # Only rank 0 can tell which port is free on its own host.
             port = find_free_port() if self._comm.Get_rank() == 0 else None

@@ -6,7 +6,7 @@ import itertools
 import os
 import re
 
-from fabricx.environments.base import ClusterEnvironment, _int_env, _port_from_job_id
+from fabricx.environments.base import ClusterEnvironment, int_env, port_from_job_id
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _INTERACTIVE_JOB_NAMES = ("bash", "interactive")
@@ -94,8 +94,8 @@ class SLURMEnvironment(ClusterEnvironment):
     @property
     def main_port(self) -> int:
         if "MASTER_PORT" in os.environ:
-            return _int_env("MASTER_PORT")
-        return _port_from_job_id(os.environ.get("SLURM_JOB_ID"), _DEFAULT_PORT)
+            return int_env("MASTER_PORT")
+        return port_from_job_id(os.environ.get("SLURM_JOB_ID"), _DEFAULT_PORT)
 
     @staticmethod
     def detect() -> bool:
@@ -107,21 +107,21 @@ class SLURMEnvironment(ClusterEnvironment):
         # shell step (`srun --pty bash`) leaves fabricx free to start its own processes.
         if "SLURM_STEP_ID" not in os.environ:
             return False
-        return _int_env("SLURM_STEP_NUM_TASKS", _int_env("SLURM_NTASKS")) > 1
+        return int_env("SLURM_STEP_NUM_TASKS", int_env("SLURM_NTASKS")) > 1
 
     def world_size(self) -> int:
-        return _int_env("SLURM_NTASKS")
+        return int_env("SLURM_NTASKS")
 
 
     def global_rank(self) -> int:
-        return _int_env("SLURM_PROCID")
+        return int_env("SLURM_PROCID")
 
 
     def local_rank(self) -> int:
-        return _int_env("SLURM_LOCALID")
+        return int_env("SLURM_LOCALID")
 
     def node_rank(self) -> int:
-        return _int_env("SLURM_NODEID")
+        return int_env("SLURM_NODEID")
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         per_node = os.environ.get("SLURM_NTASKS_PER_NODE", "")

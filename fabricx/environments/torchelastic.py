@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fabricx.environments.base import ClusterEnvironment, _int_env
+from fabricx.environments.base import ClusterEnvironment, int_env
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -30,25 +30,25 @@ class TorchElasticEnvironment(ClusterEnvironment):
 
     @property
     def main_port(self) -> int:
-        return _int_env("MASTER_PORT")
+        return int_env("MASTER_PORT")
 
     @staticmethod
     def detect() -> bool:
         return "TORCHELASTIC_RUN_ID" in os.environ or all(name in os.environ for name in _REQUIRED)
 
     def world_size(self) -> int:
-        return _int_env("WORLD_SIZE")
+        return int_env("WORLD_SIZE")
 
 
     def global_rank(self) -> int:
-        return _int_env("RANK")
+        return int_env("RANK")
 
 
     def local_rank(self) -> int:
-        return _int_env("LOCAL_RANK")
+        return int_env("LOCAL_RANK")
 
     def node_rank(self) -> int:
-        return _int_env("GROUP_RANK", 0)
+        return int_env("GROUP_RANK", 0)
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         local_world_size = os.environ.get("LOCAL_WORLD_SIZE")
