@@ -7,7 +7,7 @@ import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
@@ -19,9 +19,13 @@ from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.fabric_state import EntryStorage, unwrap_object
 from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
 from fabricx.precision.precision import Precision
+from fabricx.strategies.mesh import MeshLayout
 from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 #: ``sharding_strategy`` names (Lightning's, from FSDP1) -> (hybrid mesh?, reshard after forward?).
 SHARDING_STRATEGIES: dict[str, tuple[bool, bool]] = {
@@ -38,7 +42,7 @@ _FSDP1_ONLY = frozenset(
 )
 
 
-class _DTensorStrategy(ParallelStrategy):
+class DTensorStrategy(ParallelStrategy):
     """What FSDP2 and tensor parallelism share: parameters become DTensors when the module is set up.
 
     Optimizers must be built over the sharded parameters (``setup(model, opt)`` rebuilds them),
@@ -97,6 +101,23 @@ class _DTensorStrategy(ParallelStrategy):
     @property
     def state_dict_type(self) -> str:
         return self._state_dict_type
+
+    # -- layout -----------------------------------------------------------------------------------------
+    @abstractmethod
+    def mesh_layout(self) -> MeshLayout | DeviceMesh:
+        """The mesh this strategy lays parameters on: a layout to build, or a mesh the user built.
+
+        Raises `MisconfigurationError` for a layout the job's ranks cannot form, so `configure` refuses it
+        once in the launching process rather than inside every rank."""
+
+    def configure(self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any) -> None:
+        super().configure(parallel_devices, num_nodes, cluster_environment)
+        self.mesh_layout()
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        layout = self.mesh_layout()
+        self._device_mesh = layout.build(self.root_device.type) if isinstance(layout, MeshLayout) else layout
 
     @property
     def device_mesh(self) -> Any:
@@ -291,7 +312,7 @@ class _ShardedEntries(EntryStorage):
 
     meta_key = SHARDED_META_KEY
 
-    def __init__(self, strategy: _DTensorStrategy) -> None:
+    def __init__(self, strategy: DTensorStrategy) -> None:
         self.strategy = strategy
 
     def _kind(self, obj: Any) -> str | None:
@@ -371,7 +392,7 @@ class _ShardedEntries(EntryStorage):
                 set_optimizer_state(self.strategy._optimizer_modules[target], target, restored[key], full=False)
 
 
-class FSDPStrategy(_DTensorStrategy):
+class FSDPStrategy(DTensorStrategy):
     """Fully sharded data parallel with FSDP2: parameters, gradients and optimizer state are split
     across ranks and gathered per sharded submodule for forward and backward.
 
@@ -457,13 +478,11 @@ class FSDPStrategy(_DTensorStrategy):
         _check_fully_shard_kwargs(self._fully_shard_kwargs)
 
     # -- environment ----------------------------------------------------------------------------------------
-    def configure(self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any) -> None:
-        super().configure(parallel_devices, num_nodes, cluster_environment)
-        self._mesh_shape()  # refuse an impossible layout here, not inside every process
-
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        self._device_mesh = self._build_mesh()
+    def mesh_layout(self) -> MeshLayout | DeviceMesh:
+        if self._mesh_spec is not None and not isinstance(self._mesh_spec, tuple):
+            return self._mesh_spec  # a DeviceMesh built by the user
+        shape = self._mesh_shape()
+        return MeshLayout(shape, ("replicate", "shard") if len(shape) == 2 else None)
 
     def _mesh_shape(self) -> tuple[int, ...]:
         spec = self._mesh_spec
@@ -480,15 +499,6 @@ class FSDPStrategy(_DTensorStrategy):
                 "(replicate_groups, shard_group_size) whose product is the world size."
             )
         return shape
-
-    def _build_mesh(self) -> Any:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        if self._mesh_spec is not None and not isinstance(self._mesh_spec, tuple):
-            return self._mesh_spec
-        shape = self._mesh_shape()
-        names = ("replicate", "shard") if len(shape) == 2 else None
-        return init_device_mesh(self.root_device.type, shape, mesh_dim_names=names)
 
     # -- sharding -------------------------------------------------------------------------------------------
     def _shard(self, module: Module) -> Module:

@@ -11,14 +11,15 @@ from torch.nn import Module
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.precision.precision import Precision
-from fabricx.strategies.fsdp import _DTensorStrategy
+from fabricx.strategies.fsdp import DTensorStrategy
+from fabricx.strategies.mesh import MeshLayout
 from fabricx.utilities.exceptions import MisconfigurationError
 
 #: Names of the mesh dimensions handed to ``parallelize_fn``.
 MESH_DIM_NAMES = ("data_parallel", "tensor_parallel")
 
 
-class ModelParallelStrategy(_DTensorStrategy):
+class ModelParallelStrategy(DTensorStrategy):
     """Runs ``parallelize_fn(model, device_mesh) -> model`` on a 2-D mesh of
     ``data_parallel_size x tensor_parallel_size`` ranks; the function applies tensor parallelism
     (``parallelize_module`` with ``ColwiseParallel``/``RowwiseParallel``) on ``device_mesh["tensor_parallel"]``
@@ -106,21 +107,14 @@ class ModelParallelStrategy(_DTensorStrategy):
             )
         return int(dp), int(tp)
 
-    def configure(self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any) -> None:
-        super().configure(parallel_devices, num_nodes, cluster_environment)
-        self.mesh_shape  # noqa: B018 - refuse an impossible layout here, not inside every process
+    def mesh_layout(self) -> MeshLayout:
+        return MeshLayout(self.mesh_shape, MESH_DIM_NAMES)
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int]:
         dp, tp = self.mesh_shape
         # The mesh is row-major: ranks [i*tp, (i+1)*tp) form data-parallel group i.
         return {"num_replicas": dp, "rank": self.global_rank // tp}
-
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        from torch.distributed.device_mesh import init_device_mesh
-
-        self._device_mesh = init_device_mesh(self.root_device.type, self.mesh_shape, mesh_dim_names=MESH_DIM_NAMES)
 
     # -- modules ---------------------------------------------------------------------------------------------
     def _shard(self, module: Module) -> Module:
