@@ -37,3 +37,14 @@ def validates_every_epoch_end(trainer: Any) -> bool:
     """Whether validation runs once per epoch, at its end (Lightning's defaults)."""
     interval = getattr(trainer, "val_check_interval", 1.0)
     return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) in (None, 1)
+
+
+def batches_that_stepped(trainer: Any) -> int:
+    """The step number Lightning logs step metrics at (optimizer steps taken, counted per batch)."""
+    return trainer.progress.batches_that_stepped
+
+
+def logs_this_step(trainer: Any) -> bool:
+    """Lightning's rule for step logging: every ``log_every_n_steps`` stepped batches, and when stopping."""
+    every = getattr(trainer, "log_every_n_steps", None) or 50
+    return (batches_that_stepped(trainer) + 1) % every == 0 or bool(trainer.should_stop)

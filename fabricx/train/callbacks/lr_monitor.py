@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim import Optimizer
 
+from fabricx.train.callbacks._trainer_state import batches_that_stepped, logs_this_step
 from fabricx.train.callbacks.base import Callback
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -74,7 +75,7 @@ class LearningRateMonitor(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         # The rates this batch trains with, on the batches whose step metrics go to the loggers.
-        if not _logs_this_step(trainer) or self.logging_interval == "epoch":
+        if not logs_this_step(trainer) or self.logging_interval == "epoch":
             return
         self._log(trainer, "step" if self.logging_interval is None else "any")
 
@@ -85,7 +86,7 @@ class LearningRateMonitor(Callback):
     def _log(self, trainer: Trainer, interval: str) -> None:
         stats = self._extract_stats(trainer, interval)
         if stats:
-            step = trainer.progress.batches_that_stepped
+            step = batches_that_stepped(trainer)
             for logger in trainer.loggers:
                 logger.log_metrics(stats, step=step)
 
@@ -189,10 +190,6 @@ def _lacks(trainer: Trainer, key: str) -> bool:
     return any(key not in _inner(optimizer).defaults for optimizer in trainer.optimizers)
 
 
-def _logs_this_step(trainer: Trainer) -> bool:
-    # Lightning's rule for step logging: every log_every_n_steps stepped batches, and when stopping.
-    every = trainer.log_every_n_steps or 50
-    return (trainer.progress.batches_that_stepped + 1) % every == 0 or bool(trainer.should_stop)
 
 
 def _duplicate_group_names(groups: list[dict[str, Any]]) -> set[str]:
