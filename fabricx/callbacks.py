@@ -1,26 +1,42 @@
-"""Callbacks for :class:`fabricx.train.Trainer` (importable as ``fabricx.callbacks``).
+"""Callbacks for `fabricx.train.Trainer`, under Lightning's names (`lightning.pytorch.callbacks`).
 
-Example::
+`EarlyStoppingReason` lives where Lightning keeps it, in `fabricx.train.callbacks.early_stopping`.
 
-    from fabricx.callbacks import EarlyStopping, ModelCheckpoint
+Example:
+
+```python
+from fabricx.callbacks import EarlyStopping, ModelCheckpoint
+```
 """
 
 from fabricx.train.callbacks import (
+    BackboneFinetuning,
+    BaseFinetuning,
     Callback,
+    DeviceStatsMonitor,
     EarlyStopping,
     LearningRateMonitor,
     ModelCheckpoint,
     RichModelSummary,
     RichProgressBar,
+    StochasticWeightAveraging,
     ThroughputMonitor,
+    Timer,
+    TQDMProgressBar,
 )
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "Callback",
+    "DeviceStatsMonitor",
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "RichModelSummary",
     "RichProgressBar",
+    "StochasticWeightAveraging",
+    "TQDMProgressBar",
     "ThroughputMonitor",
+    "Timer",
 ]

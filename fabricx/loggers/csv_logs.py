@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
+from fabricx.loggers._folders import VersionedFolder
 from fabricx.loggers._utils import (
+    NoOpExperiment,
     add_prefix,
     metric_value,
-    next_version,
     params_to_dict,
-    version_dir_name,
     write_hparams_yaml,
 )
 from fabricx.loggers.base import Logger
@@ -26,107 +26,58 @@ METRICS_FILE = "metrics.csv"
 HPARAMS_FILE = "hparams.yaml"
 
 
-class CSVLogger(Logger):
-    """Log to ``{root_dir}/{name}/version_{n}/metrics.csv`` and ``hparams.yaml``.
+class ExperimentWriter:
+    """What ``CSVLogger.experiment`` returns: buffers metric rows and writes ``metrics.csv`` and ``hparams.yaml``.
 
-    ``metrics.csv`` has a ``step`` column and one column per metric name ever logged; a row
-    leaves the metrics it did not log empty. Rows are buffered and written every
-    ``flush_logs_every_n_steps`` steps, on :meth:`save` and on :meth:`finalize`. Logging into an
-    existing version folder appends to its ``metrics.csv``.
+    ``metrics`` holds the rows not yet written, ``metrics_keys`` the file's columns. A new column
+    rewrites the file with the wider header (atomically); otherwise rows are appended, also to a
+    ``metrics.csv`` an earlier run left in the same folder.
 
-    Args:
-        root_dir: Folder holding every experiment.
-        name: Experiment name, a sub-folder of ``root_dir`` (``""`` writes the versions in ``root_dir``).
-        version: An int gives ``version_{version}``, a string is the folder name itself, ``None``
-            takes the next free ``version_{n}``.
-        prefix: Put ``f"{prefix}-"`` in front of every metric name.
-        flush_logs_every_n_steps: How often buffered rows are written out.
+    Example:
 
-    Example::
-
-        logger = CSVLogger("logs", name="mnist")
-        logger.log_hyperparams({"lr": 1e-3})
-        logger.log_metrics({"loss": 0.25}, step=0)
-        logger.finalize("success")
+    ```python
+    writer = CSVLogger("logs").experiment
+    writer.log_metrics({"loss": 0.5}, step=0)
+    writer.save()
+    ```
     """
 
-    LOGGER_JOIN_CHAR = "-"
+    NAME_METRICS_FILE = METRICS_FILE
+    NAME_HPARAMS_FILE = HPARAMS_FILE
 
-    def __init__(
-        self,
-        root_dir: str | os.PathLike,
-        name: str | None = "fabricx_logs",
-        version: int | str | None = None,
-        prefix: str = "",
-        flush_logs_every_n_steps: int = 100,
-    ) -> None:
-        if flush_logs_every_n_steps < 1:
-            raise ValueError(f"flush_logs_every_n_steps must be at least 1, got {flush_logs_every_n_steps}.")
-        self._root_dir = os.fspath(root_dir)
-        self._name = name or ""
-        # Chosen now, before any rank writes, so every process agrees on the folder.
-        self._version = next_version(os.path.join(self._root_dir, self._name)) if version is None else version
-        self._prefix = prefix
-        self._flush_every = flush_logs_every_n_steps
-        self._pending: list[dict[str, Any]] = []
-        self._columns: list[str] | None = None
-        self._rows_logged = 0
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.metrics_file_path = os.path.join(log_dir, self.NAME_METRICS_FILE)
+        self.metrics: list[dict[str, Any]] = []
+        self.metrics_keys: list[str] = _read_header(Path(self.metrics_file_path))
         self.hparams: dict[str, Any] = {}
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def log_metrics(self, metrics_dict: Mapping[str, Any], step: int | None = None) -> None:
+        """Buffer one row; ``step`` defaults to the number of rows buffered so far."""
+        row = {key: metric_value(key, value) for key, value in metrics_dict.items()}
+        row["step"] = len(self.metrics) if step is None else step
+        self.metrics.append(row)
 
-    @property
-    def version(self) -> int | str:
-        return self._version
-
-    @property
-    def root_dir(self) -> str:
-        return self._root_dir
-
-    @property
-    def log_dir(self) -> str:
-        return os.path.join(self._root_dir, self._name, version_dir_name(self._version))
-
-    @property
-    def metrics_file_path(self) -> str:
-        return os.path.join(self.log_dir, METRICS_FILE)
-
-    @rank_zero_only
-    def log_metrics(self, metrics: Mapping[str, float | torch.Tensor], step: int | None = None) -> None:
-        row = {key: metric_value(key, value) for key, value in add_prefix(metrics, self._prefix, "-").items()}
-        if step is None:
-            step = self._rows_logged
-        row["step"] = step
-        self._pending.append(row)
-        self._rows_logged += 1
-        if (step + 1) % self._flush_every == 0:
-            self.save()
-
-    @rank_zero_only
-    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
-        self.hparams.update(params_to_dict(params))
+    def log_hparams(self, params: Mapping[str, Any]) -> None:
+        """Merge ``params`` into the stored hyperparameters and rewrite ``hparams.yaml``."""
+        self.hparams.update(params)
         os.makedirs(self.log_dir, exist_ok=True)
-        write_hparams_yaml(os.path.join(self.log_dir, HPARAMS_FILE), self.hparams)
+        write_hparams_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
 
-    @rank_zero_only
     def save(self) -> None:
-        if not self._pending:
+        """Write the buffered rows out and empty the buffer."""
+        if not self.metrics:
             return
         path = Path(self.metrics_file_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        if self._columns is None:
-            self._columns = _read_header(path)
-        new_keys = [
-            key for key in dict.fromkeys(k for row in self._pending for k in row) if key not in self._columns
-        ]
+        seen = dict.fromkeys(key for row in self.metrics for key in row)
+        new_keys = [key for key in seen if key not in self.metrics_keys]
         if path.exists() and not new_keys:
             with path.open("a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=self._columns).writerows(self._pending)
+                csv.DictWriter(handle, fieldnames=self.metrics_keys).writerows(self.metrics)
         else:
             self._rewrite(path, new_keys)
-        self._pending = []
+        self.metrics = []
 
     def _rewrite(self, path: Path, new_keys: list[str]) -> None:
         # A new column changes the header, so the earlier rows are written again with the wider header.
@@ -134,7 +85,7 @@ class CSVLogger(Logger):
         if path.exists():
             with path.open(newline="") as handle:
                 old_rows = list(csv.DictReader(handle))
-        columns = list(self._columns or [])
+        columns = list(self.metrics_keys)
         if "step" not in columns:
             columns.insert(0, "step")
         columns += [key for key in new_keys if key != "step"]
@@ -143,10 +94,100 @@ class CSVLogger(Logger):
             writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             writer.writerows(old_rows)
-            writer.writerows(self._pending)
+            writer.writerows(self.metrics)
         # Replacing in one step means a crash mid-write never leaves a truncated metrics file.
         os.replace(partial, path)
-        self._columns = columns
+        self.metrics_keys = columns
+
+
+class CSVLogger(VersionedFolder, Logger):
+    """Log to ``{save_dir}/{name}/version_{n}/metrics.csv`` and ``hparams.yaml``.
+
+    ``metrics.csv`` has a ``step`` column and one column per metric name ever logged; a row
+    leaves the metrics it did not log empty. Rows are buffered and written every
+    ``flush_logs_every_n_steps`` steps, on :meth:`save` and on :meth:`finalize`. Logging into an
+    existing version folder appends to its ``metrics.csv``. The constructor is Lightning's Trainer
+    logger's and also takes Lightning Fabric's ``root_dir=`` spelling.
+
+    Args:
+        save_dir: Folder holding every experiment (``root_dir=`` is accepted as in Lightning Fabric).
+        name: Experiment name, a sub-folder of ``save_dir`` (``""`` or ``None`` writes the versions in ``save_dir``).
+        version: An int gives ``version_{version}``, a string is the folder name itself, ``None``
+            takes the next free ``version_{n}``.
+        prefix: Put ``f"{prefix}-"`` in front of every metric name.
+        flush_logs_every_n_steps: How often buffered rows are written out.
+
+    Example:
+
+    ```python
+    logger = CSVLogger("logs", name="mnist")
+    logger.log_hyperparams({"lr": 1e-3})
+    logger.log_metrics({"loss": 0.25}, step=0)
+    logger.finalize("success")
+    ```
+    """
+
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike | None = None,
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+        *,
+        save_dir: str | os.PathLike | None = None,
+    ) -> None:
+        if flush_logs_every_n_steps < 1:
+            raise ValueError(f"flush_logs_every_n_steps must be at least 1, got {flush_logs_every_n_steps}.")
+        self._set_folders("CSVLogger", root_dir, save_dir, name, version)
+        self._prefix = prefix
+        self._flush_logs_every_n_steps = flush_logs_every_n_steps
+        self._experiment: ExperimentWriter | None = None
+        self._rows_logged = 0
+
+    @property
+    def log_dir(self) -> str:
+        return self._version_dir()
+
+    @property
+    def metrics_file_path(self) -> str:
+        return os.path.join(self.log_dir, METRICS_FILE)
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return self.experiment.hparams if rank_zero_only.rank == 0 else {}
+
+    @property
+    def experiment(self) -> ExperimentWriter:
+        """The :class:`ExperimentWriter` on global rank 0 (created on first use); a do-nothing object elsewhere."""
+        if self._experiment is not None:
+            return self._experiment
+        if rank_zero_only.rank != 0:
+            return NoOpExperiment()  # type: ignore[return-value]
+        self._experiment = ExperimentWriter(self.log_dir)
+        return self._experiment
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float | torch.Tensor], step: int | None = None) -> None:
+        metrics = add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
+        if step is None:
+            # Counted over the whole run (Lightning counts the unflushed rows, so its steps restart at 0).
+            step = self._rows_logged
+        self._rows_logged += 1
+        self.experiment.log_metrics(metrics, step)
+        if (step + 1) % self._flush_logs_every_n_steps == 0:
+            self.save()
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
+        self.experiment.log_hparams(params_to_dict(params or {}))
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.save()
 
 
 def _read_header(path: Path) -> list[str]:

@@ -11,14 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from fabricx.loggers._folders import VersionedFolder
 from fabricx.loggers._utils import (
     NoOpExperiment,
     add_prefix,
     flatten_dict,
     metric_value,
-    next_version,
     params_to_dict,
-    version_dir_name,
     write_hparams_yaml,
 )
 from fabricx.loggers.base import Logger
@@ -40,47 +39,55 @@ def _summary_writer_class() -> type:
     return SummaryWriter
 
 
-class TensorBoardLogger(Logger):
-    """Log to TensorBoard event files in ``{root_dir}/{name}/version_{n}[/{sub_dir}]``.
+class TensorBoardLogger(VersionedFolder, Logger):
+    """Log to TensorBoard event files in ``{save_dir}/{name}/version_{n}[/{sub_dir}]``.
+
+    The constructor is Lightning's Trainer logger's (``save_dir, name, version, log_graph,
+    default_hp_metric, prefix, sub_dir``) and also takes Lightning Fabric's ``root_dir=`` spelling.
 
     Args:
-        root_dir: Folder holding every experiment.
-        name: Experiment name, a sub-folder of ``root_dir`` (``""`` writes the versions in ``root_dir``).
+        save_dir: Folder holding every experiment (``root_dir=`` is accepted as in Lightning Fabric).
+        name: Experiment name, a sub-folder of ``save_dir`` (``""`` or ``None`` writes the versions in ``save_dir``).
         version: An int gives ``version_{version}``, a string is the folder name itself, ``None``
             takes the next free ``version_{n}``.
+        log_graph: Whether the Trainer should log the model's graph (a direct :meth:`log_graph` call always does).
         default_hp_metric: Log a placeholder ``hp_metric`` with the hyperparameters, so that
             TensorBoard's HPARAMS tab shows the run even before a real metric is attached.
         prefix: Put ``f"{prefix}-"`` in front of every metric name.
         sub_dir: An extra folder below the version folder.
         **summary_writer_kwargs: Passed on to ``torch.utils.tensorboard.SummaryWriter``.
 
-    Example::
+    Example:
 
-        logger = TensorBoardLogger("logs", name="mnist")
-        logger.log_metrics({"train/loss": 0.25}, step=10)
-        logger.experiment.add_histogram("weights", model.fc.weight, 10)
-        logger.finalize("success")
+    ```python
+    logger = TensorBoardLogger("logs", name="mnist")
+    logger.log_metrics({"train/loss": 0.25}, step=10)
+    logger.experiment.add_histogram("weights", model.fc.weight, 10)
+    logger.finalize("success")
+    ```
     """
 
     LOGGER_JOIN_CHAR = "-"
+    NAME_HPARAMS_FILE = HPARAMS_FILE
 
     def __init__(
         self,
-        root_dir: str | os.PathLike,
-        name: str | None = "fabricx_logs",
+        root_dir: str | os.PathLike | None = None,
+        name: str | None = "lightning_logs",
         version: int | str | None = None,
+        log_graph: bool = False,
         default_hp_metric: bool = True,
         prefix: str = "",
         sub_dir: str | os.PathLike | None = None,
+        *,
+        save_dir: str | os.PathLike | None = None,
         **summary_writer_kwargs: Any,
     ) -> None:
         # Checked without importing, so a missing package is reported where the logger is created.
         if importlib.util.find_spec("tensorboard") is None:
             raise ModuleNotFoundError(_MISSING_MESSAGE)
-        self._root_dir = os.fspath(root_dir)
-        self._name = name or ""
-        # Chosen now, before any rank writes, so every process agrees on the folder.
-        self._version = next_version(os.path.join(self._root_dir, self._name)) if version is None else version
+        self._set_folders("TensorBoardLogger", root_dir, save_dir, name, version)
+        self._log_graph = log_graph
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
@@ -89,20 +96,12 @@ class TensorBoardLogger(Logger):
         self.hparams: dict[str, Any] = {}
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def version(self) -> int | str:
-        return self._version
-
-    @property
-    def root_dir(self) -> str:
-        return self._root_dir
+    def sub_dir(self) -> str | None:
+        return self._sub_dir
 
     @property
     def log_dir(self) -> str:
-        path = os.path.join(self._root_dir, self._name, version_dir_name(self._version))
+        path = self._version_dir()
         if self._sub_dir is not None:
             path = os.path.join(path, self._sub_dir)
         return os.path.expandvars(os.path.expanduser(path))
@@ -128,9 +127,12 @@ class TensorBoardLogger(Logger):
 
     @rank_zero_only
     def log_hyperparams(
-        self, params: dict[str, Any] | Namespace, metrics: Mapping[str, float] | None = None
+        self,
+        params: dict[str, Any] | Namespace,
+        metrics: Mapping[str, float] | None = None,
+        step: int | None = None,
     ) -> None:
-        """Record hyperparameters for the HPARAMS tab; ``metrics`` are shown next to them."""
+        """Record hyperparameters for the HPARAMS tab; ``metrics`` are shown next to them (logged at ``step``)."""
         hparams = lazy_import("torch.utils.tensorboard.summary").hparams
 
         params = params_to_dict(params)
@@ -138,7 +140,7 @@ class TensorBoardLogger(Logger):
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
         if metrics:
-            self.log_metrics(metrics, 0)
+            self.log_metrics(metrics, 0 if step is None else step)
         flat = {key: _hparam_value(value) for key, value in flatten_dict(params).items()}
         writer = self.experiment._get_file_writer()
         for summary in hparams(flat, dict(metrics or {})):
@@ -150,11 +152,18 @@ class TensorBoardLogger(Logger):
             input_array = getattr(model, "example_input_array", None)
         if input_array is None:
             rank_zero_warn(
-                "log_graph needs an example input: pass `input_array` or set `model.example_input_array`."
-                " The graph was not logged."
+                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute"
+                " is not set or `input_array` was not given. log_graph needs an example input: pass"
+                " `input_array` or set `model.example_input_array`."
             )
-            return
-        self.experiment.add_graph(model, input_array)
+        elif not isinstance(input_array, (torch.Tensor, tuple)):
+            rank_zero_warn(
+                "Could not log computational graph to TensorBoard: The `input_array` or `model.example_input_array`"
+                f" has type {type(input_array)} which can't be traced by TensorBoard. Make the input array a tuple"
+                " representing the positional arguments to the model's `forward()` implementation."
+            )
+        else:
+            self.experiment.add_graph(model, input_array)
 
     @rank_zero_only
     def save(self) -> None:

@@ -14,16 +14,27 @@ if TYPE_CHECKING:
     from fabricx.train.datamodule import DataModule
     from fabricx.train.hparams import AttributeDict
     from fabricx.train.module import TrainModule
+    from fabricx.train.optimizer_proxy import LightningOptimizer
     from fabricx.train.overrides import is_overridden
     from fabricx.train.progress import Progress
     from fabricx.train.trainer import Trainer
 
-__all__ = ["AttributeDict", "CombinedLoader", "DataModule", "Progress", "TrainModule", "Trainer", "is_overridden"]
+__all__ = [
+    "AttributeDict",
+    "CombinedLoader",
+    "DataModule",
+    "LightningOptimizer",
+    "Progress",
+    "TrainModule",
+    "Trainer",
+    "is_overridden",
+]
 
 _WHERE = {
     "AttributeDict": "fabricx.train.hparams",
     "CombinedLoader": "fabricx.train.combined_loader",
     "DataModule": "fabricx.train.datamodule",
+    "LightningOptimizer": "fabricx.train.optimizer_proxy",
     "Progress": "fabricx.train.progress",
     "TrainModule": "fabricx.train.module",
     "Trainer": "fabricx.train.trainer",

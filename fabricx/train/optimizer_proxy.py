@@ -12,12 +12,15 @@ if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
-class TrainerOptimizer:
-    """A set-up optimizer seen from inside a :class:`~fabricx.train.TrainModule` (Lightning's ``LightningOptimizer``).
+class LightningOptimizer:
+    """The optimizer ``self.optimizers()`` returns inside a :class:`~fabricx.train.TrainModule` (Lightning's name).
 
-    It is still an instance of the user's optimizer class. ``step(closure)`` runs the closure, then
-    ``on_before_optimizer_step`` (callbacks, then module), then the strategy's step; under manual
-    optimization every ``step()`` counts as one ``global_step``.
+    It is still an instance of the user's optimizer class (``isinstance(opt, torch.optim.SGD)`` holds)
+    and of ``LightningOptimizer``. ``step(closure)`` runs the closure, then ``on_before_optimizer_step``
+    (callbacks, then module), then the strategy's step; under manual optimization every ``step()``
+    counts as one ``global_step``. ``optimizer`` is the user's own optimizer; ``param_groups``,
+    ``state`` and ``defaults`` are its own. Built without a trainer (``LightningOptimizer(opt)``),
+    ``step`` steps the optimizer directly.
 
     Example::
 
@@ -27,14 +30,14 @@ class TrainerOptimizer:
         opt.zero_grad()
     """
 
-    def __init__(self, optimizer: Any, trainer: Trainer, index: int = 0) -> None:
+    def __init__(self, optimizer: Any, trainer: Trainer | None = None, index: int = 0) -> None:
         inner = unwrap(optimizer)
         object.__setattr__(self, "_fabric_optimizer", optimizer)
         object.__setattr__(self, "_trainer", trainer)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_fabricx_unwrapped", inner)
         object.__setattr__(
-            self, "__class__", type("Trainer" + type(inner).__name__, (TrainerOptimizer, type(inner)), {})
+            self, "__class__", type("Trainer" + type(inner).__name__, (LightningOptimizer, type(inner)), {})
         )
 
     @property
@@ -68,6 +71,9 @@ class TrainerOptimizer:
         """Run ``closure`` (if given), the ``on_before_optimizer_step`` hooks, then the optimizer step."""
         result = closure() if closure is not None else None
         trainer = self._trainer
+        if trainer is None:
+            self._fabric_optimizer.step(**kwargs)
+            return result
         trainer._before_optimizer_step(self)
         self._fabric_optimizer.step(**kwargs)
         if not trainer._automatic:
@@ -77,6 +83,9 @@ class TrainerOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zero (or drop) the gradients of this optimizer's parameters."""
         self._fabricx_unwrapped.zero_grad(set_to_none=set_to_none)
+
+    def refresh(self) -> None:
+        """Kept for Lightning code that calls it; attributes are always read from the optimizer itself."""
 
     def state_dict(self) -> dict[str, Any]:
         return self._fabric_optimizer.state_dict()
@@ -94,6 +103,8 @@ class TrainerOptimizer:
                 self.manual_backward(loss)
         """
         trainer = self._trainer
+        if trainer is None:
+            raise RuntimeError("toggle_model needs the optimizer the Trainer set up: use self.optimizers().")
         module = trainer.lightning_module
         module.toggle_optimizer(self)
         try:
@@ -109,4 +120,7 @@ class TrainerOptimizer:
         return f"Trainer{self._fabricx_unwrapped!r}"
 
 
-__all__ = ["TrainerOptimizer"]
+#: fabricx's earlier name for :class:`LightningOptimizer`.
+TrainerOptimizer = LightningOptimizer
+
+__all__ = ["LightningOptimizer", "TrainerOptimizer"]

@@ -328,10 +328,11 @@ class Trainer:
         from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
         from fabricx.train.callbacks.model_summary import RichModelSummary
         from fabricx.train.callbacks.progress_bar import RichProgressBar
+        from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
         given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         extra: list[Any] = []
-        if progress_bar and not any(isinstance(cb, RichProgressBar) for cb in given):
+        if progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
             extra.append(RichProgressBar())
         if summary and not any(isinstance(cb, RichModelSummary) for cb in given):
             extra.append(RichModelSummary())
@@ -570,8 +571,9 @@ class Trainer:
     @property
     def progress_bar_callback(self) -> Any:
         from fabricx.train.callbacks.progress_bar import RichProgressBar
+        from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
-        return next((cb for cb in self.callbacks if isinstance(cb, RichProgressBar)), None)
+        return next((cb for cb in self.callbacks if isinstance(cb, (RichProgressBar, TQDMProgressBar))), None)
 
     @property
     def early_stopping_callbacks(self) -> list[Any]:

@@ -19,3 +19,8 @@ class SetupError(FabricxError, ValueError):
 
 class LaunchError(FabricxError, TypeError):
     """``launch()`` called with something it cannot run (a ``TypeError``, as in Lightning Fabric)."""
+
+
+class MisconfigurationException(MisconfigurationError):
+    """Lightning's name for a misconfiguration: caught by ``except MisconfigurationException`` as in
+    Lightning, and by ``except ValueError`` / ``MisconfigurationError`` as everywhere else in fabricx."""

@@ -85,9 +85,6 @@ DIFFERENCES: dict[str, str] = {
     "test_loggers_csv.py::test_log_hyperparams": (
         "fabricx's CSVLogger writes hyperparameters to hparams.yaml instead of raising NotImplementedError"
     ),
-    "test_loggers_tensorboard.py::test_tensorboard_log_graph_warning_no_example_input_array": (
-        "the warning says the same in fabricx's words ('log_graph needs an example input ...')"
-    ),
     # -- precision ---------------------------------------------------------------------------------------
     "test_precision_amp.py::test_amp_precision_scaler_with_bf16": (
         "same refusal (ValueError), in fabricx's words: 'A grad scaler was given with precision=bf16-mixed ...'"

@@ -86,7 +86,7 @@ def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
     resumed = _run([*common, "--max-steps", "23", "--resume"])
     assert "step 23" in resumed, resumed[-2000:]
     # The second run continued from step 15: it logged no step at or before it.
-    rows = (tmp_path / "fabricx_logs" / "version_1" / "metrics.csv").read_text().splitlines()[1:]
+    rows = (tmp_path / "lightning_logs" / "version_1" / "metrics.csv").read_text().splitlines()[1:]
     steps = [int(row.split(",")[0]) for row in rows]
     assert steps and min(steps) > 15, steps
 

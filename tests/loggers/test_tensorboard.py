@@ -47,7 +47,7 @@ def test_versions_and_sub_dir(tmp_path):
     first.finalize("success")
     second = TensorBoardLogger(tmp_path, sub_dir="val")
     assert second.version == 1
-    assert second.log_dir == str(tmp_path / "fabricx_logs" / "version_1" / "val")
+    assert second.log_dir == str(tmp_path / "lightning_logs" / "version_1" / "val")
     assert TensorBoardLogger(tmp_path, version="final").log_dir.endswith("final")
 
 
@@ -79,7 +79,7 @@ def test_hyperparams_with_real_metrics_and_without_placeholder(tmp_path):
 def test_log_graph(tmp_path):
     logger = TensorBoardLogger(tmp_path)
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())
-    with pytest.warns(UserWarning, match="needs an example input"):
+    with pytest.warns(UserWarning, match="Could not log computational graph to TensorBoard.*needs an example input"):
         logger.log_graph(model)
     logger.log_graph(model, torch.zeros(1, 3))
     logger.finalize("success")

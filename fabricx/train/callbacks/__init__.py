@@ -1,19 +1,31 @@
-"""Trainer callbacks: checkpointing, early stopping, learning-rate logging, progress and summary."""
+"""Trainer callbacks: checkpointing, early stopping, learning-rate logging, progress, summary, fine-tuning,
+weight averaging, timing and device statistics."""
 
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.device_stats_monitor import DeviceStatsMonitor
 from fabricx.train.callbacks.early_stopping import EarlyStopping
+from fabricx.train.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 from fabricx.train.callbacks.model_summary import RichModelSummary
 from fabricx.train.callbacks.progress_bar import RichProgressBar
+from fabricx.train.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from fabricx.train.callbacks.throughput import ThroughputMonitor
+from fabricx.train.callbacks.timer import Timer
+from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "Callback",
+    "DeviceStatsMonitor",
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "RichModelSummary",
     "RichProgressBar",
+    "StochasticWeightAveraging",
+    "TQDMProgressBar",
     "ThroughputMonitor",
+    "Timer",
 ]

@@ -1,122 +1,199 @@
-"""``EarlyStopping``: stop ``fit`` when a monitored metric stops improving."""
+"""``EarlyStopping``: stop ``fit`` when a monitored metric stops improving or crosses a threshold."""
 
 from __future__ import annotations
 
-import math
+import logging
+from collections.abc import Callable
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch import Tensor
+
+from fabricx.train.callbacks._trainer_state import any_rank, fitting, validates_every_epoch_end
 from fabricx.train.callbacks.base import Callback
-from fabricx.train.logging_result import to_float
-from fabricx.utilities.exceptions import MisconfigurationError
-from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fabricx.utilities.exceptions import MisconfigurationException
+from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
     from fabricx.train.trainer import Trainer
 
+log = logging.getLogger(__name__)
+
+
+class EarlyStoppingReason(Enum):
+    """Why :class:`EarlyStopping` stopped training (``early_stopping.stopping_reason``).
+
+    Example:
+
+    ```python
+    if early_stopping.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED:
+        print(early_stopping.stopping_reason_message)
+    ```
+    """
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
+
 
 class EarlyStopping(Callback):
     """Stop training after ``patience`` checks in a row without an improvement larger than ``min_delta``.
 
-    The metric is checked after every validation run when ``fit`` has validation data, otherwise
-    at the end of every training epoch (``check_on_train_epoch_end`` forces one or the other).
-    The best score and the patience counter are stored in checkpoints.
+    Also stops at once when the metric reaches ``stopping_threshold``, gets worse than
+    ``divergence_threshold``, or (``check_finite``) becomes NaN/inf. The check runs at the end of each
+    training epoch when validation runs once per epoch at its end (Lightning's default), otherwise after
+    each validation run; ``check_on_train_epoch_end`` forces one or the other. ``stopping_reason`` (an
+    :class:`EarlyStoppingReason`) and ``stopping_reason_message`` say why it stopped; the best score,
+    patience counter and reason are stored in checkpoints.
 
-    Example::
+    Example:
 
-        Trainer(callbacks=[EarlyStopping(monitor="val_loss", mode="min", patience=3)])
+    ```python
+    Trainer(callbacks=[EarlyStopping(monitor="val_loss", mode="min", patience=3)])
+    ```
     """
 
     _monitoring = True
+    mode_dict: dict[str, Callable[..., Any]] = {"min": torch.lt, "max": torch.gt}
+    order_dict = {"min": "<", "max": ">"}
 
     def __init__(
         self,
         monitor: str,
         min_delta: float = 0.0,
         patience: int = 3,
+        verbose: bool = False,
         mode: str = "min",
         strict: bool = True,
         check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
         check_on_train_epoch_end: bool | None = None,
-        verbose: bool = False,
+        log_rank_zero_only: bool = False,
     ) -> None:
-        if mode not in ("min", "max"):
-            raise MisconfigurationError(f"EarlyStopping(mode={mode!r}); allowed are 'min' and 'max'.")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise MisconfigurationError(f"EarlyStopping(patience={patience!r}); give an int >= 0.")
+        if mode not in self.mode_dict:
+            raise MisconfigurationException(f"`mode` can be {', '.join(self.mode_dict)}, got {mode}")
         self.monitor = monitor
-        self.min_delta = abs(float(min_delta))
         self.patience = patience
+        self.verbose = verbose
         self.mode = mode
         self.strict = strict
         self.check_finite = check_finite
-        self.check_on_train_epoch_end = check_on_train_epoch_end
-        self.verbose = verbose
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.log_rank_zero_only = log_rank_zero_only
         self.wait_count = 0
-        self.stopped_epoch = -1
-        self.best_score = math.inf if mode == "min" else -math.inf
-        self._on_train_epoch_end = False
+        self.stopped_epoch = 0
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
+        self._check_on_train_epoch_end = check_on_train_epoch_end
+        # Stored signed, as in Lightning: an improvement is `current - min_delta` beating the best score.
+        self.min_delta = min_delta * (1 if mode == "max" else -1)
+        inf = torch.tensor(torch.inf)
+        self.best_score: Tensor = inf if mode == "min" else -inf
+
+    @property
+    def monitor_op(self) -> Callable[..., Any]:
+        return self.mode_dict[self.mode]
 
     @property
     def state_key(self) -> str:
         return self._state_key_with(monitor=self.monitor, mode=self.mode)
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._on_train_epoch_end = self.check_on_train_epoch_end
-
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._on_train_epoch_end is None:
-            self._on_train_epoch_end = trainer.val_dataloaders is None
-
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if trainer.state == "fit" and not trainer.sanity_checking and not self._on_train_epoch_end:
-            self._check(trainer, "on_validation_end")
+        if self._check_on_train_epoch_end is None:
+            self._check_on_train_epoch_end = validates_every_epoch_end(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._on_train_epoch_end:
-            self._check(trainer, "on_train_epoch_end")
+        if self._check_on_train_epoch_end and fitting(trainer):
+            self._run_early_stopping_check(trainer)
 
-    def _check(self, trainer: Trainer, hook: str) -> None:
-        metrics = trainer.callback_metrics
-        if self.monitor not in metrics:
-            message = (
-                f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r} in {hook} "
-                f"(epoch {trainer.current_epoch}). Logged metrics: {sorted(metrics) or 'none'}. Log it with "
-                f"self.log({self.monitor!r}, value), or change monitor."
-            )
-            if self.strict:
-                raise MisconfigurationError(message)
-            rank_zero_warn(message + " (strict=False: not checking)")
-            return
-        current = float(to_float(metrics[self.monitor]))
-        if trainer.world_size > 1:
-            current = trainer.fabric.broadcast(current)
-        stop, reason = self._evaluate(current)
-        if stop:
-            trainer.should_stop = True
-            self.stopped_epoch = trainer.current_epoch
-            if self.verbose:
-                rank_zero_info(f"EarlyStopping: {reason}")
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if not self._check_on_train_epoch_end and fitting(trainer):
+            self._run_early_stopping_check(trainer)
 
-    def _evaluate(self, current: float) -> tuple[bool, str]:
-        if self.check_finite and not math.isfinite(current):
-            return True, f"{self.monitor} = {current} is not finite; stopping."
-        improved = (
-            current < self.best_score - self.min_delta
-            if self.mode == "min"
-            else current > self.best_score + self.min_delta
+    def _validate_condition_metric(self, logs: dict[str, Any]) -> bool:
+        if logs.get(self.monitor) is not None:
+            return True
+        message = (
+            f"Early stopping conditioned on metric `{self.monitor}` which is not available."
+            " Pass in or modify your `EarlyStopping` callback to use any of the following:"
+            f" `{'`, `'.join(logs)}`"
         )
-        if improved:
+        if self.strict:
+            raise RuntimeError(message)
+        if self.verbose:
+            rank_zero_warn(message, category=RuntimeWarning)
+        return False
+
+    def _run_early_stopping_check(self, trainer: Trainer) -> None:
+        logs = trainer.callback_metrics
+        # fast_dev_run checks the loop, not the model: never stop it early.
+        if getattr(trainer, "fast_dev_run", False) or not self._validate_condition_metric(logs):
+            return
+        current = torch.as_tensor(logs[self.monitor]).detach().squeeze()
+        should_stop, reason = self._evaluate_stopping_criteria(current)
+        should_stop = any_rank(trainer, should_stop)
+        trainer.should_stop = trainer.should_stop or should_stop
+        if should_stop:
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason_message = reason
+        if reason and self.verbose:
+            self._log_info(trainer, reason, self.log_rank_zero_only)
+
+    def _evaluate_stopping_criteria(self, current: Tensor) -> tuple[bool, str | None]:
+        order = self.order_dict[self.mode]
+        if self.check_finite and not torch.isfinite(current):
+            self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
+            return True, (
+                f"Monitored metric {self.monitor} = {current} is not finite."
+                f" Previous best value was {self.best_score:.3f}. Signaling Trainer to stop."
+            )
+        if self.stopping_threshold is not None and self.monitor_op(current, self.stopping_threshold):
+            self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
+            return True, (
+                f"Stopping threshold reached: {self.monitor} = {current} {order} {self.stopping_threshold}."
+                " Signaling Trainer to stop."
+            )
+        if self.divergence_threshold is not None and self.monitor_op(-current, -self.divergence_threshold):
+            self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
+            return True, (
+                f"Divergence threshold reached: {self.monitor} = {current} {order} {self.divergence_threshold}."
+                " Signaling Trainer to stop."
+            )
+        if self.monitor_op(current - self.min_delta, self.best_score.to(current.device)):
+            reason = self._improvement_message(current)
             self.best_score = current
             self.wait_count = 0
-            return False, ""
+            return False, reason
         self.wait_count += 1
         if self.wait_count >= self.patience:
+            self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
             return True, (
-                f"{self.monitor} did not improve by more than {self.min_delta} in {self.wait_count} checks "
-                f"(best {self.best_score:.6g}); stopping."
+                f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records."
+                f" Best score: {self.best_score:.3f}. Signaling Trainer to stop."
             )
-        return False, ""
+        return False, None
+
+    def _improvement_message(self, current: Tensor) -> str:
+        if torch.isfinite(self.best_score):
+            return (
+                f"Metric {self.monitor} improved by {abs(self.best_score - current):.3f} >="
+                f" min_delta = {abs(self.min_delta)}. New best score: {current:.3f}"
+            )
+        return f"Metric {self.monitor} improved. New best score: {current:.3f}"
+
+    @staticmethod
+    def _log_info(trainer: Trainer, message: str, log_rank_zero_only: bool) -> None:
+        rank = trainer.global_rank if trainer.world_size > 1 else None
+        if rank is not None:
+            message = f"[rank: {rank}] {message}"
+        if rank is None or not log_rank_zero_only or rank == 0:
+            log.info(message)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -124,9 +201,16 @@ class EarlyStopping(Callback):
             "stopped_epoch": self.stopped_epoch,
             "best_score": self.best_score,
             "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value,
+            "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.wait_count = int(state_dict["wait_count"])
-        self.stopped_epoch = int(state_dict["stopped_epoch"])
-        self.best_score = float(state_dict["best_score"])
+        self.wait_count = state_dict["wait_count"]
+        self.stopped_epoch = state_dict["stopped_epoch"]
+        self.best_score = torch.as_tensor(state_dict["best_score"])
+        self.patience = state_dict["patience"]
+        self.stopping_reason = EarlyStoppingReason(
+            state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value)
+        )
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")

@@ -1,0 +1,50 @@
+"""What callbacks read from the Trainer, read through its public attributes only.
+
+The Trainer's state is a ``TrainerState`` (``.fn``, ``.stage``) or a plain string in older builds;
+these helpers accept both, so callbacks need not know which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _value(item: Any) -> str:
+    return str(getattr(item, "value", item))
+
+
+def fitting(trainer: Any) -> bool:
+    """Whether ``trainer`` runs ``fit`` now (and not its sanity check)."""
+    state = trainer.state
+    return _value(getattr(state, "fn", state)) == "fit" and not getattr(trainer, "sanity_checking", False)
+
+
+def any_rank(trainer: Any, decision: bool) -> bool:
+    """True on every rank when ``decision`` is true on at least one (one all-reduce when distributed)."""
+    strategy = getattr(trainer, "strategy", None)
+    reduce = getattr(strategy, "reduce_boolean_decision", None)
+    if reduce is not None:
+        return bool(reduce(decision, all=False))
+    if getattr(trainer, "world_size", 1) <= 1:
+        return bool(decision)
+    flag = torch.tensor(float(decision), device=trainer.fabric.device)
+    return bool(trainer.fabric.all_reduce(flag, reduce_op="sum").item() > 0)
+
+
+def validates_every_epoch_end(trainer: Any) -> bool:
+    """Whether validation runs once per epoch, at its end (Lightning's defaults)."""
+    interval = getattr(trainer, "val_check_interval", 1.0)
+    return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) in (None, 1)
+
+
+def batches_that_stepped(trainer: Any) -> int:
+    """The step number Lightning logs step metrics at (optimizer steps taken, counted per batch)."""
+    return trainer.progress.batches_that_stepped
+
+
+def logs_this_step(trainer: Any) -> bool:
+    """Lightning's rule for step logging: every ``log_every_n_steps`` stepped batches, and when stopping."""
+    every = getattr(trainer, "log_every_n_steps", None) or 50
+    return (batches_that_stepped(trainer) + 1) % every == 0 or bool(trainer.should_stop)

@@ -1,0 +1,259 @@
+"""``TQDMProgressBar``: Lightning's default progress bars, drawn with tqdm (one per loop)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import TYPE_CHECKING, Any
+
+from fabricx.train.callbacks.base import Callback
+from fabricx.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from fabricx.train.module import TrainModule
+    from fabricx.train.trainer import Trainer
+
+
+class TQDMProgressBar(Callback):
+    """tqdm bars: ``Epoch N`` over the training batches (with validation batches counted in), and one for
+    each validation, test and predict run, showing ``v_num`` and the ``prog_bar`` metrics.
+
+    Only global rank zero draws. ``refresh_rate`` redraws every N batches (0 disables the bars),
+    ``process_position`` offsets the bars (several trainers in one terminal), ``leave`` keeps each
+    finished epoch's bar.
+
+    Example:
+
+    ```python
+    Trainer(callbacks=[TQDMProgressBar(refresh_rate=10)])
+    ```
+    """
+
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        self._refresh_rate = self._resolve_refresh_rate(refresh_rate)
+        self._process_position = process_position
+        self._enabled = True
+        self._leave = leave
+        self._bars: dict[str, Any] = {}
+        self._trainer: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Bars hold a terminal; a copy sent to another process draws its own.
+        return {**self.__dict__, "_bars": {}, "_trainer": None}
+
+    @staticmethod
+    def _resolve_refresh_rate(refresh_rate: int) -> int:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise ValueError(f"TQDMProgressBar(refresh_rate={refresh_rate!r}); give an int >= 0.")
+        return refresh_rate
+
+    # -- Lightning's ProgressBar interface --------------------------------------------------------------
+    @property
+    def refresh_rate(self) -> int:
+        return self._refresh_rate
+
+    @property
+    def process_position(self) -> int:
+        return self._process_position
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled and self.refresh_rate > 0
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self.is_enabled
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def trainer(self) -> Trainer:
+        if self._trainer is None:
+            raise TypeError(f"The `{type(self).__name__}._trainer` reference has not been set yet.")
+        return self._trainer
+
+    def _bar(self, key: str) -> Any:
+        if key not in self._bars:
+            raise TypeError(
+                f"The `{type(self).__name__}._{key}_progress_bar` reference has not been set yet."
+                f" The {key} progress bar exists only while its loop runs."
+            )
+        return self._bars[key]
+
+    @property
+    def train_progress_bar(self) -> Any:
+        return self._bar("train")
+
+    @property
+    def val_progress_bar(self) -> Any:
+        return self._bar("val")
+
+    @property
+    def test_progress_bar(self) -> Any:
+        return self._bar("test")
+
+    @property
+    def predict_progress_bar(self) -> Any:
+        return self._bar("predict")
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.trainer.num_training_batches
+
+    @property
+    def total_val_batches(self) -> int | float:
+        # The epoch bar counts the validation runs of the epoch when validation runs at its end.
+        if not getattr(self.trainer, "enable_validation", True):
+            return 0
+        return sum(self.trainer.num_val_batches)
+
+    def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
+        """``v_num`` (the logger's version) and the ``prog_bar`` metrics; override to change what is shown."""
+        standard: dict[str, Any] = {}
+        logger = trainer.logger
+        version = getattr(logger, "version", None) if logger is not None else None
+        if version is not None:
+            standard["v_num"] = version[-4:] if isinstance(version, str) else version
+        bar_metrics = {k: _plain(v) for k, v in trainer.progress_bar_metrics.items()}
+        duplicates = sorted(standard.keys() & bar_metrics.keys())
+        if duplicates:
+            rank_zero_warn(
+                f"The progress bar already tracks a metric with the name(s) '{', '.join(duplicates)}' and"
+                f" `self.log('{duplicates[0]}', ..., prog_bar=True)` will overwrite this value. "
+                " If this is undesired, change the name or override `get_metrics()` in the progress bar callback.",
+            )
+        return {**standard, **bar_metrics}
+
+    # -- bars --------------------------------------------------------------------------------------------
+    def _new_bar(self, key: str, description: str, total: float, position: int, leave: bool) -> Any:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            desc=description,
+            total=None if math.isinf(total) else int(total),
+            position=2 * self.process_position + position,
+            disable=self.is_disabled,
+            leave=leave,
+            dynamic_ncols=True,
+            file=sys.stdout,
+            smoothing=0,
+            bar_format=self.BAR_FORMAT,
+        )
+        self._bars[key] = bar
+        return bar
+
+    def _close(self, key: str) -> None:
+        bar = self._bars.pop(key, None)
+        if bar is not None:
+            bar.close()
+
+    def _advance(self, key: str, n: int, total: float | None = None) -> None:
+        bar = self._bars.get(key)
+        if bar is None:
+            return
+        last = total is not None and not math.isinf(total) and n >= total
+        if self.refresh_rate and (n % self.refresh_rate == 0 or last):
+            bar.n = n
+            bar.refresh()
+
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._trainer = trainer
+        if not trainer.is_global_zero:
+            self.disable()
+
+    def on_sanity_check_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._new_bar("val", "Sanity Checking", sum(getattr(trainer, "num_sanity_val_batches", [0])), 0, False)
+
+    def on_sanity_check_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._close("val")
+
+    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._new_bar("train", "Training", self.total_train_batches, 0, True)
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        bar = self._bars.get("train") or self._new_bar("train", "Training", self.total_train_batches, 0, True)
+        if self._leave and bar.n:
+            bar.close()
+            bar = self._new_bar("train", "Training", self.total_train_batches, 0, True)
+        total = self.total_train_batches
+        bar.reset(total=None if math.isinf(total) else int(total))
+        bar.initial = 0
+        bar.set_description(f"Epoch {trainer.current_epoch}")
+
+    def on_train_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._advance("train", batch_idx + 1, self.total_train_batches)
+        bar = self._bars.get("train")
+        if bar is not None and self.refresh_rate and (batch_idx + 1) % self.refresh_rate == 0:
+            bar.set_postfix(self.get_metrics(trainer, module))
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        bar = self._bars.get("train")
+        if bar is not None and not bar.disable:
+            bar.set_postfix(self.get_metrics(trainer, module))
+
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._close("train")
+
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self._new_bar("val", "Validation", sum(trainer.num_val_batches), int("train" in self._bars), False)
+
+    def on_validation_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        bar = self._bars.get("val")
+        if bar is not None:
+            self._advance("val", bar.n + 1, bar.total)
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self._close("val")
+        bar = self._bars.get("train")
+        if bar is not None and not bar.disable:
+            bar.set_postfix(self.get_metrics(trainer, module))
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._new_bar("test", "Testing", sum(trainer.num_test_batches), 0, True)
+
+    def on_test_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        bar = self._bars.get("test")
+        if bar is not None:
+            self._advance("test", bar.n + 1, bar.total)
+
+    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._close("test")
+
+    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._new_bar("predict", "Predicting", sum(trainer.num_predict_batches), 0, True)
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        bar = self._bars.get("predict")
+        if bar is not None:
+            self._advance("predict", bar.n + 1, bar.total)
+
+    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._close("predict")
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        for key in list(self._bars):
+            self._close(key)
+
+
+def _plain(value: Any) -> Any:
+    # One-element tensors are shown as numbers.
+    item = getattr(value, "item", None)
+    if item is not None and getattr(value, "numel", lambda: 0)() == 1:
+        return item()
+    return value

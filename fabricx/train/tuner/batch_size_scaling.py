@@ -1,0 +1,135 @@
+"""The batch-size search behind ``Tuner.scale_batch_size``: double until out of memory, then (binsearch) bisect."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fabricx.train.tuner._search import free_accelerator_memory, is_oom_error
+from fabricx.utilities.rank_zero import rank_zero_info
+
+#: Runs a few steps at the batch size now set; returns the dataset length it saw (None when unsized).
+Trial = Callable[[], "int | None"]
+
+
+class BatchSizeSearch:
+    """Lightning's power/binsearch rules over a ``trial`` function and a ``get``/``set`` pair for the batch size."""
+
+    def __init__(
+        self, trial: Trial, get: Callable[[], int], set_: Callable[[int], None], max_trials: int, max_val: int
+    ) -> None:
+        self._trial = trial
+        self._get = get
+        self._set = set_
+        self._max_trials = max_trials
+        self._max_val = max_val
+        self._dataset_length: int | None = None
+
+    def adjust(self, factor: float = 1.0, value: int | None = None, desc: str | None = None) -> tuple[int, bool]:
+        """Set the batch size to ``value`` (or ``factor`` times it), capped by the dataset and ``max_val``."""
+        batch_size = self._get()
+        if self._dataset_length is not None and batch_size >= self._dataset_length:
+            rank_zero_info(
+                f"The batch size {batch_size} is greater or equal than the length of your dataset:"
+                f" {self._dataset_length}."
+            )
+            return batch_size, False
+        new_size = value if value is not None else int(batch_size * factor)
+        if new_size > self._max_val:
+            if desc:
+                limit = self._max_val
+                rank_zero_info(f"Batch size {new_size} exceeds max_val limit {limit}, capping at {limit}")
+            new_size = self._max_val
+        if desc:
+            rank_zero_info(f"Batch size {batch_size} {desc}, trying batch size {new_size}")
+        self._set(new_size)
+        return new_size, new_size != batch_size
+
+    def _run(self) -> None:
+        free_accelerator_memory()
+        self._dataset_length = self._trial()
+
+    def power(self, new_size: int) -> int:
+        any_success = False
+        last_successful = new_size
+        for trial in range(self._max_trials):
+            if new_size >= self._max_val:
+                rank_zero_info(f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
+                break
+            try:
+                self._run()
+            except RuntimeError as exception:
+                if not is_oom_error(exception):
+                    raise
+                free_accelerator_memory()
+                new_size, _ = self.adjust(factor=0.5, desc="failed")
+                if any_success:
+                    break
+                continue
+            last_successful = new_size
+            if trial + 1 >= self._max_trials:
+                new_size = last_successful
+                break
+            new_size, changed = self.adjust(factor=2.0, desc="succeeded")
+            if not changed:
+                break
+            any_success = True
+        return new_size
+
+    def binsearch(self, new_size: int, margin: float) -> int:
+        low, high = 1, None
+        count = 0
+        last_successful = new_size
+        while True:
+            if new_size >= self._max_val:
+                rank_zero_info(f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
+                break
+            try:
+                self._run()
+            except RuntimeError as exception:
+                if not is_oom_error(exception):
+                    raise
+                free_accelerator_memory()
+                high = new_size
+                new_size, _ = self.adjust(value=(high + low) // 2, desc="failed")
+                if high - low <= 1:
+                    break
+                continue
+            last_successful = new_size
+            count += 1
+            if count >= self._max_trials:
+                new_size = last_successful
+                break
+            low = new_size
+            if high:
+                if high - low <= 1:
+                    break
+                new_size, changed = self.adjust(value=(high + low) // 2, desc="succeeded")
+            else:
+                new_size, changed = self.adjust(factor=2.0, desc="succeeded")
+            if not changed:
+                break
+        if margin > 0:
+            reduced = max(1, int(new_size * (1 - margin)))
+            if reduced != new_size:
+                rank_zero_info(f"Applying margin of {margin:.1%}, reducing batch size from {new_size} to {reduced}")
+                new_size = reduced
+                self._set(new_size)
+        return new_size
+
+
+def dataset_length(loader: Any) -> int | None:
+    """The number of samples behind a loader (the longest, for several); ``None`` when unsized."""
+    if loader is None:
+        return None
+    if isinstance(loader, dict):
+        loader = list(loader.values())
+    if isinstance(loader, (list, tuple)):
+        lengths = [dataset_length(item) for item in loader]
+        sized = [n for n in lengths if n is not None]
+        return max(sized) if sized else None
+    dataset = getattr(loader, "dataset", None)
+    try:
+        return len(dataset) if dataset is not None else None  # type: ignore[arg-type]
+    except TypeError:
+        return None
