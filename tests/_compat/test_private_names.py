@@ -81,3 +81,10 @@ def test_dcp_private_readers_still_exist(tmp_path):
         "torch.distributed.checkpoint's _EmptyStateDictLoadPlanner/_load_state_dict changed: update "
         "fabricx/_compat/dcp.py"
     )
+
+
+def test_torch_xla_tpu_type_where_torch_xla_is_installed():
+    pytest.importorskip("torch_xla", reason="torch_xla exists only on TPU hosts; fabricx/_compat/xla.py reads it there")
+    from fabricx._compat.xla import tpu_type
+
+    assert tpu_type().startswith("v")
