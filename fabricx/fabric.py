@@ -656,7 +656,9 @@ class Fabric:
         """Gather tensors (or nested collections of them) from every rank; shapes may differ in the
         first dimension across ranks only if all other dimensions agree (padded, then trimmed).
 
-        Returns tensors with a new leading dimension of size ``world_size`` (a list where shapes differ).
+        Returns tensors with a new leading dimension of size ``world_size`` (a list where shapes differ);
+        on one process the data comes back without a new dimension (``all_gather(1.5)`` is
+        ``tensor(1.5)``), as in Lightning Fabric.
 
         Example::
 
@@ -666,15 +668,21 @@ class Fabric:
         data = convert_to_tensors(data, self.device)  # numbers become tensors, as in Lightning Fabric
         return apply_to_collection(data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads)
 
-    def all_reduce(self, data: Any, group: Any = None, reduce_op: str = "mean") -> Any:
-        """Reduce tensors (or nested collections, or numbers) across ranks: mean, sum, min or max.
+    def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Reduce tensors (or nested collections, or numbers) across ranks: mean, sum, min or max (or a
+        ``torch.distributed.ReduceOp``).
+
+        As in Lightning Fabric, a tensor is reduced in place (its dtype kept) and returned: after
+        ``fabric.all_reduce(loss)`` the variable ``loss`` holds the mean on every rank.
 
         Example::
 
             mean_loss = fabric.all_reduce(loss, reduce_op="mean")
         """
         self._require_launched("all_reduce()")
-        if reduce_op not in ("mean", "sum", "min", "max", "avg"):
+        if not isinstance(reduce_op, torch.distributed.ReduceOp | torch.distributed.ReduceOp.RedOpType) and (
+            reduce_op not in ("mean", "sum", "min", "max", "avg")
+        ):
             raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
         data = convert_to_tensors(data, self.device)
         return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)

@@ -180,9 +180,14 @@ class FabricModule(nn.Module):
         return attr
 
     def __setattr__(self, name: str, value: Any) -> None:
-        original = self.__dict__.get("_original_module")
+        state = self.__dict__
+        original = state.get("_original_module")
         if original is not None and not name.startswith("_") and hasattr(original, name):
             setattr(original, name, value)
+            if name in state:
+                # An attribute both have (``training``, set by ``train()``/``eval()``): the wrapper's own
+                # copy must agree with the user's module, as in Lightning Fabric.
+                state[name] = value
         else:
             super().__setattr__(name, value)
             if name == "_forward_module":

@@ -29,6 +29,7 @@ from fabricx.data.batching import ResumableBatchSampler, with_resumable_batches
 from fabricx.data.sampler import ElasticDistributedSampler, ResumableRandomSampler, distributed_sampler_for
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
 
 if TYPE_CHECKING:
@@ -95,11 +96,7 @@ def build_stateful_loader(
     source = _with_worker_random_state(dataset, loader.num_workers)
     if isinstance(dataset, IterableDataset):
         if distributed:
-            raise FabricxError(
-                f"The dataloader reads an IterableDataset ({type(dataset).__name__}); every one of the "
-                f"{num_replicas} ranks would read all of it. Split it by rank inside the dataset "
-                "(torch.distributed.get_rank()/get_world_size()) and pass use_distributed_sampler=False."
-            )
+            _note_iterable_dataset(dataset, num_replicas)
         if isinstance(loader, StatefulDataLoader) and batch_size in (None, loader.batch_size):
             return loader
         return StatefulDataLoader(source, **_batching(loader, batch_size), **_settings(loader))
@@ -129,6 +126,23 @@ def build_stateful_loader(
     if type(sampler) is SequentialSampler:
         return _batched(source, loader, batch_size, **kwargs)
     return _batched(source, loader, batch_size, sampler=sampler, **kwargs)
+
+
+_ITERABLE_NOTED = False
+
+
+def _note_iterable_dataset(dataset: IterableDataset, num_replicas: int) -> None:
+    """Say once per process that an IterableDataset is read as it is, on every rank (Lightning's rule)."""
+    global _ITERABLE_NOTED
+    if _ITERABLE_NOTED:
+        return
+    _ITERABLE_NOTED = True
+    rank_zero_info(
+        f"The dataloader reads an IterableDataset ({type(dataset).__name__}): no distributed sampler is "
+        f"added, so each of the {num_replicas} ranks reads what the dataset yields in that rank. Split the "
+        "stream by rank inside the dataset (torch.distributed.get_rank()/get_world_size()) unless it does so "
+        "already."
+    )
 
 
 class _WorkerRandomStateDataset(Dataset):

@@ -18,6 +18,17 @@ from fabricx.utilities.process_group import register_release_at_exit, release_pr
 from fabricx.utilities.rank_zero import set_global_rank
 
 _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
+
+
+def _reduce_op(reduce_op: Any) -> tuple[Any, bool]:
+    """The c10d operation for ``reduce_op`` and whether the sum must then be divided by the world size."""
+    if isinstance(reduce_op, dist.ReduceOp | dist.ReduceOp.RedOpType):
+        return reduce_op, False
+    if reduce_op in ("mean", "avg"):
+        return dist.ReduceOp.SUM, True  # gloo has no AVG: a sum divided in place
+    if reduce_op not in _REDUCE_OPS:
+        raise ValueError(f"reduce_op={reduce_op!r} is not supported; use 'mean', 'sum', 'min' or 'max'.")
+    return _REDUCE_OPS[reduce_op], False
 _START_METHODS = ("popen", "spawn", "fork", "forkserver")
 _BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
 
@@ -260,23 +271,28 @@ class ParallelStrategy(Strategy):
     def _object_device(self) -> torch.device | None:
         return self.root_device if self.process_group_backend == "nccl" else None
 
-    def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: str = "mean") -> Tensor:
-        """Reduce a tensor over ranks with ``"mean"`` (or ``"avg"``), ``"sum"``, ``"min"`` or ``"max"``.
+    def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: Any = "mean") -> Tensor:
+        """Reduce a tensor over ranks in place and return it, as Lightning Fabric does: ``"mean"`` (or
+        ``"avg"``), ``"sum"``, ``"min"``, ``"max"``, or a ``torch.distributed.ReduceOp``.
 
-        The input is left unchanged; a mean of integers is a float tensor.
+        The result is written into ``tensor`` (its dtype kept: a mean of integers is truncated, as in
+        Lightning), so code that ignores the return value still sees the reduced value.
         """
         if not dist.is_initialized():
             return tensor
-        if reduce_op not in _REDUCE_OPS and reduce_op not in ("mean", "avg"):
-            raise ValueError(f"reduce_op={reduce_op!r} is not supported; use 'mean', 'sum', 'min' or 'max'.")
-        result = self._to_comm_device(tensor).clone()
-        if reduce_op in ("mean", "avg"):
-            if not torch.is_floating_point(result) and not torch.is_complex(result):
-                result = result.float()
-            dist.all_reduce(result, op=dist.ReduceOp.SUM, group=group)
-            return result / dist.get_world_size(group)
-        dist.all_reduce(result, op=_REDUCE_OPS[reduce_op], group=group)
-        return result
+        op, divide = _reduce_op(reduce_op)
+        target = tensor.detach()
+        # NCCL reads only CUDA memory: reduce a copy on the device, then write it back into the input.
+        result = self._to_comm_device(target)
+        dist.all_reduce(result, op=op, group=group)
+        if divide:
+            if torch.is_floating_point(result) or torch.is_complex(result):
+                result.div_(dist.get_world_size(group))
+            else:
+                result.copy_(result / dist.get_world_size(group))
+        if result is not target:
+            target.copy_(result)
+        return tensor
 
     def _to_comm_device(self, tensor: Tensor) -> Tensor:
         # NCCL reads only CUDA memory; gloo takes tensors where they are.
@@ -293,7 +309,7 @@ class ParallelStrategy(Strategy):
         ``sync_grads=True`` lets gradients flow back through an equal-shape gather.
         """
         if not dist.is_initialized():
-            return tensor.unsqueeze(0)
+            return tensor  # one process: no new dimension, as Lightning Fabric
         world = dist.get_world_size(group)
         tensor = (tensor if sync_grads else self._to_comm_device(tensor)).contiguous()
         shape = torch.tensor(list(tensor.shape) or [1], device=self.root_device, dtype=torch.long)

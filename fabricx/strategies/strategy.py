@@ -225,10 +225,11 @@ class Strategy(ABC):
         return obj
 
     def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
-        """Stack each rank's tensor along a new first dimension."""
-        return tensor.unsqueeze(0)
+        """Stack each rank's tensor along a new first dimension; one process returns it as it is."""
+        return tensor
 
-    def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: str = "mean") -> Tensor:
+    def all_reduce(self, tensor: Tensor, group: Any = None, reduce_op: Any = "mean") -> Tensor:
+        """Reduce over ranks in place and return ``tensor``; one process leaves it as it is."""
         return tensor
 
     # -- checkpoints ------------------------------------------------------------------------------

@@ -271,7 +271,9 @@ class ResultCollection:
             else:
                 value = entry.step_value
                 if sync is not None and entry.sync_dist:
-                    value = sync.all_reduce(value, reduce_op="mean" if entry.reduce == "mean" else entry.reduce)
+                    # A copy: all_reduce works in place, and the logged tensor may be the user's own.
+                    copy = value.clone() if isinstance(value, Tensor) else value
+                    value = sync.all_reduce(copy, reduce_op="mean" if entry.reduce == "mean" else entry.reduce)
             if naming != "base":
                 out[entry.step_name] = value
             if naming != "step":

@@ -1,8 +1,13 @@
-"""How fast training runs: samples, items (tokens) and FLOPs per second, and model FLOPs utilisation (MFU)."""
+"""How fast training runs, with Lightning Fabric's API: ``Throughput``, ``ThroughputMonitor``, ``measure_flops``.
+
+``Throughput`` takes cumulative counts (time, batches, samples, optionally lengths) and per-update FLOPs and gives
+per-second rates over a window of the most recent updates, under Lightning's keys: ``device/samples_per_sec``
+and so on for one device, and with ``world_size > 1`` the global rates (the device's times ``world_size``).
+``ThroughputMonitor`` does the same on global rank 0 of a Fabric run and logs the result.
+"""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -10,242 +15,275 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from fabricx.utilities.device_flops import (
+    PEAK_FLOPS,
+    get_available_flops,
+    measure_cpu_peak_flops,
+    peak_flops,
+    peak_flops_for,
+)
+from fabricx.utilities.rank_zero import rank_zero_only
+
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
 
-# Dense peak FLOP/s per device from the vendors' data sheets (no sparsity). "tf32" is fp32 matmuls with
-# torch.backends.cuda.matmul.allow_tf32 (or set_float32_matmul_precision("high")).
-PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "h200": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12, "fp8": 1978.9e12},
-    "h100 sxm": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12, "fp8": 1978.9e12},
-    "h100 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12, "fp8": 1670.5e12},
-    "h100 pcie": {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378.0e12, "fp32": 51.2e12, "fp8": 1513.0e12},
-    "a100": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
-    "a10g": {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12, "fp32": 31.2e12},
-    "l4": {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12},
-    "v100": {"fp16": 125e12, "fp32": 15.7e12},
-}
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+__all__ = [
+    "PEAK_FLOPS",
+    "Throughput",
+    "ThroughputMonitor",
+    "get_available_flops",
+    "measure_cpu_peak_flops",
+    "measure_flops",
+    "peak_flops",
+    "peak_flops_for",
+]
+
+
+class _InvalidThroughputArgument(ValueError, AssertionError):
+    """A constructor argument out of range (an ``AssertionError`` too, the type Lightning's asserts raise)."""
+
+
+class _IncreasingWindow:
+    """The last ``maxlen`` values of a count that must grow with every update (else a ``ValueError``)."""
+
+    __slots__ = ("maxlen", "values")
+
+    def __init__(self, maxlen: int) -> None:
+        self.maxlen = maxlen
+        self.values: list[Any] = []
+
+    def append(self, value: Any) -> None:
+        if self.values and value <= self.values[-1]:
+            raise ValueError(
+                f"Expected the value to increase, last: {self.values[-1]}, current: {value}. Throughput.update() "
+                "takes running totals (time since the start, batches and samples so far), not per-step amounts."
+            )
+        self.values.append(value)
+        if len(self.values) > self.maxlen:
+            del self.values[0]
+
+    @property
+    def full(self) -> bool:
+        return len(self.values) == self.maxlen
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def clear(self) -> None:
+        self.values.clear()
+
+
+class Throughput:
+    """Rates over the ``window_size`` most recent updates: batches, samples, items (lengths) and FLOPs per second.
+
+    Keys of `compute`: ``time``, ``batches``, ``samples`` (and ``lengths``) hold the last totals; once the
+    window is full, ``device/batches_per_sec``, ``device/samples_per_sec`` (and ``device/items_per_sec``);
+    once ``window_size`` updates carried ``flops``, ``device/flops_per_sec`` and, with ``available_flops``,
+    ``device/mfu``. With ``world_size > 1`` also ``batches_per_sec``, ``samples_per_sec``, ``items_per_sec`` and
+    ``flops_per_sec`` for all devices together (the device's rate times ``world_size``). ``separator`` replaces
+    the ``/`` in those names.
+
+    Args:
+        available_flops: Peak FLOP/s of one device (e.g. from `get_available_flops`), for the MFU.
+        world_size: How many devices run alike (global rates are only reported for more than one).
+        window_size: How many updates the rates are computed over (at least 2).
+        separator: What joins ``device`` and the rate's name.
+
+    Example:
+        ```python
+        throughput = Throughput(window_size=10)
+        start = time.perf_counter()
+        for step in range(1, 101):
+            train_step()
+            throughput.update(time=time.perf_counter() - start, batches=step, samples=step * batch_size)
+            if step % 10 == 0:
+                print(throughput.compute()["device/samples_per_sec"])
+        ```
+    """
+
+    def __init__(
+        self, available_flops: float | None = None, world_size: int = 1, window_size: int = 100, separator: str = "/"
+    ) -> None:
+        if world_size <= 0:
+            raise _InvalidThroughputArgument(f"world_size={world_size} must be at least 1.")
+        if window_size <= 1:
+            raise _InvalidThroughputArgument(f"window_size={window_size} must be at least 2 (rates need two points).")
+        self.available_flops = available_flops
+        self.world_size = world_size
+        self.separator = separator
+        self._time = _IncreasingWindow(window_size)
+        self._batches = _IncreasingWindow(window_size)
+        self._samples = _IncreasingWindow(window_size)
+        self._lengths = _IncreasingWindow(window_size)
+        # FLOPs of each update (not a running total), summed over the devices.
+        self._flops: deque[float] = deque(maxlen=window_size)
+
+    def update(
+        self, *, time: float, batches: int, samples: int, lengths: int | None = None, flops: float | None = None
+    ) -> None:
+        """Record the totals so far on this device and the FLOPs done since the previous update.
+
+        Args:
+            time: Seconds since the start; must grow with every update.
+            batches: Batches so far on this device; must grow.
+            samples: Samples so far on this device (at least ``batches``); must grow.
+            lengths: Items (e.g. tokens) so far on this device (at least ``samples``); must grow, and be given
+                in every update once given.
+            flops: FLOPs of this device since the previous update (e.g. `measure_flops` times the batches).
+        """
+        self._time.append(time)
+        if samples < batches:
+            raise ValueError(f"Expected samples ({samples}) to be greater or equal than batches ({batches})")
+        self._batches.append(batches)
+        self._samples.append(samples)
+        if lengths is not None:
+            if lengths < samples:
+                raise ValueError(f"Expected lengths ({lengths}) to be greater or equal than samples ({samples})")
+            self._lengths.append(lengths)
+            if len(self._lengths) != len(self._samples):
+                raise RuntimeError(
+                    f"lengths were given in {len(self._lengths)} of the last {len(self._samples)} updates: pass "
+                    "lengths to every update() from the first one (or since reset()), or to none."
+                )
+        if flops is not None:
+            self._flops.append(flops * self.world_size)
+
+    def compute(self) -> dict[str, int | float]:
+        """The last totals and, once the window is full, the rates over it (see the class for the keys)."""
+        if not self._time.values:
+            raise IndexError("Throughput.compute() needs at least one update() first.")
+        times = self._time.values
+        metrics: dict[str, int | float] = {
+            "time": times[-1],
+            "batches": self._batches.values[-1],
+            "samples": self._samples.values[-1],
+        }
+        if self._lengths.values:
+            metrics["lengths"] = self._lengths.values[-1]
+        device = f"device{self.separator}"
+        world_size = self.world_size
+        if self._time.full:
+            elapsed = times[-1] - times[0]
+            batches_per_sec = (self._batches.values[-1] - self._batches.values[0]) / elapsed
+            samples_per_sec = (self._samples.values[-1] - self._samples.values[0]) / elapsed
+            metrics[f"{device}batches_per_sec"] = batches_per_sec
+            metrics[f"{device}samples_per_sec"] = samples_per_sec
+            if world_size > 1:
+                metrics["batches_per_sec"] = batches_per_sec * world_size
+                metrics["samples_per_sec"] = samples_per_sec * world_size
+            if self._lengths.full:
+                items_per_sec = (self._lengths.values[-1] - self._lengths.values[0]) / elapsed
+                metrics[f"{device}items_per_sec"] = items_per_sec
+                if world_size > 1:
+                    metrics["items_per_sec"] = items_per_sec * world_size
+        if len(self._flops) == self._flops.maxlen:
+            # The first update's FLOPs were done before the window's first time stamp.
+            flops_per_sec = (sum(self._flops) - self._flops[0]) / (times[-1] - times[0])
+            if world_size > 1:
+                metrics["flops_per_sec"] = flops_per_sec
+            device_flops_per_sec = flops_per_sec / world_size
+            metrics[f"{device}flops_per_sec"] = device_flops_per_sec
+            if self.available_flops:
+                metrics[f"{device}mfu"] = device_flops_per_sec / self.available_flops
+        return metrics
+
+    def reset(self) -> None:
+        """Forget every update."""
+        for window in (self._time, self._batches, self._samples, self._lengths):
+            window.clear()
+        self._flops.clear()
+
+
+class ThroughputMonitor(Throughput):
+    """`Throughput` for a Fabric run: the device's peak FLOP/s for the run's precision, the Fabric's world
+    size, and `compute_and_log` to its loggers. Every method acts on global rank 0 only (elsewhere `compute`
+    returns ``{}``), so call them on every rank without a collective.
+
+    Args:
+        fabric: The (launched) Fabric.
+        **kwargs: ``window_size`` and ``separator`` of `Throughput`.
+
+    Example:
+        ```python
+        throughput = ThroughputMonitor(fabric, window_size=50)
+        start = time.perf_counter()
+        for step, batch in enumerate(loader, 1):
+            ...
+            throughput.update(time=time.perf_counter() - start, batches=step, samples=step * len(batch))
+            if step % 50 == 0:
+                throughput.compute_and_log(step=step)
+        ```
+    """
+
+    def __init__(self, fabric: Fabric, **kwargs: Any) -> None:
+        fabric._require_launched("ThroughputMonitor")  # the world size is only known once launched
+        available_flops = get_available_flops(fabric.device, compute_dtype(fabric.precision))
+        super().__init__(available_flops=available_flops, world_size=fabric.world_size, **kwargs)
+        self._fabric = fabric
+        self.step = -1
+
+    def update(
+        self, *, time: float, batches: int, samples: int, lengths: int | None = None, flops: float | None = None
+    ) -> None:
+        if rank_zero_only.rank == 0:
+            super().update(time=time, batches=batches, samples=samples, lengths=lengths, flops=flops)
+
+    def compute(self) -> dict[str, int | float]:
+        if rank_zero_only.rank != 0:
+            return {}
+        return super().compute()
+
+    def reset(self) -> None:
+        if rank_zero_only.rank == 0:
+            super().reset()
+
+    def compute_and_log(self, step: int | None = None, **kwargs: Any) -> dict[str, int | float]:
+        """`compute`, then ``fabric.log_dict`` at ``step`` (by default one more than the last logged step)."""
+        if rank_zero_only.rank != 0:
+            return {}
+        self.step = self.step + 1 if step is None else step
+        metrics = self.compute(**kwargs)
+        self._fabric.log_dict(metrics=metrics, step=self.step)
+        return metrics
+
+
+def compute_dtype(precision: Any) -> torch.dtype:
+    """The dtype matrix products run in under a fabricx precision plugin (the one Lightning picks for the same
+    precision flag: the autocast or parameter dtype, float32 for ``"32-true"``).
+
+    Example:
+        ```python
+        compute_dtype(fabric.precision)  # torch.bfloat16 with precision="bf16-mixed"
+        ```
+    """
+    dtype = getattr(precision, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
 def measure_flops(
-    model: nn.Module, forward_fn: Callable[[], Any], loss_fn: Callable[[Any], torch.Tensor] | None = None
+    model: nn.Module,
+    forward_fn: Callable[[], torch.Tensor],
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> int:
-    """FLOPs of one call of ``forward_fn`` (and of the backward of ``loss_fn(output)`` when given).
+    """FLOPs of one call of ``forward_fn`` and, with ``loss_fn``, of the backward of ``loss_fn(output)`` too.
 
-    Counted by ``torch.utils.flop_counter.FlopCounterMode``; build the model on the meta device
-    (``torch.device("meta")``) to count without computing.
+    Counted by ``torch.utils.flop_counter.FlopCounterMode``. Build the model and inputs on the meta device to
+    count without computing; on a real model, the backward leaves its gradients in ``.grad`` (as Lightning's).
 
-    Example::
-
+    Example:
+        ```python
         with torch.device("meta"):
             model = MyModel()
             x = torch.randn(8, 128)
-        flops_per_step = measure_flops(model, lambda: model(x), lambda y: y.sum())
+        flops_per_batch = measure_flops(model, lambda: model(x), lambda y: y.sum())
+        ```
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with counter:
-        output = forward_fn()
-        if loss_fn is not None:
-            loss_fn(output).backward()
-    if loss_fn is not None:
-        model.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops())
-
-
-def peak_flops(device: torch.device | str, dtype: torch.dtype | str = torch.bfloat16) -> float | None:
-    """Peak FLOP/s of one ``device`` for ``dtype`` from :data:`PEAK_FLOPS`, or ``None`` where unknown.
-
-    For the CPU there is no data sheet figure: use :func:`measure_cpu_peak_flops` and pass its result.
-
-    Example::
-
-        peak_flops(torch.device("cuda", 0), torch.bfloat16)  # 989.4e12 on an H100 SXM or H200
-    """
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    name = dtype if isinstance(dtype, str) else _DTYPE_NAMES.get(dtype, str(dtype))
-    if name == "fp32" and torch.backends.cuda.matmul.allow_tf32:
-        name = "tf32"
-    return peak_flops_for(torch.cuda.get_device_name(device), name)
-
-
-def peak_flops_for(device_name: str, dtype_name: str) -> float | None:
-    """The :data:`PEAK_FLOPS` entry for a device name as CUDA reports it (``"NVIDIA H100 80GB HBM3"``).
-
-    Example::
-
-        peak_flops_for("NVIDIA A100-SXM4-80GB", "bf16")  # 312e12
-    """
-    lowered = device_name.lower()
-    for key in sorted(PEAK_FLOPS, key=len, reverse=True):
-        if all(part in lowered for part in key.split()):
-            return PEAK_FLOPS[key].get(dtype_name)
-    if "h100" in lowered:  # the SXM part reports no form factor in its name ("NVIDIA H100 80GB HBM3")
-        return PEAK_FLOPS["h100 sxm"].get(dtype_name)
-    return None
-
-
-_data_sheet_peak = peak_flops  # ThroughputMonitor's argument of the same name shadows it
-
-
-def measure_cpu_peak_flops(dtype: torch.dtype = torch.float32, size: int = 1024, seconds: float = 0.5) -> float:
-    """The FLOP/s this process reaches on square matrix products on the CPU (an achievable peak).
-
-    Example::
-
-        monitor = ThroughputMonitor(fabric, peak_flops=measure_cpu_peak_flops())
-    """
-    a = torch.randn(size, size, dtype=dtype)
-    b = torch.randn(size, size, dtype=dtype)
-    torch.mm(a, b)  # warm-up: first call allocates and picks kernels
-    calls, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or calls < 2:
-        torch.mm(a, b)
-        calls += 1
-    return 2.0 * size**3 * calls / elapsed
-
-
-class Throughput:
-    """Rates over a sliding window of steps, for one process, from cumulative counts.
-
-    Call :meth:`update` after each step with the totals so far (time since start, batches, samples,
-    optionally items such as tokens, and FLOPs); :meth:`compute` gives per-second rates over the last
-    ``window_size`` updates and, with ``peak_flops``, the MFU.
-
-    Example::
-
-        throughput = Throughput(window_size=10, peak_flops=989e12)
-        throughput.update(time=elapsed, batches=step, samples=step * 8, items=step * 8 * 1024, flops=step * f)
-        throughput.compute()["samples_per_sec"]
-    """
-
-    def __init__(self, window_size: int = 100, peak_flops: float | None = None) -> None:
-        if window_size < 2:
-            raise ValueError(f"window_size={window_size} must be at least 2 (rates need two points).")
-        self.peak_flops = peak_flops
-        self._history: deque[tuple[float, int, int, int | None, float | None]] = deque(maxlen=window_size)
-
-    def update(
-        self, *, time: float, batches: int, samples: int, items: int | None = None, flops: float | None = None
-    ) -> None:
-        """Record the cumulative counts at ``time`` seconds."""
-        if self._history and time <= self._history[-1][0]:
-            raise ValueError(f"time={time} must increase from one update to the next (last: {self._history[-1][0]}).")
-        self._history.append((time, batches, samples, items, flops))
-
-    def compute(self) -> dict[str, float]:
-        """Per-second rates over the window (empty until two updates exist)."""
-        if len(self._history) < 2:
-            return {}
-        t0, b0, s0, i0, f0 = self._history[0]
-        t1, b1, s1, i1, f1 = self._history[-1]
-        elapsed = t1 - t0
-        rates = {"batches_per_sec": (b1 - b0) / elapsed, "samples_per_sec": (s1 - s0) / elapsed}
-        if i0 is not None and i1 is not None:
-            rates["items_per_sec"] = (i1 - i0) / elapsed
-        if f0 is not None and f1 is not None:
-            rates["flops_per_sec"] = (f1 - f0) / elapsed
-            if self.peak_flops:
-                rates["mfu"] = rates["flops_per_sec"] / self.peak_flops
-        return rates
-
-    def reset(self) -> None:
-        self._history.clear()
-
-
-class ThroughputMonitor:
-    """Measures throughput in a Fabric loop, sums it over all ranks and logs it to the Fabric's loggers.
-
-    Per step, call :meth:`update` with how much this rank processed (FLOPs per batch from
-    :func:`measure_flops`); :meth:`compute` (a collective: call it on every rank) returns the global
-    rates (``samples_per_sec`` and so on summed over ranks, ``mfu`` against ``world_size`` devices) and
-    with several ranks also this rank's own under ``device/``; :meth:`compute_and_log` also logs them.
-
-    Args:
-        fabric: The Fabric whose ranks and loggers are used.
-        window_size: How many recent steps the rates are averaged over.
-        peak_flops: Peak FLOP/s of one device (default: the data sheet value for this device and
-            ``dtype``; on the CPU pass :func:`measure_cpu_peak_flops` to get an MFU).
-        dtype: The dtype the matrix products run in, for the default ``peak_flops``.
-
-    Example::
-
-        monitor = ThroughputMonitor(fabric, window_size=20)
-        for step, (x, y) in enumerate(loader, 1):
-            ...
-            monitor.update(batch_size=len(x), items=x.numel(), flops=flops_per_batch)
-            if step % 20 == 0:
-                monitor.compute_and_log(step=step)
-    """
-
-    def __init__(
-        self,
-        fabric: Fabric,
-        window_size: int = 100,
-        peak_flops: float | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        self._fabric = fabric
-        if peak_flops is None:
-            peak_flops = _data_sheet_peak(fabric.device, dtype or _precision_dtype(fabric))
-        self.throughput = Throughput(window_size=window_size, peak_flops=peak_flops)
-        self._start = time.perf_counter()
-        self._batches = 0
-        self._samples = 0
-        self._items: int | None = None
-        self._flops: float | None = None
-
-    def update(self, batch_size: int, items: int | None = None, flops: float | None = None) -> None:
-        """Count one finished step of this rank: ``batch_size`` samples, ``items`` (tokens), ``flops``."""
-        self._batches += 1
-        self._samples += batch_size
-        if items is not None:
-            self._items = (self._items or 0) + items
-        if flops is not None:
-            self._flops = (self._flops or 0.0) + flops
-        if self._fabric.device.type == "cuda":
-            torch.cuda.synchronize(self._fabric.device)  # time the work, not its queueing
-        self.throughput.update(
-            time=time.perf_counter() - self._start,
-            batches=self._batches,
-            samples=self._samples,
-            items=self._items,
-            flops=self._flops,
-        )
-
-    def compute(self) -> dict[str, float]:
-        """Global and per-device rates (a collective call when there are several ranks)."""
-        local = self.throughput.compute()
-        if not local:
-            return {}
-        names = [name for name in local if name != "mfu"]
-        world_size = self._fabric.world_size
-        values = torch.tensor([local[name] for name in names], dtype=torch.float64)
-        metrics: dict[str, float] = {}
-        if world_size > 1:
-            values = self._fabric.all_reduce(values.to(self._fabric.device), reduce_op="sum").cpu()
-            metrics.update({f"device/{name}": value for name, value in local.items()})
-        metrics.update({name: float(value) for name, value in zip(names, values.tolist(), strict=True)})
-        if "mfu" in local and self.throughput.peak_flops:
-            metrics["mfu"] = metrics["flops_per_sec"] / (self.throughput.peak_flops * world_size)
-        return metrics
-
-    def compute_and_log(self, step: int | None = None) -> dict[str, float]:
-        """:meth:`compute`, then log the result with ``fabric.log_dict`` under ``throughput/``."""
-        metrics = self.compute()
-        if metrics:
-            self._fabric.log_dict({f"throughput/{name}": value for name, value in metrics.items()}, step=step)
-        return metrics
-
-
-def _precision_dtype(fabric: Fabric) -> torch.dtype:
-    precision = fabric.precision
-    for attribute in ("_desired_input_dtype", "dtype", "_dtype"):
-        dtype = getattr(precision, attribute, None)
-        if isinstance(dtype, torch.dtype):
-            return dtype
-    return torch.float32
+        if loss_fn is None:
+            forward_fn()
+        else:
+            loss_fn(forward_fn()).backward()
+    return counter.get_total_flops()

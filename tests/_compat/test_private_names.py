@@ -152,3 +152,10 @@ def test_module_hook_dicts_still_hold_registered_hooks():
     handle.remove()
     module.register_forward_hook(lambda m, args, out: None)
     assert has_own_forward_hooks(module)
+
+
+def test_torch_xla_tpu_type_where_torch_xla_is_installed():
+    pytest.importorskip("torch_xla", reason="torch_xla exists only on TPU hosts; fabricx/_compat/xla.py reads it there")
+    from fabricx._compat.xla import tpu_type
+
+    assert tpu_type().startswith("v")

@@ -277,7 +277,7 @@ def test_no_backward_sync_needs_setup_module():
 
 def test_collectives_are_identity_on_one_process():
     fabric = Fabric(accelerator="cpu")
-    assert fabric.all_gather(torch.tensor([1, 2])).shape == (1, 2)
+    assert fabric.all_gather(torch.tensor([1, 2])).shape == (2,)  # no new dimension, as Lightning
     assert fabric.all_reduce(torch.tensor(3.0)) == 3.0
     assert fabric.broadcast({"a": 1}) == {"a": 1}
     fabric.barrier()

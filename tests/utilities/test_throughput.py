@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import time
 
 import pytest
 import torch
@@ -41,7 +42,7 @@ def test_flops_of_a_linear_stack_equal_the_analytic_count():
     x = torch.randn(batch, 32)
     assert measure_flops(model, lambda: model(x)) == forward
     assert measure_flops(model, lambda: model(x), lambda out: out.sum()) == forward + backward
-    assert all(p.grad is None for p in model.parameters())
+    assert all(p.grad is not None for p in model.parameters())  # left in .grad, as Lightning does
     with torch.device("meta"):  # counted without computing
         meta_model = _linear_stack()
         meta_x = torch.empty(batch, 32)
@@ -49,18 +50,24 @@ def test_flops_of_a_linear_stack_equal_the_analytic_count():
 
 
 def test_rates_and_mfu_over_the_window():
-    throughput = Throughput(window_size=3, peak_flops=1000.0)
-    assert throughput.compute() == {}
-    for step in range(1, 6):  # 2 s per step, 8 samples, 80 items and 400 FLOPs each
-        throughput.update(time=2.0 * step, batches=step, samples=8 * step, items=80 * step, flops=400.0 * step)
+    throughput = Throughput(window_size=3, available_flops=1000.0)
+    throughput.update(time=2.0, batches=1, samples=8, lengths=80)
+    # No rates before the window is full.
+    assert throughput.compute() == {"time": 2.0, "batches": 1, "samples": 8, "lengths": 80}
+    for step in range(2, 6):  # 2 s per step, 8 samples, 80 items and 400 FLOPs each
+        throughput.update(time=2.0 * step, batches=step, samples=8 * step, lengths=80 * step, flops=400.0)
     rates = throughput.compute()  # the last 3 updates: steps 3..5, 4 s
-    assert rates == pytest.approx(
-        {"batches_per_sec": 0.5, "samples_per_sec": 4.0, "items_per_sec": 40.0, "flops_per_sec": 200.0, "mfu": 0.2}
-    )
-    with pytest.raises(ValueError, match="must increase"):
+    assert rates == pytest.approx({
+        "time": 10.0, "batches": 5, "samples": 40, "lengths": 400, "device/batches_per_sec": 0.5,
+        "device/samples_per_sec": 4.0, "device/items_per_sec": 40.0, "device/flops_per_sec": 200.0,
+        "device/mfu": 0.2,
+    })  # fmt: skip
+    with pytest.raises(ValueError, match="Expected the value to increase"):
         throughput.update(time=1.0, batches=6, samples=48)
     with pytest.raises(ValueError, match="at least 2"):
         Throughput(window_size=1)
+    with pytest.raises(AssertionError):  # the type Lightning's check raises, too
+        Throughput(world_size=0)
 
 
 def test_peak_flops_table_by_device_name_and_dtype():
@@ -79,25 +86,30 @@ def test_monitor_logs_rates_of_a_fabric_loop(tmp_path):
     model = _linear_stack()
     x = torch.randn(16, 32)
     flops = measure_flops(model, lambda: model(x), lambda out: out.sum())
-    monitor = ThroughputMonitor(fabric, window_size=4, peak_flops=1e12)
-    for _ in range(5):
+    monitor = ThroughputMonitor(fabric, window_size=4)
+    assert monitor.available_flops is None and monitor.world_size == 1  # no figure for a CPU
+    start = time.perf_counter()
+    for step in range(1, 6):
         model(x).sum().backward()
-        monitor.update(batch_size=16, items=16 * 32, flops=flops)
-    metrics = monitor.compute_and_log(step=5)
-    assert metrics["samples_per_sec"] == pytest.approx(16 * metrics["batches_per_sec"])
-    assert metrics["items_per_sec"] == pytest.approx(32 * metrics["samples_per_sec"])
-    assert metrics["mfu"] == pytest.approx(metrics["flops_per_sec"] / 1e12)
+        monitor.update(time=time.perf_counter() - start, batches=step, samples=16 * step, lengths=512 * step,
+                       flops=flops)  # fmt: skip
+    metrics = monitor.compute_and_log()
+    assert monitor.step == 0
+    assert metrics["device/samples_per_sec"] == pytest.approx(16 * metrics["device/batches_per_sec"])
+    assert metrics["device/items_per_sec"] == pytest.approx(32 * metrics["device/samples_per_sec"])
+    assert metrics["device/flops_per_sec"] > 0 and "samples_per_sec" not in metrics  # one device: no global keys
     logger.finalize("success")
     with open(logger.metrics_file_path, newline="") as handle:
         (row,) = list(csv.DictReader(handle))
-    assert float(row["throughput/samples_per_sec"]) == pytest.approx(metrics["samples_per_sec"])
+    assert float(row["device/samples_per_sec"]) == pytest.approx(metrics["device/samples_per_sec"])
+    assert int(row["step"]) == 0
 
 
 def test_trainer_callback_logs_throughput(tmp_path):
     trainer = Trainer(
         accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[ThroughputCallback(log_every_n_steps=2, flops_per_batch=1e6, peak_flops=1e10)],
+        callbacks=[ThroughputCallback(log_every_n_steps=2, window_size=3, flops_per_batch=1e6, peak_flops=1e10)],
     )
     trainer.fit(Regressor(), loader(regression_data(64), batch_size=8))
     callback = next(cb for cb in trainer.callbacks if isinstance(cb, ThroughputCallback))
@@ -105,21 +117,25 @@ def test_trainer_callback_logs_throughput(tmp_path):
     assert callback.last_metrics["mfu"] == pytest.approx(callback.last_metrics["flops_per_sec"] / 1e10)
     with open(trainer.loggers[0].metrics_file_path, newline="") as handle:
         logged = [row for row in csv.DictReader(handle) if row.get("throughput/samples_per_sec")]
-    assert len(logged) == 4  # batches 2, 4, 6, 8
+    assert len(logged) == 3  # batches 4, 6, 8 (the window of 3 batches is full from batch 3)
 
 
 def _two_rank_rates(fabric: Fabric) -> list[dict[str, float]]:
-    monitor = ThroughputMonitor(fabric, window_size=3, peak_flops=1e9)
+    trainer_like = type("T", (), {"fabric": fabric})()
+    callback = ThroughputCallback(window_size=3, peak_flops=1e9)
+    callback.on_train_start(trainer_like, None)  # type: ignore[arg-type]
     batch = 8 * (fabric.global_rank + 1)
-    for _ in range(4):
+    assert callback._throughput is not None
+    for step in range(1, 5):
         torch.mm(torch.randn(64, 64), torch.randn(64, 64))
-        monitor.update(batch_size=batch, flops=1e5 * batch)
-    metrics = monitor.compute()
+        callback._throughput.update(time=0.01 * step * (fabric.global_rank + 1), batches=step, samples=batch * step,
+                                    flops=1e5 * batch)  # fmt: skip
+    metrics = callback._global_rates(trainer_like, callback._throughput)  # type: ignore[arg-type]
     return [metrics, fabric.all_gather(torch.tensor(metrics["device/samples_per_sec"])).tolist()]
 
 
 @pytest.mark.distributed
-def test_monitor_sums_rates_over_ranks():
+def test_trainer_callback_sums_rates_over_ranks():
     fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn")
     metrics, per_rank = fabric.launch(_two_rank_rates)
     assert metrics["samples_per_sec"] == pytest.approx(sum(per_rank))

@@ -1,0 +1,257 @@
+"""The Lightning Fabric surface people call, through fabricx and through Lightning Fabric on the same script.
+
+* collectives (``all_reduce`` in place, ``all_gather`` shapes, ``broadcast``, ``barrier``), an IterableDataset
+  under DDP, ``eval()``/``train()`` on a set-up DDP module and ``ThroughputMonitor`` on 2 ranks: one 2-process
+  launch (torchrun, gloo) running ``_fabric_surface_job.py`` through both frameworks in the same processes; the
+  same on one process here;
+* ``Throughput`` / ``ThroughputMonitor``: the same update sequences through both, equal dicts;
+* a DataLoader subclass with its own ``__iter__`` and state protocol: kept, with its epochs, as Lightning does;
+* ``WandbLogger.experiment`` after ``finalize`` and the W&B calls (offline).
+
+Tensors are compared with ``torch.equal`` and their dtypes; everything else with ``==``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fabricx.environments.local import find_free_port
+
+JOB = Path(__file__).with_name("_fabric_surface_job.py")
+
+
+def assert_same(expected: Any, got: Any, where: str = "") -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__} instead of a tensor"
+        assert got.dtype == expected.dtype and got.shape == expected.shape, (
+            f"{where}: {got.dtype}{tuple(got.shape)} instead of {expected.dtype}{tuple(expected.shape)}"
+        )
+        assert torch.equal(got, expected), f"{where}: {got} instead of {expected}"
+    elif isinstance(expected, dict):
+        assert isinstance(got, dict) and got.keys() == expected.keys(), f"{where}: keys {got} vs {expected}"
+        for key in expected:
+            assert_same(expected[key], got[key], f"{where}.{key}")
+    elif isinstance(expected, list | tuple):
+        assert type(got) is type(expected) and len(got) == len(expected), f"{where}: {got!r} vs {expected!r}"
+        for index, (a, b) in enumerate(zip(expected, got, strict=True)):
+            assert_same(a, b, f"{where}[{index}]")
+    else:
+        assert got == expected, f"{where}: {got!r} instead of {expected!r}"
+
+
+# -- 2 processes: collectives, IterableDataset, eval/train ---------------------------------------------------
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("fabric_surface")
+    env = {**os.environ}
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "FABRICX_GLOBAL_SEED"):
+        env.pop(name, None)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={find_free_port()}", str(JOB), str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"the launch exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_two_processes_collectives_iterable_data_and_train_flags_equal_lightning(two_process_results):
+    for rank, results in enumerate(two_process_results):
+        lightning, ours = results["lightning"], results["fabricx"]
+        assert lightning["world_size"] == 2
+        assert_same(lightning, ours, f"rank {rank}")
+        # What the comparison pins: in place (a script ignoring the return value logs the mean).
+        assert bool(ours["ignored_return"] == 3.5) and ours["reduce_sum"]["same"]
+        assert_same(ours["reduce_int_mean"]["returned"], torch.tensor([0, 2]))
+        assert ours["gather_number"].shape == (2,)
+        # The IterableDataset: each rank its own shard, again the next epoch; the whole stream on each rank.
+        assert ours["rank_stream"] == [[[rank, rank + 2], [rank + 4, rank + 6], [rank + 8, rank + 10]]] * 2
+        assert ours["whole_stream"] == [[[0, 1], [2, 3], [4, 5]]] * 2
+        assert ours["training_flags"] == [(False, False, False), (True, True, True)]
+        computed = ours["throughput"]["computed"]
+        if rank == 0:
+            assert computed[-1]["samples_per_sec"] == 2 * computed[-1]["device/samples_per_sec"]
+        else:
+            assert computed == [{}] * 5 and ours["throughput"]["step"] == -1
+    # The note about the IterableDataset, once, on rank 0 only.
+    printed = [results["fabricx_printed"] for results in two_process_results]
+    assert printed[0].count("IterableDataset") == 1 and "IterableDataset" not in printed[1]
+
+
+def test_one_process_collectives_and_train_flags_equal_lightning():
+    from lightning.fabric import Fabric as LightningFabric
+
+    from fabricx import Fabric
+    from tests.differential._fabric_surface_job import _tensors
+
+    def script(fabric) -> dict:
+        value = torch.tensor([1.0, 2.0])
+        model = fabric.setup(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
+        model.eval()
+        evaluated = (model.training, model.module.training, model.module[1].training)
+        model.train()
+        fabric.barrier()
+        return _tensors({
+            "gather_number": fabric.all_gather(1.5),
+            "gather_vector": fabric.all_gather(torch.tensor([1, 2])),
+            "gather_nested": fabric.all_gather({"a": 3, "b": [torch.ones(2, 1)]}),
+            "reduce_same": fabric.all_reduce(value) is value,
+            "reduce_number": fabric.all_reduce(2, reduce_op="sum"),
+            "broadcast": fabric.broadcast({"x": [1, 2]}),
+            "flags": [evaluated, (model.training, model.module.training, model.module[1].training)],
+        })
+
+    lightning = script(LightningFabric(accelerator="cpu", devices=1))
+    ours = script(Fabric(accelerator="cpu", devices=1))
+    assert_same(lightning, ours)
+    assert_same(ours["gather_number"], torch.tensor(1.5))
+    assert ours["flags"] == [(False, False, False), (True, True, True)]
+
+
+# -- Throughput / ThroughputMonitor ------------------------------------------------------------------------------
+class _Raised:
+    """What a call raised: equal to another when either's type is a subclass of the other's (fabricx may raise a
+    subclass of Lightning's type, e.g. one that is both a ``ValueError`` and Lightning's ``AssertionError``)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.type = type(error)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Raised) and (issubclass(self.type, other.type) or issubclass(other.type, self.type))
+
+    def __repr__(self) -> str:
+        return f"raised {self.type.__name__}"
+
+
+def _run_throughput(throughput_cls, calls: list[tuple[str, dict]], **init) -> list[Any]:
+    """Every call's result (a dict, None) or what it raised, in order."""
+    try:
+        throughput = throughput_cls(**init)
+    except (ValueError, AssertionError) as error:
+        return [_Raised(error)]
+    out: list[Any] = []
+    for method, kwargs in calls:
+        try:
+            out.append(getattr(throughput, method)(**kwargs))
+        except (ValueError, RuntimeError, IndexError) as error:
+            out.append(_Raised(error))
+    return out
+
+
+def _sequences() -> dict[str, tuple[dict, list[tuple[str, dict]]]]:
+    generator = torch.Generator().manual_seed(3)
+    steps = torch.rand(12, generator=generator).add(0.05).cumsum(0).tolist()  # irregular, increasing times
+    sizes = torch.randint(1, 9, (12,), generator=generator).cumsum(0).tolist()
+    full = []
+    for i, (t, samples) in enumerate(zip(steps, sizes, strict=True)):
+        full.append(("update", {"time": t, "batches": i + 1, "samples": samples, "lengths": 7 * samples,
+                                "flops": 1000.0 + 37 * i}))  # fmt: skip
+        full.append(("compute", {}))
+    sometimes_flops = [
+        ("update", {"time": t, "batches": i + 1, "samples": s, **({"flops": 3 * i + 1} if i % 2 else {})})
+        for i, (t, s) in enumerate(zip(steps, sizes, strict=True))
+    ] + [("compute", {})]
+    errors = [
+        ("compute", {}),  # nothing yet
+        ("update", {"time": 1.0, "batches": 1, "samples": 4, "lengths": 8}),
+        ("update", {"time": 1.0, "batches": 2, "samples": 8, "lengths": 16}),  # time did not increase
+        ("update", {"time": 2.0, "batches": 3, "samples": 2}),  # fewer samples than batches
+        ("update", {"time": 3.0, "batches": 3, "samples": 9, "lengths": 4}),  # fewer lengths than samples
+        ("update", {"time": 4.0, "batches": 4, "samples": 12}),
+        ("update", {"time": 5.0, "batches": 5, "samples": 16, "lengths": 40}),  # lengths missing in one update
+        ("update", {"time": 6.0, "batches": 5, "samples": 20}),  # batches did not increase
+        ("compute", {}),
+        ("reset", {}),
+        ("update", {"time": 0.5, "batches": 1, "samples": 2}),
+        ("update", {"time": 0.75, "batches": 2, "samples": 4}),
+        ("compute", {}),
+    ]
+    return {
+        "window_wraps": ({"window_size": 3, "available_flops": 5000.0}, full),
+        "world_size_4": ({"window_size": 4, "world_size": 4, "available_flops": 1e4, "separator": "|"}, full),
+        "world_size_2_no_mfu": ({"window_size": 2, "world_size": 2}, full),
+        "flops_sometimes": ({"window_size": 3}, sometimes_flops),
+        "errors": ({"window_size": 2}, errors),
+        "lengths_missing": ({"window_size": 4}, errors[1:2] + errors[5:7] + errors[8:9]),
+        "window_of_one": ({"window_size": 1}, []),
+        "no_devices": ({"world_size": 0}, []),
+    }
+
+
+@pytest.mark.parametrize("name", list(_sequences()))
+def test_throughput_equals_lightnings_for_the_same_updates(name):
+    from lightning.fabric.utilities import Throughput as LightningThroughput
+
+    from fabricx.utilities import Throughput
+
+    init, calls = _sequences()[name]
+    expected = _run_throughput(LightningThroughput, calls, **init)
+    got = _run_throughput(Throughput, calls, **init)
+    assert_same(expected, got, name)
+    if name == "window_wraps":  # the comparison compared rates, not only totals
+        assert {"device/samples_per_sec", "device/items_per_sec", "device/mfu"} <= set(got[-1])
+    if name == "errors":
+        assert [type(x).__name__ for x in got].count("_Raised") == 5
+    if name == "lengths_missing":
+        assert got[2] == _Raised(RuntimeError(""))
+
+
+def test_throughput_monitor_logs_what_lightnings_logs():
+    from lightning.fabric import Fabric as LightningFabric
+    from lightning.fabric.loggers import Logger as LightningLogger
+    from lightning.fabric.utilities import ThroughputMonitor as LightningMonitor
+    from lightning.fabric.utilities import measure_flops as lightning_measure_flops
+
+    from fabricx import Fabric
+    from fabricx.loggers import Logger
+    from fabricx.utilities import ThroughputMonitor, measure_flops
+
+    def recorder(base):
+        class Recorder(base):
+            name, version = "rec", 0
+            logged: list
+
+            def log_metrics(self, metrics, step=None):
+                self.logged.append((step, dict(metrics)))
+
+            def log_hyperparams(self, params, *args, **kwargs):
+                pass
+
+        recorder = Recorder()
+        recorder.logged = []
+        return recorder
+
+    def script(fabric_cls, monitor_cls, flops_fn, logger) -> dict:
+        fabric = fabric_cls(accelerator="cpu", devices=1, loggers=logger)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+        x = torch.randn(4, 6)
+        flops = flops_fn(model, lambda: model(x), lambda y: y.sum())
+        grads = [p.grad.clone() for p in model.parameters()]  # what the counted backward left behind
+        monitor = monitor_cls(fabric, window_size=3, separator=".")
+        returned = []
+        for step in range(1, 8):
+            monitor.update(time=0.3 * step + 0.01 * step**2, batches=step, samples=4 * step, flops=flops)
+            if step % 2 == 0:
+                returned.append(monitor.compute_and_log(step=None if step < 6 else 100 + step))
+        try:
+            monitor_cls(fabric, available_flops=1.0)
+            refused = None
+        except TypeError:
+            refused = "TypeError"
+        return {"flops": flops, "grads": grads, "returned": returned, "logged": logger.logged,
+                "step": monitor.step, "available_flops": monitor.available_flops, "refused": refused}  # fmt: skip
+
+    expected = script(LightningFabric, LightningMonitor, lightning_measure_flops, recorder(LightningLogger))
+    got = script(Fabric, ThroughputMonitor, measure_flops, recorder(Logger))
+    assert_same(expected, got)
+    assert [step for step, _ in got["logged"]] == [0, 1, 106] and "device.flops_per_sec" in got["returned"][-1]
