@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint.manager import CheckpointManager
 from fabricx.checkpoint.storage import is_url
+from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
@@ -118,6 +119,8 @@ def save_checkpoint(
 
     wait_for_pending_save()  # its retention first, and its name counted
     # Rank 0 claims the name atomically, so other jobs saving into the same directory never share it.
+    # The claim lives until the save has committed or failed (for an asynchronous save, until its
+    # background write ends), so no other job's clean-up takes its temporary copy for a dead one.
     reserved = manager.reserve() if fabric.is_global_zero else None
     try:
         path = _rank_zero_value(fabric, reserved)
@@ -125,16 +128,29 @@ def save_checkpoint(
             raise RuntimeError("save_checkpoint() got no path from rank 0; every rank must call it.")
         if async_save:
             handle = fabric.save(path, state, filter=filter, async_save=True)
-            if fabric.is_global_zero and handle is not None:
+            if reserved is not None and handle is not None:
+                claim, reserved = reserved, None
                 handle.add_commit_callback(manager.apply_retention)
+                handle.add_done_callback(lambda: manager.release(claim))
             return path
         fabric.save(path, state, filter=filter)
     finally:
         if reserved is not None:
             manager.release(reserved)
     if fabric.is_global_zero:
-        manager.apply_retention()
+        _apply_retention(manager, path)
     return path
+
+
+def _apply_retention(manager: CheckpointManager, path: Any) -> None:
+    # The save has committed: a failure now is retention's own, reported as such.
+    try:
+        manager.apply_retention()
+    except Exception as error:
+        raise CheckpointError(
+            f"The checkpoint {path} was saved and committed (it is the latest), but removing older checkpoints "
+            f"failed: {type(error).__name__}: {error}"
+        ) from error
 
 
 def exit_if_preempted(

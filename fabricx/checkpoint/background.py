@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import sys
 import threading
@@ -35,6 +34,7 @@ from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
     "AsyncSave",
+    "CommitCallbackError",
     "agree",
     "background_group",
     "pending_save",
@@ -51,6 +51,21 @@ _IMMUTABLE = (str, int, float, bool, bytes, torch.dtype, torch.Size, torch.devic
 _AGREEMENT_TIMEOUT = timedelta(minutes=30)
 
 
+class CommitCallbackError(CheckpointError):
+    """The checkpoint was committed (it is the latest), but a function run after its commit failed.
+
+    Raised by :meth:`AsyncSave.wait` (and the next save or load) for a failing commit callback; the
+    saved checkpoint itself is complete and loads.
+
+    Example::
+
+        try:
+            handle.wait()
+        except CommitCallbackError as error:
+            print("saved, but:", error)
+    """
+
+
 class AsyncSave:
     """A checkpoint being written in the background; returned by ``fabric.save(..., async_save=True)``.
 
@@ -64,10 +79,12 @@ class AsyncSave:
     def __init__(self, path: Any) -> None:
         self.path = path
         self._finished = threading.Event()
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # the save itself failed: nothing was committed
+        self._after_commit: list[tuple[Callable[[], Any], BaseException]] = []  # committed; a callback failed
         self._reported = False
         self._thread: threading.Thread | None = None
         self._callbacks: list[Callable[[], Any]] | None = []
+        self._done_callbacks: list[Callable[[], Any]] | None = []
         self._callbacks_lock = threading.Lock()
         self._guard: Any = None
         self.started = time.perf_counter()
@@ -75,20 +92,36 @@ class AsyncSave:
 
     def _run(self, job: Callable[[], Any]) -> None:
         try:
-            job()
+            try:
+                job()
+            except BaseException as error:
+                self._error = error
             with self._callbacks_lock:
                 callbacks, self._callbacks = self._callbacks, None
-            for callback in callbacks or ():
-                callback()
-        except BaseException as error:
-            self._error = error
+            if self._error is None:
+                for callback in callbacks or ():
+                    self._call_after(callback)
+            with self._callbacks_lock:
+                finished, self._done_callbacks = self._done_callbacks, None
+            for callback in finished or ():
+                self._call_after(callback)
         finally:
             self.seconds = time.perf_counter() - self.started
             self._finished.set()
 
+    def _call_after(self, callback: Callable[[], Any]) -> None:
+        # One failing callback neither hides the commit nor stops the others (retention still runs).
+        try:
+            callback()
+        except BaseException as error:
+            self._after_commit.append((callback, error))
+
     def add_commit_callback(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the checkpoint is committed (in the background thread, before
         :meth:`done` turns true; at once if it is already committed). A failed save never runs it.
+
+        A callback that raises does not make the save a failed one: :meth:`wait` then raises
+        :class:`CommitCallbackError`, which says that the checkpoint was committed.
 
         Example::
 
@@ -98,7 +131,24 @@ class AsyncSave:
             if self._callbacks is not None:
                 self._callbacks.append(callback)
                 return
-        self.wait()
+        self._finished.wait()
+        if self._error is not None:
+            self.wait()  # raises: the save failed, so there is no commit to run it after
+        callback()
+
+    def add_done_callback(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` once the save has finished, committed or failed (in the background thread,
+        after the commit callbacks; at once if it has finished already).
+
+        Example::
+
+            handle.add_done_callback(lambda: manager.release(path))
+        """
+        with self._callbacks_lock:
+            if self._done_callbacks is not None:
+                self._done_callbacks.append(callback)
+                return
+        self._finished.wait()
         callback()
 
     def done(self) -> bool:
@@ -129,7 +179,8 @@ class AsyncSave:
         """Block until the checkpoint is committed and return its path.
 
         Raises :class:`CheckpointError` if the background write failed (the previous checkpoint is then
-        still the latest), and ``TimeoutError`` if ``timeout`` seconds pass first.
+        still the latest), :class:`CommitCallbackError` if it was committed but a commit callback
+        failed, and ``TimeoutError`` if ``timeout`` seconds pass first.
         """
         if not self._finished.wait(timeout):
             raise TimeoutError(f"The background save of {self.path} did not finish within {timeout} s.")
@@ -144,16 +195,32 @@ class AsyncSave:
                 f"The background save of {self.path} failed: {type(error).__name__}: {error}. It was not "
                 "committed; the checkpoint saved before it is still the latest."
             ) from error
+        if self._after_commit:
+            self._reported = True
+            failures = "; ".join(
+                f"{getattr(callback, '__qualname__', repr(callback))} raised {type(error).__name__}: {error}"
+                for callback, error in self._after_commit
+            )
+            raise CommitCallbackError(
+                f"The background save of {self.path} was committed and is the latest checkpoint, but work run "
+                f"after its commit failed: {failures}."
+            ) from self._after_commit[0][1]
         return self.path
 
     def __repr__(self) -> str:
-        state = "running" if not self.done() else ("failed" if self._error is not None else "committed")
+        if not self.done():
+            state = "running"
+        elif self._error is not None:
+            state = "failed"
+        else:
+            state = "committed, a commit callback failed" if self._after_commit else "committed"
         return f"AsyncSave(path={self.path!r}, {state})"
 
 
 _lock = threading.Lock()
 _pending: AsyncSave | None = None
 _exit_hook_installed = False
+_exit_status_settable = False
 
 
 def pending_save() -> AsyncSave | None:
@@ -184,27 +251,40 @@ def start_background_save(path: Any, job: Callable[[], Any]) -> AsyncSave:
 
         handle = start_background_save("ckpt", lambda: write_checkpoint("ckpt", staged, None))
     """
-    global _pending, _exit_hook_installed
+    global _pending, _exit_hook_installed, _exit_status_settable
     wait_for_pending_save()
     handle = AsyncSave(path)
     # Not a daemon: the interpreter lets it finish before exiting, so a save is never cut short by a
-    # normal exit; the exit hook then reports a failure nobody waited for.
+    # normal exit; the shutdown hook waits for it and reports a failure nobody waited for.
     thread = threading.Thread(target=handle._run, args=(job,), name="fabricx-async-save", daemon=False)
     handle._thread = thread
     with _lock:
         _pending = handle
         if not _exit_hook_installed:
-            atexit.register(_wait_at_exit)
+            from fabricx._compat.thread_shutdown import at_thread_shutdown
+
+            _exit_status_settable = at_thread_shutdown(_wait_at_exit)
             _exit_hook_installed = True
     thread.start()
     return handle
 
 
+#: Exit status of a process whose last background save failed and was never waited for (what an
+#: uncaught exception, e.g. a failed synchronous save, exits with).
+FAILED_SAVE_EXIT_CODE = 1
+
+
 def _wait_at_exit() -> None:
+    """At shutdown, once the main thread has finished: wait for the last save; if it failed, say so and
+    exit with :data:`FAILED_SAVE_EXIT_CODE`, so a scheduler never takes the run for a success."""
     try:
         wait_for_pending_save()
     except CheckpointError as error:
         print(f"fabricx: {error}", file=sys.stderr)
+        if _exit_status_settable:
+            from fabricx._compat.thread_shutdown import exit_after_shutdown
+
+            exit_after_shutdown(FAILED_SAVE_EXIT_CODE)
 
 
 # ----------------------------------------------------------------------------------------- host staging

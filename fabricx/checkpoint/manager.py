@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from fabricx.checkpoint.atomic import discard_all
 from fabricx.checkpoint.format import _write_failure, default_io, is_complete
-from fabricx.checkpoint.io import CheckpointIO
+from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.storage import io_for, is_url, join_path
 
 try:  # advisory locks tell a live writer's reservation from one a killed writer left
@@ -187,25 +190,48 @@ class CheckpointManager:
         if fd is not None:
             os.close(fd)
 
-    def _live(self, index: int, entries: list[_Entry]) -> bool:
-        """Whether a writer that is still running holds the reservation of ``index``."""
+    def _live(self, index: int, reserved: set[int]) -> bool:
+        """Whether a writer that is still running holds the reservation of ``index`` (``reserved``: the
+        indices with a reservation on disk)."""
         if index in self._held:
             return True
-        if not any(e.index == index and e.kind == _RESERVED for e in entries):
+        if index not in reserved:
             return False
         if fcntl is None:
             return True
         try:
-            fd = os.open(self._reservation(index), os.O_RDONLY)
+            fd = os.open(self._reservation(index), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             return False
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False  # not a reservation this class made; _drop_reservation skips it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return True
         finally:
             os.close(fd)
         return False
+
+    def _drop_reservation(self, index: int) -> None:
+        """Remove a dead writer's reservation file; anything else under that name is left, with a warning."""
+        path = self._reservation(index)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            _skipped(path, error)
+            return
+        if not stat.S_ISREG(info.st_mode):
+            _skipped(path, "it is not a reservation file (a directory or link someone put there)")
+            return
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            _skipped(path, error)
 
     def _complete_indices(self, entries: list[_Entry]) -> list[int]:
         indices = sorted({e.index for e in entries if e.kind in ("committed", "old")})
@@ -247,7 +273,9 @@ class CheckpointManager:
         A left-over (``.tmp-*``/``.old-*``/``.del-*``/``.reserved``, or a committed name that does not
         load) is stale when it belongs to an older checkpoint than the newest complete one and no
         running writer holds its reservation; a checkpoint whose committed name a crash left empty
-        gets its complete copy back. Returns what was removed.
+        gets its complete copy back. What cannot be removed (no permission, a directory planted under
+        a reservation's name) is skipped with a warning: retention never fails the save it follows.
+        Returns what was removed.
 
         Example::
 
@@ -261,23 +289,65 @@ class CheckpointManager:
         doomed: list[Path] = []
         if self.total_limit is not None and len(complete) > self.total_limit:
             for index in complete[: len(complete) - self.total_limit]:
+                try:
+                    self.remove(self.path_for(index))
+                except OSError as error:
+                    _skipped(self.path_for(index), error)
+                    continue
                 doomed.append(self.path_for(index))
-                self.remove(self.path_for(index))
         kept = set(complete[len(complete) - self.total_limit :] if self.total_limit else complete)
+        reserved = {e.index for e in entries if e.kind == _RESERVED}
+        by_index: dict[int, list[_Entry]] = {}
+        for entry in entries:
+            by_index.setdefault(entry.index, []).append(entry)
+        # Local left-overs of many indices go in one pass (one directory flush, not one per left-over).
+        batch = not self._remote and _plain_local(self.io)
+        batched: list[Path] = []
         # Left-overs, and committed names that do not load (a copy damaged or cut short), below the newest.
         stale = {e.index for e in entries if e.kind != "committed" or e.index not in complete}
         for index in sorted(stale):
-            if index > newest or self._live(index, entries):
+            if index > newest or self._live(index, reserved):
                 continue
-            leftovers = [e.path for e in entries if e.index == index and (e.kind != "committed" or index not in kept)]
-            if index in kept:
-                self.io.recover(self.path_for(index), is_complete)
-            else:
-                remove_checkpoint(self.path_for(index), self.io)
+            leftovers = [
+                e.path
+                for e in by_index.get(index, [])
+                if e.kind != _RESERVED and (e.kind != "committed" or index not in kept)
+            ]
+            try:
+                if index in kept:
+                    self.io.recover(self.path_for(index), is_complete)
+                elif batch:
+                    batched += leftovers
+                else:
+                    remove_checkpoint(self.path_for(index), self.io)
+            except OSError as error:
+                _skipped(self.path_for(index), error)
+                continue
             if self._remote:
                 doomed += leftovers
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                self._reservation(index).unlink()
-            doomed += [p for p in leftovers if not p.exists()]
+            self._drop_reservation(index)
+            if index in reserved and not self._reservation(index).exists():
+                doomed.append(self._reservation(index))
+            if not batch or index in kept:
+                doomed += [p for p in leftovers if not p.exists()]
+        if batched:
+            try:
+                discard_all(batched)
+            except OSError as error:
+                _skipped(self.directory, error)
+            doomed += [p for p in batched if not p.exists()]
         return doomed
+
+
+def _plain_local(io: CheckpointIO) -> bool:
+    """Whether ``io`` deletes local checkpoints exactly as :class:`LocalCheckpointIO` does."""
+    return isinstance(io, LocalCheckpointIO) and type(io).remove is LocalCheckpointIO.remove
+
+
+def _skipped(path: Any, reason: Any) -> None:
+    warnings.warn(
+        f"Checkpoint retention could not remove {path} ({reason}) and left it in place; the checkpoints "
+        "saved are unaffected. Remove it by hand if it is not needed.",
+        stacklevel=3,
+    )

@@ -159,3 +159,26 @@ def test_torch_xla_tpu_type_where_torch_xla_is_installed():
     from fabricx._compat.xla import tpu_type
 
     assert tpu_type().startswith("v")
+
+
+def test_thread_shutdown_hook_still_runs_before_atexit_and_can_set_the_exit_status():
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import atexit, threading, time
+        from fabricx._compat.thread_shutdown import at_thread_shutdown, exit_after_shutdown
+        atexit.register(lambda: print("atexit ran"))
+        worker = threading.Thread(target=lambda: (time.sleep(0.2), print("worker finished")))
+        worker.start()
+        assert at_thread_shutdown(lambda: (print("hook ran"), exit_after_shutdown(3))), "private hook is gone"
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, (
+        f"threading._register_atexit no longer runs before atexit at shutdown: update "
+        f"fabricx/_compat/thread_shutdown.py ({done.stderr[-500:]})"
+    )
+    assert done.stdout.split() == ["hook", "ran", "worker", "finished", "atexit", "ran"], done.stdout
