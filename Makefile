@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 
-.PHONY: demo test lint typecheck docs bench clean
+.PHONY: demo test lint typecheck docs bench gpu-wheels gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,24 @@ test: $(STAMP) lint docs
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The GPU check (docs/guides/performance.md). `make gpu-wheels` here, with network: the extra wheels the GPU
+# machine lacks, into .cache/gpu-wheels. `make gpu-check` there, offline: installs them (when the folder came
+# along) into .cache/gpu-site, outside the machine's own packages, puts that and this checkout on PYTHONPATH
+# (no build needed) and runs the check; exit code 1 on any failure.
+GPU_PYTHON ?= python3
+GPU_WHEELS ?= .cache/gpu-wheels
+GPU_SITE ?= .cache/gpu-site
+GPU_OUT ?= benchmarks/results/gpu
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --python-version 3.12 --only-binary=:all: -d $(GPU_WHEELS) \
+		-r benchmarks/gpu_requirements.txt
+	@du -sh $(GPU_WHEELS)
+
+gpu-check:
+	@if [ -d "$(GPU_WHEELS)" ]; then $(GPU_PYTHON) -m pip install -q --no-index --no-deps --upgrade \
+		--find-links "$(GPU_WHEELS)" --target "$(GPU_SITE)" -r benchmarks/gpu_requirements.txt; fi
+	PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_SITE) $(GPU_PYTHON) -m benchmarks.gpu_check --out "$(GPU_OUT)" $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) site .cache demo_runs

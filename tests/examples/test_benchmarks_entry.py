@@ -69,3 +69,39 @@ def test_markdown_table_lists_every_ratio(tmp_path: Path) -> None:
     assert "| `loop_overhead.ratio` | 1.020 |" in text
     assert "Not measured in this run (missing: not yet)" in text
     assert "![Ratios to plain PyTorch](chart.png)" in text
+
+
+def test_gpu_check_dry_run_writes_its_tables_on_the_cpu(tmp_path: Path) -> None:
+    """`python -m benchmarks.gpu_check --dry-run`: every part of the GPU check runs on the CPU with tiny sizes."""
+    process = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--dry-run", "--out", str(tmp_path)],
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=560,
+    )
+    assert process.returncode == 0, (process.stdout + process.stderr)[-3000:]
+    report = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert report["status"] == "ok" and report["dry_run"] is True
+    assert set(report["parts"]) == {"tests", "throughput", "checkpoint"}
+    tests = report["parts"]["tests"]["result"]
+    assert tests["counts"]["skipped"] == len(tests["cases"]) >= 10  # collected, skipped with the reason on a CPU
+    assert all("CUDA" in case["detail"] for case in tests["cases"])
+    rows = report["parts"]["throughput"]["result"]["rows"]
+    assert {(row["kind"], row["candidate"]) for row in rows} >= {
+        (kind, name) for kind in ("eager", "compiled") for name in ("raw", "fabricx")
+    }
+    assert all(row["tokens_per_s"] > 0 and row["tokens_per_s_ratio"] > 0 for row in rows)
+    assert next(row for row in rows if row["candidate"] == "fabricx")["monitor_mfu"] > 0
+    saves = {row["key"]: row for row in report["parts"]["checkpoint"]["result"]["rows"]}
+    assert set(saves) == {"torch_save", "torch_save_fsync", "dcp_async", "sync", "async"}
+    assert all(0 < row["blocked_s"] <= row["complete_s"] for row in saves.values())
+    page = (tmp_path / "gpu-check.md").read_text()
+    assert "| eager | fabricx |" in page and "| fabricx save(async_save=True) |" in page
+
+
+def test_gpu_check_exits_non_zero_when_a_part_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import gpu_check
+
+    monkeypatch.setattr(gpu_check, "run_tests", lambda out, limit, on_gpu: {"status": "failed", "seconds": 0.0,
+                        "result": {"counts": {"passed": 0, "failed": 1, "error": 0, "skipped": 0},
+                                   "cases": [{"test": "t::x", "outcome": "failed", "seconds": 0, "detail": "boom"}]}})
+    assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--skip", "throughput", "checkpoint"]) == 1
+    assert "| `t::x` | failed | boom |" in (tmp_path / "gpu-check.md").read_text()
