@@ -12,7 +12,7 @@ _LAZY = {
     "DDPStrategy": "fabricx.strategies.ddp",
     "ParallelStrategy": "fabricx.strategies.parallel",
     "FSDPStrategy": "fabricx.strategies.fsdp",
-    "DeepSpeedStrategy": "fabricx.strategies.deepspeed",
+    "DeepSpeedStrategy": "fabricx.strategies.deepspeed.strategy",
     "ModelParallelStrategy": "fabricx.strategies.model_parallel",
 }
 

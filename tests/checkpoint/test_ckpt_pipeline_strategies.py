@@ -171,7 +171,7 @@ def _record_engine_file_writer() -> None:
     """Note which thread writes DeepSpeed's engine files of an asynchronous save."""
     import threading
 
-    from fabricx.strategies.deepspeed_async import EngineFiles
+    from fabricx.strategies.deepspeed.async_save import EngineFiles
 
     write = EngineFiles.write
 

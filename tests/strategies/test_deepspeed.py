@@ -35,8 +35,8 @@ from fabricx.checkpoint.deepspeed_consolidate import (
 from fabricx.checkpoint.format import read_meta
 from fabricx.precision.amp import MixedPrecision
 from fabricx.precision.deepspeed import DeepSpeedPrecision
-from fabricx.strategies import deepspeed_config as ds_config
 from fabricx.strategies.deepspeed import DeepSpeedStrategy
+from fabricx.strategies.deepspeed import config as ds_config
 from fabricx.strategies.registry import create_strategy
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
@@ -552,7 +552,7 @@ def test_offload_variants_train(name: str) -> None:
 
 
 def test_an_untested_deepspeed_release_is_named_with_the_upgrade_command() -> None:
-    from fabricx.strategies.deepspeed import _warn_if_untested_version
+    from fabricx.strategies.deepspeed.strategy import _warn_if_untested_version
 
     expected = r"DeepSpeed 0\.19\.7 is older than 0\.19\.8.*pip install 'deepspeed>=0\.19\.8'"
     with pytest.warns(UserWarning, match=expected):

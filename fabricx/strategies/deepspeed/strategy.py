@@ -28,7 +28,7 @@ from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
 from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
 from fabricx.precision.deepspeed import DEEPSPEED_PRECISIONS, DeepSpeedPrecision
 from fabricx.precision.precision import Precision
-from fabricx.strategies import deepspeed_config as ds_config
+from fabricx.strategies.deepspeed import config as ds_config
 from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
 from fabricx.utilities.imports import rng_untouched
@@ -506,11 +506,11 @@ class DeepSpeedStrategy(ParallelStrategy):
     def get_gradient_state(self, module: Module) -> dict[str, Any]:
         """This rank's accumulated gradients inside a window (ZeRO-0/1: on the parameters; ZeRO-2: the
         optimizer's partitioned running sums) and the engine's micro-step; ZeRO-3 refuses (see
-        :mod:`fabricx.strategies.deepspeed_window`)."""
+        :mod:`fabricx.strategies.deepspeed.window`)."""
         engine = self._engine_of(module)
         if engine is None:
             return super().get_gradient_state(module)
-        from fabricx.strategies.deepspeed_window import engine_gradient_state
+        from fabricx.strategies.deepspeed.window import engine_gradient_state
 
         return engine_gradient_state(engine, self.world_size)
 
@@ -519,12 +519,12 @@ class DeepSpeedStrategy(ParallelStrategy):
         if engine is None:
             super().load_gradient_state(module, state)
             return
-        from fabricx.strategies.deepspeed_window import load_engine_gradient_state
+        from fabricx.strategies.deepspeed.window import load_engine_gradient_state
 
         load_engine_gradient_state(engine, state, self.world_size)
 
     def check_mid_window_save(self, counter: int, window_length: int) -> None:
-        from fabricx.strategies.deepspeed_window import refuse_mid_window
+        from fabricx.strategies.deepspeed.window import refuse_mid_window
 
         for engine in self._engines:
             if engine.optimizer is not None:
@@ -627,8 +627,8 @@ class _EngineEntries(EntryStorage):
 
     def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Callable[[], dict]:
         """Like :meth:`save`, but the engines' files are serialized into memory now and written by the
-        background thread (see :mod:`fabricx.strategies.deepspeed_async`)."""
-        from fabricx.strategies.deepspeed_async import EngineFiles
+        background thread (see :mod:`fabricx.strategies.deepspeed.async_save`)."""
+        from fabricx.strategies.deepspeed.async_save import EngineFiles
 
         files = EngineFiles()
         models, _, _ = self.strategy._split_engine_state(entries)
