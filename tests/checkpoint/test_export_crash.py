@@ -24,8 +24,8 @@ from torch import nn
 
 import fabricx.checkpoint.atomic as atomic
 from fabricx.checkpoint.export import load_weights, save_weights
-from fabricx.compat import accelerate_io
-from fabricx.compat.accelerate_io import save_state_dict
+from fabricx.compat.accelerate import io as accelerate_io
+from fabricx.compat.accelerate.io import save_state_dict
 
 
 def _weights(seed: int) -> dict[str, torch.Tensor]:

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from fabricx.compat.accelerate_data import AcceleratedDataLoader, GradientState, LoaderOptions
-from fabricx.compat.accelerate_elastic import rank_batches_of_the_rest
+from fabricx.compat.accelerate.data import AcceleratedDataLoader, GradientState, LoaderOptions
+from fabricx.compat.accelerate.elastic import rank_batches_of_the_rest
 from fabricx.utilities.exceptions import FabricxError
 
 LENGTH, GLOBAL = 48, 12

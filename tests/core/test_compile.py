@@ -110,7 +110,7 @@ def test_accelerate_dynamo_settings_become_fabric_compile_options():
     from accelerate.utils import TorchDynamoPlugin as AccelerateDynamoPlugin
 
     from fabricx.compat.accelerate import Accelerator, TorchDynamoPlugin
-    from fabricx.compat.accelerate_dynamo import compile_option
+    from fabricx.compat.accelerate.dynamo import compile_option
 
     assert compile_option() is None and compile_option("no") is None
     assert compile_option(DynamoBackend.INDUCTOR) == {"backend": "inductor"}

@@ -39,8 +39,8 @@ import torch
 import torch.distributed as dist
 
 from fabricx.compat import accelerate as fx
-from fabricx.compat import accelerate_ops as ops
-from fabricx.compat.accelerate_sharding import SeedableRandomSampler
+from fabricx.compat.accelerate import ops as ops
+from fabricx.compat.accelerate.sharding import SeedableRandomSampler
 
 SCRIPTS = Path(accelerate.__file__).parent / "test_utils" / "scripts"
 

@@ -11,14 +11,14 @@ import torch
 from torch import nn
 
 from fabricx.checkpoint.manager import CheckpointManager
-from fabricx.compat.accelerate_data import SkipBatchesLoader
-from fabricx.compat.accelerate_io import save_object, save_state_dict
+from fabricx.compat.accelerate.data import SkipBatchesLoader
+from fabricx.compat.accelerate.io import save_object, save_state_dict
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
-    from fabricx.compat.accelerate_config import DataLoaderConfiguration, ProjectConfiguration
+    from fabricx.compat.accelerate.config import DataLoaderConfiguration, ProjectConfiguration
     from fabricx.fabric import Fabric
 
 __all__ = ["StateMixin"]

@@ -17,8 +17,8 @@ from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from fabricx._compat.sampler import given_num_samples
-from fabricx.compat.accelerate_elastic import consumed_samples, rank_batches_of_the_rest, resizable_batch_sampler
-from fabricx.compat.accelerate_sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
+from fabricx.compat.accelerate.elastic import consumed_samples, rank_batches_of_the_rest, resizable_batch_sampler
+from fabricx.compat.accelerate.sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
 from fabricx.data.loader import DATALOADER_SETTINGS
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
@@ -581,7 +581,7 @@ class AcceleratedDataLoader:
             self._resume["yielded"] = self._yielded
             self._consumed_base = consumed
 
-    # -- continuing a pass at another number of processes (fabricx/compat/accelerate_elastic.py) ----
+    # -- continuing a pass at another number of processes (fabricx/compat/accelerate/elastic.py) ----
     def _samples_per_step(self) -> int:
         size = int(self._loader.batch_size or 1)
         return size if self._options.split_batches else size * self._options.num_processes

@@ -12,7 +12,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from fabricx.compat.accelerate_data import GradientState
+    from fabricx.compat.accelerate.data import GradientState
     from fabricx.fabric import Fabric
 
 __all__ = ["CollectivesMixin", "split_for_process"]
@@ -79,7 +79,7 @@ class CollectivesMixin:
 
             total = accelerator.reduce(correct, reduction="sum")
         """
-        from fabricx.compat.accelerate_ops import reduce
+        from fabricx.compat.accelerate.ops import reduce
 
         return reduce(tensor, reduction=reduction, scale=scale)
 

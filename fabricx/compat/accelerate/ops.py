@@ -5,7 +5,7 @@ processes passed tensors of the same shape and raises :class:`DistributedOperati
 
 Example::
 
-    from fabricx.compat.accelerate_ops import gather
+    from fabricx.compat.accelerate.ops import gather
     everything = gather(torch.tensor([rank]))
 """
 
@@ -43,7 +43,7 @@ def _distributed() -> bool:
 
 
 def _debug() -> bool:
-    from fabricx.compat.accelerate_process import PartialState
+    from fabricx.compat.accelerate.process import PartialState
 
     return bool(PartialState._shared.get("debug", False))
 
@@ -127,7 +127,7 @@ def copy_tensor_to_devices(tensor: Tensor | None = None) -> Tensor:
         return tensor
     holder = [tensor.cpu() if tensor is not None else None]
     dist.broadcast_object_list(holder, src=0)
-    from fabricx.compat.accelerate_process import PartialState
+    from fabricx.compat.accelerate.process import PartialState
 
     received = holder[0]
     assert received is not None, "rank 0 broadcast a tensor"

@@ -35,8 +35,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from fabricx._identity import intercept_method, is_intercepted, user_class
-from fabricx.compat.accelerate_collectives import CollectivesMixin
-from fabricx.compat.accelerate_config import (
+from fabricx.compat.accelerate.collectives import CollectivesMixin
+from fabricx.compat.accelerate.config import (
     DataLoaderConfiguration,
     DistributedType,
     GradientAccumulationPlugin,
@@ -44,16 +44,16 @@ from fabricx.compat.accelerate_config import (
     accelerate_precision_name,
     fabric_precision,
 )
-from fabricx.compat.accelerate_data import (
+from fabricx.compat.accelerate.data import (
     AcceleratedDataLoader,
     GradientState,
     LoaderOptions,
     SkipBatchesLoader,
 )
-from fabricx.compat.accelerate_dynamo import TorchDynamoPlugin, compile_option
-from fabricx.compat.accelerate_process import AcceleratorState, PartialState, externally_launched
-from fabricx.compat.accelerate_state import StateMixin
-from fabricx.compat.accelerate_tracking import build_trackers, normalize_log_with
+from fabricx.compat.accelerate.dynamo import TorchDynamoPlugin, compile_option
+from fabricx.compat.accelerate.process import AcceleratorState, PartialState, externally_launched
+from fabricx.compat.accelerate.state import StateMixin
+from fabricx.compat.accelerate.tracking import build_trackers, normalize_log_with
 from fabricx.fabric import Fabric
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
@@ -121,7 +121,7 @@ def prepare_data_loader(
     **kwargs: Any,
 ) -> AcceleratedDataLoader:
     """Accelerate's ``prepare_data_loader``: this process's share of ``dataloader`` (see
-    :class:`~fabricx.compat.accelerate_data.AcceleratedDataLoader`) without an Accelerator.
+    :class:`~fabricx.compat.accelerate.data.AcceleratedDataLoader`) without an Accelerator.
 
     Example::
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch.utils.data import BatchSampler
 
-from fabricx.compat.accelerate_sharding import BatchShard
+from fabricx.compat.accelerate.sharding import BatchShard
 
 __all__ = ["ListedBatches", "consumed_samples", "rank_batches_of_the_rest", "resizable_batch_sampler"]
 

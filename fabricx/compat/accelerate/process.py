@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fabricx.compat.accelerate_config import DistributedType
+from fabricx.compat.accelerate.config import DistributedType
 
 __all__ = ["AcceleratorState", "PartialState", "distributed_type_of"]
 
@@ -152,7 +152,7 @@ class PartialState:
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Generator[Any, None, None]:
         """Give each process its contiguous part of a list, tuple, tensor or dict of them."""
-        from fabricx.compat.accelerate_collectives import split_for_process
+        from fabricx.compat.accelerate.collectives import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
