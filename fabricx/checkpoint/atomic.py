@@ -119,9 +119,11 @@ def discard_all(paths: Iterable[str | os.PathLike[str]]) -> None:
     deletions themselves, slow on many file systems, run in a background thread, off the caller's path;
     a crash meanwhile leaves only ``.del-`` names, which the next clean-up removes.
 
-    Example::
+    Example:
 
-        discard_all(["ckpt.tmp-ab12", "ckpt.old-cd34"])
+    ```python
+    discard_all(["ckpt.tmp-ab12", "ckpt.old-cd34"])
+    ```
     """
     present = [Path(item) for item in paths]
     later = len(present) > _BACKGROUND_AT
@@ -195,9 +197,11 @@ _remover = _BackgroundRemover()
 def wait_for_background_removals(timeout: float | None = None) -> bool:
     """Block until the left-overs handed to the background remover are deleted; ``False`` on timeout.
 
-    Example::
+    Example:
 
-        wait_for_background_removals(60)
+    ```python
+    wait_for_background_removals(60)
+    ```
     """
     return _remover.wait(timeout)
 
@@ -451,16 +455,18 @@ class DirectoryPin:
     """An open handle on the directory at ``path``, to tell afterwards whether ``path`` still names it.
 
     A commit never changes a committed directory in place: it renames a new one over the name. While
-    the handle is open the directory's inode cannot be reused, so :meth:`unchanged` returning ``True``
+    the handle is open the directory's inode cannot be reused, so `unchanged` returning ``True``
     after reading files by name means every file came from this one directory, never from a save that
     replaced it meanwhile. Where directories cannot be opened (Windows) it always says ``True``.
 
-    Example::
+    Example:
 
-        pin = DirectoryPin("ckpt")
-        data = (Path("ckpt") / "shared.json").read_bytes()
-        consistent = pin.unchanged()
-        pin.close()
+    ```python
+    pin = DirectoryPin("ckpt")
+    data = (Path("ckpt") / "shared.json").read_bytes()
+    consistent = pin.unchanged()
+    pin.close()
+    ```
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

@@ -113,7 +113,7 @@ def _other_rank_files(directory: Path, world_size: int) -> list[Path]:
 
 def _require_stored_elements(value: Any, where: str) -> None:
     """Refuse any tensor in ``value`` that claims more elements than its stored bytes (see
-    :func:`~fabricx.checkpoint.sharded.require_own_bytes`)."""
+    `require_own_bytes`)."""
     if isinstance(value, torch.Tensor):
         require_own_bytes(value, f"Refusing to consolidate: {where}")
     elif isinstance(value, dict):

@@ -342,7 +342,7 @@ class CheckpointManager:
 
 
 def _plain_local(io: CheckpointIO) -> bool:
-    """Whether ``io`` deletes local checkpoints exactly as :class:`LocalCheckpointIO` does."""
+    """Whether ``io`` deletes local checkpoints exactly as `LocalCheckpointIO` does."""
     return isinstance(io, LocalCheckpointIO) and type(io).remove is LocalCheckpointIO.remove
 
 

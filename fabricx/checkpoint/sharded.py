@@ -571,9 +571,11 @@ def require_own_bytes(tensor: Tensor, what: str) -> None:
     """Refuse a tensor whose elements do not all have their own bytes (a stride-0, expanded view): read
     from a file, it claims more memory than the file holds, and copying it out would allocate all of it.
 
-    Example::
+    Example:
 
-        require_own_bytes(torch.zeros(1).expand(10), "state['w']")  # raises CheckpointError
+    ```python
+    require_own_bytes(torch.zeros(1).expand(10), "state['w']")  # raises CheckpointError
+    ```
     """
     if tensor.numel() and tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
         raise CheckpointError(

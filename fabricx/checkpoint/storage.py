@@ -535,9 +535,11 @@ def remove_dead_local_copies(root: str | os.PathLike[str], *, once: bool = False
     A live process holds a lock on each of its copies, so a running neighbour's are never touched.
     With ``once``, a process cleans a given folder only the first time. Returns what was removed.
 
-    Example::
+    Example:
 
-        remove_dead_local_copies(tempfile.gettempdir())
+    ```python
+    remove_dead_local_copies(tempfile.gettempdir())
+    ```
     """
     folder = Path(root)
     key = (os.getpid(), os.fspath(folder.resolve()))
