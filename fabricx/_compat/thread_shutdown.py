@@ -21,9 +21,11 @@ def at_thread_shutdown(function: Callable[[], None]) -> bool:
     """Run ``function`` at interpreter shutdown before threads are joined; ``False`` if only ``atexit``
     was available (or shutdown has already begun).
 
-    Example::
+    Example:
 
-        at_thread_shutdown(lambda: print("the main thread has finished"))
+    ```python
+    at_thread_shutdown(lambda: print("the main thread has finished"))
+    ```
     """
     register = getattr(threading, "_register_atexit", None)
     if callable(register):
@@ -37,16 +39,18 @@ def at_thread_shutdown(function: Callable[[], None]) -> bool:
 
 
 def exit_after_shutdown(code: int) -> None:
-    """From a function given to :func:`at_thread_shutdown` (which returned ``True``): finish the shutdown
+    """From a function given to `at_thread_shutdown` (which returned ``True``): finish the shutdown
     as a normal exit would (join the other non-daemon threads, run the ``atexit`` functions, flush the
     streams), then end the process with exit status ``code``.
 
     The main thread has finished by then, so its own exit status is already decided; this is the one
     way left to report a failure found at shutdown.
 
-    Example::
+    Example:
 
-        exit_after_shutdown(1)
+    ```python
+    exit_after_shutdown(1)
+    ```
     """
     current = threading.current_thread()
     for thread in threading.enumerate():

@@ -15,11 +15,13 @@ import contextlib
 import os
 import secrets
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 __all__ = [
+    "DirectoryPin",
     "abort_directory",
     "atomic_directory",
     "atomic_write_file",
@@ -31,6 +33,7 @@ __all__ = [
     "recover_directory",
     "remove_directory",
     "resolve_directory",
+    "wait_for_background_removals",
 ]
 
 _TMP_MARK = ".tmp-"
@@ -111,33 +114,96 @@ def discard_all(paths: Iterable[str | os.PathLike[str]]) -> None:
 
     Copies a reader could take (a checkpoint's own name, a swap's ``.old-`` copy) are first renamed to
     ``.del-`` names, with one directory flush per folder for all of them; unfinished ``.tmp-`` saves and
-    ``.del-`` left-overs, which no reader takes, are removed directly. Thousands of left-overs thus cost
-    one flush, not one each.
+    ``.del-`` left-overs, which no reader takes, need no rename. Beyond a few dozen (what thousands of
+    killed jobs leave), every one is renamed to a fresh ``.del-`` name (a cheap metadata update) and the
+    deletions themselves, slow on many file systems, run in a background thread, off the caller's path;
+    a crash meanwhile leaves only ``.del-`` names, which the next clean-up removes.
 
-    Example::
+    Example:
 
-        discard_all(["ckpt.tmp-ab12", "ckpt.old-cd34"])
+    ```python
+    discard_all(["ckpt.tmp-ab12", "ckpt.old-cd34"])
+    ```
     """
+    present = [Path(item) for item in paths]
+    later = len(present) > _BACKGROUND_AT
+    if not later:
+        present = [path for path in present if path.exists() or path.is_symlink()]
     doomed: list[Path] = []
     renamed_in: set[Path] = set()
-    for item in paths:
-        path = Path(item)
-        if not (path.exists() or path.is_symlink()):
-            continue
-        if path.is_dir() and not path.is_symlink() and _readable(path.name):
+    for path in present:
+        # In the background a name must be one nobody creates again (a save reuses a .tmp- name).
+        if later or (path.is_dir() and not path.is_symlink() and _readable(path.name)):
             trash = path.with_name(f"{_base_name(path.name)}{_DEL_MARK}{_new_token()}")
             try:
                 os.rename(path, trash)
+            except FileNotFoundError:
+                continue  # someone else removed it meanwhile
             except OSError:
-                pass
+                if later:
+                    continue  # not ours to remove in the background under a reusable name
             else:
                 renamed_in.add(path.parent)
                 path = trash
         doomed.append(path)
     for parent in renamed_in:
         _fsync_dir(parent)
+    if later:
+        _remover.submit(doomed)
+        return
     for path in doomed:
         _remove(path)
+
+
+#: More left-overs than this in one clean-up are deleted by a background thread.
+_BACKGROUND_AT = 64
+
+
+class _BackgroundRemover:
+    """One daemon thread deleting ``.del-`` left-overs handed to it, so no save waits for thousands."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[Path] = []
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, paths: list[Path]) -> None:
+        with self._lock:
+            self._queue.extend(paths)
+            self._idle.clear()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fabricx-leftover-removal", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._idle.set()
+                    self._thread = None
+                    return
+                path = self._queue.pop()
+            _remove(path)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
+
+
+_remover = _BackgroundRemover()
+
+
+def wait_for_background_removals(timeout: float | None = None) -> bool:
+    """Block until the left-overs handed to the background remover are deleted; ``False`` on timeout.
+
+    Example:
+
+    ```python
+    wait_for_background_removals(60)
+    ```
+    """
+    return _remover.wait(timeout)
 
 
 def _base_name(name: str) -> str:
@@ -383,3 +449,61 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return float("-inf")
+
+
+class DirectoryPin:
+    """An open handle on the directory at ``path``, to tell afterwards whether ``path`` still names it.
+
+    A commit never changes a committed directory in place: it renames a new one over the name. While
+    the handle is open the directory's inode cannot be reused, so `unchanged` returning ``True``
+    after reading files by name means every file came from this one directory, never from a save that
+    replaced it meanwhile. Where directories cannot be opened (Windows) it always says ``True``.
+
+    Example:
+
+    ```python
+    pin = DirectoryPin("ckpt")
+    data = (Path("ckpt") / "shared.json").read_bytes()
+    consistent = pin.unchanged()
+    pin.close()
+    ```
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+        self.vanished = False
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+        try:
+            self._fd = os.open(self.path, flags)
+        except (FileNotFoundError, NotADirectoryError):
+            self.vanished = True  # renamed away between finding and opening it
+            return
+        except OSError:
+            return  # cannot open directories here: nothing to compare
+        info = os.fstat(self._fd)
+        self._identity = (info.st_dev, info.st_ino)
+
+    def unchanged(self) -> bool:
+        """Whether ``path`` still names the directory that was opened."""
+        if self.vanished:
+            return False
+        if self._identity is None:
+            return True
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self._identity
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DirectoryPin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -54,15 +54,17 @@ _AGREEMENT_TIMEOUT = timedelta(minutes=30)
 class CommitCallbackError(CheckpointError):
     """The checkpoint was committed (it is the latest), but a function run after its commit failed.
 
-    Raised by :meth:`AsyncSave.wait` (and the next save or load) for a failing commit callback; the
+    Raised by `wait` (and the next save or load) for a failing commit callback; the
     saved checkpoint itself is complete and loads.
 
-    Example::
+    Example:
 
-        try:
-            handle.wait()
-        except CommitCallbackError as error:
-            print("saved, but:", error)
+    ```python
+    try:
+        handle.wait()
+    except CommitCallbackError as error:
+        print("saved, but:", error)
+    ```
     """
 
 
@@ -120,8 +122,8 @@ class AsyncSave:
         """Run ``callback`` once the checkpoint is committed (in the background thread, before
         :meth:`done` turns true; at once if it is already committed). A failed save never runs it.
 
-        A callback that raises does not make the save a failed one: :meth:`wait` then raises
-        :class:`CommitCallbackError`, which says that the checkpoint was committed.
+        A callback that raises does not make the save a failed one: `wait()` then raises
+        `CommitCallbackError`, which says that the checkpoint was committed.
 
         Example::
 
@@ -140,9 +142,11 @@ class AsyncSave:
         """Run ``callback`` once the save has finished, committed or failed (in the background thread,
         after the commit callbacks; at once if it has finished already).
 
-        Example::
+        Example:
 
-            handle.add_done_callback(lambda: manager.release(path))
+        ```python
+        handle.add_done_callback(lambda: manager.release(path))
+        ```
         """
         with self._callbacks_lock:
             if self._done_callbacks is not None:
@@ -179,7 +183,7 @@ class AsyncSave:
         """Block until the checkpoint is committed and return its path.
 
         Raises :class:`CheckpointError` if the background write failed (the previous checkpoint is then
-        still the latest), :class:`CommitCallbackError` if it was committed but a commit callback
+        still the latest), `CommitCallbackError` if it was committed but a commit callback
         failed, and ``TimeoutError`` if ``timeout`` seconds pass first.
         """
         if not self._finished.wait(timeout):
@@ -276,7 +280,7 @@ FAILED_SAVE_EXIT_CODE = 1
 
 def _wait_at_exit() -> None:
     """At shutdown, once the main thread has finished: wait for the last save; if it failed, say so and
-    exit with :data:`FAILED_SAVE_EXIT_CODE`, so a scheduler never takes the run for a success."""
+    exit with `FAILED_SAVE_EXIT_CODE`, so a scheduler never takes the run for a success."""
     try:
         wait_for_pending_save()
     except CheckpointError as error:

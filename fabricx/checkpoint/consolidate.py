@@ -9,8 +9,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fabricx.checkpoint.format import CheckpointWriter, read_checkpoint
-from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
+from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, require_own_bytes, sharded_info
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["consolidate_checkpoint", "default_output"]
@@ -62,6 +64,10 @@ def consolidate_checkpoint(
             f"{loaded.path} is not a sharded checkpoint (its meta.json lists no sharded entries); it already "
             "holds full tensors and loads as it is."
         )
+    # Writing the result copies every tensor out whole: bound it by the bytes the files hold, as the
+    # sharded reader does, before anything is materialized.
+    _require_stored_elements(loaded.shared, f"{loaded.path}: state")
+    _require_stored_elements(loaded.per_rank, f"{loaded.path}: rank 0's state")
     target = Path(output) if output is not None else default_output(loaded.path)
     if target.resolve() == loaded.path.resolve():
         raise CheckpointError(f"The output {target} is the checkpoint itself; choose another path.")
@@ -103,3 +109,16 @@ def _other_rank_files(directory: Path, world_size: int) -> list[Path]:
             )
         found.append(child)
     return found
+
+
+def _require_stored_elements(value: Any, where: str) -> None:
+    """Refuse any tensor in ``value`` that claims more elements than its stored bytes (see
+    `require_own_bytes`)."""
+    if isinstance(value, torch.Tensor):
+        require_own_bytes(value, f"Refusing to consolidate: {where}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _require_stored_elements(item, f"{where}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _require_stored_elements(item, f"{where}[{index}]")

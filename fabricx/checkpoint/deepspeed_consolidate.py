@@ -122,6 +122,10 @@ def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]
         raise CheckpointError(f"{files[0]} has no 'module' state dict.")
     if not all(isinstance(name, str) and isinstance(t, Tensor) for name, t in module.items()):
         raise CheckpointError(f"{files[0]} is damaged: its 'module' entry is not a state dict of tensors.")
+    from fabricx.checkpoint.sharded import require_own_bytes
+
+    for name, tensor in module.items():  # .float() below copies each one out whole
+        require_own_bytes(tensor, f"{files[0]} is damaged: its module entry {name!r}")
     return {
         name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()
     }

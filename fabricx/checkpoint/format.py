@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
+from fabricx.checkpoint.atomic import DirectoryPin
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
@@ -424,34 +425,65 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
     if is_url(path):
         return _read_remote(os.fspath(path), rank, io_for(path, io or default_io()))
     target = Path(path)
-    if target.is_file():
-        return _read_single_file(target)
-    found = (io or default_io()).resolve(target, is_complete)
-    if found is None and target.is_dir():
-        # No complete copy anywhere: read this one, whose readers say exactly what is wrong with it.
-        found = target
-    if found is None:
-        leftovers = (
-            sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*"))
-            if target.parent.is_dir()
-            else []
-        )
-        hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
-        raise CheckpointError(f"No checkpoint found at {target}.{hint}")
-    if found.is_file():
-        return _read_single_file(found)
-    return _read_directory(found, rank)
+    for _ in range(_READ_ATTEMPTS):
+        if target.is_file():
+            return _read_single_file(target)
+        found = (io or default_io()).resolve(target, is_complete)
+        if found is None and target.is_dir():
+            # No complete copy anywhere: read this one, whose readers say exactly what is wrong with it.
+            found = target
+        if found is None:
+            leftovers = (
+                sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*"))
+                if target.parent.is_dir()
+                else []
+            )
+            hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
+            raise CheckpointError(f"No checkpoint found at {target}.{hint}")
+        if found.is_file():
+            return _read_single_file(found)
+        # Files are read by name while another job may replace the checkpoint: the read counts only if
+        # the name still leads to the directory it started in (else it may mix two saves), else again.
+        with DirectoryPin(found) as pin:
+            try:
+                loaded, failure = _read_directory(found, rank), None
+            except CheckpointError as error:
+                loaded, failure = None, error
+            if pin.unchanged():
+                if failure is not None:
+                    raise failure
+                assert loaded is not None
+                return loaded
+        time.sleep(0.005)
+    raise CheckpointError(
+        f"Could not read the checkpoint {target}: it was replaced by another save while being read, "
+        f"{_READ_ATTEMPTS} times in a row. Load it again once the writer is done (or load a checkpoint no "
+        "job is rewriting)."
+    )
+
+
+#: How many times a read starts again when another save replaced the checkpoint while it was read.
+_READ_ATTEMPTS = 20
 
 
 def _read_remote(url: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
-    found = io.resolve(url, is_complete)
-    if found is None:
-        raise CheckpointError(
-            f"No committed checkpoint found at {url} (nothing saved there, or the save did not finish)."
-        )
-    if found.is_file():
-        return _read_single_file(found)
-    return _read_directory(found, rank)
+    committed = getattr(io, "committed_version", None)
+    for attempt in range(_READ_ATTEMPTS):
+        version = committed(url) if callable(committed) else None
+        try:
+            found = io.resolve(url, is_complete)
+            if found is None:
+                raise CheckpointError(
+                    f"No committed checkpoint found at {url} (nothing saved there, or the save did not finish)."
+                )
+            if found.is_file():
+                return _read_single_file(found)
+            return _read_directory(found, rank)
+        except CheckpointError:
+            # A save that committed meanwhile deletes the version being downloaded: read the new one.
+            if attempt + 1 == _READ_ATTEMPTS or version is None or committed is None or committed(url) == version:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:

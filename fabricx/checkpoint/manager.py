@@ -326,9 +326,10 @@ class CheckpointManager:
             if self._remote:
                 doomed += leftovers
                 continue
-            self._drop_reservation(index)
-            if index in reserved and not self._reservation(index).exists():
-                doomed.append(self._reservation(index))
+            if index in reserved:
+                self._drop_reservation(index)
+                if not self._reservation(index).exists():
+                    doomed.append(self._reservation(index))
             if not batch or index in kept:
                 doomed += [p for p in leftovers if not p.exists()]
         if batched:
@@ -336,12 +337,12 @@ class CheckpointManager:
                 discard_all(batched)
             except OSError as error:
                 _skipped(self.directory, error)
-            doomed += [p for p in batched if not p.exists()]
+            doomed += batched
         return doomed
 
 
 def _plain_local(io: CheckpointIO) -> bool:
-    """Whether ``io`` deletes local checkpoints exactly as :class:`LocalCheckpointIO` does."""
+    """Whether ``io`` deletes local checkpoints exactly as `LocalCheckpointIO` does."""
     return isinstance(io, LocalCheckpointIO) and type(io).remove is LocalCheckpointIO.remove
 
 

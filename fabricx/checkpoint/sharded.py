@@ -564,12 +564,25 @@ def _stored_tensor(file: Path, data: bytes, fqn: str) -> Tensor:
         ) from None
     if type(tensor) is not torch.Tensor or tensor.layout != torch.strided:
         raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a dense tensor.")
+    require_own_bytes(tensor, f"{file} is damaged: the item {fqn!r}")
+    return tensor
+
+
+def require_own_bytes(tensor: Tensor, what: str) -> None:
+    """Refuse a tensor whose elements do not all have their own bytes (a stride-0, expanded view): read
+    from a file, it claims more memory than the file holds, and copying it out would allocate all of it.
+
+    Example:
+
+    ```python
+    require_own_bytes(torch.zeros(1).expand(10), "state['w']")  # raises CheckpointError
+    ```
+    """
     if tensor.numel() and tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
         raise CheckpointError(
-            f"{file} is damaged: the item {fqn!r} is a {tuple(tensor.shape)} view of only "
-            f"{tensor.untyped_storage().nbytes()} bytes (an expanded tensor); a checkpoint stores every element."
+            f"{what} is a {tuple(tensor.shape)} view of only {tensor.untyped_storage().nbytes()} bytes (an "
+            "expanded tensor); a checkpoint stores every element."
         )
-    return tensor
 
 
 _SAFE_READER: type | None = None

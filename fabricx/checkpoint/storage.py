@@ -33,6 +33,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
@@ -40,7 +41,12 @@ from typing import Any, BinaryIO
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.utilities.exceptions import CheckpointError
 
-__all__ = ["COMMIT_MARKER", "FsspecCheckpointIO", "io_for", "is_url", "join_path"]
+try:  # advisory locks tell a live process's local copies from those a killed one left
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["COMMIT_MARKER", "FsspecCheckpointIO", "io_for", "is_url", "join_path", "remove_dead_local_copies"]
 
 #: The object naming a checkpoint's committed version; written after every file of that version.
 COMMIT_MARKER = "COMMIT"
@@ -117,6 +123,7 @@ class FsspecCheckpointIO(CheckpointIO):
         # staging directory -> (url, version, files already uploaded)
         self._staged: dict[Path, tuple[str, str, set[str]]] = {}
         self._downloads: list[Path] = []
+        self._owned = _OwnedCopies()
         # protocol -> (process id, file system): one client per protocol, made again after a fork
         self._filesystems: dict[str, tuple[int, Any]] = {}
         atexit.register(self._drop_downloads)
@@ -170,9 +177,8 @@ class FsspecCheckpointIO(CheckpointIO):
             for staging, (staged_url, staged_version, _) in self._staged.items():
                 if staged_url == url and staged_version == version:
                     return staging
-            root = self._staging_root or Path(tempfile.gettempdir())
-            root.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f"fabricx-staging-{version}-", dir=root))
+            root = self._local_root()
+            staging = self._owned.create(root, f"{_STAGING_PREFIX}{version}-")
             self._staged[staging] = (url, version, set())
             return staging
 
@@ -271,7 +277,14 @@ class FsspecCheckpointIO(CheckpointIO):
     def _forget(self, staging: Path) -> None:
         with self._lock:
             self._staged.pop(staging, None)
-        shutil.rmtree(staging, ignore_errors=True)
+        self._owned.remove(staging)
+
+    def _local_root(self) -> Path:
+        """The local folder for staging copies and downloads; what killed processes left there goes first."""
+        root = self._staging_root or Path(tempfile.gettempdir())
+        root.mkdir(parents=True, exist_ok=True)
+        remove_dead_local_copies(root, once=True)
+        return root
 
     def _in_flight(self, url: str) -> set[str]:
         with self._lock:
@@ -370,15 +383,13 @@ class FsspecCheckpointIO(CheckpointIO):
         return local
 
     def _new_download_dir(self) -> Path:
-        root = self._staging_root or Path(tempfile.gettempdir())
-        root.mkdir(parents=True, exist_ok=True)
-        local = Path(tempfile.mkdtemp(prefix="fabricx-download-", dir=root))
+        local = self._owned.create(self._local_root(), _DOWNLOAD_PREFIX)
         with self._lock:
             self._downloads.append(local)
             stale = self._downloads[:-_KEPT_DOWNLOADS]
             del self._downloads[:-_KEPT_DOWNLOADS]
         for old in stale:
-            shutil.rmtree(old, ignore_errors=True)
+            self._owned.remove(old)
         return local
 
     def _download_file(self, fs: Any, root: str) -> Path:
@@ -428,7 +439,7 @@ class FsspecCheckpointIO(CheckpointIO):
         with self._lock:
             downloads, self._downloads = self._downloads, []
         for local in downloads:
-            shutil.rmtree(local, ignore_errors=True)
+            self._owned.remove(local)
 
     def __repr__(self) -> str:
         options = ", ".join(sorted(self.storage_options))
@@ -480,6 +491,85 @@ def _child_names(fs: Any, root: str) -> list[str]:
         if text and text != own:
             names.append(PurePosixPath(text).name)
     return names
+
+
+# ------------------------------------------------------------------------------- local copies' owners
+
+_STAGING_PREFIX = "fabricx-staging-"
+_DOWNLOAD_PREFIX = "fabricx-download-"
+# A copy that was just created and is still empty may not be locked by its (live) creator yet.
+_FRESH_SECONDS = 60.0
+_cleaned: set[tuple[int, str]] = set()
+
+
+class _OwnedCopies:
+    """Local staging copies and downloads of this process, each locked (``flock`` on the directory) for
+    as long as it exists, so that another process can tell them from those of a killed process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: dict[Path, int] = {}
+
+    def create(self, root: Path, prefix: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        if fcntl is not None:
+            with contextlib.suppress(OSError):
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                fcntl.flock(fd, fcntl.LOCK_EX)  # blocking: a neighbour's check holds it for a moment at most
+                with self._lock:
+                    self._fds[path] = fd
+        return path
+
+    def remove(self, path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+        with self._lock:
+            fd = self._fds.pop(Path(path), None)
+        if fd is not None:
+            os.close(fd)
+
+
+def remove_dead_local_copies(root: str | os.PathLike[str], *, once: bool = False) -> list[Path]:
+    """Delete the local staging copies (``fabricx-staging-v-*``) and download folders
+    (``fabricx-download-*``) in ``root`` whose process is gone (killed while saving or loading).
+
+    A live process holds a lock on each of its copies, so a running neighbour's are never touched.
+    With ``once``, a process cleans a given folder only the first time. Returns what was removed.
+
+    Example:
+
+    ```python
+    remove_dead_local_copies(tempfile.gettempdir())
+    ```
+    """
+    folder = Path(root)
+    key = (os.getpid(), os.fspath(folder.resolve()))
+    if fcntl is None or (once and key in _cleaned):
+        return []
+    _cleaned.add(key)
+    removed = []
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith((_STAGING_PREFIX, _DOWNLOAD_PREFIX))]
+    except OSError:
+        return []
+    for name in names:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue  # gone, a link, or not a directory: not one of ours
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its process is alive
+            info = os.fstat(fd)
+            if not os.listdir(fd) and time.time() - info.st_mtime < _FRESH_SECONDS:
+                continue  # just created: its creator may not hold the lock yet
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
 
 
 _DEFAULT_REMOTE: FsspecCheckpointIO | None = None

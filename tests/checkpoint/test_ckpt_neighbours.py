@@ -15,6 +15,7 @@ import pytest
 from torch import nn
 
 from fabricx import Fabric
+from fabricx.checkpoint.atomic import wait_for_background_removals
 from fabricx.checkpoint.format import read_checkpoint
 from fabricx.checkpoint.manager import CheckpointManager
 
@@ -103,6 +104,7 @@ def _plant_and_save(tmp_path: Path, count: int) -> tuple[float, int]:
     start = time.perf_counter()
     fabric.save_checkpoint(manager, {"model": model, "step": 1})
     blocked = time.perf_counter() - start
+    assert wait_for_background_removals(timeout=600)  # the deletions run on, off the save's path
     return blocked, len(list(manager.directory.iterdir()))
 
 

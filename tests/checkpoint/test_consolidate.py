@@ -125,3 +125,50 @@ def test_foreign_code_in_shard_metadata_is_not_run(sharded: dict[str, Any], tmp_
         consolidate_checkpoint(copy, tmp_path / "never")
     assert not (tmp_path / "executed").exists()
     assert not (tmp_path / "never").exists()
+
+
+_CONSOLIDATE_UNDER_4_GIB = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+from fabricx.cli import main
+sys.exit(main(["consolidate", sys.argv[1], "-o", sys.argv[2]]))
+"""
+
+
+def _stride_zero_bomb(path: Path) -> Path:
+    """A sub-kilobyte checkpoint whose one tensor is a stride-0 view claiming 8 GiB of a 4-byte buffer, with
+    a (empty) sharded record so that consolidation takes it."""
+    import json
+
+    base = torch.zeros(2)
+    write_checkpoint(path, {"model": {"w": base[0:1], "v": base[1:2]}}, None, extra_meta={
+        "fabricx_sharded": {"format": "torch.distributed.checkpoint", "directory": "sharded", "entries": {}}})
+    document = json.loads((path / "shared.json").read_text())
+    entries = document["root"]["v"][0][1]["v"]
+    entries[0][1].update(shape=[2**31], stride=[0])  # 2**31 float32 = 8 GiB
+    del entries[1]  # the one view of its buffer: writing it out would materialize it whole
+    text = json.dumps(document)
+    (path / "shared.json").write_text(text)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["files"]["shared.json"] = len(text)
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_consolidate_refuses_a_stride_zero_bomb_before_allocating(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    bomb = _stride_zero_bomb(tmp_path / "bomb")
+    assert sum(f.stat().st_size for f in bomb.iterdir()) < 1024
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _CONSOLIDATE_UNDER_4_GIB, str(bomb), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    seconds = time.perf_counter() - start
+    assert done.returncode == 1, done.stderr[-1500:]
+    assert "fabricx consolidate: Refusing to consolidate" in done.stderr, done.stderr[-1500:]
+    assert "expanded tensor" in done.stderr and "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert not (tmp_path / "out").exists()
+    print(f"refused in {seconds:.1f} s (process start included)")
