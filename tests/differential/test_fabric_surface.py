@@ -68,7 +68,7 @@ def test_two_processes_collectives_iterable_data_and_train_flags_equal_lightning
     for rank, results in enumerate(two_process_results):
         lightning, ours = results["lightning"], results["fabricx"]
         assert lightning["world_size"] == 2
-        assert_same(lightning, ours, f"rank {rank}")
+        assert_same(lightning, {k: v for k, v in ours.items() if k != "subclass_ddp_resumed"}, f"rank {rank}")
         # What the comparison pins: in place (a script ignoring the return value logs the mean).
         assert bool(ours["ignored_return"] == 3.5) and ours["reduce_sum"]["same"]
         assert_same(ours["reduce_int_mean"]["returned"], torch.tensor([0, 2]))
@@ -77,6 +77,10 @@ def test_two_processes_collectives_iterable_data_and_train_flags_equal_lightning
         assert ours["rank_stream"] == [[[rank, rank + 2], [rank + 4, rank + 6], [rank + 8, rank + 10]]] * 2
         assert ours["whole_stream"] == [[[0, 1], [2, 3], [4, 5]]] * 2
         assert ours["training_flags"] == [(False, False, False), (True, True, True)]
+        subclass = ours["subclass_ddp"]
+        assert subclass["class"] == "EpochCountingLoader" and subclass["counted"] == 2
+        assert subclass["epochs"][0] != subclass["epochs"][1] and len(subclass["epochs"][0]) == 4  # 10 of 20 each
+        assert ours["subclass_ddp_resumed"] == subclass["epochs"][0][2:]
         computed = ours["throughput"]["computed"]
         if rank == 0:
             assert computed[-1]["samples_per_sec"] == 2 * computed[-1]["device/samples_per_sec"]
@@ -255,3 +259,115 @@ def test_throughput_monitor_logs_what_lightnings_logs():
     got = script(Fabric, ThroughputMonitor, measure_flops, recorder(Logger))
     assert_same(expected, got)
     assert [step for step, _ in got["logged"]] == [0, 1, 106] and "device.flops_per_sec" in got["returned"][-1]
+
+
+# -- a DataLoader subclass with its own iteration and state ------------------------------------------------------
+class EpochStream(torch.utils.data.IterableDataset):
+    """A stream reshuffled each epoch (as streaming datasets are), told its epoch by its loader."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.epoch = length, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = torch.randperm(self.length, generator=torch.Generator().manual_seed(100 + self.epoch))
+        return iter(order.tolist())
+
+    def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict:
+        return {"epoch": self.epoch, "samples": num_samples_yielded, "workers": num_workers, "batch": batch_size}
+
+
+class StreamLoader(torch.utils.data.DataLoader):
+    """Like a streaming loader: its own epochs and ``__iter__``; ``state_dict()`` asks the dataset with arguments."""
+
+    def __init__(self, dataset: EpochStream, batch_size: int) -> None:
+        super().__init__(dataset, batch_size=batch_size)
+        self.current_epoch, self.num_samples_yielded, self._restored = 0, 0, False
+
+    def __iter__(self):
+        if self._restored:  # continue the saved epoch where it stopped
+            self._restored, skip = False, self.num_samples_yielded
+        else:
+            self.current_epoch += 1
+            self.num_samples_yielded, skip = 0, 0
+        self.dataset.set_epoch(self.current_epoch)
+        for index, batch in enumerate(super().__iter__()):
+            if index * self.batch_size < skip:
+                continue
+            self.num_samples_yielded += len(batch)
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {
+            "dataset": self.dataset.state_dict(self.num_samples_yielded, self.num_workers, self.batch_size),
+            "current_epoch": self.current_epoch,
+            "num_samples_yielded": self.num_samples_yielded,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.current_epoch, self.num_samples_yielded = state["current_epoch"], state["num_samples_yielded"]
+        self._restored = True
+
+
+class ArgumentStateLoader(StreamLoader):
+    """A loader whose own ``state_dict`` needs arguments (a checkpoint cannot call it as ``state_dict()``)."""
+
+    def state_dict(self, num_samples_yielded: int, num_workers: int, batch_size: int) -> dict:  # type: ignore[override]
+        return {"samples": num_samples_yielded}
+
+
+def _stream_script(fabric, path: Path) -> dict:
+    """Three epochs of a train and a validation stream, a save in the middle of epoch 2, then a resume."""
+    train_raw, val_raw = StreamLoader(EpochStream(12), batch_size=3), StreamLoader(EpochStream(6), batch_size=3)
+    if fabric is not None:
+        train, val = fabric.setup_dataloaders(train_raw, val_raw)
+    else:
+        train, val = train_raw, val_raw
+    seen: dict[str, list] = {"train": [], "val": []}
+    for epoch in range(3):
+        for index, batch in enumerate(train):
+            seen["train"].append(batch.tolist())
+            if fabric is not None and (epoch, index) == (1, 1):
+                fabric.save(path, {"loader": train})
+        seen["val"].append([batch.tolist() for batch in val])
+    out = {"seen": seen, "epochs": [train_raw.current_epoch, val_raw.current_epoch]}
+    if fabric is not None:
+        fresh_raw = StreamLoader(EpochStream(12), batch_size=3)
+        fresh = fabric.setup_dataloaders(fresh_raw)
+        fabric.load(path, {"loader": fresh})
+        out["resumed"] = [batch.tolist() for batch in fresh]
+        out["resumed_epoch"] = fresh_raw.current_epoch
+        arguments = fabric.setup_dataloaders(ArgumentStateLoader(EpochStream(6), batch_size=3))
+        next(iter(arguments))
+        try:
+            fabric.save(path.with_name("arguments.ckpt"), {"loader": arguments})
+            out["saved_a_loader_whose_state_dict_needs_arguments"] = True
+        except TypeError:
+            out["saved_a_loader_whose_state_dict_needs_arguments"] = False
+    return out
+
+
+def test_dataloader_subclass_with_its_own_protocol_is_kept_as_lightning_keeps_it(tmp_path):
+    from lightning.fabric import Fabric as LightningFabric
+
+    from fabricx import Fabric
+    from fabricx.data.loader import has_own_protocol
+
+    plain = _stream_script(None, tmp_path / "plain.ckpt")
+    lightning = _stream_script(LightningFabric(accelerator="cpu", devices=1), tmp_path / "lightning.ckpt")
+    with pytest.warns(UserWarning, match=r"state_dict\(\) takes arguments"):
+        ours = _stream_script(Fabric(accelerator="cpu", devices=1), tmp_path / "fabricx.ckpt")
+    # Each validation pass reads the stream's next epoch, as with plain torch and Lightning.
+    assert plain["seen"]["val"][0] != plain["seen"]["val"][1]
+    assert_same(plain["seen"], lightning["seen"])
+    assert_same(plain["seen"], ours["seen"])
+    assert plain["epochs"] == lightning["epochs"] == ours["epochs"] == [3, 3]
+    # The loader's own state, saved mid-epoch and loaded, resumes it as the loader's own protocol does.
+    assert lightning["resumed"] == ours["resumed"] == plain["seen"]["train"][6:8]
+    assert lightning["resumed_epoch"] == ours["resumed_epoch"] == 2
+    # Lightning calls state_dict() and fails; fabricx keeps its counters and says the loader's own state is not in.
+    assert not lightning["saved_a_loader_whose_state_dict_needs_arguments"]
+    assert ours["saved_a_loader_whose_state_dict_needs_arguments"]
+    assert has_own_protocol(StreamLoader(EpochStream(2), 1)) and not has_own_protocol(torch.utils.data.DataLoader([1]))
