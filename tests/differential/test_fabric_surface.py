@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +372,81 @@ def test_dataloader_subclass_with_its_own_protocol_is_kept_as_lightning_keeps_it
     assert not lightning["saved_a_loader_whose_state_dict_needs_arguments"]
     assert ours["saved_a_loader_whose_state_dict_needs_arguments"]
     assert has_own_protocol(StreamLoader(EpochStream(2), 1)) and not has_own_protocol(torch.utils.data.DataLoader([1]))
+
+
+# -- WandbLogger ------------------------------------------------------------------------------------------------
+def _wandb_history(save_dir: Path) -> dict[str, list]:
+    """``{run id: [(step, {key: value or media type})]}`` from every offline run log under ``save_dir``."""
+    import glob
+    import json
+
+    from tests.loggers.test_trackers import _wandb_records
+
+    runs: dict[str, list] = {}
+    for run_file in sorted(glob.glob(str(save_dir / "wandb" / "offline-run-*" / "run-*.wandb"))):
+        run_id = Path(run_file).stem.removeprefix("run-")
+        # W&B's service process writes the log on its own schedule: complete once its exit record is in.
+        deadline = time.monotonic() + 60
+        while not any(r.WhichOneof("record_type") == "exit" for r in _wandb_records(run_file)):
+            assert time.monotonic() < deadline, f"the W&B run log {run_file} never got its exit record"
+            time.sleep(0.2)
+        for record in _wandb_records(run_file):
+            if record.WhichOneof("record_type") != "history":
+                continue
+            row = {}
+            for item in record.history.item:
+                key, value = item.key or "/".join(item.nested_key), json.loads(item.value_json)
+                if key.endswith("/_type"):  # a media object: compared by its type (its files hold random names)
+                    row[key.removesuffix("/_type")] = value
+                elif not key.startswith("_") and "/" not in key.removeprefix("trainer/"):
+                    row[key] = value["_type"] if isinstance(value, dict) and "_type" in value else value
+            runs.setdefault(run_id, []).append(row)
+    return runs
+
+
+def _wandb_script(logger_cls, fabric_cls, save_dir: Path) -> dict:
+    import numpy as np
+    import wandb
+
+    logger = logger_cls(project="surface", save_dir=save_dir, offline=True)
+    fabric = fabric_cls(accelerator="cpu", devices=1, loggers=logger)
+    fabric.log("loss", 1.0, step=0)
+    before = logger.experiment.id
+    logger.finalize("success")
+    after = logger.experiment.id  # the same run, not a new one
+    logger.watch(torch.nn.Linear(2, 2), log="all", log_freq=1)
+    logger.log_table("table", columns=["a", "b"], data=[[1, "x"], [2, "y"]], step=1)
+    logger.log_text("text", columns=["t"], data=[["hello"]], step=1)
+    logger.log_image("image", [np.zeros((4, 4, 3), dtype=np.uint8)], step=2, caption=["black"])
+    logger.log_metrics({"loss": 0.5}, step=3)
+    errors = []
+    not_a_list, too_few_captions = np.zeros((2, 2)), {"caption": ["a"]}
+    for call in (lambda: logger.log_image("i", not_a_list), lambda: logger.log_image("i", [1, 2], **too_few_captions)):
+        try:
+            call()
+        except (TypeError, ValueError) as error:
+            errors.append(type(error).__name__)
+    wandb.finish()
+    return {"same_run": before == after, "errors": errors, "history": list(_wandb_history(save_dir).values())}
+
+
+def test_wandb_logger_after_finalize_and_its_media_calls_equal_lightnings(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from lightning.fabric import Fabric as LightningFabric
+    from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
+
+    from fabricx import Fabric
+    from fabricx.loggers import WandbLogger
+
+    for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}.items():
+        monkeypatch.setenv(name, value)
+    lightning = _wandb_script(LightningWandbLogger, LightningFabric, tmp_path / "lightning")
+    ours = _wandb_script(WandbLogger, Fabric, tmp_path / "fabricx")
+    assert lightning["same_run"] and ours["same_run"]
+    assert lightning["errors"] == ours["errors"] == ["TypeError", "ValueError"]
+    # One run in each (fabricx's log spans two files of the same run id: before and after finalize).
+    (expected,) = lightning["history"]
+    (got,) = ours["history"]
+    assert got == expected
+    assert [row.get("trainer/global_step") for row in got] == [0, 1, 1, 2, 3]
+    assert got[1]["table"] == "table-file" and got[3]["image"] == "images/separated"
