@@ -450,3 +450,46 @@ def test_wandb_logger_after_finalize_and_its_media_calls_equal_lightnings(tmp_pa
     assert got == expected
     assert [row.get("trainer/global_step") for row in got] == [0, 1, 1, 2, 3]
     assert got[1]["table"] == "table-file" and got[3]["image"] == "images/separated"
+
+
+_DEVICE_NAMES = [
+    "NVIDIA H200 SXM1", "NVIDIA H200 NVL1", "NVIDIA H200", "h100-nvl", "h100-hbm3", "NVIDIA H100 PCIe", "h100-hbm2e",
+    "NVIDIA H100", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4080", "NVIDIA GeForce RTX 4080 SUPER", "Tesla L40",
+    "NVIDIA L4", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA GeForce RTX 3090",
+    "NVIDIA GeForce RTX 3090 Ti",
+    "NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080 Ti", "NVIDIA GeForce RTX 3070", "NVIDIA GeForce RTX 3060",
+    "NVIDIA A6000", "NVIDIA A40", "NVIDIA A10G", "NVIDIA GeForce RTX 2080 SUPER", "NVIDIA GeForce RTX 2080 Ti",
+    "NVIDIA GeForce RTX 2080", "NVIDIA GeForce RTX 2070 Super", "Quadro RTX 5000 with Max-Q Design", "Tesla T4",
+    "TITAN RTX", "Tesla V100-SXm2-32GB", "Tesla V100-PCIE-32GB", "Tesla V100S-PCIE-32GB", "CocoNut",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("capability", [(7, 0), (9, 0)])
+def test_get_available_flops_gives_lightnings_figures_and_warnings(capability):
+    import warnings
+    from unittest import mock
+
+    from lightning.fabric.utilities.throughput import get_available_flops as lightning_flops
+
+    from fabricx.utilities import get_available_flops
+
+    def table(function) -> list:
+        rows = []
+        for name in _DEVICE_NAMES:
+            for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.int8, "int4", "bf16"):
+                for matmul in ("highest", "high"):
+                    with (
+                        mock.patch("torch.cuda.get_device_name", return_value=name),
+                        mock.patch("torch.cuda.get_device_capability", return_value=capability),
+                        mock.patch("torch.get_float32_matmul_precision", return_value=matmul),
+                        warnings.catch_warnings(record=True) as caught,
+                    ):
+                        warnings.simplefilter("always")
+                        value = function(torch.device("cuda", 0), dtype)
+                    rows.append((name, str(dtype), matmul, value, [str(w.message) for w in caught]))
+        rows.append(("cpu", None, None, function(torch.device("cpu"), torch.float32), []))
+        return rows
+
+    expected, got = table(lightning_flops), table(get_available_flops)
+    assert got == expected
+    assert ("NVIDIA A100-SXM4-40GB", "torch.bfloat16", "high", 312_000_000_000_000, []) in got
