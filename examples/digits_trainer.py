@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         max_epochs=args.max_epochs,
         max_steps=args.max_steps,
         # Samples per second (and MFU when FLOPs are given) in the progress bar and in metrics.csv.
-        callbacks=[*checkpoints, ThroughputMonitor(log_every_n_steps=5)],
+        callbacks=[*checkpoints, ThroughputMonitor(log_every_n_steps=5, window_size=5)],
         default_root_dir=root,
         log_every_n_steps=5,
         enable_progress_bar=not args.no_progress,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import random
 from collections.abc import Generator, Iterator, Sized
 from typing import TYPE_CHECKING, Any, cast
@@ -14,6 +15,7 @@ from torch.utils.data import (
     BatchSampler,
     DataLoader,
     Dataset,
+    DistributedSampler,
     IterableDataset,
     RandomSampler,
     Sampler,
@@ -29,7 +31,7 @@ from fabricx.data.batching import ResumableBatchSampler, with_resumable_batches
 from fabricx.data.sampler import ElasticDistributedSampler, ResumableRandomSampler, distributed_sampler_for
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
-from fabricx.utilities.rank_zero import rank_zero_info
+from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
 
 if TYPE_CHECKING:
@@ -66,10 +68,12 @@ def build_stateful_loader(
     rank: int = 0,
     use_distributed_sampler: bool = True,
     batch_size: int | None = None,
-) -> StatefulDataLoader:
+) -> DataLoader:
     """A ``StatefulDataLoader`` with the same settings as ``loader`` (and per-rank sampling).
 
-    A ``StatefulDataLoader`` passed in without the need for a distributed sampler is kept as it is.
+    A ``StatefulDataLoader`` passed in without the need for a distributed sampler is kept as it is, and so
+    is a loader whose class has its own iteration or state (see `has_own_protocol`): under DDP it gets a
+    distributed sampler by being built again with the same arguments, as Lightning Fabric does.
     A rebuilt loader hands worker state to the main process after every batch
     (``snapshot_every_n_steps=1``) unless the given loader chose otherwise, so a checkpoint holds
     the exact position without replaying batches. ``batch_size`` replaces the loader's own batch
@@ -86,6 +90,8 @@ def build_stateful_loader(
             "Wrap your dataset in a DataLoader (or torchdata's StatefulDataLoader) first."
         )
     distributed = num_replicas > 1 and use_distributed_sampler
+    if has_own_protocol(loader):
+        return _kept_user_loader(loader, distributed, num_replicas, rank, batch_size)
     if batch_size is not None and (not _has_default_batch_sampler(loader) or loader.batch_size is None):
         raise FabricxError(
             "A batch size can only be set for a DataLoader built with batch_size= (not a custom "
@@ -126,6 +132,87 @@ def build_stateful_loader(
     if type(sampler) is SequentialSampler:
         return _batched(source, loader, batch_size, **kwargs)
     return _batched(source, loader, batch_size, sampler=sampler, **kwargs)
+
+
+_PROTOCOL_METHODS = ("__iter__", "state_dict", "load_state_dict")
+
+
+def has_own_protocol(loader: DataLoader) -> bool:
+    """Whether ``loader``'s class defines its own iteration or state (``__iter__``, ``state_dict``,
+    ``load_state_dict``): such a loader (a streaming loader, say) is kept as it is, not rebuilt.
+
+    Example:
+        ```python
+        has_own_protocol(DataLoader(dataset))  # False
+        has_own_protocol(StreamingDataLoader(stream))  # True: it has its own __iter__ and state_dict
+        ```
+    """
+    cls = type(loader)
+    if cls in (DataLoader, StatefulDataLoader):
+        return False
+    base = StatefulDataLoader if isinstance(loader, StatefulDataLoader) else DataLoader
+    return any(getattr(cls, name, None) is not getattr(base, name, None) for name in _PROTOCOL_METHODS)
+
+
+def _kept_user_loader(
+    loader: DataLoader, distributed: bool, num_replicas: int, rank: int, batch_size: int | None
+) -> DataLoader:
+    """The user's own loader class, with a per-rank sampler where one is needed (Lightning's rule)."""
+    name = type(loader).__name__
+    if batch_size is not None and batch_size != loader.batch_size:
+        raise FabricxError(
+            f"{name} has its own iteration and state, so fabricx keeps it as it is and cannot change its batch "
+            "size: build it with the batch size each rank should read, and call setup_dataloaders() without "
+            "global_batch_size."
+        )
+    if isinstance(loader.dataset, IterableDataset):
+        if distributed:
+            _note_iterable_dataset(loader.dataset, num_replicas)
+        return loader
+    if not distributed or isinstance(loader.sampler, DistributedSampler):
+        return loader
+    if not _has_default_batch_sampler(loader):
+        raise FabricxError(
+            f"{name} uses a custom batch_sampler ({type(loader.batch_sampler).__name__}), which fabricx cannot "
+            "split across ranks. Give each rank its own batch sampler and pass use_distributed_sampler=False."
+        )
+    sampler = distributed_sampler_for(
+        cast(Sampler, loader.sampler), cast(Sized, loader.dataset), num_replicas, rank, seed=global_seed()
+    )
+    return _reinstantiated(loader, sampler)
+
+
+def _reinstantiated(loader: DataLoader, sampler: Sampler) -> DataLoader:
+    """A new instance of ``loader``'s class with the same arguments (read back from its attributes) and
+    ``sampler``, as Lightning Fabric rebuilds a DataLoader subclass to give it a distributed sampler."""
+    cls = type(loader)
+    parameters = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    kwargs: dict[str, Any] = {}
+    missing: list[str] = []
+    for name, parameter in list(parameters.items())[1:]:
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        if name in ("sampler", "batch_sampler", "shuffle"):
+            continue
+        if hasattr(loader, name):
+            kwargs[name] = getattr(loader, name)
+        elif parameter.default is inspect.Parameter.empty:
+            missing.append(name)
+    if takes_any:  # the rest goes on to DataLoader: the settings it was built with
+        for name in ("dataset", "batch_size", "drop_last", *DATALOADER_SETTINGS):
+            if name not in kwargs and hasattr(loader, name) and name in inspect.signature(DataLoader).parameters:
+                kwargs[name] = getattr(loader, name)
+        if loader.num_workers > 0:
+            kwargs.setdefault("prefetch_factor", loader.prefetch_factor)
+    if missing or not (takes_any or "sampler" in parameters):
+        reason = f"it keeps no attribute for {', '.join(missing)}" if missing else "its __init__ takes no sampler"
+        raise FabricxError(
+            f"{cls.__name__} needs a distributed sampler on several processes, but fabricx cannot rebuild it "
+            f"({reason}). Pass a torch.utils.data.DistributedSampler to it yourself and call "
+            "setup_dataloaders(..., use_distributed_sampler=False)."
+        )
+    return cls(sampler=sampler, **kwargs)
 
 
 _ITERABLE_NOTED = False
@@ -305,14 +392,15 @@ class FabricDataLoader:
 
     def __init__(
         self,
-        loader: StatefulDataLoader,
+        loader: DataLoader,
         device: torch.device | None,
         accumulation: _AccumulationState | None = None,
         *,
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        self._loader = loader
+        # A StatefulDataLoader fabricx built, or a user's loader kept as it is (see has_own_protocol()).
+        self._loader: Any = loader
         self._target_device = device
         self._device = device if device is not None and device.type != "cpu" else None
         self._accumulation = accumulation
@@ -336,10 +424,16 @@ class FabricDataLoader:
         # would otherwise ask the loader, batch sampler and sampler for it once per window.
         self._epoch_batches: int | None = None
         self._fabricx_unwrapped = loader
+        # A loader class with its own iteration and state is iterated as it is; its own state_dict() is
+        # what a checkpoint holds of it (fabricx adds only its epoch and batch counters).
+        self._kept = has_own_protocol(loader)
+        self._own_state_noted = False
 
     # -- what the user's loader had -------------------------------------------------------------
     @property
-    def loader(self) -> StatefulDataLoader:
+    def loader(self) -> DataLoader:
+        """The loader batches come from: a torchdata ``StatefulDataLoader`` fabricx built, or the user's own
+        loader where its class has its own iteration or state."""
         return self._loader
 
     @property
@@ -367,7 +461,7 @@ class FabricDataLoader:
 
             loader.samples_consumed  # 24 after 2 batches of 6 on each of 2 ranks
         """
-        order = elastic.describe_order(self._loader)
+        order = None if self._kept else elastic.describe_order(self._loader)
         if order is None or not self._started:
             return None if order is None else 0
         return elastic.consumed_samples(self._loader, order, self._yielded - self._batch_offset)
@@ -439,6 +533,8 @@ class FabricDataLoader:
         of its samples all ranks together consumed, so that a run with another number of processes
         can deal exactly the remaining ones.
         """
+        if self._kept:
+            return self._kept_state()
         try:
             num_batches: int | None = len(self)
         except TypeError:
@@ -481,6 +577,9 @@ class FabricDataLoader:
         self._epoch_start = state_dict.get("epoch_start")
         self._resume_pending = False
         self._inner_live = False
+        if self._kept:
+            self._load_kept_state(state_dict)
+            return
         saved_world = int(state_dict.get("world_size", self._world_size))
         position = state_dict.get("position")
         current = elastic.describe_order(self._loader)
@@ -595,6 +694,69 @@ class FabricDataLoader:
         # whose order depends only on the seed and the epoch number.
         self._finished = self._started
         self._epoch_start = None
+
+    # -- a loader kept as the user built it ---------------------------------------------------------------
+    def _kept_state(self) -> dict[str, Any]:
+        try:
+            num_batches: int | None = len(self)
+        except TypeError:
+            num_batches = None
+        return {
+            "version": _STATE_VERSION,
+            "kept": True,
+            "epoch": self._epoch,
+            "started": self._started,
+            "finished": self._finished,
+            "batches_consumed": self._yielded,
+            "batch_offset": 0,
+            "num_batches": num_batches,
+            "position": None,
+            "rank": self._rank,
+            "world_size": self._world_size,
+            "epoch_start": None,
+            "generators": [g.get_state() for g in self._generators],
+            "loader": self._own_loader_state(),
+        }
+
+    def _own_loader_state(self) -> Any:
+        """The loader's own ``state_dict()`` where it follows the ``state_dict()``/``load_state_dict()``
+        protocol (what Lightning Fabric saves of it); ``None`` when it has none or needs arguments."""
+        loader = self._loader
+        get, put = getattr(loader, "state_dict", None), getattr(loader, "load_state_dict", None)
+        if not callable(get) or not callable(put):
+            return None
+        needed = [
+            name
+            for name, p in inspect.signature(get).parameters.items()
+            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        if not needed:
+            return get()
+        if not self._own_state_noted:
+            self._own_state_noted = True
+            rank_zero_warn(
+                f"{type(loader).__name__}.state_dict() takes arguments ({', '.join(needed)}), so a checkpoint of "
+                "this loader holds its epoch and batch counters only, not the loader's own state. Call "
+                "loader.state_dict(...) yourself and put the result into the state you save."
+            )
+        return None
+
+    def _load_kept_state(self, state_dict: dict[str, Any]) -> None:
+        saved_generators = list(state_dict.get("generators") or [])
+        if len(saved_generators) == len(self._generators):
+            for generator, state in zip(self._generators, saved_generators, strict=True):
+                generator.set_state(state)
+        inner = state_dict.get("loader")
+        if inner is not None:
+            self._loader.load_state_dict(inner)  # saved by _own_loader_state(), which checked it exists
+        if not self._started or self._finished:
+            return
+        sampler = self._loader.sampler
+        batch_size = self._loader.batch_size
+        if isinstance(sampler, ElasticDistributedSampler) and batch_size and self._yielded:
+            # fabricx built this rank's sampler: the loader reads on from the next unseen sample.
+            sampler.load_state_dict({"epoch": self._epoch, "yielded": self._yielded * batch_size})
+        self._resume_pending = True  # the next iter() continues this epoch (its counters)
 
     def __repr__(self) -> str:
         return f"FabricDataLoader({self._loader!r}, epoch={self._epoch})"

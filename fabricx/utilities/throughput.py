@@ -142,8 +142,9 @@ class Throughput:
             self._lengths.append(lengths)
             if len(self._lengths) != len(self._samples):
                 raise RuntimeError(
-                    f"lengths were given in {len(self._lengths)} of the last {len(self._samples)} updates: pass "
-                    "lengths to every update() from the first one (or since reset()), or to none."
+                    f"If lengths are passed ({len(self._lengths)}), there needs to be the same number of samples "
+                    f"({len(self._samples)}): pass lengths to every update() from the first one (or since reset()), "
+                    "or to none."
                 )
         if flops is not None:
             self._flops.append(flops * self.world_size)

@@ -33,6 +33,18 @@ class WholeStream(IterableDataset):
         return iter(range(6))
 
 
+class EpochCountingLoader(DataLoader):
+    """A map-style DataLoader subclass with its own ``__iter__`` (it counts its epochs)."""
+
+    def __init__(self, dataset, batch_size: int, shuffle: bool = False, **kwargs) -> None:
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, **kwargs)
+        self.epochs = 0
+
+    def __iter__(self):
+        self.epochs += 1
+        return super().__iter__()
+
+
 def _tensors(value):
     # Plain values and CPU tensors with their dtype, for torch.equal in the parent.
     if isinstance(value, torch.Tensor):
@@ -75,6 +87,20 @@ def script(fabric, monitor_cls) -> dict:
     for name, dataset in (("rank_stream", RankStream()), ("whole_stream", WholeStream())):
         loader = fabric.setup_dataloaders(DataLoader(dataset, batch_size=2))
         out[name] = [[batch.tolist() for batch in loader] for _ in range(2)]
+    # A map-style DataLoader subclass with its own __iter__: built again with a distributed sampler, its class kept.
+    dataset = torch.utils.data.TensorDataset(torch.arange(20))
+    loader = fabric.setup_dataloaders(EpochCountingLoader(dataset, batch_size=3, shuffle=True))
+    epochs = [[batch[0].tolist() for batch in loader] for _ in range(2)]
+    inner = getattr(loader, "_dataloader", None) or loader.loader
+    out["subclass_ddp"] = {"epochs": epochs, "class": type(inner).__name__, "counted": inner.epochs}
+    if hasattr(loader, "state_dict"):  # fabricx: the sampler it built resumes exactly inside an epoch
+        again = fabric.setup_dataloaders(EpochCountingLoader(dataset, batch_size=3, shuffle=True))
+        iterator = iter(again)
+        next(iterator), next(iterator)
+        state = again.state_dict()
+        resumed = fabric.setup_dataloaders(EpochCountingLoader(dataset, batch_size=3, shuffle=True))
+        resumed.load_state_dict(state)
+        out["subclass_ddp_resumed"] = [batch[0].tolist() for batch in resumed]
     # model.eval()/train() on the set-up (DDP) module: wrapper and inner module agree.
     model = fabric.setup_module(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
     flags = []
