@@ -713,10 +713,14 @@ class Fabric:
         filter: dict[str, Callable] | None = None,
         *,
         async_save: bool = False,
+        layout: str | None = None,
     ) -> AsyncSave | None:
         """Save models, optimizers, schedulers, data loaders and plain values; every rank must call it.
 
-        The checkpoint is a directory written atomically: a failed save never damages a previous one.
+        A path that names a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) is written as ONE ``torch.save``
+        file, as Lightning Fabric writes it: ``torch.load(path, weights_only=True)`` and Lightning's
+        ``Fabric.load`` read it. Any other path (or ``layout="directory"``) is a fabricx checkpoint
+        directory. Either is written atomically: a failed save never damages a previous one.
         Every rank's random generator states and the grad scaler are stored too, and inside an
         accumulation window its position and every rank's accumulated gradients, so the resumed run
         continues the window exactly. ``path`` may be an
@@ -730,6 +734,7 @@ class Fabric:
         Example::
 
             fabric.save("ckpt/step_100", {"model": model, "optimizer": optimizer, "loader": loader, "step": 100})
+            fabric.save("out/model.pth", {"model": model, "optimizer": optimizer, "step": 100})  # one file
             handle = fabric.save("ckpt/step_200", state, async_save=True)  # training goes on
         """
         if not isinstance(state, dict):
@@ -738,13 +743,14 @@ class Fabric:
         from fabricx.checkpoint.background import wait_for_pending_save
 
         wait_for_pending_save()
+        options = {"layout": layout} if layout is not None else {}
         if async_save:
             from fabricx.checkpoint.async_save import save_fabric_checkpoint_async
 
             return save_fabric_checkpoint_async(
-                self._strategy, os.fspath(path), self._with_internal_state(state), filter
+                self._strategy, os.fspath(path), self._with_internal_state(state), filter, **options
             )
-        self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter)
+        self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter, **options)
         return None
 
     def load(

@@ -31,8 +31,9 @@ from fabricx.checkpoint.background import (
     start_background_save,
     wait_for_pending_save,
 )
-from fabricx.checkpoint.fabric_state import _claimed, _io, _storage, split_state
+from fabricx.checkpoint.fabric_state import _claimed, _io, _storage, save_one_file, split_state
 from fabricx.checkpoint.format import CheckpointWriter
+from fabricx.checkpoint.layouts import layout_for
 from fabricx.checkpoint.step_guard import StagingGuard, guarded_storages
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -47,6 +48,7 @@ def save_fabric_checkpoint_async(
     path: str,
     state: dict[str, Any],
     filter: dict[str, Callable] | None = None,
+    layout: str | None = None,
 ) -> AsyncSave:
     """Stage ``state`` in host memory and write it to ``path`` in the background; every rank calls it.
 
@@ -60,6 +62,8 @@ def save_fabric_checkpoint_async(
         handle.wait()  # the checkpoint is committed on every rank once this returns
     """
     wait_for_pending_save()
+    if layout_for(path, layout) == "single_file":
+        return save_one_file(strategy, path, state, filter, asynchronous=True)
     storage = _storage(strategy)
     claimed = _claimed(storage, state)
     plain = {key: obj for key, obj in state.items() if key not in claimed}

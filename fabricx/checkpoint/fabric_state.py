@@ -57,6 +57,9 @@ class EntryStorage(ABC):
 
     #: ``extra_meta`` key of this storage's record (one of :data:`STORAGE_KINDS`).
     meta_key: str = ""
+    #: Whether the claimed entries' full state (the strategy's ``get_module_state_dict``/``get_optimizer_state``)
+    #: can be written into one file instead (the single-file layout); ``False`` refuses a file path.
+    full_state_in_one_file: bool = True
 
     def claims(self, key: str, obj: Any) -> bool:
         """Whether this storage writes ``state[key]`` itself."""
@@ -153,14 +156,27 @@ def _claimed(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, A
 
 
 def save_fabric_checkpoint(
-    strategy: Strategy, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None
+    strategy: Strategy,
+    path: str,
+    state: dict[str, Any],
+    filter: dict[str, Callable] | None = None,
+    layout: str | None = None,
 ) -> None:
-    """Write ``state`` to ``path`` as a fabricx checkpoint directory, every rank taking part.
+    """Write ``state`` to ``path`` with the layout its name asks for, every rank taking part.
+
+    A path naming a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) becomes one ``torch.save`` file (the
+    single-file layout); any other path a fabricx checkpoint directory. ``layout`` overrides the choice.
 
     Example::
 
         save_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10})
+        save_fabric_checkpoint(fabric.strategy, "out/model.pth", {"model": model})  # one file
     """
+    from fabricx.checkpoint.layouts import layout_for
+
+    if layout_for(path, layout) == "single_file":
+        save_one_file(strategy, path, state, filter)
+        return
     storage = _storage(strategy)
     claimed = _claimed(storage, state)
     plain = {key: obj for key, obj in state.items() if key not in claimed}
@@ -189,6 +205,40 @@ def save_fabric_checkpoint(
         writer.abort()
         raise
     writer.commit()
+
+
+def save_one_file(
+    strategy: Strategy,
+    path: str,
+    state: dict[str, Any],
+    filter: dict[str, Callable] | None = None,
+    *,
+    asynchronous: bool = False,
+) -> Any:
+    """Write ``state`` as one file (:mod:`fabricx.checkpoint.layouts.single_file`), every rank taking part.
+
+    Entries a strategy stores itself are written as their full state (FSDP gathers the shards to rank 0,
+    as Lightning's ``state_dict_type="full"`` does); a strategy that has no full state for them (DeepSpeed
+    engines) is refused. With ``asynchronous`` rank 0 writes in the background and an ``AsyncSave`` is returned.
+
+    Example::
+
+        save_one_file(fabric.strategy, "out/model.pth", {"model": model, "step": 3})
+    """
+    from fabricx.checkpoint.layouts.single_file import save_single_file, save_single_file_async
+
+    storage = _storage(strategy)
+    claimed = _claimed(storage, state)
+    if claimed and storage is not None and not storage.full_state_in_one_file:
+        raise CheckpointError(
+            f"Cannot save {sorted(claimed)} into the single file {path}: {type(strategy).__name__} stores them as "
+            "its engines' own files, which have no one-file form. Save to a path without a file suffix (or pass "
+            "layout='directory') for a checkpoint directory; `fabricx consolidate` turns its weights into one file."
+        )
+    shared, per_rank = split_state(strategy, state, filter)
+    extra_keys = [key for key in shared if is_reserved(key)]
+    save = save_single_file_async if asynchronous else save_single_file
+    return save(strategy, path, shared, per_rank, extra_keys=extra_keys, storage=_io(strategy))
 
 
 # ------------------------------------------------------------------------ entries stored by a strategy
@@ -471,6 +521,7 @@ __all__ = [
     "rank_entries",
     "read_full",
     "save_fabric_checkpoint",
+    "save_one_file",
     "split_state",
     "stored_entries",
     "unwrap_object",

@@ -21,25 +21,27 @@ import contextlib
 import errno
 import json
 import os
-import pickle
 import re
 import secrets
 import time
-import warnings
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors import SafetensorError
 
 from fabricx.checkpoint.atomic import DirectoryPin
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.layouts.single_file import (
+    check_weights_only,
+    looks_like_torch_file,
+    read_single_file,
+    unpickling_detail,
+    write_file,
+)
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
-from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
@@ -427,7 +429,7 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
     target = Path(path)
     for _ in range(_READ_ATTEMPTS):
         if target.is_file():
-            return _read_single_file(target)
+            return _read_single_file(target, rank)
         found = (io or default_io()).resolve(target, is_complete)
         if found is None and target.is_dir():
             # No complete copy anywhere: read this one, whose readers say exactly what is wrong with it.
@@ -441,7 +443,7 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
             hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
             raise CheckpointError(f"No checkpoint found at {target}.{hint}")
         if found.is_file():
-            return _read_single_file(found)
+            return _read_single_file(found, rank)
         # Files are read by name while another job may replace the checkpoint: the read counts only if
         # the name still leads to the directory it started in (else it may mix two saves), else again.
         with DirectoryPin(found) as pin:
@@ -477,7 +479,7 @@ def _read_remote(url: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
                     f"No committed checkpoint found at {url} (nothing saved there, or the save did not finish)."
                 )
             if found.is_file():
-                return _read_single_file(found)
+                return _read_single_file(found, rank)
             return _read_directory(found, rank)
         except CheckpointError:
             # A save that committed meanwhile deletes the version being downloaded: read the new one.
@@ -499,48 +501,12 @@ def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:
     return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found)
 
 
-def _read_single_file(file: Path) -> LoadedCheckpoint:
-    try:
-        with warnings.catch_warnings():
-            # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
-            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
-            state = torch.load(file, map_location="cpu", weights_only=not pickle_allowed())
-    except pickle.UnpicklingError as error:
-        detail = _unpickling_detail(str(error))
-        if "global" in detail.lower():
-            raise CheckpointError(
-                f"Refusing to load {file}: {detail}. Reading it would need unsafe unpickling, which can run "
-                "arbitrary code, so nothing was executed. If you trust the file, load it yourself with "
-                "torch.load(path, weights_only=False) and save plain tensors/containers instead."
-            ) from None
-        raise CheckpointError(
-            f"Cannot load {file}: the weights-only reader rejected it ({detail}). It is damaged, not a "
-            "torch.save file, or would need unsafe unpickling (which fabricx never does)."
-        ) from None
-    except Exception as error:
-        raise CheckpointError(
-            f"Cannot load {file} as a torch.save checkpoint (truncated or damaged?): "
-            f"{type(error).__name__}: {str(error)[:300]}"
-        ) from None
-    if not isinstance(state, dict):
-        raise CheckpointError(
-            f"{file} holds a {type(state).__name__}; a single-file checkpoint must hold a dict."
-        )
-    meta = {"format_version": 0, "legacy": True, "world_size": 1}
-    return LoadedCheckpoint(shared=state, per_rank=None, meta=meta, path=file, legacy=True)
+_unpickling_detail = unpickling_detail  # the DeepSpeed file reader words its refusals the same way
 
 
-def _unpickling_detail(message: str) -> str:
-    # torch's message is mostly boilerplate (with terminal colour codes); keep what says what was refused,
-    # e.g. "WeightsUnpickler error: Unsupported global: GLOBAL io.open was not an allowed global ...".
-    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
-    for line in message.splitlines():
-        lowered = line.lower()
-        for marker in ("unsupported", "trying to load"):
-            at = lowered.find(marker)
-            if at != -1:
-                return line[at:].split(". ")[0].strip().rstrip(".")
-    return message.splitlines()[0].strip().rstrip(".") if message else "unknown reason"
+def _read_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
+    shared, per_rank, meta = read_single_file(file, rank)
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=file, legacy=bool(meta.get("legacy")))
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:
@@ -562,49 +528,10 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
 
 
 def _looks_like_torch_file(file: Path) -> bool:
-    try:
-        with open(file, "rb") as handle:
-            head = handle.read(4)
-    except OSError:
-        return False
-    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+    return looks_like_torch_file(file)
 
 
 # ------------------------------------------------------------------------------------------- single file
-
-# Exact types (not subclasses: a subclass is pickled by reference and needs unsafe unpickling to load).
-_SINGLE_FILE_LEAVES = frozenset(
-    {str, int, float, bool, bytes, torch.dtype, torch.Size, torch.device, type(None)}
-)
-
-
-def _check_weights_only(value: Any, path: str) -> None:
-    if isinstance(value, torch.Tensor):
-        if type(value) not in (torch.Tensor, torch.nn.Parameter):
-            raise CheckpointError(
-                f"Cannot save {path or 'the state'} to a single file: tensor subclass "
-                f"{type(value).__qualname__} is not loadable without unsafe unpickling. "
-                "Convert it to a plain tensor."
-            )
-        return
-    if type(value) in _SINGLE_FILE_LEAVES:
-        return
-    if type(value) in (dict, OrderedDict):
-        for key, item in value.items():
-            _check_weights_only(key, path)
-            _check_weights_only(item, f"{path}[{key!r}]")
-        return
-    if type(value) in (list, tuple):
-        for i, item in enumerate(value):
-            _check_weights_only(item, f"{path}[{i}]")
-        return
-    raise CheckpointError(
-        f"Cannot save {path or 'the state'} to a single file: "
-        f"{type(value).__module__}.{type(value).__qualname__} could only be read back with unsafe "
-        "unpickling. Convert it to tensors/lists/dicts of plain values (NumPy arrays: "
-        "torch.from_numpy), or save a checkpoint directory instead of a single file."
-    )
-
 
 def write_single_file(path: str | os.PathLike[str], state: dict, io: CheckpointIO | None = None) -> Path:
     """Atomically write ``state`` with ``torch.save`` so it loads with ``weights_only=True``.
@@ -614,10 +541,5 @@ def write_single_file(path: str | os.PathLike[str], state: dict, io: CheckpointI
         write_single_file("model.ckpt", {"model": model.state_dict(), "step": 3})
     """
     _require_dict(state, "single-file")
-    try:
-        _check_weights_only(state, "")
-    except RecursionError:
-        raise CheckpointError("Cannot save the state: it is nested too deeply.") from None
-    target: Any = path if is_url(path) else Path(path)
-    io_for(path, io or default_io()).write_file(target, lambda handle: torch.save(state, handle))
-    return target
+    check_weights_only(state, "state", path)
+    return write_file(path, state, io or default_io())

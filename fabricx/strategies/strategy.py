@@ -274,11 +274,15 @@ class Strategy(ABC):
         return None
 
     def save_checkpoint(
-        self, path: str, state: dict[str, Any], filter: dict[str, Callable] | None = None
+        self,
+        path: str,
+        state: dict[str, Any],
+        filter: dict[str, Callable] | None = None,
+        layout: str | None = None,
     ) -> None:
         from fabricx.checkpoint.fabric_state import save_fabric_checkpoint
 
-        save_fabric_checkpoint(self, path, state, filter)
+        save_fabric_checkpoint(self, path, state, filter, layout)
 
     def load_checkpoint(
         self, path: str, state: dict[str, Any] | None = None, strict: bool = True

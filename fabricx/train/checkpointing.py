@@ -3,17 +3,20 @@
 Everything goes through ``fabric.save``/``fabric.load``: the module, optimizers, schedulers and the
 training data loader (its exact position) as objects with state, plus small stateful holders for the
 trainer's progress, the callbacks' states, the logged metrics (per process) and the user's extras.
+The top-level keys are Lightning's (see :mod:`fabricx.train.lightning_checkpoint`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
 from fabricx.utilities.rank_zero import rank_zero_warn
+from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
@@ -24,6 +27,7 @@ class ProgressState:
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
+        self.loaded = False
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self.trainer
@@ -48,6 +52,7 @@ class ProgressState:
             progress.batches_that_stepped = progress.global_step
         trainer._epoch_metrics = dict(state_dict.get("epoch_metrics", {}))
         trainer._epoch_prog_bar = dict(state_dict.get("epoch_prog_bar", {}))
+        self.loaded = True
 
 
 class DataModuleState:
@@ -120,6 +125,159 @@ class Extras:
         self.values = dict(state_dict)
 
 
+class OptimizerStates:
+    """``optimizer_states``: the list of every optimizer's state dict, as Lightning stores it."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.loaded = False
+
+    def state_dict(self) -> list[Any]:
+        strategy = self.trainer.strategy
+        return [strategy.get_optimizer_state(unwrap(optimizer)) for optimizer in self.trainer.optimizers]
+
+    def load_state_dict(self, state_dict: list[Any]) -> None:
+        optimizers = self.trainer.optimizers
+        if len(state_dict) != len(optimizers):
+            raise ValueError(
+                f"the checkpoint holds {len(state_dict)} optimizer state(s), configure_optimizers returned "
+                f"{len(optimizers)}"
+            )
+        for optimizer, state in zip(optimizers, state_dict, strict=True):
+            self.trainer.strategy.load_optimizer_state(unwrap(optimizer), state)
+        self.loaded = True
+
+
+class SchedulerStates:
+    """``lr_schedulers``: the list of every learning-rate scheduler's state dict."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> list[Any]:
+        return [config.scheduler.state_dict() for config in self.trainer.lr_scheduler_configs]
+
+    def load_state_dict(self, state_dict: list[Any]) -> None:
+        for config, state in zip(self.trainer.lr_scheduler_configs, state_dict, strict=False):
+            config.scheduler.load_state_dict(state)
+
+
+def _counts(total: dict[str, int], current: dict[str, int]) -> dict[str, dict[str, int]]:
+    return {"total": dict(total), "current": dict(current)}
+
+
+class LoopStates:
+    """``loops``: Lightning's loop counters, made from the trainer's progress.
+
+    fabricx resumes from its own progress entry; a Lightning-written file has only this one, from which
+    :func:`progress_from_lightning` takes the epoch, whether it was done, and the batches that stepped.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.loaded: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        progress = self.trainer.progress
+        batches = progress.batch_idx + 1
+        steps = progress.global_step
+        epochs_done = progress.current_epoch + int(progress.epoch_done)
+        batch = {"ready": batches, "started": batches, "processed": batches, "completed": batches}
+        step = {"ready": steps, "completed": steps}
+        epoch = {"ready": progress.current_epoch + 1, "started": progress.current_epoch + 1}
+        epoch.update(processed=epochs_done, completed=epochs_done)
+        empty = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
+        automatic = self.trainer.lightning_module is None or self.trainer.lightning_module.automatic_optimization
+        fit = {
+            "state_dict": {},
+            "epoch_loop.state_dict": {"_batches_that_stepped": progress.batches_that_stepped},
+            "epoch_loop.batch_progress": {**_counts(batch, batch), "is_last_batch": progress.is_last_batch},
+            "epoch_loop.automatic_optimization.optim_progress": {
+                "optimizer": {"step": _counts(step if automatic else {"ready": 0, "completed": 0}, step)}
+            },
+            "epoch_loop.manual_optimization.optim_step_progress": _counts(
+                step if not automatic else {"ready": 0, "completed": 0}, step
+            ),
+            "epoch_progress": _counts(epoch, epoch),
+        }
+        evaluation = {"state_dict": {}, "batch_progress": {**_counts(empty, empty), "is_last_batch": False}}
+        return {
+            "fit_loop": fit,
+            "validate_loop": dict(evaluation),
+            "test_loop": dict(evaluation),
+            "predict_loop": dict(evaluation),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.loaded = dict(state_dict)
+
+
+def progress_from_lightning(trainer: Trainer, loops: dict[str, Any] | None, epoch: int, global_step: int) -> None:
+    """Set the trainer's progress from a Lightning-written checkpoint (no fabricx progress in it)."""
+    progress = trainer.progress
+    fit = (loops or {}).get("fit_loop") or {}
+    batch_progress = fit.get("epoch_loop.batch_progress") or {}
+    progress.global_step = int(global_step)
+    progress.current_epoch = int(epoch)
+    progress.epoch_done = bool(batch_progress.get("is_last_batch", True))
+    stepped = (fit.get("epoch_loop.state_dict") or {}).get("_batches_that_stepped", global_step)
+    progress.batches_that_stepped = int(stepped)
+    if not progress.epoch_done:
+        rank_zero_warn(
+            "This Lightning checkpoint was saved inside an epoch and holds no data-loader position; the epoch "
+            "starts again from its first batch (as Lightning does with a loader it cannot resume)."
+        )
+
+
+_OPTIONAL = ("loops", "callbacks", "lr_schedulers")  # absent from files written by other tools
+
+
+def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
+    """Restore a checkpoint with Lightning's keys (fabricx's or Lightning's own file) into the trainer.
+
+    Returns the checkpoint's other entries (what ``on_save_checkpoint`` added, ``epoch``, ``global_step``,
+    ...) for the ``on_load_checkpoint`` hooks. A Lightning-written file has no fabricx progress entry: the
+    progress then comes from its ``epoch``, ``global_step`` and ``loops``.
+    """
+    from fabricx.checkpoint.fabric_state import CheckpointKeyError
+    from fabricx.train.lightning_checkpoint import PROGRESS_KEY, checkpoint_state
+
+    state = checkpoint_state(trainer, {})
+    for key in ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters"):
+        state.pop(key, None)  # not restored: they come back to the hooks as they are in the file
+    progress, loops = state[PROGRESS_KEY], state["loops"]
+    try:
+        remainder = trainer.fabric.load(path, state)
+    except CheckpointKeyError as error:
+        if "optimizer_states" in str(error) and trainer.optimizers:
+            raise KeyError(
+                "Trying to restore optimizer state but checkpoint contains only the model. This is probably due "
+                "to `ModelCheckpoint.save_weights_only` being set to `True`."
+            ) from error
+        if not any(key in str(error) for key in _OPTIONAL):
+            raise
+        missing = [key for key in _OPTIONAL if key in str(error)]
+        state = {key: value for key, value in state.items() if key not in missing}
+        remainder = trainer.fabric.load(path, state)
+    if not progress.loaded:
+        progress_from_lightning(trainer, loops.loaded, int(state["epoch"]), int(state["global_step"]))
+    return {**remainder, "epoch": state["epoch"], "global_step": state["global_step"]}
+
+
+def is_legacy_folder(path: str | os.PathLike) -> bool:
+    """A checkpoint folder of an earlier fabricx Trainer (keys ``module``, ``trainer``, ...)."""
+    from fabricx.checkpoint.format import read_meta
+    from fabricx.utilities.exceptions import CheckpointError
+
+    if not Path(path).is_dir():
+        return False
+    try:
+        keys = read_meta(path).get("shared_keys") or []
+    except CheckpointError:
+        return False
+    return "module" in keys and "state_dict" not in keys
+
+
 def _state_key(callback: Any) -> str:
     key = getattr(callback, "state_key", None)
     return key if isinstance(key, str) else type(callback).__qualname__
@@ -137,13 +295,24 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
     candidates: list[Path] = []
     folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
     folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if logger is not None and getattr(logger, "name", None) is not None:
+        # Checkpoints of earlier runs sit in the logger's earlier versions: <save_dir>/<name>/version_*/checkpoints
+        save_dir = getattr(logger, "save_dir", None) or getattr(logger, "root_dir", None) or trainer.default_root_dir
+        root = os.path.join(save_dir, str(logger.name))
+        folders += sorted(str(p) for p in Path(root).glob("*/checkpoints"))
+    # last.ckpt, last-v1.ckpt, ... (and a fabricx checkpoint folder named "last", as earlier versions wrote)
+    pattern = re.compile(rf"^{re.escape(ModelCheckpoint.CHECKPOINT_NAME_LAST)}(-v?\d+)?(\.ckpt)?$")
     for folder in dict.fromkeys(os.fspath(f) for f in folders):
-        path = Path(folder) / ModelCheckpoint.CHECKPOINT_NAME_LAST
-        if is_checkpoint(path):
-            candidates.append(path)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        found = [Path(folder, name) for name in names if pattern.match(name)]
+        candidates += [path for path in found if is_checkpoint(path)]
     if not candidates:
         return None
-    return os.fspath(max(candidates, key=lambda p: p.stat().st_mtime))
+    return os.fspath(max(candidates, key=lambda p: p.stat().st_mtime))  # a last.ckpt link: its target's time
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | os.PathLike | None, stage: str = "fit") -> str | None:

@@ -1,10 +1,13 @@
-"""Checkpoints a Lightning user can open, and Lightning ``.ckpt`` files read into a TrainModule.
+"""The Trainer's checkpoints as Lightning's ``.ckpt`` files, and Lightning's files read into a TrainModule.
 
-A Lightning ``.ckpt`` is one ``torch.save`` dict: ``state_dict`` (the module's weights),
-``hyper_parameters``, ``epoch``, ``global_step``, ``optimizer_states``, ``lr_schedulers``, ``callbacks``
-and whatever ``on_save_checkpoint`` added. ``trainer.save_checkpoint("x.ckpt")`` writes that shape
-(loadable with ``torch.load(path, weights_only=True)``); ``load_from_checkpoint`` reads it, and
-fabricx checkpoint folders too.
+A Lightning ``.ckpt`` is one ``torch.save`` dict: ``state_dict`` (the module's weights), ``epoch``,
+``global_step``, ``pytorch-lightning_version``, ``loops``, ``callbacks``, ``optimizer_states``,
+``lr_schedulers``, ``hparams_name``/``hyper_parameters`` and whatever ``on_save_checkpoint`` added.
+``trainer.save_checkpoint("x.ckpt")`` (and ``ModelCheckpoint``) writes that shape through the single-file
+checkpoint layout, with fabricx's exact-resume entries (loader position, RNG, metric states) under reserved
+``__fabricx_*`` keys Lightning ignores: ``torch.load(path, weights_only=True)`` and Lightning's
+``LightningModule.load_from_checkpoint`` read it; ``fit(ckpt_path=...)`` and ``load_from_checkpoint`` read
+Lightning's files and fabricx's, code-free.
 """
 
 from __future__ import annotations
@@ -55,54 +58,78 @@ def _lightning_version() -> str:
     return "2.5.0"
 
 
-def save_lightning_checkpoint(trainer: Trainer, path: str, extras: dict[str, Any], weights_only: bool) -> None:
-    """Write ``path`` as one Lightning-shaped file (from global rank zero; sharded weights are gathered)."""
-    from fabricx.checkpoint.format import write_single_file
+#: fabricx's exact-resume entries (Lightning ignores them): progress, the loader position, metric states.
+PROGRESS_KEY = "__fabricx_trainer__"
+LOADER_KEY = "__fabricx_train_loader__"
+METRICS_KEY = "__fabricx_metrics__"
+DATAMODULE_KEY = "__fabricx_datamodule__"
 
-    module, model = trainer.lightning_module, trainer.model
-    assert module is not None and model is not None, "a checkpoint is written for a set-up module"
-    state = trainer.strategy.get_module_state_dict(model._forward_module)
-    checkpoint: dict[str, Any] = {
+
+def checkpoint_state(trainer: Trainer, extras: dict[str, Any], weights_only: bool = False) -> dict[str, Any]:
+    """What ``trainer.save_checkpoint`` hands to ``fabric.save``: Lightning's top-level keys plus fabricx's.
+
+    ``epoch``, ``global_step``, ``pytorch-lightning_version``, ``state_dict`` (the module), ``loops``,
+    ``callbacks``, ``optimizer_states``, ``lr_schedulers`` (not with ``weights_only``), ``hparams_name`` and
+    ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``, and what the
+    ``on_save_checkpoint`` hooks added; fabricx's exact-resume entries under reserved keys.
+
+    Example:
+
+    ```python
+    fabric.save("epoch=0-step=5.ckpt", checkpoint_state(trainer, {}))
+    ```
+    """
+    from fabricx.train import checkpointing as ckpt
+
+    module = trainer.lightning_module
+    assert module is not None and trainer.model is not None, "a checkpoint is written for a set-up module"
+    state: dict[str, Any] = {
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "pytorch-lightning_version": _lightning_version(),
-        "state_dict": {k: v.detach().cpu() for k, v in state.items() if isinstance(v, torch.Tensor)},
-        "hyper_parameters": plain_hparams(module.hparams),
+        "state_dict": trainer.model,
+        "loops": ckpt.LoopStates(trainer),
+        "callbacks": ckpt.CallbackStates(trainer.callbacks),
     }
     if not weights_only:
-        checkpoint["optimizer_states"] = [opt.state_dict() for opt in trainer.optimizers]
-        checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
+        state["optimizer_states"] = ckpt.OptimizerStates(trainer)
+        state["lr_schedulers"] = ckpt.SchedulerStates(trainer)
+    hparams = getattr(module, "hparams", None)
+    if hparams:
+        state["hparams_name"] = "kwargs"
+        state["hyper_parameters"] = plain_hparams(hparams)
+    datamodule_hparams = getattr(trainer.datamodule, "hparams", None) if trainer.datamodule is not None else None
+    if datamodule_hparams:
+        state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
     for key, value in extras.items():
-        checkpoint.setdefault(key, value)
-    if trainer.is_global_zero:
-        write_single_file(path, checkpoint)
-    if trainer.world_size > 1:
-        trainer.fabric.barrier()
+        state.setdefault(key, value)
+    state[PROGRESS_KEY] = ckpt.ProgressState(trainer)
+    if trainer.train_dataloader is not None and not weights_only:
+        state[LOADER_KEY] = trainer.train_dataloader
+    state[METRICS_KEY] = ckpt.MetricStates(trainer)
+    state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)
+    return state
 
 
 def is_lightning_file(path: str | os.PathLike) -> bool:
-    """A regular file (Lightning writes ``.ckpt`` files; fabricx writes folders)."""
+    """A regular file (a ``.ckpt`` of Lightning's or fabricx's Trainer, or any single-file checkpoint)."""
     return Path(path).is_file()
 
 
 def _read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``(weights, hyper_parameters, whole checkpoint)`` from a Lightning file or a fabricx folder."""
+    """``(weights, hyper_parameters, whole checkpoint)`` of a ``.ckpt`` file or a Trainer checkpoint folder."""
     from fabricx.checkpoint.format import read_checkpoint
 
     loaded = read_checkpoint(path)
     state = loaded.shared
-    if loaded.legacy:
-        if "state_dict" not in state:
-            raise FabricxError(
-                f"{path} is a single-file checkpoint without 'state_dict' (keys: {sorted(state)[:10]}); "
-                "load_from_checkpoint reads Lightning .ckpt files and fabricx checkpoint folders."
-            )
+    if "state_dict" in state and isinstance(state["state_dict"], Mapping):
         return dict(state["state_dict"]), dict(state.get("hyper_parameters") or {}), state
-    weights = state.get("module")
+    weights = state.get("module")  # a checkpoint folder of an earlier fabricx Trainer
     if not isinstance(weights, Mapping):
         raise FabricxError(
-            f"{path} holds no full module state (it is sharded, or not a Trainer checkpoint). Consolidate it "
-            "first with `fabricx consolidate`, or load it with trainer.fit(model, ckpt_path=...)."
+            f"{path} holds no full module state (keys: {sorted(state)[:10]}; sharded, or not a Trainer "
+            "checkpoint). Consolidate it first with `fabricx consolidate`, or load it with "
+            "trainer.fit(model, ckpt_path=...)."
         )
     hparams = dict((state.get("hparams") or {}).get("hyper_parameters") or {})
     extra = dict(state.get("extra") or {})
@@ -168,4 +195,4 @@ class HParamsState:
         """Nothing to restore: the module was built by the user."""
 
 
-__all__ = ["is_lightning_file", "load_lightning_weights", "load_module_from_checkpoint", "save_lightning_checkpoint"]
+__all__ = ["checkpoint_state", "is_lightning_file", "load_lightning_weights", "load_module_from_checkpoint"]

@@ -337,7 +337,9 @@ class Trainer:
         if summary and not any(isinstance(cb, RichModelSummary) for cb in given):
             extra.append(RichModelSummary())
         if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
-            extra.append(ModelCheckpoint(save_last=True, save_top_k=0))
+            default = ModelCheckpoint(save_last=True, save_top_k=0)
+            default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
+            extra.append(default)
         ordered = given + extra
         # Checkpoints last, so that they store what every other callback did in the same hook.
         checkpoints = [cb for cb in ordered if isinstance(cb, ModelCheckpoint)]
@@ -768,15 +770,19 @@ class Trainer:
         storage_options: Any = None,
         async_save: bool = False,
     ) -> Any:
-        """Write a full training checkpoint (every process must call it; outside accumulation windows).
+        """Write a full training checkpoint as Lightning does (every process must call it).
 
-        A path ending in ``.ckpt`` is written as one Lightning-style file (``torch.load(path,
-        weights_only=True)["state_dict"]`` works on it); any other path as a fabricx checkpoint folder.
-        ``async_save=True`` writes a folder in the background and returns its handle (see ``Fabric.save``).
+        The file holds Lightning's top-level keys (``state_dict``, ``optimizer_states``, ``lr_schedulers``,
+        ``epoch``, ``global_step``, ``loops``, ``callbacks``, ``hyper_parameters``, ...), readable by
+        ``torch.load(path, weights_only=True)`` and Lightning's ``load_from_checkpoint``, plus fabricx's
+        exact-resume entries. A path that names a file (``.ckpt``, ``.pt``, ...) is one file; any other path
+        is a fabricx checkpoint folder with the same entries (so is a ``.ckpt`` under DeepSpeed, whose
+        engines write their own files, as in Lightning). ``weights_only=True`` leaves out the optimizer and
+        scheduler states. ``async_save=True`` writes in the background and returns its handle.
 
         Example::
 
-            trainer.save_checkpoint("checkpoints/manual")
+            trainer.save_checkpoint("checkpoints/manual.ckpt")
         """
         if self._model is None:
             raise FabricxError("save_checkpoint() needs a module set up by fit/validate/test first.")
@@ -784,18 +790,18 @@ class Trainer:
             raise MisconfigurationError(
                 "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
             )
+        from fabricx.train.lightning_checkpoint import checkpoint_state
+
         extras = ckpt.Extras()
         hook = self._hooks.module_hook("on_save_checkpoint")
         if hook is not None:
             hook(extras.values)
         for method in self._hooks.callback_hooks("on_save_checkpoint"):
             method(self, self._module, extras.values)
-        if os.fspath(filepath).endswith(".ckpt"):
-            from fabricx.train.lightning_checkpoint import save_lightning_checkpoint
-
-            save_lightning_checkpoint(self, os.fspath(filepath), extras.values, weights_only)
-            return None
-        return self._fabric.save(filepath, self._checkpoint_state(extras), async_save=async_save)
+        state = checkpoint_state(self, extras.values, weights_only)
+        storage = self._fabric.strategy.checkpoint_storage()
+        layout = "directory" if storage is not None and not storage.full_state_in_one_file else None
+        return self._fabric.save(filepath, state, async_save=async_save, layout=layout)
 
     # -- running in each process ------------------------------------------------------------------------------
     def _launch(self, function: Any, *args: Any) -> Any:
@@ -885,16 +891,6 @@ class Trainer:
             if fabric.world_size > 1:
                 path = fabric.broadcast(path)
             self._ckpt_path = path
-            if path is not None:
-                from fabricx.train.lightning_checkpoint import is_lightning_file
-
-                if is_lightning_file(path):
-                    raise MisconfigurationError(
-                        f"fit(ckpt_path={path!r}) is a single-file (Lightning-style) checkpoint; the fabricx "
-                        "Trainer resumes training from its own checkpoint folders only. Start from its weights "
-                        f"with {type(module).__name__}.load_from_checkpoint(path) and fit that module "
-                        "(optimizer and loop state start fresh)."
-                    )
             hooks.call("on_fit_start")
             if self._validation_enabled() and self.num_sanity_val_steps != 0 and path is None:
                 self._run_sanity_check()
@@ -989,7 +985,8 @@ class Trainer:
             assert self._module is not None
             load_lightning_weights(self._module, path)
         else:
-            self._fabric.load(path, {"module": self._model}, strict=False)
+            key = "module" if ckpt.is_legacy_folder(path) else "state_dict"
+            self._fabric.load(path, {key: self._model}, strict=False)
 
     # -- set-up ----------------------------------------------------------------------------------------------
     def _setup_fit(self, module: TrainModule, train_dataloaders: Any, val_dataloaders: Any) -> None:
@@ -1400,7 +1397,8 @@ class Trainer:
             pass
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
-    def _checkpoint_state(self, extras: ckpt.Extras) -> dict[str, Any]:
+    def _legacy_checkpoint_state(self, extras: ckpt.Extras) -> dict[str, Any]:
+        """The entries of a checkpoint folder written by an earlier fabricx Trainer (before Lightning's keys)."""
         return {
             "module": self._model,
             "optimizers": {str(i): optimizer for i, optimizer in enumerate(self._optimizers)},
@@ -1416,7 +1414,10 @@ class Trainer:
 
     def _restore(self, path: str) -> None:
         extras = ckpt.Extras()
-        self._fabric.load(path, self._checkpoint_state(extras))
+        if ckpt.is_legacy_folder(path):
+            self._fabric.load(path, self._legacy_checkpoint_state(extras))
+        else:
+            extras.values = ckpt.restore_lightning_keys(self, path)
         for optimizer in self._optimizers:
             # Optimizer.load_state_dict rebinds param_groups/state on the user's optimizer; the wrapper
             # copied the old references at setup and must see the loaded ones.

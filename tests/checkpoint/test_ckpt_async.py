@@ -355,13 +355,13 @@ def _fit_with_checkpoints(root: Path, async_save: bool) -> tuple[list[str], dict
     trainer.fit(_Scored([0.5, 0.2, 0.9, 0.1, 0.3]), DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
     assert pending_save() is None or pending_save().done()  # fit returned with everything committed
     best = read_checkpoint(checkpoint.best_model_path).shared
-    return sorted(p.name for p in root.iterdir()), best["module"]
+    return sorted(p.name for p in root.iterdir()), best["state_dict"]
 
 
 def test_model_checkpoint_async_keeps_the_same_checkpoints_as_sync(tmp_path: Path) -> None:
     sync_names, sync_best = _fit_with_checkpoints(tmp_path / "sync", async_save=False)
     async_names, async_best = _fit_with_checkpoints(tmp_path / "async", async_save=True)
-    assert sync_names == async_names == ["epoch=1-step=8", "epoch=3-step=16", "last"]
+    assert sync_names == async_names == ["epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "last.ckpt"]
     assert sync_best.keys() == async_best.keys()
     assert all(torch.equal(sync_best[k], async_best[k]) for k in sync_best)
 

@@ -54,19 +54,19 @@ def test_model_checkpoint_keeps_exactly_top_k_plus_last(tmp_path):
     trainer.fit(ScriptedScore(scores), loader(regression_data(32)), loader(regression_data(16), shuffle=False))
 
     # the three lowest scores: epochs 3 (0.1), 5 (0.15) and 1 (0.2); each epoch is 4 steps
-    expected = {"epoch=3-step=16": 0.1, "epoch=5-step=24": 0.15, "epoch=1-step=8": 0.2}
+    expected = {"epoch=3-step=16.ckpt": 0.1, "epoch=5-step=24.ckpt": 0.15, "epoch=1-step=8.ckpt": 0.2}
     on_disk = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert on_disk == sorted([*expected, "last"])
+    assert on_disk == sorted([*expected, "last.ckpt"])
     assert {Path(p).name: pytest.approx(s) for p, s in checkpoint.best_k_models.items()} == expected
-    assert Path(checkpoint.best_model_path).name == "epoch=3-step=16"
+    assert Path(checkpoint.best_model_path).name == "epoch=3-step=16.ckpt"
     assert checkpoint.best_model_score == pytest.approx(0.1)
     assert checkpoint.kth_value == pytest.approx(0.2)
-    assert Path(checkpoint.last_model_path).name == "last"
+    assert Path(checkpoint.last_model_path).name == "last.ckpt"
     # the best checkpoint holds the weights of its moment and the callback state of that moment
     contents = trainer.fabric.load(checkpoint.best_model_path)
     state = contents["callbacks"][checkpoint.state_key]
-    assert Path(state["best_model_path"]).name == "epoch=3-step=16"
-    assert contents["trainer"]["global_step"] == 16
+    assert Path(state["best_model_path"]).name == "epoch=3-step=16.ckpt"
+    assert contents["global_step"] == 16 and torch.load(checkpoint.best_model_path)["global_step"] == 16
 
 
 def test_model_checkpoint_max_mode_and_every_n_train_steps(tmp_path):
@@ -74,12 +74,12 @@ def test_model_checkpoint_max_mode_and_every_n_train_steps(tmp_path):
     trainer = _trainer(tmp_path, max_epochs=2, callbacks=[checkpoint])
     trainer.fit(Regressor(), loader(regression_data(64)))  # 8 steps per epoch
     names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert names == sorted(f"epoch={(s - 1) // 8}-step={s}" for s in (3, 6, 9, 12, 15))
+    assert names == sorted(f"epoch={(s - 1) // 8}-step={s}.ckpt" for s in (3, 6, 9, 12, 15))
 
     best = ModelCheckpoint(dirpath=tmp_path / "max", monitor="score", mode="max", save_top_k=1, filename="{score:.2f}")
     trainer = _trainer(tmp_path, max_epochs=3, callbacks=[best])
     trainer.fit(ScriptedScore([0.1, 0.7, 0.4]), loader(regression_data(32)), loader(regression_data(16)))
-    assert [p.name for p in (tmp_path / "max").iterdir()] == ["score=0.70"]
+    assert [p.name for p in (tmp_path / "max").iterdir()] == ["score=0.70.ckpt"]
 
 
 @pytest.mark.parametrize(
@@ -223,5 +223,5 @@ def test_model_checkpoint_keeps_last_when_max_steps_ends_before_the_first_valida
     trainer = _trainer(tmp_path, max_steps=2, callbacks=[checkpoint])
     # 4 steps per epoch, but max_steps stops after 2: validation never ran, so "score" cannot exist yet
     trainer.fit(ScriptedScore([0.5]), loader(regression_data(32)), loader(regression_data(16), shuffle=False))
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["last"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["last.ckpt"]
     assert checkpoint.best_model_score is None

@@ -125,12 +125,15 @@ def test_hparams_ckpt_file_and_load_from_checkpoint(tmp_path):
     opened = torch.load(file, weights_only=True)  # what a Lightning user does with a .ckpt
     assert opened["global_step"] == 2 and opened["hyper_parameters"] == {"width": 5, "lr": 0.2, "note": "x"}
     assert torch.equal(opened["state_dict"]["layer.weight"], net.layer.weight)
-    for path in (file, tmp_path / "ck" / "last"):
+    for path in (file, tmp_path / "ck" / "last.ckpt"):
         rebuilt = Net.load_from_checkpoint(path, note="y")
         assert rebuilt.hparams.width == 5 and rebuilt.hparams.note == "y"
         assert torch.equal(rebuilt.layer.weight, net.layer.weight)
-    with pytest.raises(MisconfigurationError, match="load_from_checkpoint"):
-        _trainer(tmp_path, max_epochs=2).fit(Net(), DataLoader(torch.randn(8, 2), batch_size=4), ckpt_path=file)
+    # A .ckpt file resumes training too (it used to be refused: the Trainer wrote folders then).
+    resumed = _trainer(tmp_path, max_epochs=2)
+    again = Net(width=5, lr=0.2, module=torch.nn.ReLU())
+    resumed.fit(again, DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4), ckpt_path=file)
+    assert resumed.global_step == 4 and resumed.current_epoch == 2
 
 
 def test_datamodule_positional_and_predict_without_a_model(tmp_path):

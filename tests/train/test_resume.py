@@ -22,7 +22,7 @@ def test_resume_mid_epoch_in_new_process_matches_uninterrupted_run(tmp_path):
     with pytest.raises(Crash):
         # Step 22 is in the middle of epoch 1; the last step checkpoint before it is at step 21.
         stateful_run(str(root), crash_at_step=22)
-    assert (root / "steps" / "last" / "meta.json").is_file()
+    assert (root / "steps" / "last.ckpt").is_file()
 
     output = tmp_path / "resumed.pt"
     script = (
@@ -48,7 +48,7 @@ def test_resume_mid_epoch_in_new_process_matches_uninterrupted_run(tmp_path):
     assert resumed["best"] == reference["best"]
     names = [Path(p).name for p in resumed["best_k"]]
     assert names == [Path(p).name for p in reference["best_k"]]
-    assert all(Path(p).is_dir() for p in resumed["best_k"])
+    assert all(Path(p).is_file() and p.endswith(".ckpt") for p in resumed["best_k"])
 
 
 def test_last_without_checkpoint_starts_fresh_with_warning(tmp_path):
@@ -67,7 +67,7 @@ def test_last_without_checkpoint_starts_fresh_with_warning(tmp_path):
     with pytest.warns(UserWarning, match="found no last checkpoint"):
         trainer.fit(Regressor(), loader(regression_data(64)), ckpt_path="last")
     assert trainer.global_step == 8
-    assert (tmp_path / "checkpoints" / "last" / "meta.json").is_file()  # the default ModelCheckpoint
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()  # the default ModelCheckpoint
 
 
 def test_resume_after_an_epoch_cut_short_by_limit(tmp_path):

@@ -45,4 +45,5 @@ def test_ddp_spawn_accuracy_equals_whole_validation_set_and_rank_one_prints_noth
     rank1 = (tmp_path / "stdout_rank1.txt").read_text()
     assert "Epoch 1/1: 4/4" in rank0 and "Total params" in rank0 and "val_acc=" in rank0
     assert rank1 == ""
-    assert (tmp_path / "checkpoints" / "last" / "meta.json").is_file()
+    # As in Lightning: with a logger, checkpoints go to <save_dir>/<name>/<version>/checkpoints
+    assert (tmp_path / "fabricx_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()

@@ -588,6 +588,7 @@ class _EngineEntries(EntryStorage):
     """DeepSpeed models (and their optimizers), stored by their engines' own ``save_checkpoint``."""
 
     meta_key = META_KEY
+    full_state_in_one_file = False  # an engine's ZeRO optimizer state has no full form
 
     def __init__(self, strategy: DeepSpeedStrategy) -> None:
         self.strategy = strategy

@@ -1,0 +1,471 @@
+"""The single-file layout: a whole checkpoint as ONE ``torch.save`` zip file, written atomically.
+
+`torch.load(path, weights_only=True)` reads it, and so do tools that expect a file (Lightning's
+`Fabric.load`, downstream scripts, lazy loaders). Its top level is the user's state as Lightning
+Fabric writes it: a module's entry is its state dict, an optimizer's its state dict, a plain value
+itself. fabricx's own entries sit beside them under reserved keys (`__fabricx_rng__`,
+`__fabricx_precision__`, ...), which other readers return as unrequested entries:
+
+    <user keys>                  rank 0's view: state dicts and plain values
+    __fabricx_single_file__      format, version, world size, which keys are per rank
+    __fabricx_ranks__            the per-rank entries (RNG, loader position, ...) of ranks 1..N-1
+
+A per-rank entry of rank 0 is stored under its own key; the other ranks send theirs to rank 0, which
+writes the file (temporary file in the same folder, fsync, rename, folder fsync: readers see the old
+file or the new one). fabricx's entries may hold NumPy arrays (random states); they are stored as
+tensors tagged `__fabricx_numpy__` so the file stays weights-only. A user entry that
+`weights_only=True` could not read back is refused, naming the entry.
+
+Reading never runs code: `torch.load(..., weights_only=True)` is an allow-listed unpickler, and a
+file that needs anything else (a `GLOBAL os.system`, a class of the user's) is refused with a
+`CheckpointError`.
+
+Example:
+
+```python
+save_single_file(strategy, "out/model.pth", shared, per_rank, extra_keys={"__fabricx_rng__"})
+shared, per_rank, meta = read_single_file(Path("out/model.pth"), rank=0)
+```
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import sys
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.storage import io_for, is_url
+from fabricx.checkpoint.unsafe_pickle import pickle_allowed
+from fabricx.utilities.exceptions import CheckpointError
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "META_KEY",
+    "RANKS_KEY",
+    "Host",
+    "check_weights_only",
+    "looks_like_torch_file",
+    "read_single_file",
+    "save_single_file",
+    "save_single_file_async",
+    "unpickling_detail",
+    "write_file",
+]
+
+FORMAT_NAME = "fabricx-single-file"
+FORMAT_VERSION = 1
+#: Top-level key of the file's metadata (a reserved fabricx key: other readers return it as unrequested).
+META_KEY = "__fabricx_single_file__"
+#: Top-level key of ranks 1..N-1's per-rank entries (``{"1": {...}, ...}``).
+RANKS_KEY = "__fabricx_ranks__"
+_NUMPY_TAG = "__fabricx_numpy__"
+_RESERVED_PREFIX = "__fabricx_"
+_LOCAL_IO = LocalCheckpointIO()
+
+
+class Host(Protocol):
+    """What the layout needs from its caller (a strategy): where this process is and a broadcast."""
+
+    @property
+    def global_rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any: ...
+
+
+# ------------------------------------------------------------------------------------------ checking
+
+# Exact types (a subclass is pickled by reference and needs unsafe unpickling to load).
+_LEAVES = frozenset({str, int, float, bool, bytes, complex, torch.dtype, torch.Size, torch.device, type(None)})
+_DIRECTORY_HINT = (
+    "or keep the directory layout, which stores NumPy values: save to a path without a file suffix, or pass "
+    "layout='directory'"
+)
+
+
+def check_weights_only(value: Any, where: str = "the state", file: Any = None) -> None:
+    """Raise :class:`CheckpointError` naming the first part of ``value`` that ``weights_only=True`` cannot read.
+
+    Example:
+
+    ```python
+    check_weights_only({"model": model.state_dict(), "step": 3}, "state")  # passes
+    check_weights_only({"args": argparse.Namespace()}, "state")  # CheckpointError naming state['args']
+    ```
+    """
+    try:
+        _check(value, where, file)
+    except RecursionError:
+        raise CheckpointError(f"Cannot save {where} to a single file: it is nested too deeply.") from None
+
+
+def _check(value: Any, where: str, file: Any) -> None:
+    kind = type(value)
+    if isinstance(value, torch.Tensor):
+        if kind not in (torch.Tensor, torch.nn.Parameter):
+            raise CheckpointError(
+                f"Cannot save {where}{_into(file)}: it is a {kind.__qualname__}, a tensor subclass that "
+                "torch.load(weights_only=True) cannot read back without running code. Store a plain tensor "
+                "(tensor.as_subclass(torch.Tensor) or .full_tensor() for a DTensor)."
+            )
+        return
+    if kind in _LEAVES:
+        return
+    if kind in (dict, OrderedDict):
+        for key, item in value.items():
+            _check(key, f"a key of {where}", file)
+            _check(item, f"{where}[{key!r}]", file)
+        return
+    if kind in (list, tuple, set, frozenset):
+        for i, item in enumerate(value):
+            _check(item, f"{where}[{i}]", file)
+        return
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    numpy = kind.__module__.split(".")[0] == "numpy"
+    remedy = (
+        f"Convert it (torch.from_numpy(array), value.item() for a scalar), {_DIRECTORY_HINT}"
+        if numpy
+        else "Convert it to plain values (dicts, lists, numbers, strings, tensors), or give the object a "
+        "state_dict() that returns them"
+    )
+    raise CheckpointError(
+        f"Cannot save {where}{_into(file)}: it is a {name}, which torch.load(weights_only=True) cannot read "
+        f"back without running code. {remedy}."
+    )
+
+
+def _into(file: Any) -> str:
+    return f" into the single file {file}" if file is not None else " to a single file"
+
+
+# ------------------------------------------------------------------------------ fabricx's own entries
+
+
+def _encode(value: Any) -> Any:
+    """fabricx's entries with NumPy values (random states) as tagged tensors, so the file stays weights-only."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        if isinstance(value, numpy.ndarray) and value.dtype.kind in "biuf":
+            return {_NUMPY_TAG: torch.from_numpy(value.copy()), "shape": list(value.shape)}
+        if isinstance(value, numpy.generic) and value.dtype.kind in "biuf":
+            return {_NUMPY_TAG: torch.from_numpy(numpy.asarray(value).reshape(1)), "scalar": True}
+    if type(value) in (dict, OrderedDict):
+        return type(value)((key, _encode(item)) for key, item in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_encode(item) for item in value)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if type(value) in (dict, OrderedDict):
+        if _NUMPY_TAG in value and isinstance(value[_NUMPY_TAG], torch.Tensor):
+
+            array = value[_NUMPY_TAG].numpy()
+            if value.get("scalar"):
+                return array.reshape(())[()]
+            return array.reshape(value.get("shape", array.shape))
+        return type(value)((key, _decode(item)) for key, item in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_decode(item) for item in value)
+    return value
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu() if value.device.type != "cpu" else value.detach()
+    if type(value) in (dict, OrderedDict):
+        return type(value)((key, _to_cpu(item)) for key, item in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_to_cpu(item) for item in value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------- saving
+
+
+def _fabricx_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fabricx")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _file_contents(
+    host: Host, path: Any, shared: dict[str, Any], per_rank: dict[str, Any], extra_keys: Collection[str]
+) -> dict[str, Any] | None:
+    """Every rank: check, gather the per-rank entries to rank 0; rank 0 gets the file's dict, the others None.
+
+    Every rank takes part in the same collectives and raises the same error when any rank's state is refused.
+    """
+    rank, world_size = host.global_rank, host.world_size
+    own = _to_cpu(_encode(per_rank))
+    problem: str | None = None
+    try:
+        if rank == 0:
+            for key, value in shared.items():
+                check_weights_only(_encode(value) if key in extra_keys else value, f"state[{key!r}]", path)
+            clash = sorted(k for k in shared if k in per_rank or k in (META_KEY, RANKS_KEY))
+            if clash:
+                raise CheckpointError(f"Cannot save {clash} into the single file {path}: those keys are taken.")
+        for key, value in own.items():
+            check_weights_only(value, f"state[{key!r}] (rank {rank})", path)
+    except CheckpointError as error:
+        problem = str(error)
+    ranks: dict[str, Any] = {}
+    if world_size > 1:
+        problem = host.broadcast(problem, src=0) if rank == 0 or problem is None else problem
+        for src in range(1, world_size):  # every rank joins every broadcast, so none is left waiting
+            mine = ("error", problem) if problem and rank == src else ("ok", _to_bytes(own) if rank == src else b"")
+            sent = host.broadcast(mine, src=src)
+            if sent[0] == "error" and problem is None:
+                problem = sent[1]
+            elif rank == 0 and sent[0] == "ok":
+                ranks[str(src)] = torch.load(io.BytesIO(sent[1]), map_location="cpu", weights_only=True)
+    if problem is not None:
+        raise CheckpointError(problem)
+    if rank != 0:
+        return None
+    contents: dict[str, Any] = {
+        key: (_encode(value) if key in extra_keys else value) for key, value in _to_cpu(shared).items()
+    }
+    contents.update(own)
+    contents[META_KEY] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "fabricx_version": _fabricx_version(),
+        "world_size": world_size,
+        "created": time.time(),
+        "shared_keys": list(shared),
+        "per_rank_keys": list(per_rank),
+        "encoded_keys": sorted({*extra_keys, *per_rank}),
+    }
+    if ranks:
+        contents[RANKS_KEY] = ranks
+    return contents
+
+
+def _to_bytes(entries: dict[str, Any]) -> bytes:
+    # Sent as a torch.save file and read back weights-only: rank 0 runs no code another rank sent.
+    buffer = io.BytesIO()
+    torch.save(entries, buffer)
+    return buffer.getvalue()
+
+
+def write_file(path: Any, contents: dict[str, Any], storage: CheckpointIO | None = None) -> Any:
+    """Atomically write ``contents`` with ``torch.save`` (temporary file, fsync, rename, folder fsync).
+
+    Example:
+
+    ```python
+    write_file("model.ckpt", {"state_dict": model.state_dict(), "epoch": 3})
+    ```
+    """
+    target: Any = path if is_url(path) else Path(path)
+    if not is_url(path) and target.is_dir():
+        raise CheckpointError(
+            f"Cannot save the single file {target}: a directory is there (a checkpoint saved by an older fabricx, "
+            "which wrote folders for every path?). Remove it, save to another name, or pass layout='directory' "
+            "to write a checkpoint directory there again."
+        )
+    try:
+        io_for(path, storage or _LOCAL_IO).write_file(target, lambda handle: torch.save(contents, handle))
+    except OSError as error:
+        raise CheckpointError(
+            f"Could not write the checkpoint {target}: {error}. The save was abandoned; what was at {target} "
+            "before is unchanged. Check that the folder is writable and has free space."
+        ) from error
+    return target
+
+
+def _agree(host: Host, error: BaseException | None) -> None:
+    """Every rank learns whether rank 0's write succeeded (and raises if it did not)."""
+    if host.world_size == 1:
+        if error is not None:
+            raise error
+        return
+    message = host.broadcast(None if error is None else f"{type(error).__name__}: {error}", src=0)
+    if error is not None:
+        raise error
+    if message is not None:
+        raise CheckpointError(f"Rank 0 could not write the checkpoint: {message}")
+
+
+def save_single_file(
+    host: Host,
+    path: str | os.PathLike[str],
+    shared: dict[str, Any],
+    per_rank: dict[str, Any],
+    *,
+    extra_keys: Collection[str] = (),
+    storage: CheckpointIO | None = None,
+) -> None:
+    """Every rank: write the checkpoint contents as one file at ``path`` (rank 0 writes).
+
+    ``shared`` and ``per_rank`` are what the pipeline made of the user's state (state dicts and plain
+    values); ``extra_keys`` are fabricx's own shared entries (stored weights-only even if they hold NumPy values).
+
+    Example:
+
+    ```python
+    save_single_file(strategy, "out/model.pth", {"model": sd, "step": 3}, {"__fabricx_rng__": rng})
+    ```
+    """
+    contents = _file_contents(host, path, shared, per_rank, extra_keys)
+    error: BaseException | None = None
+    if contents is not None:
+        try:
+            write_file(path, contents, storage)
+        except Exception as failure:
+            error = failure
+    _agree(host, error)
+
+
+def save_single_file_async(
+    host: Host,
+    path: str | os.PathLike[str],
+    shared: dict[str, Any],
+    per_rank: dict[str, Any],
+    *,
+    extra_keys: Collection[str] = (),
+    storage: CheckpointIO | None = None,
+) -> Any:
+    """Like :func:`save_single_file`, with rank 0's write in a background thread; returns an ``AsyncSave``.
+
+    The contents are copied to host memory first (the training loop may change the live tensors at
+    once); a failed write is reported by the handle of rank 0, the rank that writes.
+
+    Example:
+
+    ```python
+    handle = save_single_file_async(strategy, "out/model.pth", shared, per_rank)
+    handle.wait()
+    ```
+    """
+    from fabricx.checkpoint.background import stage_to_host, start_background_save
+
+    contents = _file_contents(host, path, shared, per_rank, extra_keys)
+    if contents is None:
+        return start_background_save(path, _nothing)
+    staged = stage_to_host(contents)
+    return start_background_save(path, lambda: write_file(path, staged, storage))
+
+
+def _nothing() -> None:
+    return None
+
+
+# -------------------------------------------------------------------------------------------- reading
+
+
+def unpickling_detail(message: str) -> str:
+    """The part of torch's weights-only refusal that says what was refused (without its boilerplate)."""
+    # e.g. "WeightsUnpickler error: Unsupported global: GLOBAL io.open was not an allowed global ..."
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
+    for line in message.splitlines():
+        lowered = line.lower()
+        for marker in ("unsupported", "trying to load"):
+            at = lowered.find(marker)
+            if at != -1:
+                return line[at:].split(". ")[0].strip().rstrip(".")
+    return message.splitlines()[0].strip().rstrip(".") if message else "unknown reason"
+
+
+def _load(file: Path) -> Any:
+    try:
+        with warnings.catch_warnings():
+            # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
+            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
+            return torch.load(file, map_location="cpu", weights_only=not pickle_allowed())
+    except pickle.UnpicklingError as error:
+        detail = unpickling_detail(str(error))
+        if "global" in detail.lower():
+            raise CheckpointError(
+                f"Refusing to load {file}: {detail}. Reading it would need unsafe unpickling, which can run "
+                "arbitrary code, so nothing was executed. If you trust the file, load it yourself with "
+                "torch.load(path, weights_only=False) and save plain tensors/containers instead."
+            ) from None
+        raise CheckpointError(
+            f"Cannot load {file}: the weights-only reader rejected it ({detail}). It is damaged, not a "
+            "torch.save file, or would need unsafe unpickling (which fabricx never does)."
+        ) from None
+    except Exception as error:
+        raise CheckpointError(
+            f"Cannot load {file} as a torch.save checkpoint (truncated or damaged?): "
+            f"{type(error).__name__}: {str(error)[:300]}"
+        ) from None
+
+
+def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
+    if not isinstance(meta, Mapping) or meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{file} is damaged: its {META_KEY!r} entry is not fabricx single-file metadata.")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+        raise CheckpointError(
+            f"{file} declares single-file format version {version!r}; this fabricx supports versions 1 to "
+            f"{FORMAT_VERSION}. Load it with the fabricx version that wrote it, or upgrade fabricx."
+        )
+    world_size = meta.get("world_size")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise CheckpointError(f"{file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+    return dict(meta)
+
+
+def read_single_file(file: Path, rank: int = 0) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
+    """``(shared entries, this rank's entries or None, metadata)`` of a single-file checkpoint, code-free.
+
+    A file fabricx did not write (``torch.save({...})``, Lightning's ``fabric.save``/``.ckpt``) has no
+    per-rank entries: everything is shared, and the metadata says ``legacy``. A rank the saving run did
+    not have gets rank 0's entries without its random states (its data loaders decide whether they
+    can continue).
+
+    Example:
+
+    ```python
+    shared, per_rank, meta = read_single_file(Path("out/model.pth"), rank=0)
+    ```
+    """
+    state = _load(file)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{file} holds a {type(state).__name__}; a single-file checkpoint must hold a dict.")
+    if META_KEY not in state:
+        return state, None, {"format_version": 0, "legacy": True, "world_size": 1}
+    meta = _check_meta(file, state.pop(META_KEY))
+    ranks = state.pop(RANKS_KEY, {})
+    encoded = set(meta.get("encoded_keys") or ())
+    per_rank_keys = [key for key in meta.get("per_rank_keys") or () if isinstance(key, str)]
+    rank0 = {key: state.pop(key) for key in per_rank_keys if key in state}
+    shared = {key: (_decode(value) if key in encoded else value) for key, value in state.items()}
+    if rank == 0:
+        own: dict[str, Any] | None = rank0
+    elif isinstance(ranks, Mapping) and isinstance(ranks.get(str(rank)), Mapping):
+        own = dict(ranks[str(rank)])
+    else:  # more processes now than when it was saved
+        own = {key: value for key, value in rank0.items() if not key.startswith(_RESERVED_PREFIX)}
+    return shared, _decode(own), meta
+
+
+def looks_like_torch_file(file: Path) -> bool:
+    """Whether ``file`` starts like a ``torch.save`` file (zip, or a legacy pickle), without loading it."""
+    try:
+        with open(file, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
+
