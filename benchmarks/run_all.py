@@ -53,8 +53,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "ddp_overhead", "DDP overhead (2 CPU processes)", "hand-written torch DDP (time per step)",
-        full={"steps": 200, "repeats": 3, "instruction_steps": 20}, quick={"steps": 20, "repeats": 1},
-        timeout_s=1500,
+        full={"steps": 200, "repeats": 3, "instruction_steps": 10}, quick={"steps": 20, "repeats": 1},
+        timeout_s=2400,
     ),
     Benchmark(
         "loader_workers", "Data loader with 2 persistent workers", "the same plain DataLoader (time per batch)",

@@ -73,8 +73,8 @@ def test_markdown_leads_with_the_comparison_per_workload_and_lists_every_ratio(
     run_all.write_markdown(report, "chart.png", page)
     text = page.read_text()
     lead = text.index("## fabricx, Lightning and Accelerate against plain PyTorch")
-    assert "| Training loop, 1 CPU process | 1.00 | 1.02 | 1.25 | 1.80 |" in text
-    assert "| GPT-2 small on one GPU (eager, compiled) | not run |" in text and "no GPU run is recorded" in text
+    assert "| Training loop, 1 CPU process | the loop in plain PyTorch (time per step) | 1.02 | 1.25 | 1.80 |" in text
+    assert "| GPT-2 small on one GPU (eager, compiled) |" in text and "no GPU run is recorded yet) | not run |" in text
     assert lead < text.index("## Every ratio") < text.index("## Loop")
     assert "| Loop | ratio | 1.020 |" in text and "| fabricx µs per step | 5 |" in text
     assert "`loop_overhead.ratio`" not in text  # no internal keys
@@ -107,7 +107,8 @@ def test_gpu_rows_come_from_the_last_gpu_run_with_its_date(tmp_path: Path, monke
     page = tmp_path / "benchmarks.md"
     run_all.write_markdown(report, "chart.png", page)
     text = page.read_text()
-    assert "| GPT-2 small on one GPU, compiled | 1.00 | 1.01 | 1.03 | 1.05 |" in text
+    row = "| GPT-2 small on one GPU, compiled | raw PyTorch, bf16-mixed (time per token) | 1.01 | 1.03 | 1.05 |"
+    assert row in text
     assert "2026-11-30 10:00 UTC" in text and "| compiled | fabricx | 99,000 | 0.990 |" in text
 
 
