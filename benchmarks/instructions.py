@@ -8,7 +8,9 @@ imports and set-up run uninstrumented; around each measured stretch of steps the
 instrumentation on and asks for a dump (callgrind's client requests, through a 10-line C shim built at
 first use). Every loop of :mod:`benchmarks.loop_overhead` (plain, accumulation 4, clipping) is measured
 over N and over 2N optimizer steps from the same starting point; the difference over N is the cost of one
-step with the fixed costs (starting an epoch's iterator, the first step's allocations) subtracted. With
+step with the fixed costs (starting an epoch's iterator, the first step's allocations) subtracted. The
+garbage collector is run before and paused during each count (a collection landing in one stretch and not
+the other would otherwise dominate the difference). With
 2 processes each rank is counted (``rank0``, ``rank1``): both step in lockstep through the all-reduce,
 and waiting in it costs few instructions (a blocking receive).
 
@@ -137,6 +139,7 @@ def summarize(counts: list[dict[str, int]], steps: int) -> dict[str, Any]:
 def _child(world: int, steps: int) -> None:
     """One rank: set up both sides of every loop, then count N and 2N steps of each."""
     import ctypes
+    import gc
 
     import torch
 
@@ -187,6 +190,10 @@ def _child(world: int, steps: int) -> None:
             next(iterator)  # the first step of an epoch (iterator start-up) is outside every count
             barrier()
             if count is not None:
+                # The cyclic garbage collector runs when allocations pass a threshold, in whichever stretch that
+                # happens: collected before and paused during each count, so N and 2N differ by N steps only.
+                gc.collect()
+                gc.disable()
                 shim.fx_start()
                 shim.fx_zero()
             for _ in range(count or 2 * steps):
@@ -194,6 +201,7 @@ def _child(world: int, steps: int) -> None:
             if count is not None:
                 shim.fx_dump(f"{variant}-{side}-{count}".encode())
                 shim.fx_stop()
+                gc.enable()
             for _ in iterator:  # finish the epoch, so every side starts the next one alike
                 pass
 
