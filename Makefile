@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 
-.PHONY: demo test lint typecheck docs bench gpu-wheels gpu-check clean
+.PHONY: demo test lint typecheck docs bench bench-tools gpu-wheels gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,13 @@ docs: $(STAMP)
 test: $(STAMP) lint docs
 	$(PY) -m pytest -m "not slow" -q --durations=15
 
+# The instruction counts of the overhead benchmarks need valgrind (a Debian package): `make bench-tools` as root.
 bench: $(STAMP)
+	@command -v valgrind >/dev/null || echo "valgrind not found: instruction counts will say 'not available' (make bench-tools)"
 	$(PY) -m benchmarks
+
+bench-tools:
+	apt-get update && apt-get install -y valgrind
 
 # The GPU check (docs/guides/performance.md). `make gpu-wheels` here, with network: the extra wheels the GPU
 # machine lacks, into .cache/gpu-wheels. `make gpu-check` there, offline: installs them (when the folder came

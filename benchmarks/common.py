@@ -98,3 +98,12 @@ def timed(fn: Callable[[], None], steps: int) -> float:
     start = time.perf_counter()
     fn()
     return (time.perf_counter() - start) / steps
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a process group's rendezvous)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

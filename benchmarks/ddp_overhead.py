@@ -12,7 +12,12 @@ the median processor time of a step (all threads, gloo's included). ``control_ra
 identical hand-written DDP loops the same way: its distance from 1.0 is the noise of that run. Both
 sides of a pair see the same batches from the same weights, so their final losses must be equal (checked).
 
-Run: ``python -m benchmarks.ddp_overhead [--steps 200 --repeats 5] [--profile]``
+``instruction_steps > 0`` also counts instructions per step of each loop on each rank under valgrind
+(:mod:`benchmarks.instructions`: ``rank0_instructions_ratio``, ``rank1_accumulation_instructions_ratio``,
+...), a unit that contention on a 2-core machine does not move, unlike the wall-clock ratios beside the
+control's spread; "not available" without valgrind.
+
+Run: ``python -m benchmarks.ddp_overhead [--steps 200 --repeats 5] [--profile] [--instruction-steps 20]``
 """
 
 from __future__ import annotations
@@ -41,7 +46,16 @@ from benchmarks.loop_overhead import (
 WORLD_SIZE = 2
 
 
-def measure(steps: int = 200, repeats: int = 5, profile: bool = False) -> dict[str, float]:
+def measure(steps: int = 200, repeats: int = 5, profile: bool = False, instruction_steps: int = 0) -> dict[str, Any]:
+    result = _measure_time(steps, repeats, profile)
+    if instruction_steps > 0:
+        from benchmarks.instructions import measure_instructions
+
+        result.update(measure_instructions(world=WORLD_SIZE, steps=instruction_steps))
+    return result
+
+
+def _measure_time(steps: int, repeats: int, profile: bool) -> dict[str, Any]:
     from fabricx import Fabric
     from fabricx.strategies import DDPStrategy
 
@@ -174,8 +188,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="also time each piece of the per-step path")
+    parser.add_argument("--instruction-steps", type=int, default=0, help="also count instructions (valgrind)")
     args = parser.parse_args()
-    print(json.dumps(measure(args.steps, args.repeats, args.profile), indent=2))
+    print(json.dumps(measure(args.steps, args.repeats, args.profile, args.instruction_steps), indent=2))
 
 
 if __name__ == "__main__":

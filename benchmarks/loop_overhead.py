@@ -15,6 +15,10 @@ every step of every repeat: on a shared machine whose speed drifts from second t
 steps keeps that drift out of the ratio. ``*_epoch_ratio`` compares the median epoch time instead, and
 ``*_cpu_time_ratio`` the median processor time of a step.
 
+``instruction_steps > 0`` also counts instructions per step of each loop under valgrind
+(:mod:`benchmarks.instructions`: ``instructions_ratio``, ``accumulation_instructions_ratio``,
+``clipping_instructions_ratio``), a figure a busy machine does not move; "not available" without valgrind.
+
 Each pair starts from the same weights and reads the same batches (each loader has its own generator
 seeded alike), so the final losses must be equal: the benchmark fails if they are not.
 
@@ -110,7 +114,16 @@ def check_losses(last: dict[str, list]) -> None:
             )
 
 
-def measure(steps: int = 300, repeats: int = 15) -> dict[str, float]:
+def measure(steps: int = 300, repeats: int = 15, instruction_steps: int = 0) -> dict[str, Any]:
+    result = _measure_time(steps, repeats)
+    if instruction_steps > 0:
+        from benchmarks.instructions import measure_instructions
+
+        result.update(measure_instructions(world=1, steps=instruction_steps))
+    return result
+
+
+def _measure_time(steps: int, repeats: int) -> dict[str, Any]:
     from fabricx import Fabric
 
     torch.set_num_threads(1)
@@ -179,8 +192,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--instruction-steps", type=int, default=0, help="also count instructions (valgrind)")
     args = parser.parse_args()
-    print(json.dumps(measure(args.steps, args.repeats), indent=2))
+    print(json.dumps(measure(args.steps, args.repeats, args.instruction_steps), indent=2))
 
 
 if __name__ == "__main__":

@@ -43,19 +43,27 @@ class Benchmark:
         return f"benchmarks.{self.name}"
 
 
-# The order is the order of the report; the full run fits in 10 minutes on 2 cores.
+# The order is the order of the report. The instruction counts (valgrind) and the 600 MB disk checkpoints make
+# the full run longer than the rest together: see docs/guides/performance.md for the time of each piece.
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "loop_overhead", "Training-loop overhead (1 process)", "the same loop in plain PyTorch (time per step)",
-        full={"steps": 300, "repeats": 15}, quick={"steps": 30, "repeats": 2},
+        full={"steps": 300, "repeats": 15, "instruction_steps": 20}, quick={"steps": 30, "repeats": 2},
+        timeout_s=900,
     ),
     Benchmark(
         "ddp_overhead", "DDP overhead (2 CPU processes)", "hand-written torch DDP (time per step)",
-        full={"steps": 200, "repeats": 3}, quick={"steps": 20, "repeats": 1}, timeout_s=150,
+        full={"steps": 200, "repeats": 3, "instruction_steps": 10}, quick={"steps": 20, "repeats": 1},
+        timeout_s=2400,
     ),
     Benchmark(
-        "trainer_overhead", "Trainer overhead", "the same training as a hand-written Fabric loop (time per step)",
-        full={"steps": 300, "repeats": 3}, quick={"steps": 30, "repeats": 1},
+        "loader_workers", "Data loader with 2 persistent workers", "the same plain DataLoader (time per batch)",
+        full={"batches": 200, "repeats": 5}, quick={"batches": 40, "repeats": 1}, timeout_s=300,
+    ),
+    Benchmark(
+        "trainer_overhead", "Trainer overhead",
+        "the same training as a hand-written Fabric loop (time per step, set-up subtracted)",
+        full={"steps": 300, "repeats": 3}, quick={"steps": 30, "repeats": 1}, timeout_s=600,
     ),
     Benchmark(
         "import_time", "Import time", "`import torch` in a fresh interpreter",
@@ -64,6 +72,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "first_step", "Process start to first optimizer step", "the same script in plain PyTorch",
         full={"repeats": 3}, quick={"repeats": 1},
+    ),
+    Benchmark(
+        "launch_startup", "Launch of 2 processes to the first optimizer step", "`torchrun` with a hand-written loop",
+        full={"repeats": 3}, quick={"repeats": 1}, timeout_s=600,
+    ),
+    Benchmark(
+        "checkpoint_disk", "Durable save and cold load against the disk's own limit",
+        "the same bytes in one buffered write + fsync / one read from a dropped page cache",
+        full={"megabytes": 600, "repeats": 3}, quick={"megabytes": 8, "repeats": 1}, timeout_s=600,
     ),
     Benchmark(
         "checkpoint_io", "Checkpoint save/load throughput",
@@ -98,31 +115,8 @@ print({prefix!r} + json.dumps(result), flush=True)
 """
 
 
-def _trainer_overhead_measure(steps: int = 300, repeats: int = 5) -> dict[str, float]:
-    """Used while benchmarks/trainer_overhead.py has only a main(): its two runs, interleaved, as its main does."""
-    import statistics
-    import tempfile
-
-    import torch
-
-    from benchmarks import trainer_overhead as bench
-
-    torch.set_num_threads(1)
-    dataset = bench._data()
-    loop, trainer = [], []
-    with tempfile.TemporaryDirectory() as root:
-        bench.run_loop(dataset, 50)
-        bench.run_trainer(dataset, 50, root)
-        for _ in range(repeats):
-            loop.append(bench.run_loop(dataset, steps) / steps)
-            trainer.append(bench.run_trainer(dataset, steps, root) / steps)
-    loop_s, trainer_s = statistics.median(loop), statistics.median(trainer)
-    return {"fabric_loop_us_per_step": loop_s * 1e6, "trainer_us_per_step": trainer_s * 1e6,
-            "ratio": trainer_s / loop_s}
-
-
 # Stand-ins for modules that do not expose measure() (yet); a module's own measure() always wins.
-_FALLBACKS = {"benchmarks.trainer_overhead": ("run_trainer", _trainer_overhead_measure)}
+_FALLBACKS: dict[str, tuple[str, Any]] = {}
 
 
 def resolve_measure(module_name: str) -> Any:
@@ -235,40 +229,42 @@ def _peer_versions() -> dict[str, str]:
     return found
 
 
-def write_chart(found: dict[str, float], path: Path) -> None:
-    """A horizontal bar per ratio, with the plain-PyTorch line at 1.0."""
-    import matplotlib
+def write_chart(found: dict[str, float], path: Path, report: dict[str, Any] | None = None) -> None:
+    """The per-workload chart of :mod:`benchmarks.summary` (``found``: used when no report is given)."""
+    from benchmarks.summary import write_summary_chart
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = list(found)
-    values = [found[label] for label in labels]
-    height = max(2.5, 0.38 * len(labels) + 1.6)
-    figure, axes = plt.subplots(figsize=(9, height))
-    kinds = {"fabricx": "#3b7dd8", "peer library": "#9a9a9a", "file format": "#5aa469"}
-    kind_of = [
-        "peer library" if ("lightning" in label or "accelerate" in label)
-        else "file format" if "safetensors" in label else "fabricx"
-        for label in labels
+    rows = summary_rows_for(report) if report is not None else [
+        {"title": _readable(label), "fabricx": value} for label, value in found.items()
     ]
-    axes.barh(range(len(labels)), values, color=[kinds[kind] for kind in kind_of])
-    from matplotlib.patches import Patch
+    write_summary_chart(rows, path)
 
-    handles = [Patch(color=color, label=kind) for kind, color in kinds.items() if kind in kind_of]
-    axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=3, fontsize=8)
-    axes.set_yticks(range(len(labels)), labels, fontsize=8)
-    axes.invert_yaxis()
-    axes.axvline(1.0, color="black", linewidth=1, linestyle="--")
-    axes.set_xscale("log")
-    axes.set_xlabel("ratio to the baseline, mostly plain PyTorch (log scale; 1.0 = same, lower is better)")
-    for index, value in enumerate(values):
-        axes.text(value, index, f" {value:.2f}x", va="center", fontsize=8)
-    axes.set_title("fabricx benchmarks")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+
+GPU_LAST_RUN = ROOT / "benchmarks" / "gpu_last_run.json"
+
+
+def load_gpu_report() -> dict[str, Any] | None:
+    """The last GPU check's report (benchmarks/gpu_last_run.json, copied from a GPU machine), or None."""
+    if not GPU_LAST_RUN.exists():
+        return None
+    return json.loads(GPU_LAST_RUN.read_text())
+
+
+def summary_rows_for(report: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks.summary import summary_rows
+
+    return summary_rows(report, report.get("gpu") if "gpu" in report else load_gpu_report())
+
+
+def _gpu_note(gpu: dict[str, Any] | None) -> str:
+    if gpu is None:
+        return "not run: no GPU was lent for this run, and no GPU run is recorded yet"
+    return f"not run in this run (no GPU lent); last GPU run: {gpu['environment']['date']}"
+
+
+def _readable(key: str) -> str:
+    """``accumulation_cpu_time_ratio`` -> ``accumulation cpu time ratio``; ``us`` -> ``µs``."""
+    words = key.replace(".", " · ").replace("_", " ").split()
+    return " ".join({"us": "µs", "mb": "MB", "s": "(s)", "fabricx": "fabricx"}.get(w, w) for w in words)
 
 
 def _format(value: Any) -> str:
@@ -278,17 +274,20 @@ def _format(value: Any) -> str:
 
 
 def write_markdown(report: dict[str, Any], chart_name: str, path: Path) -> None:
-    """The docs page: machine, ratio chart, and one table per benchmark."""
+    """The docs page: the per-workload summary and chart first, then the GPU check, then every figure."""
+    from benchmarks.summary import summary_markdown
+
     info = report["machine"]
+    gpu = report.get("gpu") if "gpu" in report else load_gpu_report()
     lines = [
         "# Benchmarks",
         "",
-        "Generated by `python -m benchmarks` (`make bench`); do not edit by hand. Every ratio compares",
-        "fabricx (or a peer library) with a baseline doing the same work in the same run, mostly plain",
-        "PyTorch (the last column says which), with the candidates' repeats interleaved so that a busy",
-        "machine slows them alike. 1.0 means the same as the baseline; lower is better. Lightning Fabric",
-        "and Accelerate are measured where they are installed. Timings on a shared machine are noisy;",
-        "checkpoint loading in particular depends on what the operating system still has in its file cache.",
+        "Generated by `python -m benchmarks` (`make bench`); do not edit by hand. Each figure is the time fabricx",
+        "(or Lightning, or Accelerate) takes for a workload relative to a baseline doing the same work in the same",
+        "run, mostly plain PyTorch (the last column says which), with the candidates interleaved so that a busy",
+        "machine slows them alike: 1.0 means as fast as the baseline, lower is better. Wall-clock figures on a",
+        "shared 2-core machine move by a few per cent from run to run (see the A/A control of the DDP benchmark);",
+        "the instruction counts do not.",
         "",
         f"Last run: {info['date']}, Python {info['python']}, torch {info['torch']}, {info['cpus']} CPUs, "
         f"load average {_format(info['load_average'])} at the start"
@@ -296,17 +295,28 @@ def write_markdown(report: dict[str, Any], chart_name: str, path: Path) -> None:
         + "".join(f", {name} {version}" for name, version in info.get("peers", {}).items())
         + ".",
         "",
-        f"![Ratios to plain PyTorch]({chart_name})",
+        "## fabricx, Lightning and Accelerate against plain PyTorch",
         "",
-        "## Ratios",
+        *summary_markdown(summary_rows_for(report), _gpu_note(gpu)),
         "",
-        "| ratio | value | 1.0 is |",
-        "|---|---|---|",
+        f"![fabricx, Lightning and Accelerate against plain PyTorch, per workload]({chart_name})",
+        "",
+        "## On a GPU",
+        "",
     ]
+    if gpu is not None and not gpu.get("dry_run"):
+        from benchmarks.gpu_check import markdown as gpu_markdown
+
+        lines += [f"The last GPU check (`make gpu-check`, {gpu['environment']['date']}; not re-run by "
+                  "`python -m benchmarks`):", "", gpu_markdown(gpu).replace("### ", "#### ")]
+    else:
+        lines.append(f"GPU rows: {_gpu_note(gpu)}. See the guide's GPU check to produce them.")
+    lines += ["", "## Every ratio", "", "| benchmark | ratio | value | 1.0 is |", "|---|---|---|---|"]
     for label, value in report["ratios"].items():
-        bench = label.split(".", 1)[0]
-        baseline = report["benchmarks"].get(bench, {}).get("baseline") or _BASELINES.get(bench, "")
-        lines.append(f"| `{label}` | {value:.3f} | {baseline} |")
+        bench, key = label.split(".", 1)
+        record = report["benchmarks"].get(bench, {})
+        baseline = record.get("baseline") or _BASELINES.get(bench, "")
+        lines.append(f"| {record.get('title', bench)} | {_readable(key)} | {value:.3f} | {baseline} |")
     for name, record in report["benchmarks"].items():
         lines += ["", f"## {record['title']}", "", f"`benchmarks/{name}.py`" + (
             f": {record['about']}" if record.get("about") else ""
@@ -315,7 +325,7 @@ def write_markdown(report: dict[str, Any], chart_name: str, path: Path) -> None:
             lines.append(f"Not measured in this run ({record['status']}: {record.get('note', '')}).")
             continue
         lines += ["| metric | value |", "|---|---|"]
-        lines += [f"| `{key}` | {_format(value)} |" for key, value in _flatten(record["result"]).items()]
+        lines += [f"| {_readable(key)} | {_format(value)} |" for key, value in _flatten(record["result"]).items()]
         lines.append(f"\nSizes: `{json.dumps(record.get('kwargs', {}))}`; took {record['seconds']} s.")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -348,7 +358,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     json_path, chart_path = out / "results.json", out / "ratios.png"
     json_path.write_text(json.dumps(report, indent=2) + "\n")
-    write_chart(report["ratios"], chart_path)
+    write_chart(report["ratios"], chart_path, report)
     print(f"[benchmarks] wrote {json_path} and {chart_path} in {report['total_seconds']} s", flush=True)
     if docs:
         render_docs(report)
@@ -358,7 +368,7 @@ def run(
 def render_docs(report: dict[str, Any]) -> None:
     """Write docs/assets/benchmarks.png and docs/benchmarks.md from a report."""
     docs_dir = ROOT / "docs"
-    write_chart(report["ratios"], docs_dir / "assets" / "benchmarks.png")
+    write_chart(report["ratios"], docs_dir / "assets" / "benchmarks.png", report)
     write_markdown(report, "assets/benchmarks.png", docs_dir / "benchmarks.md")
     print(f"[benchmarks] updated {docs_dir / 'benchmarks.md'}", flush=True)
 

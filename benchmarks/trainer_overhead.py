@@ -1,4 +1,5 @@
-"""Per-step cost of ``Trainer.fit`` against the same training written as a plain Fabric loop.
+"""Per-step cost of ``Trainer.fit`` against the same training written as a plain Fabric loop, and of Lightning's
+own Trainer on the same module (targets: fabricx's Trainer <= 1.03x the Fabric loop, and below Lightning's).
 
 The model is the tiny MLP (32 -> 64 -> 1, batch 32, in-memory data, SGD, seeded). Both variants
 run the same number of optimizer steps on one CPU process in float32 and include their own set-up
@@ -10,17 +11,25 @@ the default CSVLogger (written every ``log_every_n_steps=50`` steps), hook dispa
 counting. Off: the progress bar, the model summary, checkpointing (``enable_checkpointing=False``)
 and validation (no validation data).
 
+Lightning's Trainer runs the same module ported as a ``LightningModule`` (only the imports differ)
+with the same settings (its ``CSVLogger``, ``log_every_n_steps=50``, no progress bar, summary,
+checkpointing or validation), where lightning is installed. The three take turns over the repeats.
+
 Run::
 
-    python benchmarks/trainer_overhead.py [--steps 2000] [--repeats 7]
+    python -m benchmarks.trainer_overhead [--steps 2000] [--repeats 7]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import statistics
 import tempfile
 import time
+import warnings
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -101,26 +110,102 @@ def run_trainer(dataset: TensorDataset, steps: int, root: str) -> float:
     return time.perf_counter() - start
 
 
+def _lightning_module_class() -> type:
+    """MLPModule ported to Lightning: the same class body, ``LightningModule`` instead of ``TrainModule``."""
+    import lightning as L
+
+    class LitMLPModule(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _mlp()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    return LitMLPModule
+
+
+def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str) -> float:
+    """The same training through Lightning's Trainer.fit; returns seconds."""
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    start = time.perf_counter()
+    L.seed_everything(0, verbose=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=CSVLogger(root, name="lightning"),
+        log_every_n_steps=50,
+        default_root_dir=root,
+    )
+    trainer.fit(_lightning_module_class()(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    assert trainer.global_step == steps
+    return time.perf_counter() - start
+
+
+def measure(steps: int = 300, repeats: int = 5) -> dict[str, Any]:
+    """Microseconds per step of the Fabric loop, fabricx's Trainer and Lightning's Trainer, interleaved.
+
+    Each repeat runs every candidate for ``steps`` and for ``2 * steps`` steps: ``*_us_per_step`` is the
+    median of (long - short) / steps, the cost of a step with each run's fixed set-up (building the
+    Trainer, loggers, the first epoch's iterator) subtracted; ``*_with_setup_us_per_step`` is the long
+    run's time over its steps, set-up included.
+    """
+    import logging
+
+    torch.set_num_threads(1)
+    dataset = _data()
+    runs: dict[str, Any] = {
+        "fabric_loop": lambda n, root: run_loop(dataset, n),
+        "trainer": lambda n, root: run_trainer(dataset, n, root),
+    }
+    if importlib.util.find_spec("lightning") is not None:
+        runs["lightning_trainer"] = lambda n, root: run_lightning_trainer(dataset, n, root)
+        logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: False" lines
+    per_step: dict[str, list[float]] = {name: [] for name in runs}
+    with_setup: dict[str, list[float]] = {name: [] for name in runs}
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
+        warnings.simplefilter("ignore")  # Lightning's advice (num_workers, logging interval) is not measured
+        for run in runs.values():
+            run(50, root)  # warm-up: first-call costs (imports, allocator) are not what we measure
+        for repeat in range(repeats):
+            names = list(runs)
+            for name in names[repeat % len(names):] + names[: repeat % len(names)]:
+                short, long = runs[name](steps, root), runs[name](2 * steps, root)
+                per_step[name].append((long - short) / steps)
+                with_setup[name].append(long / (2 * steps))
+    medians = {name: statistics.median(values) for name, values in per_step.items()}
+    result: dict[str, Any] = {f"{name}_us_per_step": value * 1e6 for name, value in medians.items()}
+    result.update(
+        {f"{name}_with_setup_us_per_step": statistics.median(v) * 1e6 for name, v in with_setup.items()}
+    )
+    result["ratio"] = medians["trainer"] / medians["fabric_loop"]
+    if "lightning_trainer" in medians:
+        result["lightning_trainer_ratio"] = medians["lightning_trainer"] / medians["fabric_loop"]
+        result["trainer_vs_lightning_trainer"] = medians["trainer"] / medians["lightning_trainer"]
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    dataset = _data()
-    loop_times, trainer_times = [], []
-    with tempfile.TemporaryDirectory() as root:
-        run_loop(dataset, 50)  # warm-up: first-call costs (imports, allocator) are not what we measure
-        run_trainer(dataset, 50, root)
-        for _ in range(args.repeats):
-            loop_times.append(run_loop(dataset, args.steps) / args.steps)
-            trainer_times.append(run_trainer(dataset, args.steps, root) / args.steps)
-    loop_median = statistics.median(loop_times)
-    trainer_median = statistics.median(trainer_times)
-    print(f"steps per run: {args.steps}, repeats: {args.repeats} (interleaved), threads: 1")
-    print(f"Fabric loop : median {loop_median * 1e6:8.1f} us/step")
-    print(f"Trainer.fit : median {trainer_median * 1e6:8.1f} us/step")
-    print(f"ratio       : {trainer_median / loop_median:.3f}x (target <= 1.10x)")
+    print(json.dumps(measure(args.steps, args.repeats), indent=2))
 
 
 if __name__ == "__main__":

@@ -51,24 +51,89 @@ def test_missing_benchmarks_are_reported_not_fatal(tmp_path: Path) -> None:
         run_all.run(names=["nope"], out=tmp_path)
 
 
-def test_markdown_table_lists_every_ratio(tmp_path: Path) -> None:
+def test_markdown_leads_with_the_comparison_per_workload_and_lists_every_ratio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from benchmarks import run_all
 
+    monkeypatch.setattr(run_all, "GPU_LAST_RUN", tmp_path / "absent.json")
     report = {
         "machine": {"date": "today", "python": "3", "torch": "2", "cpus": 2, "load_average": 1.0},
         "quick": True,
         "benchmarks": {
-            "loop_overhead": {"title": "Loop", "status": "ok", "seconds": 1.0, "kwargs": {}, "result": {"ratio": 1.02}},
+            "loop_overhead": {"title": "Loop", "status": "ok", "seconds": 1.0, "kwargs": {},
+                              "result": {"ratio": 1.02, "fabricx_us_per_step": 5.0}},
+            "peers": {"title": "Peers", "status": "ok", "seconds": 1.0, "kwargs": {},
+                      "result": {"lightning_ratio": 1.25, "accelerate_ratio": 1.8}},
             "resume": {"title": "Resume", "status": "missing", "note": "not yet"},
         },
-        "ratios": {"loop_overhead.ratio": 1.02},
+        "ratios": {"loop_overhead.ratio": 1.02, "peers.lightning_ratio": 1.25, "peers.accelerate_ratio": 1.8},
     }
     page = tmp_path / "benchmarks.md"
     run_all.write_markdown(report, "chart.png", page)
     text = page.read_text()
-    assert "| `loop_overhead.ratio` | 1.020 |" in text
+    lead = text.index("## fabricx, Lightning and Accelerate against plain PyTorch")
+    assert "| Training loop, 1 CPU process | the loop in plain PyTorch (time per step) | 1.02 | 1.25 | 1.80 |" in text
+    assert "| GPT-2 small on one GPU (eager, compiled) |" in text and "no GPU run is recorded yet) | not run |" in text
+    assert lead < text.index("## Every ratio") < text.index("## Loop")
+    assert "| Loop | ratio | 1.020 |" in text and "| fabricx µs per step | 5 |" in text
+    assert "`loop_overhead.ratio`" not in text  # no internal keys
     assert "Not measured in this run (missing: not yet)" in text
-    assert "![Ratios to plain PyTorch](chart.png)" in text
+    run_all.write_chart(report["ratios"], tmp_path / "chart.png", report)
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_rows_come_from_the_last_gpu_run_with_its_date(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import run_all
+
+    gpu = {
+        "environment": {"date": "2026-11-30 10:00 UTC", "python": "3.12", "versions": {"torch": "2.11"},
+                        "cuda": "13.0", "gpu": "NVIDIA H200", "fabricx_commit": "abc"},
+        "dry_run": False, "status": "ok", "seconds": 300.0,
+        "parts": {"throughput": {"status": "ok", "seconds": 100.0, "result": {
+            "device": "NVIDIA H200", "parameters": 124e6, "batch": 8, "sequence": 1024, "steps_per_turn": 10,
+            "rounds": 5, "compile_backend": "inductor", "peak_flops": 989e12, "missing": [], "rows": [
+                {"kind": kind, "candidate": name, "tokens_per_s": 1e5 * ratio, "tokens_per_s_ratio": ratio,
+                 "peak_memory_mb": 9000.0, "peak_memory_ratio": 1.0, "mfu": 0.4}
+                for kind in ("eager", "compiled") for name, ratio in (("raw", 1.0), ("fabricx", 0.99),
+                                                                       ("lightning", 0.97), ("accelerate", 0.95))
+            ]}}},
+    }
+    last = tmp_path / "gpu_last_run.json"
+    last.write_text(json.dumps(gpu))
+    monkeypatch.setattr(run_all, "GPU_LAST_RUN", last)
+    report = {"machine": {"date": "today", "python": "3", "torch": "2", "cpus": 2, "load_average": 1.0},
+              "quick": True, "benchmarks": {}, "ratios": {}}
+    page = tmp_path / "benchmarks.md"
+    run_all.write_markdown(report, "chart.png", page)
+    text = page.read_text()
+    row = "| GPT-2 small on one GPU, compiled | raw PyTorch, bf16-mixed (time per token) | 1.01 | 1.03 | 1.05 |"
+    assert row in text
+    assert "2026-11-30 10:00 UTC" in text and "| compiled | fabricx | 99,000 | 0.990 |" in text
+
+
+def test_instructions_degrade_to_not_available_and_parse_callgrind_dumps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import instructions
+
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
+    assert instructions.measure_instructions(world=1, steps=2) == {
+        "instructions": "not available: valgrind is not installed (Debian: apt-get install valgrind)"
+    }
+    totals = {}
+    for variant in ("plain", "accumulation", "clipping"):
+        for side, per_step in (("plain", 1000), ("fabricx", 1010)):
+            for count in (5, 10):
+                label = f"{variant}-{side}-{count}"
+                totals[label] = 50_000 + per_step * count
+                (tmp_path / f"rank0.out.{label}").write_text(
+                    f"version: 1\ndesc: Trigger: Client Request: {label}\nevents: Ir\nsummary: {totals[label]}\n"
+                )
+    assert instructions.read_dumps(tmp_path, 0) == totals
+    result = instructions.summarize([totals], steps=5)
+    assert result["plain_fabricx_instructions_per_step"] == 1010
+    assert result["instructions_ratio"] == result["clipping_instructions_ratio"] == pytest.approx(1.01)
 
 
 def test_gpu_check_dry_run_writes_its_tables_on_the_cpu(tmp_path: Path) -> None:
