@@ -85,4 +85,11 @@ SLOW: set[str] = {
     "test_pl_early_stopping.py::test_resume_early_stopping_from_checkpoint",
     "test_pl_finetuning_callback.py::test_unsupported_strategies",
     "test_pl_tensorboard.py::test_tensorboard_hparams_reload",
+    "test_pl_scale_batch_size.py::test_auto_scale_batch_size_set_model_attribute[False]",
+    "test_pl_scale_batch_size.py::test_auto_scale_batch_size_set_datamodule_attribute[False]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[None-2]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[16-16]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_margin_and_max_val[0.0]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_margin_and_max_val[0.1]",
 }
