@@ -57,7 +57,9 @@ class VersionedFolder:
     @property
     def root_dir(self) -> str:
         """``save_dir/name`` when built with ``save_dir=`` (as in Lightning's Trainer loggers), else ``save_dir``."""
-        return os.path.join(self._save_dir, self._name) if self._root_includes_name else self._root_dir
+        return os.path.join(self._save_dir, self.name or "") if self._root_includes_name else self._root_dir
 
     def _version_dir(self) -> str:
-        return os.path.join(self._save_dir, self._name, version_dir_name(self._version))
+        # Read through the properties, so that a subclass overriding `name` or `version` moves the folder.
+        version = self.version
+        return os.path.join(self._save_dir, self.name or "", version_dir_name(version if version is not None else 0))

@@ -49,7 +49,9 @@ class ExperimentWriter:
         self.log_dir = log_dir
         self.metrics_file_path = os.path.join(log_dir, self.NAME_METRICS_FILE)
         self.metrics: list[dict[str, Any]] = []
-        self.metrics_keys: list[str] = _read_header(Path(self.metrics_file_path))
+        # A URL (s3://, memory://, ...) is written through fsspec; a local folder directly.
+        self._remote = "://" in log_dir and not log_dir.startswith("file://")
+        self.metrics_keys: list[str] = [] if self._remote else _read_header(Path(self.metrics_file_path))
         self.hparams: dict[str, Any] = {}
 
     def log_metrics(self, metrics_dict: Mapping[str, Any], step: int | None = None) -> None:
@@ -61,12 +63,17 @@ class ExperimentWriter:
     def log_hparams(self, params: Mapping[str, Any]) -> None:
         """Merge ``params`` into the stored hyperparameters and rewrite ``hparams.yaml``."""
         self.hparams.update(params)
+        if self._remote:
+            return  # hparams.yaml is written for local folders only
         os.makedirs(self.log_dir, exist_ok=True)
         write_hparams_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
 
     def save(self) -> None:
         """Write the buffered rows out and empty the buffer."""
         if not self.metrics:
+            return
+        if self._remote:
+            self._save_remote()
             return
         path = Path(self.metrics_file_path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +84,25 @@ class ExperimentWriter:
                 csv.DictWriter(handle, fieldnames=self.metrics_keys).writerows(self.metrics)
         else:
             self._rewrite(path, new_keys)
+        self.metrics = []
+
+    def _save_remote(self) -> None:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(self.metrics_file_path)
+        old_rows: list[dict[str, str]] = []
+        if fs.isfile(path):
+            with fs.open(path, "r", newline="") as handle:
+                old_rows = list(csv.DictReader(handle))
+        logged = (key for row in old_rows + self.metrics for key in row)
+        columns = list(dict.fromkeys(["step", *self.metrics_keys, *logged]))
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(old_rows)
+            writer.writerows(self.metrics)
+        self.metrics_keys = columns
         self.metrics = []
 
     def _rewrite(self, path: Path, new_keys: list[str]) -> None:

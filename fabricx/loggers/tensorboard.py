@@ -163,15 +163,19 @@ class TensorBoardLogger(VersionedFolder, Logger):
                 " representing the positional arguments to the model's `forward()` implementation."
             )
         else:
-            self.experiment.add_graph(model, input_array)
+            # Traced through a plain wrapper: tracing reads every attribute of the top module, and a
+            # TrainModule's `trainer`/`fabric` refuse to be read outside a run.
+            self.experiment.add_graph(_GraphRoot(model), input_array)
 
     @rank_zero_only
     def save(self) -> None:
         if self._experiment is not None:
             self._experiment.flush()
-        if self.hparams:
+        path = os.path.join(self.log_dir, HPARAMS_FILE)
+        # As in Lightning, a run that wrote anything gets an hparams.yaml, even an empty one.
+        if self.hparams or (os.path.isdir(self.log_dir) and not os.path.isfile(path)):
             os.makedirs(self.log_dir, exist_ok=True)
-            write_hparams_yaml(os.path.join(self.log_dir, HPARAMS_FILE), self.hparams)
+            write_hparams_yaml(path, self.hparams)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
@@ -184,6 +188,15 @@ class TensorBoardLogger(VersionedFolder, Logger):
         state = self.__dict__.copy()
         state["_experiment"] = None
         return state
+
+
+class _GraphRoot(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any) -> Any:
+        return self.model(*args)
 
 
 def _hparam_value(value: Any) -> Any:

@@ -42,6 +42,8 @@ def run_fit_loop(trainer: Trainer) -> None:
         # Restored from a checkpoint written in on_train_batch_end: finish that batch first.
         finish_batch(trainer, progress.val_pending)
     while not trainer._fit_is_done():
+        if trainer.should_stop and trainer._can_stop_early():
+            break  # asked to stop before this epoch began (e.g. a Timer with no time left), as in Lightning
         trainer._maybe_reload_train_loader()
         run_train_epoch(trainer)
         finish_train_epoch(trainer)

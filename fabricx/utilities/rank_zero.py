@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import warnings
 from collections.abc import Callable
@@ -68,3 +69,12 @@ def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklev
 @rank_zero_only
 def rank_zero_info(message: str) -> None:
     print(message, flush=True)
+
+
+@rank_zero_only
+def rank_zero_log_info(logger: logging.Logger, message: str) -> None:
+    """Log ``message`` at INFO on ``logger`` (as Lightning's callbacks do); printed when INFO is not enabled."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(message)
+    else:
+        print(message, flush=True)

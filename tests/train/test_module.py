@@ -149,7 +149,9 @@ def test_monitoring_a_metric_never_logged_names_the_hook(tmp_path):
     assert "ModelCheckpoint(monitor='val_acc')" in message and "on_train_epoch_end" in message
     assert "val_loss" in message  # lists what was logged
 
-    with pytest.raises(MisconfigurationError, match=r"EarlyStopping\(monitor='nope'\).*on_validation_end"):
+    # RuntimeError, as Lightning raises; checked at the end of each training epoch, as in Lightning.
+    missing = r"metric `nope` which is not available.*EarlyStopping\(monitor='nope'\).*on_train_epoch_end"
+    with pytest.raises(RuntimeError, match=missing):
         _trainer(tmp_path, callbacks=[EarlyStopping("nope")]).fit(
             Regressor(), loader(regression_data(32)), loader(regression_data(16))
         )

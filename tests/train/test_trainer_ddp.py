@@ -46,4 +46,27 @@ def test_ddp_spawn_accuracy_equals_whole_validation_set_and_rank_one_prints_noth
     assert "Epoch 1/1: 4/4" in rank0 and "Total params" in rank0 and "val_acc=" in rank0
     assert rank1 == ""
     # As in Lightning: with a logger, checkpoints go to <save_dir>/<name>/<version>/checkpoints
-    assert (tmp_path / "fabricx_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_ddp_spawn_early_stopping_on_one_rank_stops_every_rank(tmp_path):
+    from _train_helpers import RankOneDiverges, loader, regression_data
+
+    from fabricx.callbacks import EarlyStopping, Timer
+
+    early = EarlyStopping(monitor="m", patience=10)
+    trainer = Trainer(
+        accelerator="cpu",
+        strategy="ddp_spawn",
+        devices=2,
+        max_epochs=6,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[early, Timer(duration="00:01:00:00")],
+    )
+    trainer.fit(RankOneDiverges(), loader(regression_data(32)))
+    # rank 1 saw a non-finite value at the end of epoch 1: both ranks stopped there (2 steps per epoch and rank)
+    assert (trainer.current_epoch, trainer.global_step) == (2, 4)

@@ -91,6 +91,7 @@ class EarlyStopping(Callback):
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
         self._check_on_train_epoch_end = check_on_train_epoch_end
+        self._where = "a check"
         # Stored signed, as in Lightning: an improvement is `current - min_delta` beating the best score.
         self.min_delta = min_delta * (1 if mode == "max" else -1)
         inf = torch.tensor(torch.inf)
@@ -110,10 +111,12 @@ class EarlyStopping(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         if self._check_on_train_epoch_end and fitting(trainer):
+            self._where = f"on_train_epoch_end of epoch {trainer.current_epoch}"
             self._run_early_stopping_check(trainer)
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self._check_on_train_epoch_end and fitting(trainer):
+            self._where = f"on_validation_end of epoch {trainer.current_epoch}"
             self._run_early_stopping_check(trainer)
 
     def _validate_condition_metric(self, logs: dict[str, Any]) -> bool:
@@ -122,7 +125,8 @@ class EarlyStopping(Callback):
         message = (
             f"Early stopping conditioned on metric `{self.monitor}` which is not available."
             " Pass in or modify your `EarlyStopping` callback to use any of the following:"
-            f" `{'`, `'.join(logs)}`"
+            f" `{'`, `'.join(logs)}`. (EarlyStopping(monitor={self.monitor!r}) checked in {self._where};"
+            f" log it with self.log({self.monitor!r}, value), or pass strict=False to skip the check.)"
         )
         if self.strict:
             raise RuntimeError(message)

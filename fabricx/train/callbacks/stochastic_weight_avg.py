@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,9 @@ from torch.optim.swa_utils import SWALR, update_bn
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.optimizers import SchedulerConfig
 from fabricx.utilities.exceptions import MisconfigurationException
-from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
@@ -164,7 +167,7 @@ class StochasticWeightAveraging(Callback):
             if old.interval != "epoch" or old.frequency != 1:
                 rank_zero_warn(f"SWA is currently only supported every epoch. Found {old}")
             swapped = f"`{type(old.scheduler).__name__}` for `{type(self._swa_scheduler).__name__}`"
-            rank_zero_info(f"Swapping scheduler {swapped}")
+            rank_zero_log_info(log, f"Swapping scheduler {swapped}")
             configs[0] = config
         else:
             configs.append(config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from datetime import timedelta
@@ -9,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
 from fabricx.utilities.exceptions import MisconfigurationException
-from fabricx.utilities.rank_zero import rank_zero_info
+from fabricx.utilities.rank_zero import rank_zero_log_info
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
@@ -130,7 +133,7 @@ class Timer(Callback):
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop and self._verbose:
             elapsed = timedelta(seconds=int(self.time_elapsed("train")))
-            rank_zero_info(f"Time limit reached. Elapsed time is {elapsed}. Signaling Trainer to stop.")
+            rank_zero_log_info(log, f"Time limit reached. Elapsed time is {elapsed}. Signaling Trainer to stop.")
 
 
 def _stage(stage: Any) -> str:

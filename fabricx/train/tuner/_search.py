@@ -32,6 +32,7 @@ def search_trainer(trainer: Any, callbacks: list[Any], **flags: Any) -> Any:
         "precision": trainer.precision,
         "default_root_dir": trainer.default_root_dir,
         "max_epochs": trainer.max_epochs,
+        "limit_train_batches": trainer.limit_train_batches,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         "gradient_clip_val": trainer.gradient_clip_val,
         "gradient_clip_algorithm": trainer.gradient_clip_algorithm,
@@ -48,12 +49,20 @@ def search_trainer(trainer: Any, callbacks: list[Any], **flags: Any) -> Any:
 
 @contextmanager
 def weights_restored(module: Any) -> Iterator[None]:
-    """Put ``module``'s parameters and buffers back as they were when the block ends."""
+    """Put ``module``'s parameters and buffers, and the random generators, back as they were when the block ends.
+
+    Restoring the generators makes a search repeatable (a loader that draws random data draws the same
+    data again) and leaves the real run the random stream it would have had without tuning.
+    """
+    from fabricx.utilities.rng import capture_rng_states, restore_rng_states
+
     state = copy.deepcopy(module.state_dict())
+    rng = capture_rng_states()
     try:
         yield
     finally:
         module.load_state_dict(state)
+        restore_rng_states(rng)
 
 
 def is_oom_error(exception: BaseException) -> bool:

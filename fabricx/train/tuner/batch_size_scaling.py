@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from fabricx.train.tuner._search import free_accelerator_memory, is_oom_error
-from fabricx.utilities.rank_zero import rank_zero_info
+from fabricx.utilities.rank_zero import rank_zero_log_info
+
+log = logging.getLogger(__name__)
 
 #: Runs a few steps at the batch size now set; returns the dataset length it saw (None when unsized).
 Trial = Callable[[], "int | None"]
@@ -29,7 +32,7 @@ class BatchSizeSearch:
         """Set the batch size to ``value`` (or ``factor`` times it), capped by the dataset and ``max_val``."""
         batch_size = self._get()
         if self._dataset_length is not None and batch_size >= self._dataset_length:
-            rank_zero_info(
+            rank_zero_log_info(log,
                 f"The batch size {batch_size} is greater or equal than the length of your dataset:"
                 f" {self._dataset_length}."
             )
@@ -38,10 +41,10 @@ class BatchSizeSearch:
         if new_size > self._max_val:
             if desc:
                 limit = self._max_val
-                rank_zero_info(f"Batch size {new_size} exceeds max_val limit {limit}, capping at {limit}")
+                rank_zero_log_info(log, f"Batch size {new_size} exceeds max_val limit {limit}, capping at {limit}")
             new_size = self._max_val
         if desc:
-            rank_zero_info(f"Batch size {batch_size} {desc}, trying batch size {new_size}")
+            rank_zero_log_info(log, f"Batch size {batch_size} {desc}, trying batch size {new_size}")
         self._set(new_size)
         return new_size, new_size != batch_size
 
@@ -54,7 +57,7 @@ class BatchSizeSearch:
         last_successful = new_size
         for trial in range(self._max_trials):
             if new_size >= self._max_val:
-                rank_zero_info(f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
+                rank_zero_log_info(log, f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
                 break
             try:
                 self._run()
@@ -82,7 +85,7 @@ class BatchSizeSearch:
         last_successful = new_size
         while True:
             if new_size >= self._max_val:
-                rank_zero_info(f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
+                rank_zero_log_info(log, f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
                 break
             try:
                 self._run()
@@ -112,7 +115,8 @@ class BatchSizeSearch:
         if margin > 0:
             reduced = max(1, int(new_size * (1 - margin)))
             if reduced != new_size:
-                rank_zero_info(f"Applying margin of {margin:.1%}, reducing batch size from {new_size} to {reduced}")
+                message = f"Applying margin of {margin:.1%}, reducing batch size from {new_size} to {reduced}"
+                rank_zero_log_info(log, message)
                 new_size = reduced
                 self._set(new_size)
         return new_size

@@ -72,9 +72,18 @@ class Tuner:
                 f"The Batch size finder cannot be used with dataloaders passed directly to `.{method}()`. Please"
                 " disable the feature or incorporate the dataloader into your LightningModule or LightningDataModule."
             )
+        if method != "fit":
+            _refuse_several_loaders(model, datamodule, _prefix(method))
         if not lightning_hasattr(model, batch_arg_name, datamodule):
             raise MisconfigurationException(
                 f"Field {batch_arg_name} not found in `model`, `datamodule`, nor their `hparams` attributes."
+            )
+        hparams = getattr(model, "hparams", None)
+        if hasattr(model, batch_arg_name) and hparams is not None and batch_arg_name in hparams:
+            rank_zero_warn(
+                f"Field `model.{batch_arg_name}` and `model.hparams.{batch_arg_name}` are mutually"
+                f" exclusive! `model.{batch_arg_name}` will be used as the initial batch size for scaling."
+                " If this is not the intended behavior, please remove either one."
             )
         if self._trainer.fast_dev_run:
             rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
@@ -152,6 +161,17 @@ class Tuner:
                 lightning_setattr(model, attr_name, lr)
                 log.info(f"Learning rate set to {lr}")
         return finder
+
+
+def _refuse_several_loaders(model: Any, datamodule: Any, prefix: str) -> None:
+    source = datamodule if datamodule is not None and hasattr(datamodule, f"{prefix}_dataloader") else model
+    hook = getattr(source, f"{prefix}_dataloader", None)
+    loaders = hook() if callable(hook) else None
+    if isinstance(loaders, (list, tuple, dict)) and len(loaders) > 1:
+        raise MisconfigurationException(
+            f"The Batch size finder cannot be used with multiple {prefix} dataloaders"
+            f" ({type(source).__name__}.{prefix}_dataloader() returned {len(loaders)}). Tune with one loader."
+        )
 
 
 def _prefix(method: str) -> str:

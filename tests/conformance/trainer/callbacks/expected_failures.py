@@ -1,0 +1,95 @@
+"""Ported Lightning cases fabricx does not pass, each with its reason (strict xfail), and the slow ones.
+
+`DIFF:` reasons are deliberate differences, written in docs/migrating/lightning-trainer.md. `TRAINER GAP:`
+reasons are parts of issue 28 that belong to the Trainer, its module or its checkpoints, not to the callback,
+logger or Tuner under test; they turn into passes as those land (strict xfail then fails, so the mark is removed).
+"""
+
+_NO_VAL_STEP = (
+    "TRAINER GAP (issue 28, theme 6): `model.validation_step = None` does not yet mean 'no validation loop'; "
+    "the evaluation loop calls None"
+)
+_THROWAWAY = (
+    "DIFF: the Tuner runs its trials on a throwaway Trainer, so the user's Trainer has not set up the data "
+    "afterwards (`trainer.train_dataloader` / `trainer.datamodule` stay None until the next fit)"
+)
+_FIT_LOOP = (
+    "TRAINER GAP (issue 28, loops): reads `trainer.fit_loop` / `trainer.<stage>_loop`, which fabricx's Trainer lacks"
+)
+
+EXPECTED_FAILURES: dict[str, str] = {
+    # -- EarlyStopping --------------------------------------------------------------------------------
+    "test_pl_early_stopping.py::test_resume_early_stopping_from_checkpoint": (
+        "TRAINER GAP (issue 28, theme 3): ModelCheckpoint writes checkpoint folders, not Lightning's single "
+        "`.ckpt` files, so `torch.load(checkpoint_path)` meets a directory"
+    ),
+    "test_pl_early_stopping.py::test_early_stopping_patience_train[loss_values0-3-4-True]": _NO_VAL_STEP,
+    "test_pl_early_stopping.py::test_early_stopping_patience_train[loss_values1-1-3-True]": _NO_VAL_STEP,
+    "test_pl_early_stopping.py::test_early_stopping_patience_train[loss_values2-3-4-True]": _NO_VAL_STEP,
+    "test_pl_early_stopping.py::test_early_stopping_no_val_step": _NO_VAL_STEP,
+    # -- fine-tuning ----------------------------------------------------------------------------------
+    "test_pl_finetuning_callback.py::test_finetuning_callback_warning": _NO_VAL_STEP,
+    # -- LearningRateMonitor --------------------------------------------------------------------------
+    "test_pl_lr_monitor.py::test_multiple_optimizers_basefinetuning": (
+        "DIFF: `trainer.optimizers` holds fabricx's optimizer wrappers; the test's `type(optimizer) is Adam` "
+        "is False for them (`isinstance` holds), so its callback never adds the Adam param group"
+    ),
+    "test_pl_lr_monitor.py::test_lr_monitor_update_callback_metrics": (
+        "TRAINER GAP (issue 28, theme 5): `trainer.callback_metrics` is rebuilt on every read, so what "
+        "LearningRateMonitor puts into it (as Lightning's does) is not kept"
+    ),
+    # -- loggers --------------------------------------------------------------------------------------
+    "test_pl_csv.py::test_manual_versioning_file_exists": (
+        "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
+    ),
+    "test_pl_tensorboard.py::test_tensorboard_hparams_reload": (
+        "TRAINER GAP (issue 28, theme 3): the test reads `lightning_logs/version_0/checkpoints/*.ckpt`; "
+        "ModelCheckpoint writes folders (and not under the logger's version folder yet)"
+    ),
+    "test_pl_tensorboard.py::test_tensorboard_log_graph[example_input_array1]": (
+        "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
+        "Lightning's LightningModule answers None while TorchScript/tracing inspects it"
+    ),
+    "test_pl_tensorboard.py::test_tensorboard_save_hparams_to_yaml_once": (
+        "TRAINER GAP (issue 28): the Trainer sends hyperparameters to the loggers only when there are some; "
+        "Lightning also sends an empty set at fit start, which makes TensorBoardLogger write hparams.yaml"
+    ),
+    # -- StochasticWeightAveraging --------------------------------------------------------------------
+    "test_pl_stochastic_weight_avg.py::test_swa_with_infinite_epochs_and_batchnorm": _FIT_LOOP,
+    # -- Tuner ----------------------------------------------------------------------------------------
+    "test_pl_lr_finder.py::test_trainer_reset_correctly": _FIT_LOOP,
+    "test_pl_scale_batch_size.py::test_trainer_reset_correctly": _FIT_LOOP,
+    "test_pl_scale_batch_size.py::test_tuner_with_evaluation_methods": _FIT_LOOP,
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]": _THROWAWAY,
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2-2]": _THROWAWAY,
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[None-2]": _THROWAWAY,
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[16-16]": _THROWAWAY,
+    "test_pl_scale_batch_size.py::test_auto_scale_batch_size_set_model_attribute": _THROWAWAY,
+    "test_pl_scale_batch_size.py::test_auto_scale_batch_size_set_datamodule_attribute": _THROWAWAY,
+    "test_pl_scale_batch_size.py::test_dataloader_reset_with_scale_batch_size": _THROWAWAY,
+}
+
+# Long cases (several seconds each here): run with `-m slow`; one variant of each test stays in the default suite.
+SLOW: set[str] = {
+    "test_pl_scale_batch_size.py::test_call_to_trainer_method[binsearch]",
+    "test_pl_scale_batch_size.py::test_trainer_reset_correctly[validate]",
+    "test_pl_scale_batch_size.py::test_trainer_reset_correctly[test]",
+    "test_pl_scale_batch_size.py::test_trainer_reset_correctly[predict]",
+    "test_pl_scale_batch_size.py::test_tuner_with_evaluation_methods[test]",
+    "test_pl_scale_batch_size.py::test_tuner_with_evaluation_methods[predict]",
+    "test_pl_scale_batch_size.py::test_dataloader_reset_with_scale_batch_size[8-binsearch]",
+    "test_pl_scale_batch_size.py::test_dataloader_reset_with_scale_batch_size[17-power]",
+    "test_pl_scale_batch_size.py::test_dataloader_reset_with_scale_batch_size[17-binsearch]",
+    "test_pl_scale_batch_size.py::test_dataloader_reset_with_scale_batch_size[64-power]",
+    "test_pl_scale_batch_size.py::test_dataloader_reset_with_scale_batch_size[64-binsearch]",
+    "test_pl_early_stopping.py::test_resume_early_stopping_from_checkpoint",
+    "test_pl_finetuning_callback.py::test_unsupported_strategies",
+    "test_pl_tensorboard.py::test_tensorboard_hparams_reload",
+    "test_pl_scale_batch_size.py::test_auto_scale_batch_size_set_model_attribute[False]",
+    "test_pl_scale_batch_size.py::test_auto_scale_batch_size_set_datamodule_attribute[False]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[None-2]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[16-16]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_margin_and_max_val[0.0]",
+    "test_pl_scale_batch_size.py::test_scale_batch_size_margin_and_max_val[0.1]",
+}
