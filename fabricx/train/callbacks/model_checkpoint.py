@@ -11,6 +11,7 @@ from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
@@ -108,6 +109,9 @@ class ModelCheckpoint(Callback):
         self._validation_ran = False
         if self.dirpath is None:
             self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
+        # As Lightning warns: a new run's checkpoints would sit beside (and be ranked apart from) an older run's.
+        if trainer.is_global_zero and stage == "fit" and self.save_top_k != 0 and _non_empty_dir(self.dirpath):
+            rank_zero_warn(f"Checkpoint directory {self.dirpath} exists and is not empty.")
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if trainer.state == "fit" and not trainer.sanity_checking:
@@ -285,3 +289,13 @@ class ModelCheckpoint(Callback):
         self.kth_value = state_dict.get("kth_value")
         self.last_model_path = state_dict.get("last_model_path", "")
         self._validation_pending = bool(state_dict.get("validation_pending", False))
+
+
+def _non_empty_dir(path: str) -> bool:
+    try:
+        if not os.path.isdir(path):
+            return False
+        with os.scandir(path) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
