@@ -131,7 +131,7 @@ class Trainer:
         seed: int | None = None,
         compile: Any = None,
     ) -> None:
-        self.profiler = resolve_profiler(profiler)
+        self.profiler = resolve_profiler(profiler, root_dir=default_root_dir if default_root_dir else os.getcwd())
         self._profiling = not isinstance(self.profiler, PassThroughProfiler)
         flags.refuse_unsupported(model_registry=model_registry)
         grad_accum_steps = flags.merge_alias(
