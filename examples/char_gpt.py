@@ -254,7 +254,7 @@ def cosine_lr(step: int, args: argparse.Namespace) -> float:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--accelerator", default="auto", help="cpu, cuda, mps, tpu or auto")
+    parser.add_argument("--accelerator", default="auto", help="cpu, cuda, mps or auto")
     parser.add_argument("--strategy", default="auto", help="auto, ddp, fsdp, deepspeed_stage_2, ...")
     parser.add_argument("--devices", default="auto", help="count (CPU: processes), '0,1', -1 or auto")
     parser.add_argument("--num-nodes", type=int, default=1)
@@ -268,9 +268,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--text-bytes", type=int, default=1_000_000, help="how much stdlib source to use")
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--n-layer", type=int, default=4)
+    # Sized for a CPU: 200 steps take about 85 s of CPU time on 2 cores (docs/examples.md).
+    parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--n-head", type=int, default=4)
-    parser.add_argument("--n-embd", type=int, default=128)
+    parser.add_argument("--n-embd", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--decay-steps", type=int, default=200, help="length of the learning-rate schedule")
     parser.add_argument("--log-every", type=int, default=25)

@@ -123,7 +123,7 @@ def main() -> None:
     [tested] = trainer.test(datamodule=data, ckpt_path="best")
     reloaded = Classifier.load_from_checkpoint(best.best_model_path)
     trainer.print(
-        f"Finished at epoch {trainer.current_epoch}, step {trainer.global_step}\n"
+        f"Finished at step {trainer.global_step} in epoch {trainer.current_epoch - 1}/{args.max_epochs - 1}\n"
         f"Best checkpoint:  {best.best_model_path} (val_acc={best.best_model_score:.3f})\n"
         f"Test on best:     test_acc={tested['test_acc']:.3f} test_loss={tested['test_loss']:.3f}\n"
         f"Reloaded hparams: {dict(reloaded.hparams)}"

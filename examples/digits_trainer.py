@@ -84,7 +84,7 @@ class DigitsClassifier(TrainModule):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--accelerator", default="auto", help="cpu, cuda, mps, tpu or auto")
+    parser.add_argument("--accelerator", default="auto", help="cpu, cuda, mps or auto")
     parser.add_argument("--strategy", default="auto", help="auto, ddp, ddp_spawn, fsdp, deepspeed, ...")
     parser.add_argument("--devices", default="auto", help="count (CPU: processes), '0,1', -1 or auto")
     parser.add_argument("--precision", default=None, help="32-true (default), bf16-mixed, 16-mixed, ...")
@@ -143,10 +143,13 @@ def main(argv: list[str] | None = None) -> None:
         trainer.print(f"--resume: no 'last' checkpoint under {root / 'checkpoints'} yet; starting fresh.")
     trainer.fit(model, train_loader, val_loader, ckpt_path="last" if args.resume else None)
 
-    metrics = {k: round(float(v), 4) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+    metrics = ", ".join(f"{k} {float(v):.4f}" for k, v in trainer.callback_metrics.items() if k.startswith("val_"))
     metrics_file = Path(trainer.log_dir) / "metrics.csv"
-    trainer.print(f"\nFinished at epoch {trainer.current_epoch}, step {trainer.global_step}: {metrics}")
-    trainer.print(f"Best checkpoint:  {best.best_model_path} (val_acc {best.best_model_score})")
+    # The epoch counter has moved past the last epoch trained; name that epoch as the progress bar did.
+    where = f"step {trainer.global_step} in epoch {trainer.current_epoch - 1}/{args.max_epochs - 1}"
+    trainer.print(f"\nFinished at {where}: {metrics}")
+    score = "none yet" if best.best_model_score is None else f"{float(best.best_model_score):.4f}"
+    trainer.print(f"Best checkpoint:  {best.best_model_path} (val_acc {score})")
     trainer.print(f"Last checkpoint:  {checkpoints[-1].last_model_path}  (continue with --resume)")
     trainer.print(f"Metrics (CSV):    {metrics_file if metrics_file.exists() else trainer.log_dir}")
     if trainer.fabric.is_global_zero and metrics_file.exists():

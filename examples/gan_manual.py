@@ -112,7 +112,8 @@ def main() -> None:
     radius = points.norm(dim=1)
     metrics = trainer.callback_metrics
     trainer.print(
-        f"Finished at epoch {trainer.current_epoch}, step {trainer.global_step} (2 optimizer steps per batch)\n"
+        f"Finished at step {trainer.global_step} in epoch {trainer.current_epoch - 1}/{args.max_epochs - 1} "
+        "(2 optimizer steps per batch)\n"
         f"g_loss={float(metrics['g_loss_epoch']):.3f} d_loss={float(metrics['d_loss_epoch']):.3f}\n"
         f"Generated points: mean radius {radius.mean():.3f} (target 1.0), std {radius.std():.3f}"
     )

@@ -1,4 +1,4 @@
-"""The ``fabricx`` command: ``run`` a script on several processes or nodes, ``env``, ``consolidate``.
+"""The ``fabricx`` command: ``run`` a script on several processes or nodes, ``env``, ``consolidate``, ``plot``.
 
 ``fabricx run`` starts processes through PyTorch's own launcher (``torch.distributed.run``, the
 engine behind ``torchrun``) and hands its flags to ``Fabric()`` in the script through
@@ -19,6 +19,9 @@ from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 #: Ports torchrun uses when none is given; a multi-node job needs the same port on every node.
 DEFAULT_MULTI_NODE_PORT = 29500
 _ACCELERATOR_CHOICES = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
+# What `fabricx env` reports: what fabricx needs, and the extras that change what it can do.
+REQUIRED_PACKAGES = ("torch", "lightning_utilities", "torchmetrics", "rich", "safetensors", "torchdata", "numpy")
+OPTIONAL_PACKAGES = ("deepspeed", "tensorboard", "mlflow", "wandb", "matplotlib", "s3fs")
 
 
 @dataclass
@@ -64,10 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "run":
+        # A mistake in `fabricx run ...` is answered with run's usage, as argparse does for its own errors.
+        run_parser: argparse.ArgumentParser = args.command_parser
         try:
             min_nodes, num_nodes = parse_num_nodes(args.num_nodes)
         except _UsageError as error:
-            parser.error(str(error))
+            run_parser.error(str(error))
         options = RunOptions(
             script=args.script,
             script_args=list(args.script_args),
@@ -87,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return run(options)
         except _UsageError as error:
-            parser.error(str(error))
+            run_parser.error(str(error))
     if args.command == "env":
         print_environment()
         return 0
@@ -273,7 +278,8 @@ def _validate(options: RunOptions) -> None:
         raise _UsageError(f"--accelerator {options.accelerator!r}; choose one of {list(_ACCELERATOR_CHOICES)}.")
     if options.accelerator == "tpu":
         raise _UsageError(
-            "--accelerator tpu: TPU processes are started by torch_xla, not torchrun. Run the script directly."
+            "--accelerator tpu: fabricx does not support TPU training (it has no XLA strategy). "
+            "Choose one of auto, cpu, cuda, gpu, mps."
         )
     if options.strategy is not None and options.strategy != "auto" and options.strategy not in STRATEGIES:
         raise _UsageError(f"--strategy {options.strategy!r}; choose one of {['auto', *sorted(STRATEGIES)]}.")
@@ -320,6 +326,7 @@ def collect_environment() -> dict[str, dict[str, str]]:
 
     hardware: dict[str, str] = {}
     cpu_cores = os.cpu_count() or 1
+
     for name in ("cpu", "cuda", "mps", "tpu"):
         accelerator = ACCELERATORS[name]
         try:
@@ -330,6 +337,9 @@ def collect_environment() -> dict[str, dict[str, str]]:
             continue
         unit = "cores" if name == "cpu" else "devices"
         hardware[name] = f"available, {count} {unit}" if available else "not available"
+        if name == "cpu":
+            hardware[name] += _usable_cores(cpu_cores)
+            hardware["memory"] = _memory()
     if torch.cuda.is_available():
         hardware["cuda devices"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     backends = [name for name, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()),
@@ -354,11 +364,13 @@ def collect_environment() -> dict[str, dict[str, str]]:
     cluster["main address"] = _safe(lambda: environment.main_address)
 
     versions = {"python": platform.python_version(), "platform": platform.platform()}
-    for package in ("torch", "fabricx", "lightning_utilities", "torchdata", "deepspeed"):
+    versions["fabricx"] = _package_version("fabricx")
+    for package in REQUIRED_PACKAGES:
         versions[package] = _package_version(package)
     if torch.version.cuda:
         versions["cuda (torch built with)"] = torch.version.cuda
-    return {"Hardware": hardware, "Cluster": cluster, "Versions": versions}
+    optional = {package: _package_version(package) for package in OPTIONAL_PACKAGES}
+    return {"Hardware": hardware, "Cluster": cluster, "Versions": versions, "Optional packages": optional}
 
 
 def print_environment(file: TextIO | None = None) -> None:
@@ -384,6 +396,21 @@ def print_environment(file: TextIO | None = None) -> None:
         print(f"{section}:", file=out)
         for key, value in rows.items():
             print(f"  {key}: {value}", file=out)
+
+
+def _usable_cores(total: int) -> str:
+    # A container or `taskset` may allow fewer cores than the machine has; both numbers matter in a report.
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    return "" if usable == total else f" ({usable} usable by this process)"
+
+
+def _memory() -> str:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or not these names (macOS: no AVPHYS)
+        return "unknown"
+    return f"{total / 2**30:.1f} GiB ({available / 2**30:.1f} GiB free)"
 
 
 def _package_version(package: str) -> str:
@@ -440,7 +467,10 @@ def consolidate(checkpoint_dir: str, output: str | None = None, *, allow_pickle:
 
 # -- parser ---------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
+    from fabricx import __version__
+
     parser = argparse.ArgumentParser(prog="fabricx", description="Run and inspect fabricx training jobs.")
+    parser.add_argument("--version", action="version", version=f"fabricx {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{run,env,consolidate,plot}")
 
     run_parser = commands.add_parser(
@@ -451,7 +481,12 @@ def _parser() -> argparse.ArgumentParser:
             "Fabric() in the script; a different value given in code is an error."
         ),
     )
-    run_parser.add_argument("--accelerator", default=None, help=f"one of {', '.join(_ACCELERATOR_CHOICES)}")
+    run_parser.set_defaults(command_parser=run_parser)
+    run_parser.add_argument(
+        "--accelerator",
+        default=None,
+        help="one of auto, cpu, cuda, gpu, mps (TPU training is not supported)",
+    )
     run_parser.add_argument("--strategy", default=None, help="a registry name such as ddp, fsdp, deepspeed")
     run_parser.add_argument(
         "--devices",
@@ -491,9 +526,24 @@ def _parser() -> argparse.ArgumentParser:
     run_parser.add_argument("script", help="the training script")
     run_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
 
-    commands.add_parser("env", help="print the detected hardware, cluster environment and package versions")
+    commands.add_parser(
+        "env",
+        help="print the detected hardware, cluster environment and package versions",
+        description=(
+            "Print what fabricx detects on this machine: hardware (accelerators, CPU cores, memory), the cluster "
+            "environment and ranks, and the versions of fabricx's required and optional packages. Paste it into "
+            "bug reports."
+        ),
+    )
 
-    consolidate_parser = commands.add_parser("consolidate", help="turn a sharded checkpoint into one checkpoint")
+    consolidate_parser = commands.add_parser(
+        "consolidate",
+        help="turn a sharded checkpoint into one checkpoint",
+        description=(
+            "Merge a checkpoint saved in shards (FSDP, tensor parallel, DeepSpeed ZeRO) into one whose state "
+            "holds full tensors, which one process reads without a process group."
+        ),
+    )
     consolidate_parser.add_argument("checkpoint_dir", help="the sharded checkpoint directory")
     consolidate_parser.add_argument(
         "-o", "--output", default=None, help="where to write (default: CHECKPOINT_DIR.consolidated)"
@@ -504,7 +554,14 @@ def _parser() -> argparse.ArgumentParser:
         help="unpickle DeepSpeed engine files fully (runs code stored in them: only for files you trust)",
     )
 
-    plot_parser = commands.add_parser("plot", help="draw the metrics a CSV logger wrote into a PNG")
+    plot_parser = commands.add_parser(
+        "plot",
+        help="draw the metrics a CSV logger wrote into a PNG",
+        description=(
+            "Draw every curve in the metrics.csv files a CSVLogger wrote under RUN_DIR (a resumed run as a "
+            "continuation) into one PNG and print its path. Needs matplotlib."
+        ),
+    )
     plot_parser.add_argument("run_dir", help="a folder with metrics.csv files below it (or one metrics.csv)")
     plot_parser.add_argument("-o", "--output", default=None, help="the PNG to write (default: RUN_DIR/metrics.png)")
     return parser
@@ -520,6 +577,9 @@ def plot(run_dir: str, output: str | None = None) -> int:
     """
     from fabricx.loggers.plot import plot_run
 
+    if not os.path.exists(run_dir):
+        print(f"fabricx plot: no such directory: {run_dir!r}", file=sys.stderr)
+        return 2
     try:
         path = plot_run(run_dir, output)
     except (FileNotFoundError, ValueError, ModuleNotFoundError) as error:

@@ -285,6 +285,68 @@ def test_env_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
         assert expected in text
 
 
+def test_env_lists_every_package_cores_and_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert main(["env"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    for package in ("torch", "lightning_utilities", "torchmetrics", "rich", "safetensors", "torchdata", "numpy"):
+        assert f"{package}: {version(package.replace('_', '-'))}" in lines, package
+    # Installed extras show their version (the venv of `make test` has them all); a missing one says so.
+    for package in ("tensorboard", "mlflow", "wandb", "matplotlib", "deepspeed", "s3fs"):
+        try:
+            expected = f"{package}: {version(package)}"
+        except Exception:
+            expected = f"{package}: not installed"
+        assert expected in lines, package
+    assert f"cpu: available, {os.cpu_count()} cores" in "\n".join(lines)
+    memory = next(line for line in lines if line.startswith("memory: "))
+    if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+        total_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        assert memory.startswith(f"memory: {total_gib:.1f} GiB"), memory
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import fabricx
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fabricx {fabricx.__version__}"
+
+
+@pytest.mark.parametrize("command", ["run", "env", "consolidate", "plot"])
+def test_every_command_help_has_a_description(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: fabricx {command}")
+    # argparse prints the description between the usage block and the argument lists.
+    blocks = text.split("\n\n")
+    assert len(blocks) >= 3 and not blocks[1].startswith(("options:", "positional arguments:")), text
+
+
+def test_run_errors_print_the_usage_of_run(script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--num-nodes", "x", script], ["--accelerator", "abacus", script], ["--devices", "2", "absent.py"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["run", *argv])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: fabricx run "), err
+        assert "fabricx run: error:" in err
+
+
+def test_run_refuses_tpu_saying_it_is_not_supported(script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--accelerator", "tpu", script])
+    assert "does not support TPU training" in capsys.readouterr().err
+
+
+def test_plot_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", str(tmp_path / "absent")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+
+
 def test_env_reports_ranks_under_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {"TORCHELASTIC_RUN_ID": "x", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
                         "GROUP_RANK": "1", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "2000"}.items():

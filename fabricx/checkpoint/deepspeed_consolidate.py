@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +95,14 @@ def _model_tags(root: Path, engine_dir: Path) -> list[str]:
 def _consolidate_tag(engine_dir: Path, tag: str, allow_pickle: bool) -> dict[str, Tensor]:
     tag_dir = check_engine_folder(engine_dir / tag)
     if any(tag_dir.glob("*optim_states.pt")):
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        with _deepspeed_import_quiet():
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        # zero_to_fp32 reports its progress with print(); keep the caller's output clean.
-        with contextlib.redirect_stdout(io.StringIO()), safe_engine_loading(allow_pickle=allow_pickle):
+        # zero_to_fp32 reports its progress with print() and tqdm bars (on stderr); keep the caller's output clean.
+        quiet = contextlib.ExitStack()
+        quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        with quiet, safe_engine_loading(allow_pickle=allow_pickle):
             try:
                 state = get_fp32_state_dict_from_zero_checkpoint(os.fspath(engine_dir), tag=tag)
             except CheckpointError:
@@ -110,6 +116,21 @@ def _consolidate_tag(engine_dir: Path, tag: str, allow_pickle: bool) -> dict[str
             raise CheckpointError(f"DeepSpeed's zero_to_fp32 found no weights in {tag_dir}.")
         return dict(state)
     return _stage0_module_state(tag_dir, allow_pickle)
+
+
+@contextlib.contextmanager
+def _deepspeed_import_quiet() -> Iterator[None]:
+    """DeepSpeed's first import logs "Setting accelerator to CPU" on a machine without a GPU; reading weights
+    needs no accelerator, so that line says nothing to someone consolidating a checkpoint."""
+    if "deepspeed" in sys.modules:
+        yield
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]:

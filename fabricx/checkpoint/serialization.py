@@ -295,6 +295,9 @@ def dump(state: Any, directory: str | os.PathLike[str], stem: str) -> None:
     # Tensors first: the JSON file is what makes the pair readable.
     save_file(encoder.tensors, str(tensors_path(directory, stem)), metadata={"format": _FORMAT})
     json_path(directory, stem).write_text(text, encoding="utf-8")
+    # safetensors creates its files 0600 whatever the umask; give the pair one mode, the one the user's umask
+    # gave the JSON file.
+    os.chmod(tensors_path(directory, stem), stat.S_IMODE(json_path(directory, stem).stat().st_mode))
 
 
 # ---------------------------------------------------------------------------------------------- loading

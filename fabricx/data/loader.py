@@ -6,6 +6,7 @@ import contextlib
 import functools
 import inspect
 import random
+import warnings
 from collections.abc import Generator, Iterator, Sized
 from typing import TYPE_CHECKING, Any, cast
 
@@ -105,7 +106,7 @@ def build_stateful_loader(
             _note_iterable_dataset(dataset, num_replicas)
         if isinstance(loader, StatefulDataLoader) and batch_size in (None, loader.batch_size):
             return loader
-        return StatefulDataLoader(source, **_batching(loader, batch_size), **_settings(loader))
+        return _stateful_loader(source, **_batching(loader, batch_size), **_settings(loader))
     if not distributed and isinstance(loader, StatefulDataLoader) and batch_size in (None, loader.batch_size):
         return loader
     if not _has_default_batch_sampler(loader):
@@ -115,7 +116,7 @@ def build_stateful_loader(
                 "fabricx cannot split across ranks. Give each rank its own batch sampler and pass "
                 "use_distributed_sampler=False."
             )
-        return StatefulDataLoader(source, batch_sampler=loader.batch_sampler, **_settings(loader))
+        return _stateful_loader(source, batch_sampler=loader.batch_sampler, **_settings(loader))
     sampler = loader.sampler
     kwargs = _settings(loader)
     if distributed:
@@ -327,9 +328,20 @@ def _batching(loader: DataLoader, batch_size: int | None = None) -> dict[str, An
     return {"batch_size": loader.batch_size if batch_size is None else batch_size, "drop_last": loader.drop_last}
 
 
+def _stateful_loader(*args: Any, **kwargs: Any) -> StatefulDataLoader:
+    """A ``StatefulDataLoader`` built without torchdata's own ``'set_vital' is deprecated`` warning.
+
+    torchdata calls a deprecated torch function in its constructor: a warning about torchdata's internals the user
+    can do nothing about. Only that message is filtered, only here; every other warning still shows.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+        return StatefulDataLoader(*args, **kwargs)
+
+
 def _batched(source: Any, loader: DataLoader, batch_size: int | None, **kwargs: Any) -> StatefulDataLoader:
     """A ``StatefulDataLoader`` over the map-style ``source``, batching like ``loader`` (or by ``batch_size``)."""
-    return with_resumable_batches(StatefulDataLoader(source, **_batching(loader, batch_size), **kwargs))
+    return with_resumable_batches(_stateful_loader(source, **_batching(loader, batch_size), **kwargs))
 
 
 def _with_sampler(loader: StatefulDataLoader, sampler: Any, batch_size: int | None = None) -> StatefulDataLoader:

@@ -30,7 +30,7 @@ from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.progress import Progress
 from fabricx.train.step_call import step_caller
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
-from fabricx.utilities.profilers import PassThroughProfiler, profiled, resolve_profiler
+from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled, resolve_profiler
 from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
@@ -56,8 +56,11 @@ class Trainer:
         val_check_interval: Validate every N training batches (int), at a fraction of each epoch (float),
             or at the end of each epoch (``None``).
         check_val_every_n_epoch: Validate in every N-th epoch (``None``: every epoch that reaches the interval).
-        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches: Use at most N
-            batches (int) or a fraction (float) of each loader per epoch.
+        limit_train_batches: Use at most N training batches (int) or a fraction (float) of the loader per
+            epoch (``None``: all).
+        limit_val_batches: The same for each validation loader.
+        limit_test_batches: The same for each test loader.
+        limit_predict_batches: The same for each predict loader.
         num_sanity_val_steps: Validation batches run before training to find bugs early (``-1``: all);
             they change no state, random generators included.
         log_every_n_steps: Send step metrics to the loggers every N optimizer steps.
@@ -65,7 +68,8 @@ class Trainer:
             unless disabled or given.
         loggers: A logger or a list; ``None`` gives a CSVLogger under ``default_root_dir``; ``False`` none.
         default_root_dir: Where logs and checkpoints go by default (the working directory).
-        enable_progress_bar, enable_model_summary: Add the default RichProgressBar / RichModelSummary.
+        enable_progress_bar: Add the default RichProgressBar (``None``: yes).
+        enable_model_summary: Add the default RichModelSummary (``None``: yes).
         enable_checkpointing: Add the default ``ModelCheckpoint(save_last=True, save_top_k=0)`` (a
             ``last`` checkpoint in ``default_root_dir/checkpoints`` at each epoch end).
         seed: ``seed_everything(seed)`` now (build the module afterwards for a seeded initialisation)
@@ -121,7 +125,7 @@ class Trainer:
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
-        profiler: Any = None,
+        profiler: Profiler | str | None = None,
         detect_anomaly: bool = False,
         barebones: bool = False,
         sync_batchnorm: bool = False,
@@ -129,9 +133,9 @@ class Trainer:
         enable_autolog_hparams: bool = True,
         model_registry: str | None = None,
         seed: int | None = None,
-        compile: Any = None,
+        compile: bool | str | dict[str, Any] | None = None,
     ) -> None:
-        self.profiler = resolve_profiler(profiler)
+        self.profiler = resolve_profiler(profiler, root_dir=default_root_dir if default_root_dir else os.getcwd())
         self._profiling = not isinstance(self.profiler, PassThroughProfiler)
         flags.refuse_unsupported(model_registry=model_registry)
         grad_accum_steps = flags.merge_alias(

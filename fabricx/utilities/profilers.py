@@ -170,7 +170,8 @@ class PyTorchProfiler(Profiler):
     Actions named ``training_step``/``validation_step``/... are recorded as ranges in the trace.
 
     Args:
-        dirpath: Where ``{filename}-rank{r}.pt.trace.json`` and the table are written (default ``./profiles``).
+        dirpath: Where ``{filename}-rank{r}.pt.trace.json`` and the table are written (default: ``profiles``
+            under the Trainer's ``default_root_dir``; ``./profiles`` outside a Trainer).
         row_limit: Rows of the operator table.
         sort_by_key: The table's sort column (``"cpu_time_total"``, ``"cuda_time_total"``, ...).
         **profiler_kwargs: Passed to ``torch.profiler.profile`` (``record_shapes``, ``profile_memory``, ...).
@@ -189,6 +190,8 @@ class PyTorchProfiler(Profiler):
         **profiler_kwargs: Any,
     ) -> None:
         super().__init__(dirpath if dirpath is not None else "profiles", filename or "pytorch")
+        #: Whether the folder was chosen by the user (a Trainer moves an unchosen one under its root dir).
+        self.dirpath_given = dirpath is not None
         self._row_limit = row_limit
         self._sort_by = sort_by_key
         self._kwargs = profiler_kwargs
@@ -266,9 +269,12 @@ def profiled(profiler: Profiler | None, action: str, function: Callable[..., Any
 _BY_NAME = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": PyTorchProfiler}
 
 
-def resolve_profiler(profiler: Profiler | str | None) -> Profiler:
+def resolve_profiler(profiler: Profiler | str | None, root_dir: str | os.PathLike | None = None) -> Profiler:
     """A profiler object from Lightning's ``profiler=`` values: ``None``, ``"simple"``, ``"advanced"``,
     ``"pytorch"`` or a :class:`Profiler`.
+
+    With ``root_dir`` (the Trainer's ``default_root_dir``), a PyTorch profiler whose folder was not chosen
+    writes its trace to ``root_dir/profiles``, as Lightning's writes under the run's directory.
 
     Example::
 
@@ -276,10 +282,12 @@ def resolve_profiler(profiler: Profiler | str | None) -> Profiler:
     """
     if profiler is None:
         return PassThroughProfiler()
-    if isinstance(profiler, Profiler):
-        return profiler
     if isinstance(profiler, str) and profiler.lower() in _BY_NAME:
-        return _BY_NAME[profiler.lower()]()
+        profiler = _BY_NAME[profiler.lower()]()
+    if isinstance(profiler, Profiler):
+        if isinstance(profiler, PyTorchProfiler) and not profiler.dirpath_given and root_dir is not None:
+            profiler.dirpath = os.path.join(os.fspath(root_dir), "profiles")
+        return profiler
     raise ValueError(
         f"profiler={profiler!r} is not a profiler; use one of {sorted(_BY_NAME)}, None, or a "
         "fabricx.utilities.profilers.Profiler instance."

@@ -7,12 +7,8 @@ listed here, so the check runs, and fails for real, without that file.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 API_MD_CANDIDATES = (REPO.parent / "shared" / "API.md", REPO / "shared" / "API.md")
@@ -134,15 +130,7 @@ class _Collector(HTMLParser):
         self.text.append(data)
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    process = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )
-    assert process.returncode == 0, f"mkdocs build --strict failed:\n{(process.stdout + process.stderr)[-4000:]}"
-    return out
+# The `site` fixture (one strict build per test session) is in tests/docs/conftest.py.
 
 
 def _page(site: Path, name: str) -> _Collector:

@@ -60,7 +60,7 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
     common = ["examples/digits_trainer.py", "--accelerator", "cpu", "--limit", "400", "--batch-size", "32",
               "--root-dir", str(tmp_path), "--no-progress"]
     first = _run([*common, "--max-epochs", "1"])
-    assert "Finished at epoch 1, step 10" in first, first[-2000:]
+    assert "Finished at step 10 in epoch 0/0: val_loss " in first, first[-2000:]
     last = tmp_path / "checkpoints" / "last"
     assert (last / "meta.json").is_file()
     assert str(last) in first
@@ -72,7 +72,7 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
 
     resumed = _run([*common, "--max-epochs", "2", "--resume"])
     # Picks up after epoch 1 (10 steps) and adds one more epoch, not two.
-    assert "Finished at epoch 2, step 20" in resumed, resumed[-2000:]
+    assert "Finished at step 20 in epoch 1/1" in resumed, resumed[-2000:]
 
 
 def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_gan_manual_optimization_example(tmp_path: Path) -> None:
     out = _run(["examples/gan_manual.py", "--accelerator", "cpu", "--max-epochs", "2", "--samples", "256",
                 "--root-dir", str(tmp_path), "--no-progress"])
     # 256 samples / 64 per batch = 4 batches per epoch; each batch steps both optimizers.
-    assert "Finished at epoch 2, step 16" in out, out[-2000:]
+    assert "Finished at step 16 in epoch 1/1" in out, out[-2000:]
     radius = re.search(r"mean radius (\d+\.\d+)", out)
     assert radius is not None and float(radius.group(1)) > 0.0
 
@@ -204,7 +204,7 @@ def test_gan_manual_optimization_example(tmp_path: Path) -> None:
 def test_datamodule_example_fits_tests_best_and_reloads(tmp_path: Path) -> None:
     out = _run(["examples/datamodule_trainer.py", "--accelerator", "cpu", "--max-epochs", "2", "--limit", "400",
                 "--root-dir", str(tmp_path), "--no-progress"])
-    assert "Finished at epoch 2" in out, out[-2000:]
+    assert "in epoch 1/1" in out, out[-2000:]
     best = re.search(r"Best checkpoint:\s+(\S+)", out)
     assert best is not None and (Path(best.group(1)) / "meta.json").is_file(), out[-2000:]
     assert re.search(r"test_acc=\d\.\d+", out) is not None

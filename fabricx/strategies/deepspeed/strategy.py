@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Generator
 from datetime import timedelta
 from typing import Any
@@ -35,6 +36,20 @@ from fabricx.utilities.imports import rng_untouched
 
 INSTALL_HINT = "pip install 'fabricx[deepspeed]'"
 _TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+# torch deprecated the collectives ZeRO calls inside every step; the warning is about DeepSpeed's code, not the
+# user's, and DeepSpeed's calls reach torch through the same wrapper line as anyone's, so the filter names the
+# exact messages (installed once, when a DeepSpeed strategy starts its processes).
+_DEEPSPEED_COLLECTIVE_DEPRECATIONS = (
+    r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
+    r"`torch\.distributed\.reduce_scatter_tensor` is deprecated",
+)
+
+
+def _hide_collective_deprecations() -> None:
+    for message in _DEEPSPEED_COLLECTIVE_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
 
 
 def require_deepspeed() -> None:
@@ -260,6 +275,8 @@ class DeepSpeedStrategy(ParallelStrategy):
         if self.root_device.type == "cpu":
             # DeepSpeed picks its accelerator once, on first use: make it match fabricx's choice.
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        # deepspeed.initialize() insists on LOCAL_RANK, which only launchers set: a one-process run has none.
+        os.environ.setdefault("LOCAL_RANK", str(self.local_rank))
         super().setup_environment()
         self._init_deepspeed_comm()
 
@@ -273,6 +290,7 @@ class DeepSpeedStrategy(ParallelStrategy):
                 _avoid_cpu_jit_builds()
         deepspeed_logger.setLevel(self._logging_level)
         _warn_if_untested_version(deepspeed.__version__)
+        _hide_collective_deprecations()
         kwargs: dict[str, Any] = {"dist_init_required": False, "verbose": False}
         if self._timeout is not None:
             kwargs["timeout"] = self._timeout

@@ -1,7 +1,9 @@
 """``RichProgressBar``: per-epoch training and validation bars with the loss and ``prog_bar`` metrics.
 
-Only global rank zero displays anything. On a terminal the bars are drawn with rich; when output
-goes to a file or a pipe, one plain line is printed per training epoch and per validation run.
+Only global rank zero displays anything. On a terminal the bars are drawn with rich: one line per bar
+(description, bar, batches done, elapsed and remaining time, speed) whose parts always fit, and the
+metrics below them, wrapped over as many lines as they need; when output goes to a file or a pipe,
+one plain line is printed per training epoch and per validation run.
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
+#: Significant digits of a metric on the bar (the logged value keeps every digit).
+_DIGITS = 4
+
+
+def _format_value(value: Any) -> str:
+    value = to_float(value)
+    return f"{value:.{_DIGITS}g}" if isinstance(value, float) else str(value)
+
+
 class RichProgressBar(Callback):
-    """Show training progress: batches done, elapsed time, steps per second, loss and ``prog_bar`` metrics.
+    """Show training progress: batches done, elapsed and remaining time, speed, loss and ``prog_bar`` metrics.
 
     Args:
         refresh_rate: Redraw every N batches (0 disables the bar).
@@ -53,6 +64,10 @@ class RichProgressBar(Callback):
         self._eval_total: float = 0
         self._started_at = 0.0
         self._first_done = 0
+        # Metrics logged on some steps only (throughput every N steps) keep their last value on the bar, so the
+        # layout does not change from one step to the next.
+        self._shown_metrics: dict[str, str] = {}
+        self._metrics_line = ""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -82,22 +97,12 @@ class RichProgressBar(Callback):
 
     def _ensure_progress(self) -> Any:
         if self._progress is None:
-            progress = lazy_import("rich.progress")
-            BarColumn, MofNCompleteColumn, Progress = progress.BarColumn, progress.MofNCompleteColumn, progress.Progress
-            TextColumn, TimeElapsedColumn = progress.TextColumn, progress.TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[speed]}"),
-                TextColumn("{task.fields[metrics]}"),
-                console=self._console,
-                auto_refresh=False,
-            )
+            self._progress = _progress_with_metrics_line(self._console, lambda: self._metrics_line)
             self._progress.start()
         return self._progress
+
+    def _set_metrics_line(self, text: str) -> None:
+        self._metrics_line = text
 
     # -- training -----------------------------------------------------------------------------------------------
     def _description(self, trainer: Trainer) -> str:
@@ -118,7 +123,6 @@ class RichProgressBar(Callback):
                 total=None if math.isinf(total) else total,
                 completed=self._train_done,
                 speed="",
-                metrics="",
             )
         else:
             self._train_task = True
@@ -136,12 +140,8 @@ class RichProgressBar(Callback):
             self._start_train(trainer, batch_idx)
         self._train_done = batch_idx + 1
         if self.is_terminal and (self._train_done % self.refresh_rate == 0 or trainer.is_last_batch):
-            self._progress.update(
-                self._train_task,
-                completed=self._train_done,
-                speed=self._speed(),
-                metrics=self._metrics_text(trainer, with_loss=True),
-            )
+            self._set_metrics_line(self._metrics_text(trainer, with_loss=True))
+            self._progress.update(self._train_task, completed=self._train_done, speed=self._speed())
             self._progress.refresh()
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
@@ -149,7 +149,8 @@ class RichProgressBar(Callback):
             return
         metrics = self._metrics_text(trainer, with_loss=True)
         if self.is_terminal:
-            self._progress.update(self._train_task, completed=self._train_done, speed=self._speed(), metrics=metrics)
+            self._set_metrics_line(metrics)
+            self._progress.update(self._train_task, completed=self._train_done, speed=self._speed())
             self._progress.refresh()
         else:
             total = trainer.num_training_batches
@@ -169,16 +170,33 @@ class RichProgressBar(Callback):
         return f"{done / elapsed:.2f} it/s"
 
     def _metrics_text(self, trainer: Trainer, with_loss: bool, only: Any = None) -> str:
-        parts = []
-        metrics = trainer.progress_bar_metrics
-        if with_loss and trainer.last_loss is not None and "loss" not in metrics:
-            parts.append(f"loss={trainer.last_loss.item():.4g}")
-        for name, value in metrics.items():
-            if only is not None and name not in only:
-                continue
-            value = to_float(value)
-            parts.append(f"{name}={value:.4g}" if isinstance(value, float) else f"{name}={value}")
+        shown: dict[str, str] = {}
+        for name, value in trainer.progress_bar_metrics.items():
+            if only is None or name in only:
+                shown[name] = _format_value(value)
+        if only is None:
+            self._shown_metrics.update(shown)
+            shown = self._shown_metrics
+        parts = [f"{name}={value}" for name, value in shown.items()]
+        if with_loss and trainer.last_loss is not None and "loss" not in shown:
+            loss = _format_value(trainer.last_loss)
+            # The loss the step returned is usually logged by the user too (train_loss): show it once.
+            if loss not in shown.values():
+                parts.insert(0, f"loss={loss}")
         return " ".join(parts)
+
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # Stopped before the epoch's end (max_steps, early stopping, a stop request): say where, so the last
+        # frame agrees with what the run reports afterwards.
+        if not self._enabled or not self.is_terminal or self._train_task is None:
+            return
+        total = trainer.num_training_batches
+        if not math.isinf(total) and self._train_done < total:
+            # The epoch it stopped in, as the bar showed it (the epoch counter has moved on by now).
+            shown = next(task.description for task in self._progress.tasks if task.id == self._train_task)
+            description = f"{shown} · stopped at step {trainer.global_step}"
+            self._progress.update(self._train_task, description=description, completed=self._train_done)
+            self._progress.refresh()
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _start_eval(self, trainer: Trainer, description: str, totals: list[float]) -> None:
@@ -189,7 +207,7 @@ class RichProgressBar(Callback):
         if self.is_terminal:
             progress = self._ensure_progress()
             total = None if math.isinf(self._eval_total) else self._eval_total
-            self._eval_task = progress.add_task(description, total=total, speed="", metrics="")
+            self._eval_task = progress.add_task(description, total=total, speed="")
             progress.refresh()
         else:
             self._eval_task = description
@@ -237,3 +255,37 @@ class RichProgressBar(Callback):
 
     def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._end_eval(trainer, "Testing")
+
+
+def _progress_with_metrics_line(console: Any, metrics_line: Any) -> Any:
+    """A rich ``Progress`` whose bars keep one line each and whose metrics go on the lines below.
+
+    The bar line's parts never wrap (the bar takes what is left), so no step's metrics can squeeze the bar or
+    its counts out; the metrics line folds over as many lines as it needs.
+    """
+    progress = lazy_import("rich.progress")
+    table = lazy_import("rich.table")
+    text = lazy_import("rich.text")
+
+    def fixed(template: str) -> Any:
+        return progress.TextColumn(template, table_column=table.Column(no_wrap=True))
+
+    class _Progress(progress.Progress):
+        def get_renderables(self) -> Any:
+            yield self.make_tasks_table(self.tasks)
+            line = metrics_line()
+            if line:
+                yield text.Text(line, overflow="fold")
+
+    return _Progress(
+        fixed("{task.description}"),
+        progress.BarColumn(bar_width=None),
+        progress.MofNCompleteColumn(table_column=table.Column(no_wrap=True)),
+        progress.TimeElapsedColumn(table_column=table.Column(no_wrap=True)),
+        fixed("•"),
+        progress.TimeRemainingColumn(table_column=table.Column(no_wrap=True)),
+        fixed("{task.fields[speed]}"),
+        console=console,
+        auto_refresh=False,
+        expand=True,
+    )
