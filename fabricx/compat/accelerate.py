@@ -50,6 +50,15 @@ from fabricx.compat.accelerate_data import (
     SkipBatchesLoader,
 )
 from fabricx.compat.accelerate_dynamo import TorchDynamoPlugin, compile_option
+from fabricx.compat.accelerate_kwargs import (
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    LocalSGD,
+    ProfileKwargs,
+    comm_hook_options,
+    ddp_options,
+    profile_context,
+)
 from fabricx.compat.accelerate_memory import find_executable_batch_size
 from fabricx.compat.accelerate_model import answer_as_prepared, ddp_of
 from fabricx.compat.accelerate_process import AcceleratorState, PartialState, externally_launched
@@ -63,11 +72,15 @@ from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap
 __all__ = [
     "Accelerator",
     "AcceleratorState",
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
     "DistributedType",
     "GradientAccumulationPlugin",
     "GradientState",
+    "LocalSGD",
     "PartialState",
+    "ProfileKwargs",
     "ProjectConfiguration",
     "TorchDynamoPlugin",
     "find_executable_batch_size",
@@ -146,6 +159,30 @@ def prepare_data_loader(
     return AcceleratedDataLoader(dataloader, options, GradientState())
 
 
+#: The kwargs_handlers the adapter reads, by class name (fabricx's own classes or Accelerate's).
+_HANDLERS = ("DistributedDataParallelKwargs", "ProfileKwargs")
+
+
+def _read_handlers(handlers: Sequence[Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for handler in handlers:
+        name = type(handler).__name__
+        if name not in _HANDLERS:
+            raise MisconfigurationError(
+                f"kwargs_handlers: {name} is an Accelerate object fabricx does not read; it reads "
+                f"{', '.join(_HANDLERS)}. Pass other options through the fabricx flags instead "
+                "(Accelerator(strategy=DDPStrategy(timeout=...)), mixed_precision=...)."
+            )
+        if name in found:
+            raise ValueError(f"You can only pass one {type(handler)} in `kwargs_handlers`.")
+        found[name] = handler
+    return found
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1")) if externally_launched() else 1
+
+
 def _unchanged(data: Any) -> Any:
     return data
 
@@ -179,6 +216,8 @@ class Accelerator(StateMixin, CollectivesMixin):
         gradient_accumulation_plugin: a :class:`GradientAccumulationPlugin` (``num_steps``,
             ``sync_each_batch``, ``adjust_scheduler``, ``sync_with_dataloader``).
         rng_types: accepted for compatibility; every random generator is checkpointed.
+        kwargs_handlers: a ``DistributedDataParallelKwargs`` (DDP options and communication hook, under
+            several processes) and/or a ``ProfileKwargs`` (for :meth:`profile`), fabricx's or Accelerate's.
         strategy: a fabricx strategy (``"ddp"``, ``"fsdp"``, ``"deepspeed"`` or a strategy object),
             the fabricx flag that replaces Accelerate's plugin objects.
         exact_window_scaling: divide the losses of an epoch's last, shorter accumulation window by
@@ -234,11 +273,18 @@ class Accelerator(StateMixin, CollectivesMixin):
                     f"{name} is an Accelerate plugin object fabricx does not read. Pass the fabricx strategy "
                     f"instead: {flag}, with the strategies from fabricx.strategies."
                 )
-        if kwargs_handlers:
-            raise MisconfigurationError(
-                f"kwargs_handlers={kwargs_handlers!r} are Accelerate objects fabricx does not read. Pass DDP "
-                "options as Accelerator(strategy=DDPStrategy(find_unused_parameters=True, ...)) (fabricx.strategies)."
-            )
+        handlers = _read_handlers(kwargs_handlers or [])
+        self.ddp_handler = handlers.get("DistributedDataParallelKwargs")
+        self.profile_handler = handlers.get("ProfileKwargs")
+        if self.ddp_handler is not None and _world_size() > 1:
+            if strategy is not None:
+                raise MisconfigurationError(
+                    "Give DDP options either as kwargs_handlers=[DistributedDataParallelKwargs(...)] or as "
+                    f"strategy={strategy!r}, not both."
+                )
+            from fabricx.strategies.ddp import DDPStrategy
+
+            strategy = DDPStrategy(**ddp_options(self.ddp_handler), **comm_hook_options(self.ddp_handler))
         compile_models = compile_option(dynamo_backend, dynamo_plugin)
         if gradient_accumulation_plugin is not None:
             if gradient_accumulation_steps != 1:
@@ -800,6 +846,19 @@ class Accelerator(StateMixin, CollectivesMixin):
             return torch.nn.utils.clip_grad_norm_(params, how["max_norm"], norm_type=how["norm_type"])
         torch.nn.utils.clip_grad_value_(params, how["clip_val"])
         return None
+
+    def profile(self, profile_handler: Any = None) -> contextlib.AbstractContextManager:
+        """Profile the block with ``torch.profiler`` (the ``ProfileKwargs`` given here, else the one in
+        ``kwargs_handlers``, else the defaults); with ``output_trace_dir`` every process writes
+        ``profile_<process_index>.json`` there (a Chrome trace) when the block ends.
+
+        Example::
+
+            with accelerator.profile() as prof:
+                train_step()
+            print(prof.key_averages().table())
+        """
+        return profile_context(self, profile_handler or self.profile_handler or ProfileKwargs())
 
     def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
         """The mixed-precision context for computation outside the model's ``forward``.

@@ -242,3 +242,48 @@ def test_tensorboard_tracker_writes_what_accelerates_writes(hf, tmp_path):
     assert ours == theirs
     assert not any("hp_metric" in str(record) for record in ours[1])
     assert len(ours[1]) >= 6
+
+
+def test_profile_writes_accelerates_trace_files(hf, tmp_path):
+    import json
+
+    from accelerate.utils import ProfileKwargs as HFProfileKwargs
+
+    def run(api, kwargs_class, folder):
+        ready = []
+        handler = kwargs_class(
+            activities=["cpu"], schedule_option={"wait": 1, "warmup": 1, "active": 1}, on_trace_ready=ready.append,
+            record_shapes=True, output_trace_dir=str(folder),
+        )
+        accelerator = api.Accelerator(cpu=True, kwargs_handlers=[handler])
+        with accelerator.profile() as prof:
+            for _ in range(4):
+                torch.ones(8, 8).matmul(torch.ones(8, 8))
+                prof.step()
+        with accelerator.profile(kwargs_class(output_trace_dir=str(folder / "default"))) as plain:
+            torch.ones(3).sum()
+        names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.json"))
+        events = json.loads((folder / "profile_0.json").read_text())["traceEvents"]
+        return type(prof).__name__, type(plain).__name__, len(ready), names, len(events) > 0
+
+    theirs = run(hf, HFProfileKwargs, tmp_path / "hf")
+    ours = run(fx, fx.ProfileKwargs, tmp_path / "fx")
+    assert ours == theirs
+    assert theirs[2] == 1 and theirs[3] == ["default/profile_0.json", "profile_0.json"] and theirs[4]
+
+
+def test_kwargs_handlers_refuse_what_they_do_not_read(hf):
+    from accelerate.utils import GradScalerKwargs
+
+    from fabricx.utilities.exceptions import MisconfigurationError
+
+    with pytest.raises(MisconfigurationError, match="GradScalerKwargs"):
+        fx.Accelerator(cpu=True, kwargs_handlers=[GradScalerKwargs()])
+    with pytest.raises(ValueError, match="only pass one"):
+        fx.Accelerator(cpu=True, kwargs_handlers=[fx.ProfileKwargs(), fx.ProfileKwargs()])
+    # one process: DDP options have nothing to wrap, as in Accelerate; LocalSGD does nothing
+    accelerator = fx.Accelerator(cpu=True, kwargs_handlers=[fx.DistributedDataParallelKwargs(comm_hook="fp16")])
+    model = accelerator.prepare(nn.Linear(2, 1))
+    with fx.LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=1) as local_sgd:
+        local_sgd.step()
+    assert not local_sgd.enabled and local_sgd.num_steps == 1

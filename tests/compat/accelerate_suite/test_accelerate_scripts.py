@@ -86,10 +86,12 @@ def test_ported_scripts_give_accelerates_outcomes_and_numbers(adapter_runs, tmp_
     differential = ("ported_test_sync::", "surface_checks::")
     for processes in (1, 2):
         theirs, their_values = _run(tmp_path, processes, DIFFERENTIAL, peer=True)
-        ours = {case: outcome for case, outcome in adapter_runs[processes][0].items() if differential[0] in case
-                or differential[1] in case}
+        ours = {case: outcome for case, outcome in adapter_runs[processes][0].items() if case.split(" ", 1)[1]
+                .startswith(differential)}
         assert theirs and all(outcome == "passed" for outcome in theirs.values()), theirs
-        assert ours == theirs
+        # fabricx-only cases (its own DDPStrategy's comm hooks) must pass; the shared ones as Accelerate's
+        assert all(outcome == "passed" for outcome in ours.values()), ours
+        assert {case: outcome for case, outcome in ours.items() if case in theirs} == theirs
         our_values = adapter_runs[processes][1]
         for rank, (mine, peer) in enumerate(zip(our_values, their_values, strict=True)):
             # resuming mid-pass is exact in fabricx and not in Accelerate (documented): compared on our side only
@@ -99,4 +101,7 @@ def test_ported_scripts_give_accelerates_outcomes_and_numbers(adapter_runs, tmp_
             assert same == {key: value for key, value in peer.items() if key not in resumed}, rank
         if processes == 2:  # the split/dispatch/sync_each_batch grid ran, and the DDP and loader checks
             assert sum("test_gradient_accumulation(" in case for case in ours) == 8, sorted(ours)
-            assert {"ddp_model", "stateful_shuffled", "stateful_iterable"} <= set(our_values[0])
+            assert {"ddp_model", "stateful_shuffled", "stateful_iterable", "ddp_kwargs_power_sgd", "local_sgd"} <= set(
+                our_values[0]
+            )
+            assert any("fabric_ddp_comm_hook_check" in case for case in ours)
