@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +27,11 @@ class DDPStrategy(ParallelStrategy):
             start processes running the function given to ``fabric.launch``.
         process_group_backend: ``"gloo"``, ``"nccl"``, or ``None``/``"auto"`` for the device's default.
         timeout: how long a collective may wait (a ``timedelta`` or seconds) before the job fails.
+        ddp_comm_hook: a DDP communication hook, ``hook(state, bucket) -> Future`` (e.g. torch's
+            ``default_hooks.fp16_compress_hook`` or ``powerSGD_hook.powerSGD_hook``), registered on the
+            wrapped model as Lightning's ``DDPStrategy`` does (on every device type here, gloo included).
+        ddp_comm_state: the hook's state (``powerSGD_hook.PowerSGDState(...)``, ...).
+        ddp_comm_wrapper: wraps the hook (e.g. ``default_hooks.fp16_compress_wrapper``).
         **ddp_kwargs: passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``,
             ``bucket_cap_mb``, ``gradient_as_bucket_view``...).
 
@@ -45,6 +51,9 @@ class DDPStrategy(ParallelStrategy):
         process_group_backend: str | None = None,
         timeout: timedelta | float | None = timedelta(minutes=30),
         start_method: str = "popen",
+        ddp_comm_state: object | None = None,
+        ddp_comm_hook: Callable[..., Any] | None = None,
+        ddp_comm_wrapper: Callable[..., Any] | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__(
@@ -57,10 +66,19 @@ class DDPStrategy(ParallelStrategy):
             start_method=start_method,
         )
         self._ddp_kwargs = ddp_kwargs
+        self._ddp_comm_state = ddp_comm_state
+        self._ddp_comm_hook = ddp_comm_hook
+        self._ddp_comm_wrapper = ddp_comm_wrapper
 
     def setup_module(self, module: Module) -> DistributedDataParallel:
         device_ids = [self.root_device.index] if self.root_device.type == "cuda" else None
-        return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+        wrapped = DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+        if self._ddp_comm_hook is not None:
+            hook = self._ddp_comm_hook
+            if self._ddp_comm_wrapper is not None:
+                hook = self._ddp_comm_wrapper(hook)
+            wrapped.register_comm_hook(state=self._ddp_comm_state, hook=hook)
+        return wrapped
 
     @property
     def ddp_kwargs(self) -> dict[str, Any]:

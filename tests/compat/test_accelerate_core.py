@@ -200,7 +200,7 @@ def _reference_accumulation(windows, lr=0.1):
     return model.state_dict()
 
 
-def test_accumulate_skips_steps_off_boundaries_and_scales_the_last_window_by_its_length():
+def test_accumulate_skips_steps_off_boundaries():
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -226,7 +226,10 @@ def test_accumulate_skips_steps_off_boundaries_and_scales_the_last_window_by_its
     assert lrs == [0.1, 0.05, 0.05, 0.025, 0.0125]  # the scheduler steps with the optimizer only
 
 
-def test_last_partial_window_matches_plain_pytorch_with_real_length():
+@pytest.mark.parametrize("exact", [False, True])
+def test_last_partial_window_is_accelerates_by_default_and_exact_on_request(exact, monkeypatch):
+    if exact:
+        monkeypatch.setenv("FABRICX_ACCELERATE_EXACT_WINDOW_SCALING", "1")
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -238,9 +241,9 @@ def test_last_partial_window_matches_plain_pytorch_with_real_length():
             optimizer.step()
             optimizer.zero_grad()
     got = accelerator.unwrap_model(model).state_dict()
+    # fabricx's exact scaling: the single last micro-batch divided by 1, its window's real length
     right = _reference_accumulation([[0, 1], [2, 3], [4]])
-    assert all(torch.allclose(got[k], right[k], atol=1e-7) for k in got)
-    # Accelerate divides the single last micro-batch by 2 as well; that is a different result.
+    # Accelerate's arithmetic (the default): every micro-batch divided by 2, the short last one too
     halved = _model()
     opt = torch.optim.SGD(halved.parameters(), lr=0.1)
     data = _data(samples=10)
@@ -250,7 +253,9 @@ def test_last_partial_window_matches_plain_pytorch_with_real_length():
             (nn.functional.mse_loss(halved(x), y) / 2).backward()
         opt.step()
         opt.zero_grad()
-    assert any(not torch.allclose(got[k], halved.state_dict()[k]) for k in got)
+    expected, other = (right, halved.state_dict()) if exact else (halved.state_dict(), right)
+    assert all(torch.allclose(got[k], expected[k], atol=1e-7) for k in got)
+    assert any(not torch.allclose(got[k], other[k]) for k in got)
 
 
 def test_backward_outside_accumulate_divides_by_the_accumulation_steps():

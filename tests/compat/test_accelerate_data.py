@@ -289,7 +289,9 @@ def test_adjust_scheduler_counts_the_skipped_micro_batches(adjust):
             scheduler.step()
             optimizer.zero_grad()
         counts.append(scheduler._step_count)
-    # two real steps either way (the rate halves twice); adjust_scheduler also counts the skipped calls
+    # two real steps either way (the rate halves twice); the skipped calls are not counted either way, as in
+    # Accelerate 1.15, which loses adjust_scheduler=True (its default) when it reads the plugin
+    # (tests/compat/test_accelerate_surface.py compares the counts with Accelerate's)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
-    assert counts == ([2, 3, 4, 5] if adjust else [1, 2, 2, 3])
+    assert counts == [1, 2, 2, 3]
 

@@ -12,7 +12,6 @@ Where Accelerate's behaviour is wrong, this adapter is right:
 * automatic checkpoint numbers keep counting after a restart (one past the highest on disk) and
   ``load_state()`` picks the numerically newest complete checkpoint;
 * a stateful loader reports the loaded position right after ``load_state()``;
-* the last, shorter gradient-accumulation window of an epoch is scaled by its real length;
 * a shuffled loader resumes its exact order, in one process as in many, replaying nothing;
 * ``mixed_precision="fp16"`` on CPU runs with the CPU grad scaler instead of being ignored.
 """
@@ -51,6 +50,17 @@ from fabricx.compat.accelerate.data import (
     SkipBatchesLoader,
 )
 from fabricx.compat.accelerate.dynamo import TorchDynamoPlugin, compile_option
+from fabricx.compat.accelerate.kwargs import (
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    LocalSGD,
+    ProfileKwargs,
+    comm_hook_options,
+    ddp_options,
+    profile_context,
+)
+from fabricx.compat.accelerate.memory import find_executable_batch_size
+from fabricx.compat.accelerate.model import answer_as_prepared, ddp_of
 from fabricx.compat.accelerate.process import AcceleratorState, PartialState, externally_launched
 from fabricx.compat.accelerate.state import StateMixin
 from fabricx.compat.accelerate.tracking import build_trackers, normalize_log_with
@@ -62,13 +72,18 @@ from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap
 __all__ = [
     "Accelerator",
     "AcceleratorState",
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
     "DistributedType",
     "GradientAccumulationPlugin",
     "GradientState",
+    "LocalSGD",
     "PartialState",
+    "ProfileKwargs",
     "ProjectConfiguration",
     "TorchDynamoPlugin",
+    "find_executable_batch_size",
     "prepare_data_loader",
     "set_seed",
     "skip_first_batches",
@@ -144,13 +159,32 @@ def prepare_data_loader(
     return AcceleratedDataLoader(dataloader, options, GradientState())
 
 
+#: The kwargs_handlers the adapter reads, by class name (fabricx's own classes or Accelerate's).
+_HANDLERS = ("DistributedDataParallelKwargs", "ProfileKwargs")
+
+
+def _read_handlers(handlers: Sequence[Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for handler in handlers:
+        name = type(handler).__name__
+        if name not in _HANDLERS:
+            raise MisconfigurationError(
+                f"kwargs_handlers: {name} is an Accelerate object fabricx does not read; it reads "
+                f"{', '.join(_HANDLERS)}. Pass other options through the fabricx flags instead "
+                "(Accelerator(strategy=DDPStrategy(timeout=...)), mixed_precision=...)."
+            )
+        if name in found:
+            raise ValueError(f"You can only pass one {type(handler)} in `kwargs_handlers`.")
+        found[name] = handler
+    return found
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1")) if externally_launched() else 1
+
+
 def _unchanged(data: Any) -> Any:
     return data
-
-
-def _ddp_of(model: Any) -> torch.nn.parallel.DistributedDataParallel | None:
-    inner = getattr(model, "_forward_module", model)
-    return inner if isinstance(inner, torch.nn.parallel.DistributedDataParallel) else None
 
 
 def _is_scheduler(obj: Any) -> bool:
@@ -182,12 +216,15 @@ class Accelerator(StateMixin, CollectivesMixin):
         gradient_accumulation_plugin: a :class:`GradientAccumulationPlugin` (``num_steps``,
             ``sync_each_batch``, ``adjust_scheduler``, ``sync_with_dataloader``).
         rng_types: accepted for compatibility; every random generator is checkpointed.
+        kwargs_handlers: a ``DistributedDataParallelKwargs`` (DDP options and communication hook, under
+            several processes) and/or a ``ProfileKwargs`` (for :meth:`profile`), fabricx's or Accelerate's.
         strategy: a fabricx strategy (``"ddp"``, ``"fsdp"``, ``"deepspeed"`` or a strategy object),
             the fabricx flag that replaces Accelerate's plugin objects.
-        full_window_loss_scaling: divide every micro-batch's loss by ``gradient_accumulation_steps``
-            also in an epoch's last, shorter window (Accelerate's numbers). By default that window's
-            losses are divided by its real length, so its step is an average like every other one.
-            ``FABRICX_ACCELERATE_FULL_WINDOW_LOSS_SCALING=1`` in the environment sets it too.
+        exact_window_scaling: divide the losses of an epoch's last, shorter accumulation window by
+            that window's real length, so its step is an average like every other one (fabricx's own
+            arithmetic, as ``Fabric(grad_accum_steps=N)`` does). By default every micro-batch's loss is
+            divided by ``gradient_accumulation_steps``, as Accelerate does, so the adapter gives
+            Accelerate's numbers. ``FABRICX_ACCELERATE_EXACT_WINDOW_SCALING=1`` in the environment sets it too.
 
     Example::
 
@@ -224,7 +261,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         dynamo_plugin: Any = None,
         even_batches: bool = True,
         strategy: Any = None,
-        full_window_loss_scaling: bool = False,
+        exact_window_scaling: bool = False,
     ) -> None:
         for name, value, flag in (
             ("deepspeed_plugin", deepspeed_plugin, 'Accelerator(strategy=DeepSpeedStrategy(stage=..., ...))'),
@@ -236,11 +273,18 @@ class Accelerator(StateMixin, CollectivesMixin):
                     f"{name} is an Accelerate plugin object fabricx does not read. Pass the fabricx strategy "
                     f"instead: {flag}, with the strategies from fabricx.strategies."
                 )
-        if kwargs_handlers:
-            raise MisconfigurationError(
-                f"kwargs_handlers={kwargs_handlers!r} are Accelerate objects fabricx does not read. Pass DDP "
-                "options as Accelerator(strategy=DDPStrategy(find_unused_parameters=True, ...)) (fabricx.strategies)."
-            )
+        handlers = _read_handlers(kwargs_handlers or [])
+        self.ddp_handler = handlers.get("DistributedDataParallelKwargs")
+        self.profile_handler = handlers.get("ProfileKwargs")
+        if self.ddp_handler is not None and _world_size() > 1:
+            if strategy is not None:
+                raise MisconfigurationError(
+                    "Give DDP options either as kwargs_handlers=[DistributedDataParallelKwargs(...)] or as "
+                    f"strategy={strategy!r}, not both."
+                )
+            from fabricx.strategies.ddp import DDPStrategy
+
+            strategy = DDPStrategy(**ddp_options(self.ddp_handler), **comm_hook_options(self.ddp_handler))
         compile_models = compile_option(dynamo_backend, dynamo_plugin)
         if gradient_accumulation_plugin is not None:
             if gradient_accumulation_steps != 1:
@@ -254,14 +298,18 @@ class Accelerator(StateMixin, CollectivesMixin):
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"gradient_accumulation_plugin.num_steps={num_steps!r}; give an int >= 1.")
         gradient_accumulation_steps = num_steps
+        # Accelerate reads the plugin through KwargsHandler.to_kwargs(), which keeps only the fields that
+        # differ from their defaults, and then takes adjust_scheduler as False when absent: its default
+        # True is lost, so skipped micro-batches are never counted in the scheduler. The same here.
+        adjust = getattr(plugin, "adjust_scheduler", True)
         self.gradient_state = GradientState(
             num_steps=num_steps,
-            adjust_scheduler=bool(getattr(plugin, "adjust_scheduler", True)),
+            adjust_scheduler=False if adjust is True else bool(adjust),
             sync_with_dataloader=bool(getattr(plugin, "sync_with_dataloader", True)),
         )
         self._sync_each_batch = bool(getattr(plugin, "sync_each_batch", False))
-        env_scaling = os.environ.get("FABRICX_ACCELERATE_FULL_WINDOW_LOSS_SCALING", "").lower() in ("1", "true", "yes")
-        self._full_window_loss_scaling = full_window_loss_scaling or env_scaling
+        env_scaling = os.environ.get("FABRICX_ACCELERATE_EXACT_WINDOW_SCALING", "").lower() in ("1", "true", "yes")
+        self._exact_window_scaling = exact_window_scaling or env_scaling
         if dataloader_config is None:
             dataloader_config = DataLoaderConfiguration(split_batches=split_batches, even_batches=even_batches)
         elif split_batches or not even_batches:
@@ -305,6 +353,8 @@ class Accelerator(StateMixin, CollectivesMixin):
         self.state.mixed_precision = self.mixed_precision
         self.flag_tensor: Tensor | None = None
         self._accumulate_depth = 0
+        #: Micro-batches counted by :meth:`accumulate` since the last loader end (Accelerate's ``step``).
+        self.step = 0
         self._step_was_skipped = False
         self._log_with = normalize_log_with(log_with)
         self.trackers: list[Any] = []
@@ -368,7 +418,22 @@ class Accelerator(StateMixin, CollectivesMixin):
 
     @property
     def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step; settable, e.g. inside ``find_executable_batch_size`` to keep
+        the total batch size when the per-step one shrinks.
+
+        Example::
+
+            accelerator.gradient_accumulation_steps = observed_batch_size // batch_size
+        """
         return self._fabric.grad_accum_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"gradient_accumulation_steps={steps!r}; give an int >= 1.")
+        # The Fabric under the adapter reads its count per micro-batch; nothing else caches it.
+        self._fabric._grad_accum_steps = steps
+        self.gradient_state.num_steps = steps
 
     @property
     def sync_gradients(self) -> bool:
@@ -477,11 +542,11 @@ class Accelerator(StateMixin, CollectivesMixin):
             opt_indices = assigned[m]
             if opt_indices:
                 out = self._fabric.setup(args[m], *(args[o] for o in opt_indices), move_to_device=placement[m])
-                results[m] = out[0]
+                results[m] = answer_as_prepared(out[0])
                 for o, prepared in zip(opt_indices, out[1:], strict=True):
                     results[o] = prepared
             else:
-                results[m] = self._fabric.setup_module(args[m], move_to_device=placement[m])
+                results[m] = answer_as_prepared(self._fabric.setup_module(args[m], move_to_device=placement[m]))
             self._models.append(results[m])
         for o in loose:
             results[o] = self._fabric.setup_optimizers(args[o])
@@ -566,16 +631,15 @@ class Accelerator(StateMixin, CollectivesMixin):
     def backward(self, loss: Tensor, **kwargs: Any) -> None:
         """Backward through the precision and strategy (loss scaling, gradient sync).
 
-        Inside :meth:`accumulate` the loss is divided by the real length of the current window (by
-        ``gradient_accumulation_steps`` with ``full_window_loss_scaling=True``); outside it, by
-        ``gradient_accumulation_steps`` as Accelerate does.
+        The loss is divided by ``gradient_accumulation_steps``, as Accelerate does (with
+        ``exact_window_scaling=True``, inside :meth:`accumulate`, by the real length of the current window).
 
         Example::
 
             accelerator.backward(loss)
         """
         steps = self.gradient_accumulation_steps
-        if steps > 1 and (self._accumulate_depth == 0 or self._full_window_loss_scaling):
+        if steps > 1 and (self._accumulate_depth == 0 or not self._exact_window_scaling):
             accumulation = self._fabric._accumulation
             in_window, accumulation.in_window = accumulation.in_window, False
             try:
@@ -627,9 +691,16 @@ class Accelerator(StateMixin, CollectivesMixin):
         steps = self.gradient_accumulation_steps
         state = self.gradient_state
         loader = state.active_dataloader if state.sync_with_dataloader else None
-        if steps == 1:
+        # Accelerate's rule: a running count of micro-batches, a boundary at every multiple of the
+        # (possibly changed) steps, and at the loader's end, where the count starts again.
+        if loader is not None and loader.end_of_dataloader:
+            self.step = 0
             boundary = True
         else:
+            self.step += 1
+            boundary = self.step % steps == 0
+        if steps > 1:
+            # The position in the window: for a save mid-window, and for exact_window_scaling.
             accumulation.counter += 1
             if accumulation.counter == 1:
                 accumulation.window_length = steps
@@ -638,8 +709,6 @@ class Accelerator(StateMixin, CollectivesMixin):
                         remaining = len(loader) - loader.batches_consumed + 1
                         if 0 < remaining < steps:
                             accumulation.window_length = remaining
-            at_end = loader is not None and loader.end_of_dataloader
-            boundary = accumulation.counter >= accumulation.window_length or at_end
         accumulation.sync_gradients = boundary
         state.sync_gradients = boundary
         return boundary
@@ -654,7 +723,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             with accelerator.trigger_sync_in_backward(model):
                 accelerator.backward(last_loss)
         """
-        ddp = _ddp_of(model)
+        ddp = ddp_of(model)
         if ddp is None:
             yield
             return
@@ -702,7 +771,7 @@ class Accelerator(StateMixin, CollectivesMixin):
                 if shard is not None and hasattr(shard, "even_batches"):
                     overridden.append((shard, getattr(shard, "even_batches")))  # noqa: B009 - checked above
                     setattr(shard, "even_batches", even_batches)  # noqa: B010
-        ddps: list[Any] = [d for d in (_ddp_of(j) for j in joinables) if d is not None]  # DDP is a Joinable
+        ddps: list[Any] = [d for d in (ddp_of(j) for j in joinables) if d is not None]  # DDP is a Joinable
         try:
             with Join(ddps, enable=True, throw_on_early_termination=False):
                 yield joinables
@@ -777,6 +846,19 @@ class Accelerator(StateMixin, CollectivesMixin):
             return torch.nn.utils.clip_grad_norm_(params, how["max_norm"], norm_type=how["norm_type"])
         torch.nn.utils.clip_grad_value_(params, how["clip_val"])
         return None
+
+    def profile(self, profile_handler: Any = None) -> contextlib.AbstractContextManager:
+        """Profile the block with ``torch.profiler`` (the ``ProfileKwargs`` given here, else the one in
+        ``kwargs_handlers``, else the defaults); with ``output_trace_dir`` every process writes
+        ``profile_<process_index>.json`` there (a Chrome trace) when the block ends.
+
+        Example::
+
+            with accelerator.profile() as prof:
+                train_step()
+            print(prof.key_averages().table())
+        """
+        return profile_context(self, profile_handler or self.profile_handler or ProfileKwargs())
 
     def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
         """The mixed-precision context for computation outside the model's ``forward``.

@@ -116,8 +116,9 @@ class GradientAccumulationPlugin:
 
     Args:
         num_steps: micro-batches per optimizer step.
-        adjust_scheduler: count the skipped micro-batches in a prepared scheduler's ``_step_count``
-            (what schedulers with a ``total_steps`` check read), as Accelerate does.
+        adjust_scheduler: accepted as Accelerate accepts it: Accelerate 1.15 keeps only the plugin's
+            non-default fields and reads a missing ``adjust_scheduler`` as ``False``, so skipped
+            micro-batches are never counted in a prepared scheduler's ``_step_count``; neither are they here.
         sync_with_dataloader: end a window at the end of the prepared loader even when it is short.
         sync_each_batch: synchronise gradients on every micro-batch (less memory under FSDP, more
             communication); the optimizer still steps once per window.

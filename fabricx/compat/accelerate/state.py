@@ -43,6 +43,7 @@ class StateMixin:
     _dataloaders: list[Any]
     _custom_objects: list[Any]
     _step_was_skipped: bool
+    step: int
     is_main_process: bool
     save_iteration: int
 
@@ -209,6 +210,7 @@ class StateMixin:
             path = os.fspath(self._shared_folder(Path(path), writing=False))
         self._fabric.load(path, self._checkpoint_state(), strict=strict)
         self._step_was_skipped = False
+        self.step = self._fabric._accumulation.counter  # the micro-batch count, as Accelerate restores it
         return str(path)
 
     def _shared_folder(self, folder: Path, writing: bool) -> Path:

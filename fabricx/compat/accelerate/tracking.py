@@ -82,7 +82,8 @@ def build_trackers(
 
             trackers.append(CSVLogger(logging_dir, name=project_name, **kwargs))
         else:
-            from fabricx.loggers.tensorboard import TensorBoardLogger
+            # Accelerate's own layout and records (fabricx's TensorBoardLogger adds version folders and hp_metric).
+            from fabricx.compat.accelerate.tensorboard import TensorBoardTracker
 
-            trackers.append(TensorBoardLogger(logging_dir, name=project_name, **kwargs))
+            trackers.append(TensorBoardTracker(project_name, logging_dir, **kwargs))
     return trackers

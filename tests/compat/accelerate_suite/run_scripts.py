@@ -15,6 +15,12 @@ A case is one call, from the script's ``main()``, of one of its ``test_*``/``*_c
 functions; a failing case is recorded and the script goes on with the next. Scripts end with
 ``destroy_process_group()``; when several run in one launch that is done once, after the last.
 Writes ``OUT_DIR/rank_<r>.json``: ``{case: "passed" | "failed: ..."}``.
+
+``local:NAME`` runs ``NAME.py`` beside this file instead (``ported_test_sync``: Accelerate's script with its
+imports swapped; ``surface_checks``); it may record values in a ``FINAL_PARAMETERS`` dict, written to
+``OUT_DIR/parameters_<r>.json``.
+With ``ACCELERATE_SUITE_PEER=1`` in the environment nothing is swapped: the scripts run on Accelerate itself,
+the peer's side of a differential test.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from fabricx.compat.accelerate import ops as ops
 from fabricx.compat.accelerate.sharding import SeedableRandomSampler
 
 SCRIPTS = Path(accelerate.__file__).parent / "test_utils" / "scripts"
+HERE = Path(__file__).resolve().parent
+PEER = os.environ.get("ACCELERATE_SUITE_PEER") == "1"
 
 _SWAPS: dict[Any, dict[str, Any]] = {
     accelerate: {
@@ -128,20 +136,26 @@ def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return f"({', '.join(plain)})" if plain else ""
 
 
-def run_script(relative: str, results: dict[str, str]) -> None:
-    """Run one script; ``name@full_window`` runs it with Accelerate's loss scaling of a short last window."""
+def run_script(relative: str, results: dict[str, str], parameters: dict[str, Any] | None = None) -> None:
+    """Run one script; ``name@exact_window`` runs it with fabricx's opt-in scaling of a short last window
+    (``FABRICX_ACCELERATE_EXACT_WINDOW_SCALING=1``)."""
     relative, _, variant = relative.partition("@")
     if variant:
-        os.environ["FABRICX_ACCELERATE_FULL_WINDOW_LOSS_SCALING"] = "1"
+        os.environ["FABRICX_ACCELERATE_EXACT_WINDOW_SCALING"] = "1"
         try:
             scoped: dict[str, str] = {}
             run_script(relative, scoped)
             results.update({f"{key} [{variant}]": value for key, value in scoped.items()})
         finally:
-            del os.environ["FABRICX_ACCELERATE_FULL_WINDOW_LOSS_SCALING"]
+            del os.environ["FABRICX_ACCELERATE_EXACT_WINDOW_SCALING"]
         return
-    path = SCRIPTS / f"{relative}.py"
-    module_name = "accelerate.test_utils.scripts." + relative.replace("/", ".")
+    if relative.startswith("local:"):
+        relative = relative.removeprefix("local:")
+        path = HERE / f"{relative}.py"
+        module_name = relative
+    else:
+        path = SCRIPTS / f"{relative}.py"
+        module_name = "accelerate.test_utils.scripts." + relative.replace("/", ".")
     added = _stub_modules_for_metrics() if "metrics" in relative else []
     spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
@@ -187,23 +201,28 @@ def run_script(relative: str, results: dict[str, str]) -> None:
     finally:
         for name in added:
             sys.modules.pop(name, None)
+    if parameters is not None:
+        parameters.update(getattr(module, "FINAL_PARAMETERS", {}))
 
 
 def main() -> None:
     out_dir = Path(sys.argv[1])
     torch.set_num_threads(1)
-    install_shim()
+    if not PEER:
+        install_shim()
     real_destroy = dist.destroy_process_group
     dist.destroy_process_group = lambda group=None: None  # once, after the last script
     results: dict[str, str] = {}
+    parameters: dict[str, Any] = {}
     try:
         for relative in sys.argv[2:]:
-            run_script(relative, results)
+            run_script(relative, results, parameters)
     finally:
         dist.destroy_process_group = real_destroy
     rank = int(os.environ.get("RANK", 0))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank_{rank}.json").write_text(json.dumps(results, indent=1))
+    (out_dir / f"parameters_{rank}.json").write_text(json.dumps(parameters))
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

@@ -1,0 +1,101 @@
+"""``find_executable_batch_size``: retry a training function with a smaller batch size after running
+out of memory, as ``accelerate.utils.find_executable_batch_size`` does."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["find_executable_batch_size", "should_reduce_batch_size"]
+
+# The messages of the errors a smaller batch can cure (Accelerate's list): CUDA/HIP/XPU, MPS, cuDNN, CPU, HPU.
+_OUT_OF_MEMORY = (
+    " out of memory.",
+    "MPS backend out of memory",
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
+    "DefaultCPUAllocator: can't allocate memory",
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
+)
+
+
+def should_reduce_batch_size(exception: BaseException) -> bool:
+    """Whether ``exception`` says the device ran out of memory (a ``RuntimeError`` with one of the
+    out-of-memory messages).
+
+    Example::
+
+        should_reduce_batch_size(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))  # True
+    """
+    if not isinstance(exception, RuntimeError) or len(exception.args) != 1:
+        return False
+    message = exception.args[0]
+    return isinstance(message, str) and any(text in message for text in _OUT_OF_MEMORY)
+
+
+def _release_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    elif torch.backends.mps.is_available():
+        torch.mps.empty_cache()
+
+
+def find_executable_batch_size(
+    function: Callable[..., Any] | None = None,
+    starting_batch_size: int = 128,
+    reduce_batch_size_fn: Callable[[], int] | None = None,
+) -> Any:
+    """Decorator: call ``function(batch_size, *args, **kwargs)`` with ``starting_batch_size``, and again
+    with a smaller one (``int(batch_size * 0.9)``, or what ``reduce_batch_size_fn()`` returns) each time
+    it runs out of memory; other errors propagate. The size reached is kept for later calls; at 0 a
+    ``RuntimeError`` is raised. Call the decorated function without the batch size.
+
+    Example::
+
+        @find_executable_batch_size(starting_batch_size=64)
+        def train(batch_size, model):
+            accelerator.gradient_accumulation_steps = max(1, 64 // batch_size)
+            ...
+
+        train(model)
+    """
+    if function is None:
+        return functools.partial(
+            find_executable_batch_size,
+            starting_batch_size=starting_batch_size,
+            reduce_batch_size_fn=reduce_batch_size_fn,
+        )
+    size = [starting_batch_size]
+
+    def smaller() -> int:
+        return int(size[0] * 0.9)
+
+    reduce = reduce_batch_size_fn or smaller
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _release_memory()
+        names = list(inspect.signature(function).parameters)
+        if len(names) < len(args) + 1:
+            given = ", ".join(f"{name}={value}" for name, value in zip(names[1:], args[1:], strict=False))
+            raise TypeError(
+                f"Batch size was passed into `{function.__name__}` as the first argument when called."
+                f"Remove this as the decorator already does so: `{function.__name__}({given})`"
+            )
+        while True:
+            if size[0] == 0:
+                raise RuntimeError("No executable batch size found, reached zero.")
+            try:
+                return function(size[0], *args, **kwargs)
+            except Exception as error:
+                if not should_reduce_batch_size(error):
+                    raise
+                _release_memory()
+                size[0] = reduce()
+
+    return run

@@ -1,0 +1,205 @@
+"""Run one of Accelerate's ``examples/`` scripts offline, through Accelerate or (default) through the adapter.
+
+Usage: ``python run_example.py OUT_DIR EXAMPLE.py [script args]`` (under ``fabricx run --devices 2`` for two
+processes; ``ACCELERATE_SUITE_PEER=1`` runs Accelerate itself).
+
+Stand-ins, identical for both frameworks: ``datasets.load_dataset`` gives a synthetic MRPC (64 training, 32
+validation pairs), ``evaluate.load`` an accuracy/F1 metric, ``AutoTokenizer`` a word-hashing tokenizer and
+``AutoModelForSequenceClassification`` a tiny BERT initialised from the seeded global generator. Only the
+Accelerator-side names are swapped (run_scripts.install_shim plus the kwargs objects, LocalSGD and
+find_executable_batch_size). Writes ``OUT_DIR/rank_<r>.json``: the printed lines and a digest of the final
+parameters of the first prepared model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import runpy
+import sys
+import types
+import zlib
+from pathlib import Path
+
+import torch
+
+PEER = os.environ.get("ACCELERATE_SUITE_PEER") == "1"
+WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "tree"]
+WORDS += ["fast", "slow", "red", "blue", "big", "small"]
+
+
+class _Dataset:
+    def __init__(self, columns: dict) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def __getitem__(self, index: int) -> dict:
+        return {name: values[index] for name, values in self.columns.items()}
+
+    def map(self, function, batched=True, remove_columns=()):
+        added = dict(function(self.columns))
+        kept = {k: v for k, v in self.columns.items() if k not in remove_columns}
+        return _Dataset({**kept, **added})
+
+    def rename_column(self, old: str, new: str) -> _Dataset:
+        return _Dataset({(new if k == old else k): v for k, v in self.columns.items()})
+
+
+class _DatasetDict(dict):
+    def map(self, *args, **kwargs):
+        return _DatasetDict({k: v.map(*args, **kwargs) for k, v in self.items()})
+
+    def rename_column(self, old: str, new: str) -> _DatasetDict:
+        return _DatasetDict({k: v.rename_column(old, new) for k, v in self.items()})
+
+
+def _load_dataset(*args, **kwargs) -> _DatasetDict:
+    rng = random.Random(0)
+
+    def split(n: int) -> _Dataset:
+        def sentence() -> str:
+            return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9)))
+
+        rows = [(sentence(), sentence(), rng.randint(0, 1)) for _ in range(n)]
+        return _Dataset({"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows],
+                         "label": [r[2] for r in rows], "idx": list(range(n))})
+
+    return _DatasetDict(train=split(64), validation=split(32))
+
+
+class _Metric:
+    def __init__(self) -> None:
+        self.predictions: list[int] = []
+        self.references: list[int] = []
+
+    def add_batch(self, predictions, references) -> None:
+        self.predictions += torch.as_tensor(predictions).tolist()
+        self.references += torch.as_tensor(references).tolist()
+
+    def compute(self) -> dict:
+        pairs = list(zip(self.predictions, self.references, strict=True))
+        self.predictions, self.references = [], []
+        tp = sum(p == r == 1 for p, r in pairs)
+        fp = sum(p == 1 and r == 0 for p, r in pairs)
+        fn = sum(p == 0 and r == 1 for p, r in pairs)
+        return {"accuracy": sum(p == r for p, r in pairs) / max(len(pairs), 1),
+                "f1": 2 * tp / max(2 * tp + fp + fn, 1)}
+
+
+class _Tokenizer:
+    pad_token_id = 0
+
+    def _ids(self, text: str) -> list[int]:
+        return [2 + zlib.crc32(w.encode()) % 90 for w in text.split()]
+
+    def __call__(self, first, second=None, truncation=True, max_length=None, **kwargs):
+        single = isinstance(first, str)
+        firsts = [first] if single else list(first)
+        seconds = [None] * len(firsts) if second is None else ([second] if single else list(second))
+        out: dict[str, list] = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
+        for a, b in zip(firsts, seconds, strict=True):
+            ids = [1, *self._ids(a), 1]
+            types_ = [0] * len(ids)
+            if b is not None:
+                extra = [*self._ids(b), 1]
+                ids, types_ = ids + extra, types_ + [1] * len(extra)
+            out["input_ids"].append(ids)
+            out["token_type_ids"].append(types_)
+            out["attention_mask"].append([1] * len(ids))
+        return {k: v[0] for k, v in out.items()} if single else out
+
+    def pad(self, examples, padding="longest", max_length=None, pad_to_multiple_of=None, return_tensors="pt"):
+        from transformers import BatchEncoding
+
+        longest = max_length or max(len(e["input_ids"]) for e in examples)
+        if pad_to_multiple_of:
+            longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+        batch = {}
+        for key in examples[0]:
+            if key in ("input_ids", "token_type_ids", "attention_mask"):
+                batch[key] = torch.tensor([list(e[key]) + [0] * (longest - len(e[key])) for e in examples])
+            else:
+                batch[key] = torch.tensor([e[key] for e in examples])
+        return BatchEncoding(batch, tensor_type=return_tensors)
+
+
+def _install_stand_ins() -> None:
+    import transformers
+
+    datasets = types.ModuleType("datasets")
+    datasets.load_dataset = _load_dataset  # type: ignore[attr-defined]
+    evaluate = types.ModuleType("evaluate")
+    evaluate.load = lambda *args, **kwargs: _Metric()  # type: ignore[attr-defined]
+    sys.modules["datasets"], sys.modules["evaluate"] = datasets, evaluate
+    import accelerate.data_loader
+
+    # The real package is not installed: Accelerate must not look for its classes in the stand-in.
+    accelerate.data_loader.is_datasets_available = lambda: False  # type: ignore[attr-defined]
+
+    def tiny_bert(*args, **kwargs):
+        config = transformers.BertConfig(vocab_size=96, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=32, max_position_embeddings=64, num_labels=2)
+        return transformers.BertForSequenceClassification(config)
+
+    transformers.AutoTokenizer.from_pretrained = staticmethod(lambda *a, **k: _Tokenizer())  # type: ignore[method-assign]
+    transformers.AutoModelForSequenceClassification.from_pretrained = staticmethod(tiny_bert)  # type: ignore[method-assign]
+
+
+def _swap_accelerator_names() -> None:
+    import accelerate.local_sgd
+    import accelerate.utils
+
+    import fabricx.compat.accelerate as fx
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run_scripts import install_shim
+
+    install_shim()
+    for name in ("DDPCommunicationHookType", "DistributedDataParallelKwargs", "ProfileKwargs",
+                 "find_executable_batch_size", "GradientAccumulationPlugin"):
+        setattr(accelerate.utils, name, getattr(fx, name))
+    accelerate.local_sgd.LocalSGD = fx.LocalSGD  # type: ignore[misc]
+
+
+def main() -> None:
+    out_dir, example, *args = sys.argv[1:]
+    torch.set_num_threads(1)
+    _install_stand_ins()
+    if not PEER:
+        _swap_accelerator_names()
+    import accelerate
+
+    prepared: list = []
+    cls = accelerate.Accelerator
+    original_prepare = cls.prepare
+
+    def prepare(self, *objects, **kwargs):
+        result = original_prepare(self, *objects, **kwargs)
+        results = result if isinstance(result, tuple) else (result,)
+        prepared.extend((self, r) for r in results if isinstance(r, torch.nn.Module))
+        return result
+
+    cls.prepare = prepare  # type: ignore[method-assign]
+    printed = io.StringIO()
+    sys.argv = [example, *args]
+    with contextlib.redirect_stdout(printed):
+        runpy.run_path(example, run_name="__main__")
+    digest = None
+    if prepared:
+        accelerator, model = prepared[0]
+        flat = torch.cat([p.detach().double().flatten() for p in accelerator.unwrap_model(model).parameters()])
+        digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    rank = os.environ.get("RANK", "0")
+    lines = [line for line in printed.getvalue().splitlines() if line.startswith("epoch")]
+    (Path(out_dir) / f"rank_{rank}.json").write_text(json.dumps({"printed": lines, "parameters": digest}))
+
+
+if __name__ == "__main__":
+    main()
