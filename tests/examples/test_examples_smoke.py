@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from fabricx.environments.local import find_free_port
 
@@ -61,11 +62,11 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
               "--root-dir", str(tmp_path), "--no-progress"]
     first = _run([*common, "--max-epochs", "1"])
     assert "Finished at step 10 in epoch 0/0: val_loss " in first, first[-2000:]
-    last = tmp_path / "checkpoints" / "last"
-    assert (last / "meta.json").is_file()
+    last = tmp_path / "checkpoints" / "last.ckpt"  # one Lightning .ckpt file
+    assert last.is_file() and torch.load(last, weights_only=True)["global_step"] == 10
     assert str(last) in first
     best = re.search(r"Best checkpoint:\s+(\S+)", first)
-    assert best is not None and (Path(best.group(1)) / "meta.json").is_file(), first[-2000:]
+    assert best is not None and Path(best.group(1)).is_file(), first[-2000:]
     metrics = re.search(r"Metrics \(CSV\):\s+(\S+)", first)
     assert metrics is not None and Path(metrics.group(1)).is_file()
     assert "val_acc" in Path(metrics.group(1)).read_text()
@@ -82,7 +83,8 @@ def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
               "--save-every-steps", "5"]
     first = _run([*common, "--max-steps", "15"])
     assert "step 15" in first, first[-2000:]
-    assert (tmp_path / "checkpoints" / "steps" / "last" / "rank_1.json").is_file()
+    last = torch.load(tmp_path / "checkpoints" / "steps" / "last.ckpt", weights_only=True)
+    assert "__fabricx_train_loader__" in last["__fabricx_ranks__"]["1"]  # rank 1's own loader position
     resumed = _run([*common, "--max-steps", "23", "--resume"])
     assert "step 23" in resumed, resumed[-2000:]
     # The second run continued from step 15: it logged no step at or before it.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint.manager import remove_checkpoint
+from fabricx.checkpoint.storage import is_url
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.exceptions import MisconfigurationError
@@ -78,7 +79,7 @@ class ModelCheckpoint(Callback):
         async_save: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
-            raise MisconfigurationError(f"`mode` can be min, max but got {mode!r} (ModelCheckpoint(mode=...)).")
+            raise MisconfigurationError(f"`mode` can be min, max but got {mode} (ModelCheckpoint(mode=...)).")
         if save_last not in (None, True, False, "link"):
             raise MisconfigurationError(f"ModelCheckpoint(save_last={save_last!r}); allowed: True, False, 'link'.")
         if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
@@ -102,7 +103,9 @@ class ModelCheckpoint(Callback):
                 f"Combination of parameters every_n_train_steps={self._every_n_train_steps}, every_n_epochs="
                 f"{self._every_n_epochs} and train_time_interval={train_time_interval} should be mutually exclusive."
             )
-        expanded = os.path.realpath(os.path.expanduser(os.fspath(dirpath))) if dirpath else None
+        expanded = None
+        if dirpath:
+            expanded = os.fspath(dirpath) if is_url(dirpath) else os.path.realpath(os.path.expanduser(dirpath))
         self.dirpath: str | None = expanded
         self.filename = filename
         self.monitor = monitor
@@ -158,11 +161,15 @@ class ModelCheckpoint(Callback):
         return self._train_time_interval
 
     # -- hooks --------------------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         dirpath = self._resolve_dirpath(trainer)
         if trainer.world_size > 1:
             dirpath = trainer.fabric.broadcast(dirpath)
         self.dirpath = dirpath
+        if self.save_last == "link" and is_url(dirpath):
+            raise ValueError(
+                f"`ModelCheckpoint(save_last='link')` is only supported for local file paths, got `dirpath={dirpath}`."
+            )
         if trainer.is_global_zero and stage == "fit" and self.save_top_k != 0 and _not_empty(dirpath):
             rank_zero_warn(f"Checkpoint directory {dirpath} exists and is not empty.")
 
