@@ -16,7 +16,7 @@ from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
-from fabricx.accumulation import AccumulationWindow
+from fabricx.accumulation import AccumulationState, AccumulationWindow
 from fabricx.checkpoint.format import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
@@ -27,7 +27,7 @@ from fabricx.utilities.exceptions import FabricxError, SetupError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
 from fabricx.utilities.rng import RNGStates
-from fabricx.wrappers import FabricModule, FabricOptimizer, _AccumulationState, unwrap, wrap_scheduler_step
+from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap, wrap_scheduler_step
 
 if TYPE_CHECKING:
     from fabricx.accelerators.accelerator import Accelerator
@@ -116,7 +116,7 @@ class Fabric:
         self._preemption_signals = resolve_signals(preemption_signals) if preemption_signals else []
         self._compile = check_compile_option(compile)
         self._preemption_watcher: PreemptionWatcher | None = None
-        self._accumulation = _AccumulationState()
+        self._accumulation = AccumulationState()
         # Decided once: when neither strategy nor precision changes backward, call it directly.
         self._plain_backward = _backward_is_plain(self._strategy, self._precision)
         self._sync_is_noop = _no_backward_sync_is_noop(self._strategy)
@@ -193,7 +193,31 @@ class Fabric:
 
     @property
     def grad_accum_steps(self) -> int:
+        """Micro-batches per optimizer step inside `accumulate()` (settable between windows).
+
+        Example:
+            ```python
+            fabric.grad_accum_steps = 8  # from the next window on
+            ```
+        """
         return self._grad_accum_steps
+
+    @grad_accum_steps.setter
+    def grad_accum_steps(self, steps: int) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"grad_accum_steps={steps!r}; give an int >= 1.")
+        self._grad_accum_steps = steps
+
+    @property
+    def accumulation_state(self) -> AccumulationState:
+        """Where gradient accumulation stands (shared with the wrappers, loaders and checkpoints).
+
+        Example:
+            ```python
+            fabric.accumulation_state.counter  # micro-batches seen in the current window
+            ```
+        """
+        return self._accumulation
 
     @property
     def sync_gradients(self) -> bool:
@@ -524,11 +548,15 @@ class Fabric:
                     optimizer.zero_grad()
         """
         window = self._window
-        if window is None or window._active or window._module() is not module:
-            if self._grad_accum_steps > 1:
+        steps = self._grad_accum_steps
+        # Reused for consecutive micro-batches of one module: this runs on every micro-batch.
+        if window is None or window.active or window.steps != steps or window.module_ref() is not module:
+            if steps > 1:
                 _require_set_up(module, "accumulate()")
-            window = AccumulationWindow(self, module)
-            if self._window is None or not self._window._active:
+            # One process: the strategy has no gradient sync to switch off.
+            no_sync = None if self._sync_is_noop else self._strategy.no_backward_sync
+            window = AccumulationWindow(self._accumulation, steps, module, no_sync)
+            if self._window is None or not self._window.active:
                 self._window = window
         window.epoch_length = epoch_length
         return window
@@ -879,7 +907,7 @@ class Fabric:
         return self._strategy.load_module_state_dict(unwrap(module), load_weights(path), strict=strict)
 
     def _with_internal_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        from fabricx.window_state import window_entries
+        from fabricx.accumulation.entries import window_entries
 
         internal = dict(state)
         if self._save_rng_states:

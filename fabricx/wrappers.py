@@ -23,21 +23,9 @@ _GLOBAL_BACKWARD_HOOKS = _torch_module._global_backward_hooks
 _GLOBAL_BACKWARD_PRE_HOOKS = _torch_module._global_backward_pre_hooks
 
 if TYPE_CHECKING:
+    from fabricx.accumulation.state import AccumulationState
     from fabricx.precision.precision import Precision
     from fabricx.strategies.strategy import Strategy
-
-
-class _AccumulationState:
-    """Whether the current micro-batch ends an accumulation window (shared by all wrappers)."""
-
-    __slots__ = ("active_loader", "counter", "in_window", "sync_gradients", "window_length")
-
-    def __init__(self) -> None:
-        self.active_loader: Any = None
-        self.sync_gradients = True
-        self.in_window = False
-        self.counter = 0
-        self.window_length = 1
 
 
 class FabricModule(nn.Module):
@@ -224,7 +212,7 @@ class FabricOptimizer(Delegating):
             )
         return object.__new__(facade_class(FabricOptimizer, type(optimizer)))
 
-    def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: _AccumulationState) -> None:
+    def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: AccumulationState) -> None:
         self._bind_target(optimizer)
         self._optimizer = optimizer
         self._strategy = strategy
@@ -291,7 +279,7 @@ def _step_is_plain(strategy: Strategy) -> bool:
     return type(strategy).optimizer_step is BaseStrategy.optimizer_step and not strategy.precision.needs_optimizer_step
 
 
-def wrap_scheduler_step(scheduler: Any, accumulation: _AccumulationState) -> Any:
+def wrap_scheduler_step(scheduler: Any, accumulation: AccumulationState) -> Any:
     """Make ``scheduler.step()`` a no-op off an accumulation boundary.
 
     The scheduler keeps its class (``isinstance``, pickling) and its ``state_dict`` stays clean.

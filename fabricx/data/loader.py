@@ -36,7 +36,7 @@ from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
 
 if TYPE_CHECKING:
-    from fabricx.wrappers import _AccumulationState
+    from fabricx.accumulation.state import AccumulationState
 
 # torch DataLoader settings a rebuilt loader carries over (the Accelerate adapter's loaders use them too).
 DATALOADER_SETTINGS = (
@@ -406,7 +406,7 @@ class FabricDataLoader:
         self,
         loader: DataLoader,
         device: torch.device | None,
-        accumulation: _AccumulationState | None = None,
+        accumulation: AccumulationState | None = None,
         *,
         rank: int = 0,
         world_size: int = 1,
@@ -434,7 +434,7 @@ class FabricDataLoader:
         self._epoch_start: dict[str, Any] | None = None
         # len() when the current epoch's iterator was built: read by accumulation windows, which
         # would otherwise ask the loader, batch sampler and sampler for it once per window.
-        self._epoch_batches: int | None = None
+        self.epoch_batches: int | None = None
         self._fabricx_unwrapped = loader
         # A loader class with its own iteration and state is iterated as it is; its own state_dict() is
         # what a checkpoint holds of it (fabricx adds only its epoch and batch counters).
@@ -520,9 +520,9 @@ class FabricDataLoader:
         iterator = iter(self._loader)
         self._inner_live = True
         try:
-            self._epoch_batches = len(self)
+            self.epoch_batches = len(self)
         except TypeError:
-            self._epoch_batches = None
+            self.epoch_batches = None
         return self._iterate(iterator)
 
     def _iterate(self, iterator: Iterator[Any]) -> Iterator[Any]:

@@ -277,8 +277,8 @@ def test_mid_window_saves_resume_bit_identically(runs: dict) -> None:
     # What the ZeRO-2 mid-window checkpoints hold: the optimizer's partitioned running sums (fabric.accumulate)
     # (one per parameter, fp32) or flat fp32 partitions (bf16 weights), and the engine's micro-step (3: inside
     # its second window).
+    from fabricx.accumulation.entries import GRADIENTS_KEY
     from fabricx.checkpoint.format import read_checkpoint
-    from fabricx.window_state import GRADIENTS_KEY
 
     for rank in range(WORLD):
         fabric_window = read_checkpoint(runs["root"] / "deepspeed_mid", rank).per_rank[GRADIENTS_KEY]["model"]

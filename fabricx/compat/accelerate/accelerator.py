@@ -431,8 +431,7 @@ class Accelerator(StateMixin, CollectivesMixin):
     def gradient_accumulation_steps(self, steps: int) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"gradient_accumulation_steps={steps!r}; give an int >= 1.")
-        # The Fabric under the adapter reads its count per micro-batch; nothing else caches it.
-        self._fabric._grad_accum_steps = steps
+        self._fabric.grad_accum_steps = steps
         self.gradient_state.num_steps = steps
 
     @property
@@ -587,7 +586,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             non_blocking=config.non_blocking,
         )
         prepared = AcceleratedDataLoader(loader, options, self.gradient_state)
-        accumulation = self._fabric._accumulation
+        accumulation = self._fabric.accumulation_state
 
         def on_batch(current: AcceleratedDataLoader) -> None:
             accumulation.active_loader = current
@@ -640,7 +639,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         """
         steps = self.gradient_accumulation_steps
         if steps > 1 and (self._accumulate_depth == 0 or not self._exact_window_scaling):
-            accumulation = self._fabric._accumulation
+            accumulation = self._fabric.accumulation_state
             in_window, accumulation.in_window = accumulation.in_window, False
             try:
                 self._fabric.backward(loss / steps, **kwargs)
@@ -674,7 +673,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             if not boundary and not self._sync_each_batch:
                 for model in models:
                     stack.enter_context(self._fabric.no_backward_sync(model))
-            accumulation = self._fabric._accumulation
+            accumulation = self._fabric.accumulation_state
             accumulation.in_window = self.gradient_accumulation_steps > 1
             self._accumulate_depth += 1
             try:
@@ -687,7 +686,7 @@ class Accelerator(StateMixin, CollectivesMixin):
 
     def _window_step(self) -> bool:
         """Count one micro-batch; whether it ends the window (the optimizer steps)."""
-        accumulation = self._fabric._accumulation
+        accumulation = self._fabric.accumulation_state
         steps = self.gradient_accumulation_steps
         state = self.gradient_state
         loader = state.active_dataloader if state.sync_with_dataloader else None

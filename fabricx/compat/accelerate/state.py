@@ -210,7 +210,7 @@ class StateMixin:
             path = os.fspath(self._shared_folder(Path(path), writing=False))
         self._fabric.load(path, self._checkpoint_state(), strict=strict)
         self._step_was_skipped = False
-        self.step = self._fabric._accumulation.counter  # the micro-batch count, as Accelerate restores it
+        self.step = self._fabric.accumulation_state.counter  # the micro-batch count, as Accelerate restores it
         return str(path)
 
     def _shared_folder(self, folder: Path, writing: bool) -> Path:

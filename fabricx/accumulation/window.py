@@ -7,9 +7,11 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch import nn
 
-    from fabricx.fabric import Fabric
+    from fabricx.accumulation.state import AccumulationState
 
 
 class AccumulationWindow:
@@ -22,36 +24,40 @@ class AccumulationWindow:
 
     __slots__ = (
         "_accumulation",
-        "_active",
         "_boundary",
-        "_fabric",
-        "_module",
-        "_steps",
+        "_no_backward_sync",
         "_sync",
-        "_sync_off",
+        "active",
         "epoch_length",
+        "module_ref",
+        "steps",
     )
 
-    def __init__(self, fabric: Fabric, module: nn.Module) -> None:
-        self._fabric = fabric
+    def __init__(
+        self,
+        state: AccumulationState,
+        steps: int,
+        module: nn.Module,
+        no_backward_sync: Callable[[nn.Module, bool], contextlib.AbstractContextManager] | None,
+    ) -> None:
+        """`no_backward_sync` is the strategy's switch (`None` where one process has no sync to switch off)."""
         # Weak: Fabric keeps the last window, and must not keep a model the user dropped alive.
-        self._module: weakref.ref[Any] = weakref.ref(module)
-        self._accumulation = fabric._accumulation
-        self._steps = fabric._grad_accum_steps
-        # One process: the strategy has no gradient sync to switch off.
-        self._sync_off = not fabric._sync_is_noop
+        self.module_ref: weakref.ref[Any] = weakref.ref(module)
+        self._accumulation = state
+        self.steps = steps
+        self._no_backward_sync = no_backward_sync
         self.epoch_length: int | None = None
         self._boundary = True
-        self._active = False
+        self.active = False
         self._sync: contextlib.AbstractContextManager | None = None
 
     def __enter__(self) -> None:
         accumulation = self._accumulation
-        steps = self._steps
+        steps = self.steps
         if steps == 1:
             accumulation.sync_gradients = True
             return
-        self._active = True
+        self.active = True
         counter = accumulation.counter = accumulation.counter + 1
         if counter == 1:
             accumulation.window_length = self._window_length(accumulation.active_loader)
@@ -59,13 +65,14 @@ class AccumulationWindow:
         self._boundary = boundary
         accumulation.sync_gradients = boundary
         accumulation.in_window = True
-        if boundary or not self._sync_off:
+        no_backward_sync = self._no_backward_sync
+        if boundary or no_backward_sync is None:
             return
         try:
-            module = self._module()
+            module = self.module_ref()
             if module is None:
                 raise ReferenceError("the model of this accumulate() context was deleted")
-            sync = self._fabric._strategy.no_backward_sync(module._forward_module, True)
+            sync = no_backward_sync(module._forward_module, True)
             sync.__enter__()
         except BaseException:
             self._leave()
@@ -74,13 +81,13 @@ class AccumulationWindow:
 
     def _window_length(self, loader: Any) -> int:
         """The accumulation steps, or fewer for the last window of the loader's epoch."""
-        steps = self._steps
+        steps = self.steps
         if loader is None:
             return steps
         length = self.epoch_length
         if length is None:
             # A fabricx loader measured its epoch when it started; other loaders are asked.
-            length = getattr(loader, "_epoch_batches", None)
+            length = getattr(loader, "epoch_batches", None)
         if length is None:
             try:
                 length = len(loader)
@@ -90,13 +97,13 @@ class AccumulationWindow:
         return remaining if 0 < remaining < steps else steps
 
     def __exit__(self, *exc_info: Any) -> bool | None:
-        if self._steps == 1:
+        if self.steps == 1:
             return None
         sync = self._sync
         if sync is None:  # _leave(), inlined: this runs for every micro-batch
             accumulation = self._accumulation
             accumulation.in_window = False
-            self._active = False
+            self.active = False
             if self._boundary:
                 accumulation.counter = 0
             return None
@@ -109,6 +116,6 @@ class AccumulationWindow:
     def _leave(self) -> None:
         accumulation = self._accumulation
         accumulation.in_window = False
-        self._active = False
+        self.active = False
         if self._boundary:
             accumulation.counter = 0

@@ -16,7 +16,7 @@ from fabricx.utilities.exceptions import CheckpointError
 from fabricx.wrappers import FabricModule
 
 if TYPE_CHECKING:
-    from fabricx.wrappers import _AccumulationState
+    from fabricx.accumulation.state import AccumulationState
 
 POSITION_KEY = reserved_key("accumulation")
 GRADIENTS_KEY = reserved_key("gradients")
@@ -25,7 +25,7 @@ GRADIENTS_KEY = reserved_key("gradients")
 class WindowPosition:
     """The accumulation counter of ``fabric.accumulate``, plus what the gradients were saved with."""
 
-    def __init__(self, accumulation: _AccumulationState, strategy: Any, gradients: WindowGradients) -> None:
+    def __init__(self, accumulation: AccumulationState, strategy: Any, gradients: WindowGradients) -> None:
         self.accumulation = accumulation
         self.strategy = strategy
         self.gradients = gradients
@@ -94,7 +94,7 @@ class WindowGradients:
             self.strategy.load_gradient_state(module._original_module, state.get(key) or {})
 
 
-def window_entries(accumulation: _AccumulationState, strategy: Any, state: dict[str, Any]) -> dict[str, Any]:
+def window_entries(accumulation: AccumulationState, strategy: Any, state: dict[str, Any]) -> dict[str, Any]:
     """The reserved entries ``fabric.save``/``fabric.load`` add for the accumulation window."""
     gradients = WindowGradients(strategy, state)
     return {POSITION_KEY: WindowPosition(accumulation, strategy, gradients), GRADIENTS_KEY: gradients}
