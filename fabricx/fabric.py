@@ -332,7 +332,9 @@ class Fabric:
     ) -> Any:
         """Set up a model and its optimizers (and optionally an LR scheduler) for this strategy.
 
-        Returns the wrapped model, then the optimizers, then the scheduler if one was given.
+        Returns the wrapped model, then the optimizers, then the scheduler if one was given. A type checker
+        sees the model as a ``FabricModule`` and each optimizer as the class it was given: a set-up optimizer
+        is an instance of that class (and of ``FabricOptimizer``), so torch's schedulers accept it.
 
         Example::
 
