@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER
+from fabricx.capabilities import CheckpointIOLike, is_checkpoint_io
+from fabricx.environments.base import ClusterEnvironment
 from fabricx.precision.precision import Precision
 from fabricx.precision.registry import normalize_precision
+from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.strategies.registry import STRATEGIES, create_strategy
 from fabricx.strategies.single_device import SingleDeviceStrategy
 from fabricx.strategies.strategy import Strategy
 from fabricx.utilities.exceptions import MisconfigurationError
 
 if TYPE_CHECKING:
-    from fabricx.strategies.parallel import ParallelStrategy
+    from fabricx.checkpoint.io import CheckpointIO
+
+
+#: One plugin ``Fabric(plugins=...)`` takes; a list of them is taken too.
+Plugin = Precision | ClusterEnvironment | CheckpointIOLike
 
 #: Environment variables through which ``fabricx run`` passes its flags to ``Fabric()``.
 CLI_FLAG_ENV = {
@@ -46,7 +54,7 @@ class Connector:
         devices: Any = "auto",
         num_nodes: int = 1,
         precision: str | int | None = None,
-        plugins: Any = None,
+        plugins: Plugin | Sequence[Plugin] | None = None,
     ) -> None:
         flags = _apply_cli_flags(
             {
@@ -86,8 +94,8 @@ class Connector:
             self.strategy.validate_precision(precision_plugin)
         self.precision = precision_plugin
         self.strategy.precision = precision_plugin
-        if getattr(self.strategy, "is_parallel", False):
-            cast("ParallelStrategy", self.strategy).configure(
+        if isinstance(self.strategy, ParallelStrategy):
+            self.strategy.configure(
                 parallel_devices=self.parallel_devices,
                 num_nodes=num_nodes,
                 cluster_environment=environment,
@@ -95,7 +103,8 @@ class Connector:
         elif environment is not None and num_nodes == 1 and len(self.parallel_devices) == 1:
             pass  # a single process ignores the cluster layout
         if checkpoint_io is not None:
-            self.strategy.checkpoint_io = checkpoint_io
+            # A plugin shaped like CheckpointIO is stored as it is; the strategy only calls its methods.
+            self.strategy.checkpoint_io = cast("CheckpointIO", checkpoint_io)
 
 
 def _apply_cli_flags(flags: dict[str, Any]) -> dict[str, Any]:
@@ -147,18 +156,17 @@ def _layout_from_external_launcher(devices: Any, num_nodes: int) -> tuple[Any, i
     return local_world_size, max(num_nodes, world_size // local_world_size)
 
 
-# What a checkpoint-I/O plugin must offer (fabricx.checkpoint.io.CheckpointIO's methods).
-_IO_METHODS = ("stage", "staging_dir", "finish_rank", "manifest", "commit", "abort", "resolve", "recover", "remove")
-
-
-def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
+def _sort_plugins(
+    plugins: Plugin | Sequence[Plugin] | None,
+) -> tuple[Precision | None, ClusterEnvironment | None, CheckpointIOLike | None]:
     from fabricx.checkpoint.io import CheckpointIO
-    from fabricx.environments.base import ClusterEnvironment
 
     if plugins is None:
         return None, None, None
     items = plugins if isinstance(plugins, list | tuple) else [plugins]
-    precision = environment = checkpoint_io = None
+    precision: Precision | None = None
+    environment: ClusterEnvironment | None = None
+    checkpoint_io: CheckpointIOLike | None = None
     for plugin in items:
         if isinstance(plugin, Precision):
             if precision is not None:
@@ -171,7 +179,7 @@ def _sort_plugins(plugins: Any) -> tuple[Precision | None, Any, Any]:
             if environment is not None:
                 raise MisconfigurationError("Two cluster environments were given in plugins; pass one.")
             environment = plugin
-        elif isinstance(plugin, CheckpointIO) or all(callable(getattr(plugin, name, None)) for name in _IO_METHODS):
+        elif isinstance(plugin, CheckpointIO) or is_checkpoint_io(plugin):
             if checkpoint_io is not None:
                 raise MisconfigurationError(
                     f"Two checkpoint I/O plugins were given ({type(checkpoint_io).__name__}, "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
 from fabricx.accumulation import AccumulationState, AccumulationWindow
+from fabricx.capabilities import HoldsFabric, HoldsFabricOptimizers
 from fabricx.checkpoint.format import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
@@ -30,15 +31,30 @@ from fabricx.utilities.rng import RNGStates
 from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap, wrap_scheduler_step
 
 if TYPE_CHECKING:
+    import signal
+
+    from torch.distributed import ProcessGroup, ReduceOp
+
     from fabricx.accelerators.accelerator import Accelerator
+    from fabricx.capabilities import IncompatibleKeys, LoggerLike
     from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.manager import CheckpointManager
+    from fabricx.connector import Plugin
     from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
     from fabricx.precision.precision import Precision
     from fabricx.strategies.strategy import Strategy
 
-# The objects setup() returns are instances of the user's own classes.
+# A set-up optimizer is an instance of the user's own optimizer class (a facade class that also subclasses
+# FabricOptimizer, see fabricx/_identity.py), so setup() and setup_optimizers() return the type they were
+# given: torch schedulers, `isinstance` and the class's own attributes all type-check. A set-up module is
+# not an instance of the user's class (it reaches the user's attributes through `__getattr__`): FabricModule.
 _Opt = TypeVar("_Opt", bound=Optimizer)
+_Opt2 = TypeVar("_Opt2", bound=Optimizer)
 _Sched = TypeVar("_Sched")
+# Collectives, to_device and broadcast hand back what they are given (tensors moved, reduced or gathered).
+_T = TypeVar("_T")
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
 
 _RNG_KEY = reserved_key("rng")
 _PRECISION_KEY = reserved_key("precision")
@@ -87,12 +103,12 @@ class Fabric:
         devices: list[int] | str | int = "auto",
         num_nodes: int = 1,
         precision: PrecisionName | None = None,
-        plugins: Any = None,
-        callbacks: Any = None,
-        loggers: Any = None,
+        plugins: Plugin | Sequence[Plugin] | None = None,
+        callbacks: object | Sequence[object] | None = None,
+        loggers: LoggerLike | Sequence[LoggerLike] | None = None,
         grad_accum_steps: int = 1,
         save_rng_states: bool = True,
-        preemption_signals: Any = None,
+        preemption_signals: bool | Sequence[int | str | signal.Signals] | None = None,
         compile: CompileOption = None,
     ) -> None:
         connector = Connector(
@@ -183,11 +199,11 @@ class Fabric:
         return self._strategy.is_global_zero
 
     @property
-    def loggers(self) -> list[Any]:
+    def loggers(self) -> list[LoggerLike]:
         return self._loggers
 
     @property
-    def logger(self) -> Any:
+    def logger(self) -> LoggerLike | None:
         """The first logger (or ``None``)."""
         return self._loggers[0] if self._loggers else None
 
@@ -225,6 +241,14 @@ class Fabric:
         return self._accumulation.sync_gradients
 
     # -- launching --------------------------------------------------------------------------------
+    @overload
+    def launch(self) -> None: ...
+
+    @overload
+    def launch(
+        self, function: Callable[Concatenate[Fabric, _Params], _Result], *args: _Params.args, **kwargs: _Params.kwargs
+    ) -> _Result: ...
+
     def launch(self, function: Callable[..., Any] = NO_FUNCTION, *args: Any, **kwargs: Any) -> Any:
         """Start the processes this configuration needs and run ``function(fabric, *args)`` in each.
 
@@ -324,7 +348,7 @@ class Fabric:
 
     @overload
     def setup(
-        self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None, move_to_device: bool = True
+        self, module: nn.Module, *optimizers: Optimizer, scheduler: object = None, move_to_device: bool = True
     ) -> tuple[Any, ...]: ...
 
     def setup(
@@ -332,7 +356,9 @@ class Fabric:
     ) -> Any:
         """Set up a model and its optimizers (and optionally an LR scheduler) for this strategy.
 
-        Returns the wrapped model, then the optimizers, then the scheduler if one was given.
+        Returns the wrapped model, then the optimizers, then the scheduler if one was given. A type checker
+        sees the model as a ``FabricModule`` and each optimizer as the class it was given: a set-up optimizer
+        is an instance of that class (and of ``FabricOptimizer``), so torch's schedulers accept it.
 
         Example::
 
@@ -352,7 +378,7 @@ class Fabric:
         )
         wrapped = self._wrap_module(forward_module, original, move_to_device, compiled)
         wrapped_optimizers = [FabricOptimizer(opt, self._strategy, self._accumulation) for opt in optimizers_out]
-        if hasattr(original, "_fabric_optimizers") and self._attaches_modules:  # self.optimizers() returns them
+        if isinstance(original, HoldsFabricOptimizers) and self._attaches_modules:  # self.optimizers() returns them
             setattr(original, "_fabric_optimizers", wrapped_optimizers)  # noqa: B010 - typed as Tensor | Module
         if scheduler is not None:
             scheduler = wrap_scheduler_step(scheduler, self._accumulation)
@@ -379,6 +405,15 @@ class Fabric:
         forward_module = self._strategy.setup_module(module)
         return self._wrap_module(forward_module, original, move_to_device, compiled)
 
+    @overload
+    def setup_optimizers(self, optimizer: _Opt, /) -> _Opt: ...
+
+    @overload
+    def setup_optimizers(self, optimizer: _Opt, second: _Opt2, /) -> tuple[_Opt, _Opt2]: ...
+
+    @overload
+    def setup_optimizers(self, *optimizers: Optimizer) -> tuple[Optimizer, ...]: ...
+
     def setup_optimizers(self, *optimizers: Optimizer) -> Any:
         """Set up optimizers created over an already set-up model's parameters.
 
@@ -399,6 +434,26 @@ class Fabric:
             for opt in optimizers
         ]
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
+
+    @overload
+    def setup_dataloaders(
+        self,
+        dataloader: DataLoader,
+        /,
+        *,
+        use_distributed_sampler: bool = True,
+        move_to_device: bool = True,
+        global_batch_size: int | None = None,
+    ) -> FabricDataLoader: ...
+
+    @overload
+    def setup_dataloaders(
+        self,
+        *dataloaders: DataLoader,
+        use_distributed_sampler: bool = True,
+        move_to_device: bool = True,
+        global_batch_size: int | None = None,
+    ) -> tuple[FabricDataLoader, ...]: ...
 
     def setup_dataloaders(
         self,
@@ -463,7 +518,7 @@ class Fabric:
         forward_module = compile_forward(forward_module, compiled, self._compile)
         self._setup_modules.add(original)
         self._models_setup += 1
-        if hasattr(original, "_fabric") and self._attaches_modules:  # a LightningModule/TrainModule: self.fabric,
+        if isinstance(original, HoldsFabric) and self._attaches_modules:  # a LightningModule/TrainModule: self.fabric,
             setattr(original, "_fabric", self)  # noqa: B010 - self.logger, self.log then go through this Fabric
         wrapped = FabricModule(forward_module, self._precision, original)
         # Where a module without parameters or buffers "is": Lightning's rule.
@@ -624,7 +679,7 @@ class Fabric:
         return self._precision.forward_context()
 
     # -- tensors and devices --------------------------------------------------------------------------
-    def to_device(self, obj: Any) -> Any:
+    def to_device(self, obj: _T) -> _T:
         """Move a module, a tensor or a nested collection of tensors to this process's device.
 
         Example::
@@ -660,7 +715,7 @@ class Fabric:
         return self._strategy.tensor_init_context()
 
     # -- processes and collectives ----------------------------------------------------------------------
-    def print(self, *args: Any, **kwargs: Any) -> None:
+    def print(self, *args: object, **kwargs: Any) -> None:
         """``print`` on the global rank zero only."""
         if self.is_global_zero:
             print(*args, **kwargs)
@@ -670,7 +725,7 @@ class Fabric:
         self._require_launched("barrier()")
         self._strategy.barrier(name=name)
 
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
+    def broadcast(self, obj: _T, src: int = 0) -> _T:
         """Send a picklable object (or tensor) from rank ``src`` to every rank.
 
         Example::
@@ -680,7 +735,15 @@ class Fabric:
         self._require_launched("broadcast()")
         return self._strategy.broadcast(obj, src=src)
 
-    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+    @overload
+    def all_gather(
+        self, data: Tensor | float, group: ProcessGroup | None = None, sync_grads: bool = False
+    ) -> Tensor: ...
+
+    @overload
+    def all_gather(self, data: _T, group: ProcessGroup | None = None, sync_grads: bool = False) -> _T: ...
+
+    def all_gather(self, data: Any, group: ProcessGroup | None = None, sync_grads: bool = False) -> Any:
         """Gather tensors (or nested collections of them) from every rank; shapes may differ in the
         first dimension across ranks only if all other dimensions agree (padded, then trimmed).
 
@@ -696,7 +759,15 @@ class Fabric:
         data = convert_to_tensors(data, self.device)  # numbers become tensors, as in Lightning Fabric
         return apply_to_collection(data, Tensor, self._strategy.all_gather, group=group, sync_grads=sync_grads)
 
-    def all_reduce(self, data: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+    @overload
+    def all_reduce(
+        self, data: Tensor | float, group: ProcessGroup | None = None, reduce_op: str | ReduceOp = "mean"
+    ) -> Tensor: ...
+
+    @overload
+    def all_reduce(self, data: _T, group: ProcessGroup | None = None, reduce_op: str | ReduceOp = "mean") -> _T: ...
+
+    def all_reduce(self, data: Any, group: ProcessGroup | None = None, reduce_op: str | ReduceOp = "mean") -> Any:
         """Reduce tensors (or nested collections, or numbers) across ranks: mean, sum, min or max (or a
         ``torch.distributed.ReduceOp``).
 
@@ -851,7 +922,9 @@ class Fabric:
             self._strategy.load_optimizer_state(target, contents)
 
     def save_checkpoint(
-        self, project: Any, state: dict[str, Any], filter: dict[str, Callable] | None = None, async_save: bool = False
+        self,
+        project: CheckpointManager | str | os.PathLike[str],
+        state: dict[str, Any], filter: dict[str, Callable] | None = None, async_save: bool = False
     ) -> Path:
         """Save into a project's next ``checkpoints/checkpoint_{n}`` and apply its keep-last-k retention.
 
@@ -867,7 +940,9 @@ class Fabric:
 
         return save_checkpoint(self, project, state, filter=filter, async_save=async_save)
 
-    def load_latest(self, project: Any, state: dict[str, Any], strict: bool = True) -> Path | None:
+    def load_latest(
+        self, project: CheckpointManager | str | os.PathLike[str], state: dict[str, Any], strict: bool = True
+    ) -> Path | None:
         """Restore ``state`` from a project's newest complete checkpoint; return its path (``None`` if none).
 
         Example::
@@ -895,7 +970,7 @@ class Fabric:
             save_weights(state_dict, directory, max_shard_size=limit)
         self.barrier("save_weights")
 
-    def load_weights(self, module: nn.Module, path: str | os.PathLike, strict: bool = True) -> Any:
+    def load_weights(self, module: nn.Module, path: str | os.PathLike, strict: bool = True) -> IncompatibleKeys:
         """Load weights exported by :meth:`save_weights` (or one ``.safetensors`` file) into ``module``.
 
         Example::
@@ -918,7 +993,7 @@ class Fabric:
         return internal
 
     # -- callbacks and logging ----------------------------------------------------------------------------
-    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+    def call(self, hook_name: str, *args: object, **kwargs: object) -> None:
         """Call ``hook_name(*args, **kwargs)`` on every callback that has such a method.
 
         Each callback receives only the keyword arguments its method accepts (all of them if it
@@ -940,7 +1015,7 @@ class Fabric:
                 continue
             method(*args, **filter_callback_kwargs(method, kwargs))
 
-    def log(self, name: str, value: Any, step: int | None = None) -> None:
+    def log(self, name: str, value: object, step: int | None = None) -> None:
         """Log one metric to every logger (on rank zero).
 
         Example::
@@ -949,7 +1024,7 @@ class Fabric:
         """
         self.log_dict({name: value}, step=step)
 
-    def log_dict(self, metrics: dict[str, Any], step: int | None = None) -> None:
+    def log_dict(self, metrics: Mapping[str, object], step: int | None = None) -> None:
         """Log several metrics to every logger (on rank zero)."""
         metrics = apply_to_collection(metrics, Tensor, scalar_metric)
         for logger in self._loggers:
@@ -966,6 +1041,18 @@ class Fabric:
         """
         return _seed.seed_everything(seed, workers=True if workers is None else workers, verbose=verbose)
 
+    @overload
+    @staticmethod
+    def unwrap(obj: FabricModule) -> nn.Module: ...
+
+    @overload
+    @staticmethod
+    def unwrap(obj: FabricDataLoader) -> DataLoader: ...
+
+    @overload
+    @staticmethod
+    def unwrap(obj: _T) -> _T: ...
+
     @staticmethod
     def unwrap(obj: Any) -> Any:
         """The user's own module/optimizer/loader behind a fabricx wrapper."""
@@ -975,13 +1062,13 @@ class Fabric:
         self._strategy.teardown()
 
 
-def _no_backward_sync_is_noop(strategy: Any) -> bool:
+def _no_backward_sync_is_noop(strategy: Strategy) -> bool:
     from fabricx.strategies.strategy import Strategy
 
     return type(strategy).no_backward_sync is Strategy.no_backward_sync
 
 
-def _backward_is_plain(strategy: Any, precision: Any) -> bool:
+def _backward_is_plain(strategy: Strategy, precision: Precision) -> bool:
     from fabricx.precision.precision import Precision
     from fabricx.strategies.strategy import Strategy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -247,7 +247,7 @@ class StateMixin:
     def _next_checkpoint_index(self) -> int:
         # Decided on one process: the others may scan while it is committing.
         index = self.save_iteration if self.is_main_process else None
-        return int(self._fabric.broadcast(index))
+        return int(cast("int", self._fabric.broadcast(index)))  # rank 0's index reaches every rank
 
     def _checkpoint_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
