@@ -16,15 +16,32 @@ if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
     from fabricx.train.overrides import is_overridden
     from fabricx.train.progress import Progress
+    from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
     from fabricx.train.trainer import Trainer
 
-__all__ = ["AttributeDict", "CombinedLoader", "DataModule", "Progress", "TrainModule", "Trainer", "is_overridden"]
+__all__ = [
+    "AttributeDict",
+    "CombinedLoader",
+    "DataModule",
+    "Progress",
+    "RunningStage",
+    "TrainModule",
+    "Trainer",
+    "TrainerFn",
+    "TrainerState",
+    "TrainerStatus",
+    "is_overridden",
+]
 
 _WHERE = {
     "AttributeDict": "fabricx.train.hparams",
     "CombinedLoader": "fabricx.train.combined_loader",
     "DataModule": "fabricx.train.datamodule",
     "Progress": "fabricx.train.progress",
+    "RunningStage": "fabricx.train.states",
+    "TrainerFn": "fabricx.train.states",
+    "TrainerState": "fabricx.train.states",
+    "TrainerStatus": "fabricx.train.states",
     "TrainModule": "fabricx.train.module",
     "Trainer": "fabricx.train.trainer",
     "is_overridden": "fabricx.train.overrides",

@@ -5,8 +5,28 @@ class FabricxError(RuntimeError):
     """Misuse of the fabricx API: the message says what was given and what to do instead."""
 
 
-class MisconfigurationError(ValueError):
-    """An invalid combination of flags or plugins, found when the objects are built."""
+class MisconfigurationException(Exception):
+    """Lightning's exception for a misused Trainer, LightningModule or callback: a plain ``Exception``.
+
+    Everything fabricx refuses as a misconfiguration is one (``MisconfigurationError`` is a subclass), so code
+    written for Lightning that catches it keeps working.
+
+    Example:
+        ```python
+        try:
+            Trainer(max_epochs=-2)
+        except MisconfigurationException as error:
+            print(error)
+        ```
+    """
+
+
+class MisconfigurationError(MisconfigurationException, ValueError):
+    """An invalid combination of flags or plugins, found when the objects are built.
+
+    Both Lightning's ``MisconfigurationException`` (what the Trainer side of Lightning raises) and a
+    ``ValueError`` (what Lightning Fabric raises for its flags), so either ``except`` catches it.
+    """
 
 
 class CheckpointError(ValueError):
