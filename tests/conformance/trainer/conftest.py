@@ -6,7 +6,7 @@ README.md and ``port.py``; this file provides the fixtures Lightning's conftest 
 * A case listed in ``known_gaps.KNOWN_GAPS`` is a strict xfail with the reason given there: when fabricx starts
   passing it, the run says so and the entry must go (``update_gaps.py --write`` regenerates the table).
   ``FABRICX_CONFORMANCE_NO_GAPS=1`` runs without the table.
-* Files in ``SLOW_FILES`` are marked ``slow`` (outside the default suite).
+* Files in ``SLOW_FILES`` and cases in ``slow_cases.SLOW_CASES`` are marked ``slow`` (outside the default suite).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ _HERE = Path(__file__).parent
 
 # Whole files kept out of the default suite for their running time (run them with `-m slow`).
 SLOW_FILES: set[str] = set()
+
+
+from slow_cases import SLOW_CASES  # noqa: E402  (this folder is on sys.path, as for known_gaps)
 
 
 def _known_gaps() -> dict[str, str]:
@@ -56,7 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if passing is not None and node not in passing:
             deselected.append(item)
             continue
-        if path.name in SLOW_FILES:
+        if path.name in SLOW_FILES or node in SLOW_CASES:
             item.add_marker(pytest.mark.slow)
         reason = gaps.get(node) or gaps.get(node.split("[", 1)[0])
         if reason is not None:
