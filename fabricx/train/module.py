@@ -596,8 +596,9 @@ class TrainModule(nn.Module):
             f"{type(self).__name__} has no test_step. Define test_step(self, batch, batch_idx) to use Trainer.test."
         )
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """Return the prediction for one batch (the default calls ``self(batch)``)."""
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """Return the prediction for one batch (the default calls ``self(batch)``; ``dataloader_idx`` is passed
+        when there are several prediction loaders, as in Lightning)."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:
