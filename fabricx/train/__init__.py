@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from fabricx.train.optimizer_proxy import LightningOptimizer
     from fabricx.train.overrides import is_overridden
     from fabricx.train.progress import Progress
+    from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
     from fabricx.train.trainer import Trainer
 
 __all__ = [
@@ -25,8 +26,12 @@ __all__ = [
     "DataModule",
     "LightningOptimizer",
     "Progress",
+    "RunningStage",
     "TrainModule",
     "Trainer",
+    "TrainerFn",
+    "TrainerState",
+    "TrainerStatus",
     "is_overridden",
 ]
 
@@ -36,6 +41,10 @@ _WHERE = {
     "DataModule": "fabricx.train.datamodule",
     "LightningOptimizer": "fabricx.train.optimizer_proxy",
     "Progress": "fabricx.train.progress",
+    "RunningStage": "fabricx.train.states",
+    "TrainerFn": "fabricx.train.states",
+    "TrainerState": "fabricx.train.states",
+    "TrainerStatus": "fabricx.train.states",
     "TrainModule": "fabricx.train.module",
     "Trainer": "fabricx.train.trainer",
     "is_overridden": "fabricx.train.overrides",

@@ -17,13 +17,16 @@ def move_to_device(batch: Any, device: Any) -> Any:
 
 def _owner(name: str, module: Any, datamodule: Any) -> Any:
     """Whose hook runs: the datamodule's when it overrides it, else the module's (Lightning's rule)."""
-    from fabricx.train.datamodule import DataModule, defines
+    from fabricx.train.datamodule import DataModule
     from fabricx.train.module import TrainModule
 
-    if datamodule is not None and isinstance(datamodule, DataModule) and defines(datamodule, name, DataModule):
-        return getattr(datamodule, name)
-    if isinstance(module, TrainModule) and defines(module, name, TrainModule):
-        return getattr(module, name)
+    for owner, base in ((datamodule, DataModule), (module, TrainModule)):
+        if owner is None or not isinstance(owner, base):
+            continue
+        method = getattr(owner, name, None)
+        # Overridden in the class, or replaced on the instance (a wrapper without __func__).
+        if callable(method) and getattr(method, "__func__", None) is not getattr(base, name, None):
+            return method
     return None
 
 

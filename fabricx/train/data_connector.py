@@ -48,6 +48,11 @@ def module_defines_step(module: Any, kind: str) -> bool:
     return defines(module, _STEP[kind], TrainModule)
 
 
+def defines_loader(datamodule: Any, module: Any, kind: str) -> bool:
+    """Whether the DataModule or the module has its own loader method for ``kind``."""
+    return any(_source_defines(source, _METHOD[kind]) for source in (datamodule, module))
+
+
 def request_loaders(kind: str, given: Any, datamodule: Any, module: Any, required: bool) -> Any:
     """The raw loader(s) for ``kind`` (``"train"``, ``"validate"``, ``"test"``, ``"predict"``), or ``None``.
 
@@ -109,4 +114,11 @@ def check_eval_arguments(where: str, dataloaders: Any, datamodule: Any) -> tuple
     return dataloaders, datamodule
 
 
-__all__ = ["as_list", "check_eval_arguments", "check_fit_arguments", "is_datamodule", "request_loaders"]
+__all__ = [
+    "as_list",
+    "check_eval_arguments",
+    "check_fit_arguments",
+    "defines_loader",
+    "is_datamodule",
+    "request_loaders",
+]

@@ -63,6 +63,9 @@ class DataModule:
     def setup(self, stage: str) -> None:
         """Build datasets for ``stage`` (every process)."""
 
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when fit/validate/test/predict ends with an exception (``KeyboardInterrupt`` included)."""
+
     def teardown(self, stage: str) -> None:
         """Clean up after ``stage``."""
 

@@ -96,6 +96,8 @@ def run_evaluation(
     sanity: bool = False,
 ) -> list[dict[str, Any]]:
     """One validation or test pass over ``loaders``; returns the epoch metrics per loader."""
+    if not any(limit > 0 for limit in limits):
+        return []  # as Lightning: no batches to run, no hooks, no metrics
     prefix = _HOOK_PREFIX[stage]
     hooks = trainer._hooks
     step_name = f"{prefix}_step" if stage != "validate" else "validation_step"

@@ -250,10 +250,15 @@ def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor |
             what = (
                 f"a dict with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else f"a {type(outputs).__name__}"
             )
+            lightning = (
+                "In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present"
+                if isinstance(outputs, Mapping)
+                else "In automatic optimization, `training_step` must return a Tensor, a dict, or None (where the "
+                "step will be skipped)"
+            )
             raise MisconfigurationError(
-                f"training_step returned {what}; under automatic optimization it must return the loss tensor, a "
-                "dict with the loss under 'loss', or None to skip the batch. Add `return loss` at the end of "
-                "training_step."
+                f"{lightning}. training_step returned {what}; return the loss tensor, a dict with the loss under "
+                "'loss', or None to skip the batch (add `return loss` at the end of training_step)."
             )
         check_loss(loss)
         reported = loss.detach() if scale == 1 else loss.detach() / scale
@@ -268,8 +273,8 @@ def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor |
             extra["loss"] = extra["loss"].detach()
         return None, extra
     raise MisconfigurationError(
-        f"training_step returned a {type(outputs).__name__}; under manual optimization it must return a tensor, a "
-        "dict, or nothing."
+        "In manual optimization, `training_step` must either return a Tensor or have no return. training_step "
+        f"returned a {type(outputs).__name__}: return a tensor, a dict, or nothing."
     )
 
 

@@ -30,7 +30,10 @@ def fast_dev_run_batches(fast_dev_run: Any) -> int:
         return 1
     if isinstance(fast_dev_run, int) and fast_dev_run >= 0:
         return fast_dev_run
-    raise MisconfigurationError(f"fast_dev_run={fast_dev_run!r}; give True, False or an int >= 0 (batches).")
+    raise MisconfigurationError(
+        f"fast_dev_run={fast_dev_run!r} is not a valid configuration. It should be >= 0: give True, False or an "
+        "int (batches)."
+    )
 
 
 def max_time_seconds(max_time: Any) -> float | None:
@@ -80,16 +83,28 @@ def refuse_unsupported(**flags: Any) -> None:
 def check_reload_every(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise MisconfigurationError(
-            f"reload_dataloaders_every_n_epochs={value!r}; it must be an int >= 0 (0: never reload)."
+            f"`reload_dataloaders_every_n_epochs` should be an int >= 0, got {value!r} (0: never reload)."
         )
     return value
 
 
+def _invalid_limit(name: str, value: Any) -> str:
+    return (
+        f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int: give a "
+        "number of batches (int >= 0) or a fraction of the loader (float)."
+    )
+
+
+def invalid_limit(name: str, value: Any) -> str:
+    """Lightning's message for a batch limit outside ``[0.0, 1.0]`` that is not an int >= 0."""
+    return _invalid_limit(name, value)
+
+
 def check_overfit(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise MisconfigurationError(f"overfit_batches={value!r}; give an int >= 0 (batches) or a float in [0, 1].")
+        raise MisconfigurationError(_invalid_limit("overfit_batches", value))
     if isinstance(value, float) and value > 1.0:
-        raise MisconfigurationError(f"overfit_batches={value}; a float must be a fraction in [0, 1].")
+        raise MisconfigurationError(_invalid_limit("overfit_batches", value))
     return value
 
 

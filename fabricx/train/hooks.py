@@ -44,7 +44,8 @@ class Hooks:
                 method = getattr(callback, name, None)
                 if not callable(method):
                     continue
-                inherited = getattr(type(callback), name, None) is getattr(Callback, name, None)
+                # Callback's own empty default (an attribute set on the instance is the user's).
+                inherited = getattr(method, "__func__", None) is getattr(Callback, name, None)
                 if isinstance(callback, Callback) and inherited:
                     continue
                 methods.append(self._profiled(f"[Callback]{type(callback).__name__}.{name}", method))
@@ -60,7 +61,7 @@ class Hooks:
             method = None
         elif isinstance(self.module, TrainModule):
             default = getattr(TrainModule, name, None)
-            if default is not None and getattr(type(self.module), name, None) is default:
+            if default is not None and getattr(method, "__func__", None) is default:
                 method = None
         if method is not None:
             method = self._profiled(f"[LightningModule]{type(self.module).__name__}.{name}", method)
@@ -71,13 +72,15 @@ class Hooks:
         """``method`` timed as ``action`` by the Trainer's profiler (itself when nothing is profiled)."""
         return profiled(getattr(self.trainer, "profiler", None), action, method)
 
-    def call(self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True) -> Any:
+    def call(
+        self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True, **kwargs: Any
+    ) -> Any:
         """Call ``name`` on the callbacks (with trainer and module first), then on the module."""
         trainer, target = self.trainer, self.module
         for method in self.callback_hooks(name, monitoring):
-            method(trainer, target, *args)
+            method(trainer, target, *args, **kwargs)
         if module:
             method = self.module_hook(name)
             if method is not None:
-                return method(*args)
+                return method(*args, **kwargs)
         return None

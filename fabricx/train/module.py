@@ -68,10 +68,18 @@ class TrainModule(nn.Module):
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             raise FabricxError(
-                f"{type(self).__name__} is not attached to a Trainer. Pass it to Trainer.fit/validate/test/"
-                "predict; self.trainer exists only while one of them runs."
+                f"{type(self).__qualname__} is not attached to a `Trainer`. Pass it to Trainer.fit/validate/test/"
+                "predict; self.trainer exists only while one of them runs (or assign model.trainer = trainer)."
             )
         return trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        # As in Lightning: child TrainModules follow their parent.
+        for child in self.children():
+            if isinstance(child, TrainModule):
+                child.trainer = trainer
+        self.__dict__["_trainer"] = trainer
 
     @property
     def fabric(self) -> Fabric:
@@ -268,14 +276,35 @@ class TrainModule(nn.Module):
 
             self.clip_gradients(opt, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
         """
-        if gradient_clip_val is None or gradient_clip_val == 0:
-            return
-        algorithm = gradient_clip_algorithm or "norm"
+        trainer = self.trainer
+        trainer_val = getattr(trainer, "gradient_clip_val", None)
+        trainer_algorithm = getattr(trainer, "gradient_clip_algorithm", None)
+        # As Lightning: the Trainer's setting applies unless given here; both given and different is refused.
+        if gradient_clip_val is None:
+            gradient_clip_val = trainer_val or 0.0
+        elif trainer_val is not None and trainer_val != gradient_clip_val:
+            raise MisconfigurationError(
+                f"You have set `Trainer(gradient_clip_val={trainer_val!r})` and have passed "
+                f"`clip_gradients(gradient_clip_val={gradient_clip_val!r})`. Please use only one of them."
+            )
+        if gradient_clip_algorithm is None:
+            algorithm = trainer_algorithm or "norm"
+        else:
+            algorithm = str(gradient_clip_algorithm).lower()
+            if trainer_algorithm is not None and trainer_algorithm != algorithm:
+                raise MisconfigurationError(
+                    f"You have set `Trainer(gradient_clip_algorithm={trainer_algorithm!r})` and have passed "
+                    f"`clip_gradients(gradient_clip_algorithm={algorithm!r}) Please use only one of them."
+                )
+        if not isinstance(gradient_clip_val, (int, float)):
+            raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {gradient_clip_val}.")
         if algorithm not in ("norm", "value"):
             raise MisconfigurationError(
-                f"clip_gradients(gradient_clip_algorithm={algorithm!r}); allowed are 'norm' and 'value'."
+                f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm']."
             )
-        fabric = self.trainer.fabric
+        if gradient_clip_val == 0:
+            return
+        fabric = trainer.fabric
         model = self.trainer.model
         assert model is not None, "clip_gradients runs inside a Trainer stage, after the module is set up"
         inner = getattr(optimizer, "_fabric_optimizer", optimizer)
@@ -288,7 +317,9 @@ class TrainModule(nn.Module):
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> None:
         """Called before each automatic optimizer step with the Trainer's clipping settings."""
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.clip_gradients(
+            optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+        )
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         """Step ``optimizer``; ``optimizer_closure`` runs training_step, zero_grad and backward (automatic)."""
@@ -565,8 +596,9 @@ class TrainModule(nn.Module):
             f"{type(self).__name__} has no test_step. Define test_step(self, batch, batch_idx) to use Trainer.test."
         )
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """Return the prediction for one batch (the default calls ``self(batch)``)."""
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """Return the prediction for one batch (the default calls ``self(batch)``; ``dataloader_idx`` is passed
+        when there are several prediction loaders, as in Lightning)."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:
@@ -665,7 +697,7 @@ class TrainModule(nn.Module):
 
     def on_validation_model_zero_grad(self) -> None:
         """Drop gradients before validation inside fit (frees their memory)."""
-        self.zero_grad(set_to_none=True)
+        self.zero_grad()  # set_to_none=True, torch's default
 
     def on_test_model_eval(self) -> None:
         self.eval()

@@ -83,6 +83,7 @@ def parse_optimizers(returned: Any, manual: bool = False) -> tuple[list[Optimize
         target = getattr(config.scheduler, "optimizer", None)
         if target is not None and id(target) not in owned:
             raise MisconfigurationError(
+                "Some schedulers are attached with an optimizer that wasn't returned from `configure_optimizers`: "
                 f"configure_optimizers returned a {type(config.scheduler).__name__} whose optimizer is not one of "
                 "the returned optimizers. Build each scheduler on an optimizer you return."
             )
@@ -94,6 +95,7 @@ def _optimizer_from_dict(entry: Mapping[str, Any], schedulers: list[tuple[Any, s
     if "optimizer" not in entry or unknown:
         problem = "it has no 'optimizer' key" if "optimizer" not in entry else f"unknown keys {sorted(unknown)}"
         raise MisconfigurationError(
+            "Unknown configuration for model optimizers: "
             f"configure_optimizers returned a dict with keys {sorted(entry)}: {problem}. Allowed keys are "
             "'optimizer' (required), 'lr_scheduler' and 'monitor'."
         )
@@ -108,6 +110,7 @@ def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> Sc
         if "scheduler" not in raw or unknown:
             problem = "it has no 'scheduler' key" if "scheduler" not in raw else f"unknown keys {sorted(unknown)}"
             raise MisconfigurationError(
+                'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler: '
                 f"configure_optimizers returned an lr_scheduler config with keys {sorted(raw)}: {problem}. "
                 f"Allowed keys are {sorted(_CONFIG_KEYS)} ('scheduler' required)."
             )
@@ -124,12 +127,14 @@ def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> Sc
     scheduler = config.scheduler
     if not callable(getattr(scheduler, "step", None)) or not callable(getattr(scheduler, "state_dict", None)):
         raise MisconfigurationError(
+            f"The provided lr scheduler `{type(scheduler).__name__}` doesn't follow PyTorch's LRScheduler API: "
             f"configure_optimizers returned {type(scheduler).__name__} as an LR scheduler; a scheduler needs "
             "step() and state_dict() (e.g. torch.optim.lr_scheduler.StepLR)."
         )
     if config.interval not in _INTERVALS:
         raise MisconfigurationError(
-            f"configure_optimizers: lr_scheduler interval={config.interval!r}; allowed are 'step' and 'epoch'."
+            f'The "interval" key in lr scheduler dict must be "step" or "epoch" but is "{config.interval}": '
+            f"configure_optimizers returned an lr_scheduler config with interval={config.interval!r}."
         )
     if isinstance(config.frequency, bool) or not isinstance(config.frequency, int) or config.frequency < 1:
         raise MisconfigurationError(
@@ -140,6 +145,7 @@ def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> Sc
     config.reduce_on_plateau = isinstance(scheduler, ReduceLROnPlateau)
     if config.reduce_on_plateau and not config.monitor and not manual:
         raise MisconfigurationError(
+            "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used: "
             "configure_optimizers returned a ReduceLROnPlateau without a metric to watch. Return "
             '{"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}.'
         )
@@ -150,4 +156,7 @@ def _error(returned: Any, problem: str) -> MisconfigurationError:
     shown = repr(returned)
     if len(shown) > 120:
         shown = shown[:117] + "..."
-    return MisconfigurationError(f"configure_optimizers returned {shown}, but {problem}. Return {_FORMS}.")
+    return MisconfigurationError(
+        f"Unknown configuration for model optimizers: configure_optimizers returned {shown}, but {problem}. "
+        f"Return {_FORMS}."
+    )

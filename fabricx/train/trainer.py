@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import math
 import os
+import sys
 import time
 import weakref
 from collections.abc import Sized
@@ -24,10 +25,12 @@ from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
 from fabricx.train.lightning_checkpoint import HParamsState
 from fabricx.train.logging_result import ResultCollection
+from fabricx.train.loop_checks import check_loop_configuration, defines_step, warn_val_mismatch
 from fabricx.train.module import TrainModule
 from fabricx.train.optimizer_proxy import TrainerOptimizer
 from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.progress import Progress
+from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fabricx.train.step_call import step_caller
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled, resolve_profiler
@@ -154,11 +157,16 @@ class Trainer:
                 )
                 if value
             ]
-            if enabled or (loggers not in (None, False)):
+            if loggers not in (None, False):
+                enabled.append("logger")
+            if enabled:
+                given = {"logger": loggers, "enable_progress_bar": enable_progress_bar}
+                given.update(enable_model_summary=enable_model_summary, enable_checkpointing=enable_checkpointing)
+                name = enabled[0]
                 raise MisconfigurationError(
-                    f"Trainer(barebones=True) runs without progress bar, summary, checkpointing and loggers, but "
-                    f"{enabled + (['logger'] if loggers not in (None, False) else [])} were enabled. Drop those "
-                    "arguments or barebones=True."
+                    f"`Trainer(barebones=True, {name}={given[name]!r})` was passed. barebones=True runs without "
+                    f"progress bar, summary, checkpointing and loggers (it measures raw speed), but {enabled} were "
+                    "enabled. Drop those arguments or barebones=True."
                 )
             enable_progress_bar = enable_model_summary = enable_checkpointing = False
             loggers = False
@@ -188,7 +196,8 @@ class Trainer:
         enable_progress_bar = True if enable_progress_bar is None else enable_progress_bar
         enable_model_summary = True if enable_model_summary is None else enable_model_summary
         enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
-        gradient_clip_algorithm = gradient_clip_algorithm or "norm"
+        # None stays None, as in Lightning (clipping then uses "norm").
+        gradient_clip_algorithm = gradient_clip_algorithm.lower() if gradient_clip_algorithm else None
 
         _check_int("max_steps", max_steps, minimum=-1)
         if max_epochs is not None:
@@ -206,7 +215,7 @@ class Trainer:
             or gradient_clip_val < 0
         ):
             raise MisconfigurationError(f"gradient_clip_val={gradient_clip_val!r}; give a number >= 0 or None.")
-        if gradient_clip_algorithm not in ("norm", "value"):
+        if gradient_clip_algorithm not in (None, "norm", "value"):
             raise MisconfigurationError(
                 f"gradient_clip_algorithm={gradient_clip_algorithm!r}; allowed are 'norm' and 'value'."
             )
@@ -217,7 +226,7 @@ class Trainer:
                     "(fraction of an epoch) or None (end of each epoch)."
                 )
             if isinstance(val_check_interval, float) and not 0.0 < val_check_interval <= 1.0:
-                raise MisconfigurationError(f"val_check_interval={val_check_interval} must be in (0, 1] as a float.")
+                raise MisconfigurationError(flags.invalid_limit("val_check_interval", val_check_interval))
             if isinstance(val_check_interval, int) and val_check_interval < 1:
                 raise MisconfigurationError(f"val_check_interval={val_check_interval} must be >= 1 as an int.")
         if check_val_every_n_epoch is not None:
@@ -240,7 +249,6 @@ class Trainer:
         self._num_nodes = num_nodes
         self._precision_flag = precision if precision is not None else "32-true"
         self._ckpt_path: str | None = None
-        self._in_validation = False
         self._eval_loaders: dict[str, list[Any]] = {}
         self._eval_limits: dict[str, list[float]] = {}
         self._fabric = _TrainerFabric(
@@ -277,8 +285,7 @@ class Trainer:
         # progress (owned by the loops; trainer.progress is public)
         self.progress = Progress()
         self.should_stop = False
-        self.sanity_checking = False
-        self.state = "initializing"
+        self.state = TrainerState()
         self._epoch_metrics: dict[str, Any] = {}
         self._epoch_prog_bar: dict[str, Any] = {}
         self._logged_metrics: dict[str, Any] = {}
@@ -306,6 +313,8 @@ class Trainer:
         self._val_source: Any = None
         self._val_limits: list[float] = []
         self._val_check_batch: float = 0
+        self._val_warned = True
+        self._val_built = False
         self._batch_processor: Any = None
         self._given_callbacks = list(self.callbacks)
         self.num_training_batches: float = 0
@@ -476,21 +485,53 @@ class Trainer:
     def accumulate_grad_batches(self) -> int:
         return self._fabric.grad_accum_steps
 
+    def _stage_setter(self, stage: RunningStage, value: bool) -> None:
+        if value:
+            self.state.stage = stage
+        elif self.state.stage == stage:
+            self.state.stage = None
+
     @property
     def training(self) -> bool:
-        return self.state == "fit" and not self.sanity_checking and not self._in_validation
+        """Whether the training loop runs now (``trainer.state.stage == "train"``)."""
+        return self.state.stage == RunningStage.TRAINING
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self._stage_setter(RunningStage.TRAINING, value)
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Whether the validation batches before training (``num_sanity_val_steps``) run now."""
+        return self.state.stage == RunningStage.SANITY_CHECKING
+
+    @sanity_checking.setter
+    def sanity_checking(self, value: bool) -> None:
+        self._stage_setter(RunningStage.SANITY_CHECKING, value)
 
     @property
     def validating(self) -> bool:
-        return self.state == "validate" or (self.state == "fit" and self._in_validation and not self.sanity_checking)
+        return self.state.stage == RunningStage.VALIDATING
+
+    @validating.setter
+    def validating(self, value: bool) -> None:
+        self._stage_setter(RunningStage.VALIDATING, value)
 
     @property
     def testing(self) -> bool:
-        return self.state == "test"
+        return self.state.stage == RunningStage.TESTING
+
+    @testing.setter
+    def testing(self, value: bool) -> None:
+        self._stage_setter(RunningStage.TESTING, value)
 
     @property
     def predicting(self) -> bool:
-        return self.state == "predict"
+        return self.state.stage == RunningStage.PREDICTING
+
+    @predicting.setter
+    def predicting(self, value: bool) -> None:
+        self._stage_setter(RunningStage.PREDICTING, value)
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
@@ -547,6 +588,9 @@ class Trainer:
         """Optimizer steps the whole fit will take (``max_steps`` when set; ``inf`` for unsized data)."""
         if self.max_steps >= 0 and (self.max_epochs is None or self.max_epochs < 0):
             return self.max_steps
+        if self._train_loader is None and self.state.fn == TrainerFn.FITTING and self._train_source is not None:
+            # Asked before the loop starts (configure_optimizers, e.g. for OneCycleLR): load the data now.
+            self._ensure_train_loader()
         batches = self.num_training_batches
         if self._train_loader is None:
             raise FabricxError("estimated_stepping_batches is known once fit has set up the training data.")
@@ -594,11 +638,13 @@ class Trainer:
 
     @property
     def evaluating(self) -> bool:
-        return self.state in ("validate", "test")
+        """Whether an evaluation loop runs now (sanity checking, validation or test)."""
+        return self.state.stage is not None and self.state.stage.evaluating
 
     @property
     def interrupted(self) -> bool:
-        return self.state == "interrupted"
+        """Whether the last entry point ended by an exception (``KeyboardInterrupt`` included)."""
+        return self.state.status == TrainerStatus.INTERRUPTED
 
     @property
     def received_sigterm(self) -> bool:
@@ -809,7 +855,12 @@ class Trainer:
 
     # -- running in each process ------------------------------------------------------------------------------
     def _launch(self, function: Any, *args: Any) -> Any:
-        returned = self._fabric.launch(function, *args)
+        try:
+            returned = self._fabric.launch(function, *args)
+        except KeyboardInterrupt:
+            # As Lightning: on_exception ran, loggers were finalized "failed", teardown ran; the process exits.
+            rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
+            sys.exit(1)
         if self._spawns and isinstance(returned, dict) and "__fabricx_spawn__" in returned:
             return self._apply_spawn_result(args[0], returned)
         return returned
@@ -817,9 +868,10 @@ class Trainer:
     def _prepare_process(self, module: TrainModule, stage: str, datamodule: Any) -> None:
         if self._spawns and self.seed is not None:
             seed_everything(self.seed)
-        self.state = stage
+        self.state.fn = TrainerFn(stage)
+        self.state.status = TrainerStatus.RUNNING
+        self.state.stage = _ENTRY_STAGES[stage]
         self.should_stop = False
-        self._in_validation = False
         module.__dict__["_trainer"] = self
         self._module = module
         self._datamodule = datamodule
@@ -830,6 +882,7 @@ class Trainer:
         self._hooks = Hooks(self, module, self.callbacks)
         self._train_results.module = module
         self._batch_processor = batch_processor(module, datamodule, self._fabric.device)
+        check_loop_configuration(self, module, stage)
         self._prepare_data(module, datamodule)
 
     def _merge_module_callbacks(self, module: TrainModule) -> list[Any]:
@@ -862,16 +915,16 @@ class Trainer:
 
     def _call_setup(self, stage: str) -> None:
         if self._datamodule is not None and callable(getattr(self._datamodule, "setup", None)):
-            self._datamodule.setup(stage)
-        self._hooks.call("setup", stage)
+            self._datamodule.setup(stage=stage)
+        self._hooks.call("setup", stage=stage)
         configure_model = self._hooks.module_hook("configure_model")
         if configure_model is not None:
             configure_model()
 
     def _call_teardown(self, stage: str) -> None:
         if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
-            self._datamodule.teardown(stage)
-        self._hooks.call("teardown", stage)
+            self._datamodule.teardown(stage=stage)
+        self._hooks.call("teardown", stage=stage)
 
     def _call_module_hook(self, name: str, *args: Any) -> Any:
         method = self._hooks.module_hook(name)
@@ -896,8 +949,12 @@ class Trainer:
                 path = fabric.broadcast(path)
             self._ckpt_path = path
             hooks.call("on_fit_start")
-            if self._validation_enabled() and self.num_sanity_val_steps != 0 and path is None:
+            module.zero_grad()
+            if path is None and self.num_sanity_val_steps != 0 and self._may_validate():
                 self._run_sanity_check()
+            # As Lightning: the training data is requested after the sanity check (or earlier, by
+            # estimated_stepping_batches in configure_optimizers).
+            self._setup_fit_data()
             if path is not None:
                 self._restore(path)
             self._log_hyperparams()
@@ -915,7 +972,7 @@ class Trainer:
         finally:
             self._call_teardown("fit")
             self._report_profile()
-            self.state = "finished"
+            self._end_state()
         if self._spawns:
             return self._spawn_result(None)
         return None
@@ -928,10 +985,13 @@ class Trainer:
             self._call_setup(stage)
             self._setup_module_only(module)
             self._load_weights_for(stage, ckpt_path)
+            module.zero_grad()
             kind = "validate" if stage == "validate" else "test"
-            raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True)
-            loaders = self._setup_loaders(data.as_list(raw), f"Trainer.{stage}")
             limit = self.limit_val_batches if stage == "validate" else self.limit_test_batches
+            loaders: list[Any] = []
+            if limit != 0:  # as Lightning: a zero limit skips the loop without asking for its data
+                raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True)
+                loaders = self._setup_loaders(data.as_list(raw), f"Trainer.{stage}")
             limits = [_limited_length(loader, limit) for loader in loaders]
             results = ResultCollection(stage, training=False, module=module)
             self._eval_loaders[stage], self._eval_limits[stage] = loaders, limits
@@ -950,7 +1010,7 @@ class Trainer:
         finally:
             self._call_teardown(stage)
             self._report_profile()
-            self.state = "finished"
+            self._end_state()
         return self._spawn_result(metrics) if self._spawns else metrics
 
     def _predict_in_process(
@@ -972,7 +1032,7 @@ class Trainer:
         finally:
             self._call_teardown("predict")
             self._report_profile()
-            self.state = "finished"
+            self._end_state()
         return self._spawn_result(predictions) if self._spawns else predictions
 
     def _load_weights_for(self, stage: str, ckpt_path: Any) -> None:
@@ -995,19 +1055,6 @@ class Trainer:
     # -- set-up ----------------------------------------------------------------------------------------------
     def _setup_fit(self, module: TrainModule, train_dataloaders: Any, val_dataloaders: Any) -> None:
         fabric = self._fabric
-        if not self._automatic:
-            if fabric.grad_accum_steps > 1:
-                raise MisconfigurationError(
-                    f"Trainer(accumulate_grad_batches={fabric.grad_accum_steps}) accumulates for automatic "
-                    f"optimization, but {type(module).__name__} has automatic_optimization=False. Accumulate in "
-                    "training_step yourself (step the optimizer every N batches) and drop the flag."
-                )
-            if self.gradient_clip_val:
-                raise MisconfigurationError(
-                    f"Trainer(gradient_clip_val={self.gradient_clip_val}) clips for automatic optimization, but "
-                    f"{type(module).__name__} has automatic_optimization=False. Call self.clip_gradients(opt, "
-                    "gradient_clip_val=..., gradient_clip_algorithm=...) in training_step and drop the flag."
-                )
         if self.sync_batchnorm and fabric.world_size > 1:
             if fabric.device.type == "cpu":
                 raise MisconfigurationError(
@@ -1016,6 +1063,12 @@ class Trainer:
                 )
             if id(module) not in self._wrapped:
                 torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+        self._train_source = (train_dataloaders, self._datamodule, module)
+        self._val_source = val_dataloaders
+        self._train_loader = None
+        self._val_loaders, self._val_limits, self._val_built = [], [], False
+        self.num_training_batches = 0
+        self._val_check_batch = 0
         optimizers, self._scheduler_configs = parse_optimizers(
             module.configure_optimizers(), manual=not self._automatic
         )
@@ -1054,11 +1107,7 @@ class Trainer:
         self._epoch_schedulers_cache = [c for c in self._scheduler_configs if c.interval == "epoch"]
         self._make_step_functions()
 
-        self._train_source = (train_dataloaders, self._datamodule, module)
-        self._train_loader = self._build_train_loader(train_dataloaders)
-        self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
-        self._val_source = val_dataloaders
-        self._build_val_loaders(val_dataloaders)
+        self._val_warned = False
         self._val_results = ResultCollection("validate", training=False, module=module)
         self._train_results = ResultCollection("train", training=True, module=module)
         self._results = self._train_results
@@ -1072,6 +1121,28 @@ class Trainer:
             # A module handed over in eval mode (e.g. after testing) trains in train mode; submodules
             # the user put in eval mode inside a training module stay as they are.
             module.train()
+
+    def _setup_fit_data(self) -> None:
+        """The training loader (unless built already) and the validation loaders, then the validation interval."""
+        self._ensure_train_loader()
+        self._ensure_val_loaders()
+        self._compute_val_check_batch()
+
+    def _ensure_train_loader(self) -> None:
+        if self._train_loader is None:
+            self._train_loader = self._build_train_loader(self._train_source[0])
+            self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
+
+    def _ensure_val_loaders(self) -> None:
+        if not self._val_built:
+            self._val_built = True
+            self._build_val_loaders(self._val_source)
+
+    def _may_validate(self) -> bool:
+        """Whether fit has validation at all: a validation_step, validation data and a non-zero limit."""
+        if self.limit_val_batches == 0 or not defines_step(self._module, "validation_step"):
+            return False
+        return self._val_source is not None or data.defines_loader(self._datamodule, self._module, "validate")
 
     def _build_train_loader(self, given: Any) -> Any:
         from fabricx.train.combined_loader import CombinedLoader
@@ -1098,10 +1169,17 @@ class Trainer:
     def _build_val_loaders(self, given: Any) -> None:
         module = self._module
         raw = None
-        if given is not None or data.module_defines_step(module, "validate"):
+        has_step = defines_step(module, "validation_step")
+        if has_step:
             raw = data.request_loaders("validate", given, self._datamodule, module, required=False)
+        if not self._val_warned:
+            self._val_warned = True
+            has_data = given is not None or data.defines_loader(self._datamodule, module, "validate")
+            warn_val_mismatch(module, has_data)
         self._val_loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(val_dataloaders)") if raw else []
         self._val_limits = [_limited_length(loader, self.limit_val_batches) for loader in self._val_loaders]
+
+    def _compute_val_check_batch(self) -> None:
         if not any(limit > 0 for limit in self._val_limits):
             self._val_check_batch = 0
         elif self.val_check_interval is None or self.val_check_interval == 1.0:
@@ -1126,6 +1204,7 @@ class Trainer:
             self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
         if self._val_source is None and self._val_loaders:
             self._build_val_loaders(None)
+        self._compute_val_check_batch()
 
     def _setup_module_only(self, module: TrainModule) -> None:
         wrapped = self._wrapped.get(id(module))
@@ -1258,10 +1337,18 @@ class Trainer:
             before_module(optimizer)
         if self._automatic:
             if clipping is not None:
-                clipping(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
+                clipping(
+                    optimizer,
+                    gradient_clip_val=self.gradient_clip_val,
+                    gradient_clip_algorithm=self.gradient_clip_algorithm,
+                )
             elif self.gradient_clip_val:
                 assert self._module is not None
-                self._module.clip_gradients(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
+                self._module.clip_gradients(
+                    optimizer,
+                    gradient_clip_val=self.gradient_clip_val,
+                    gradient_clip_algorithm=self.gradient_clip_algorithm,
+                )
 
     def _step_schedulers(self, interval: str, plateau: bool | None = None) -> None:
         # "step" frequencies count optimizer steps (Lightning counts batches, which differs under accumulation).
@@ -1279,7 +1366,9 @@ class Trainer:
                     if not config.strict:
                         continue
                     raise MisconfigurationError(
-                        f"The lr_scheduler from configure_optimizers monitors {config.monitor!r}, which was not "
+                        f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. Available "
+                        f"metrics are: {sorted(metrics)}. Condition can be set using `monitor` key in lr scheduler "
+                        f"dict. The lr_scheduler from configure_optimizers monitors {config.monitor!r}, which was not "
                         f"logged before the {interval}-interval scheduler step. Logged metrics: "
                         f"{sorted(metrics)}. Log it with self.log({config.monitor!r}, ...) or change monitor."
                     )
@@ -1321,24 +1410,25 @@ class Trainer:
         return every is None or (self.current_epoch + 1) % every == 0
 
     def _run_validation_in_fit(self) -> None:
-        self._in_validation = True
+        self.state.stage = RunningStage.VALIDATING
         try:
             run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
         finally:
-            self._in_validation = False
+            self.state.stage = RunningStage.TRAINING
 
     def _run_sanity_check(self) -> None:
         steps = self.num_sanity_val_steps
-        limits = [limit if steps < 0 else min(limit, steps) for limit in self._val_limits]
         # The check must not change what training does afterwards: random generators are put back.
         rng = capture_rng_states()
         self.sanity_checking = True
         try:
             self._hooks.call("on_sanity_check_start", module=False)
+            self._ensure_val_loaders()
+            limits = [limit if steps < 0 else min(limit, steps) for limit in self._val_limits]
             run_evaluation(self, "validate", self._val_results, self._val_loaders, limits, sanity=True)
             self._hooks.call("on_sanity_check_end", module=False)
         finally:
-            self.sanity_checking = False
+            self.state.stage = RunningStage.TRAINING
             restore_rng_states(rng)
 
     # -- metrics -------------------------------------------------------------------------------------------------
@@ -1392,9 +1482,18 @@ class Trainer:
             for logger in self._loggers:
                 logger.finalize(status)
 
+    def _end_state(self) -> None:
+        if self.state.status == TrainerStatus.RUNNING:
+            self.state.status = TrainerStatus.FINISHED
+        self.state.stage = None
+
     def _on_exception(self, exception: BaseException) -> None:
+        self.state.status = TrainerStatus.INTERRUPTED
         for method in self._hooks.callback_hooks("on_exception"):
             method(self, self._module, exception)
+        datamodule_hook = getattr(self._datamodule, "on_exception", None)
+        if callable(datamodule_hook):
+            datamodule_hook(exception)
         try:
             self._finalize_loggers("failed")
         except Exception:  # the original exception matters more than a logger failing to close
@@ -1476,6 +1575,14 @@ class Trainer:
         module.__dict__["_trainer"] = self
         self._module = module
         return returned["result"]
+
+
+_ENTRY_STAGES = {
+    "fit": RunningStage.TRAINING,
+    "validate": RunningStage.VALIDATING,
+    "test": RunningStage.TESTING,
+    "predict": RunningStage.PREDICTING,
+}
 
 
 class _TrainerFabric(Fabric):
@@ -1595,11 +1702,9 @@ def _check_limit(name: str, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MisconfigurationError(f"{name}={value!r}; give an int (batches), a float in [0, 1] or None.")
-    if isinstance(value, float) and not 0.0 <= value <= 1.0:
-        raise MisconfigurationError(f"{name}={value}; a float must be a fraction in [0, 1].")
-    if isinstance(value, int) and value < 0:
-        raise MisconfigurationError(f"{name}={value}; an int must be >= 0.")
+        raise MisconfigurationError(flags.invalid_limit(name, repr(value)))
+    if (isinstance(value, float) and not 0.0 <= value <= 1.0) or (isinstance(value, int) and value < 0):
+        raise MisconfigurationError(flags.invalid_limit(name, value))
 
 
 def _limited_length(loader: Any, limit: int | float | None) -> float:

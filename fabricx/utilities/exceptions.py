@@ -5,8 +5,28 @@ class FabricxError(RuntimeError):
     """Misuse of the fabricx API: the message says what was given and what to do instead."""
 
 
-class MisconfigurationError(ValueError):
-    """An invalid combination of flags or plugins, found when the objects are built."""
+class MisconfigurationException(Exception):
+    """Lightning's exception for a misused Trainer, LightningModule or callback: a plain ``Exception``.
+
+    Everything fabricx refuses as a misconfiguration is one (``MisconfigurationError`` is a subclass), so code
+    written for Lightning that catches it keeps working.
+
+    Example:
+        ```python
+        try:
+            Trainer(max_epochs=-2)
+        except MisconfigurationException as error:
+            print(error)
+        ```
+    """
+
+
+class MisconfigurationError(MisconfigurationException, ValueError):
+    """An invalid combination of flags or plugins, found when the objects are built.
+
+    Both Lightning's ``MisconfigurationException`` (what the Trainer side of Lightning raises) and a
+    ``ValueError`` (what Lightning Fabric raises for its flags), so either ``except`` catches it.
+    """
 
 
 class CheckpointError(ValueError):
@@ -20,7 +40,3 @@ class SetupError(FabricxError, ValueError):
 class LaunchError(FabricxError, TypeError):
     """``launch()`` called with something it cannot run (a ``TypeError``, as in Lightning Fabric)."""
 
-
-class MisconfigurationException(MisconfigurationError):
-    """Lightning's name for a misconfiguration: caught by ``except MisconfigurationException`` as in
-    Lightning, and by ``except ValueError`` / ``MisconfigurationError`` as everywhere else in fabricx."""

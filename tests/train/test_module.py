@@ -157,7 +157,8 @@ def test_monitoring_a_metric_never_logged_names_the_hook(tmp_path):
         )
 
 
-def test_missing_validation_step_is_a_clear_error(tmp_path):
+def test_validation_data_without_validation_step_is_skipped_with_a_warning(tmp_path):
+    # As Lightning: validation data without a validation_step skips validation, with Lightning's warning.
     class TrainOnly(TrainModule):
         def __init__(self):
             super().__init__()
@@ -169,8 +170,10 @@ def test_missing_validation_step_is_a_clear_error(tmp_path):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    with pytest.raises(NotImplementedError, match="no validation_step"):
-        _trainer(tmp_path).fit(TrainOnly(), loader(regression_data(32)), loader(regression_data(16)))
+    trainer = _trainer(tmp_path)
+    with pytest.warns(UserWarning, match="but have no `validation_step`. Skipping val loop"):
+        trainer.fit(TrainOnly(), loader(regression_data(32)), loader(regression_data(16)))
+    assert trainer.num_val_batches == [] and trainer.global_step > 0
 
 
 def test_log_with_on_step_in_epoch_hook_is_an_error(tmp_path):
@@ -265,7 +268,7 @@ def test_steps_run_through_the_precision_context(tmp_path):
 
 def test_module_properties(tmp_path):
     module = Regressor()
-    with pytest.raises(Exception, match="not attached to a Trainer"):
+    with pytest.raises(Exception, match="not attached to a `Trainer`"):
         _ = module.trainer
     trainer = _trainer(tmp_path, max_steps=3)
     trainer.fit(module, loader(regression_data(32)))
