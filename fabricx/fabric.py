@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from fabricx.strategies.strategy import Strategy
 
 # A set-up optimizer is an instance of the user's own optimizer class (a facade class that also subclasses
-# FabricOptimizer, see fabricx/_identity.py), so setup() and setup_optimizers() return the type they were
+# FabricOptimizer, see fabricx/wrappers/identity.py), so setup() and setup_optimizers() return the type they were
 # given: torch schedulers, `isinstance` and the class's own attributes all type-check. A set-up module is
 # not an instance of the user's class (it reaches the user's attributes through `__getattr__`): FabricModule.
 _Opt = TypeVar("_Opt", bound=Optimizer)

@@ -90,3 +90,24 @@ def has_own_forward_hooks(module: torch.nn.Module) -> bool:
         ```
     """
     return bool(module._forward_pre_hooks or module._forward_hooks)
+
+
+def global_module_hooks() -> tuple[dict[int, Any], dict[int, Any], dict[int, Any], dict[int, Any]]:
+    """torch's dicts of hooks registered for every module: forward, forward-pre, backward, backward-pre.
+
+    torch adds to and removes from these dicts in place (`register_module_forward_hook` and friends), so a
+    caller may keep them and test them for emptiness on every call.
+
+    Example:
+        ```python
+        forward, forward_pre, backward, backward_pre = global_module_hooks()
+        ```
+    """
+    from torch.nn.modules import module
+
+    return (
+        module._global_forward_hooks,
+        module._global_forward_pre_hooks,
+        module._global_backward_hooks,
+        module._global_backward_pre_hooks,
+    )

@@ -31,13 +31,13 @@ from fabricx.train.optimizer_proxy import TrainerOptimizer
 from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.progress import Progress
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
-from fabricx.train.step_call import step_caller
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled, resolve_profiler
 from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
 from fabricx.wrappers import unwrap
+from fabricx.wrappers.step_methods import step_caller
 
 if TYPE_CHECKING:
     from fabricx.wrappers import FabricModule

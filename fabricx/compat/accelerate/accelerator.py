@@ -33,7 +33,6 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
-from fabricx._identity import intercept_method, is_intercepted, user_class
 from fabricx.compat.accelerate.collectives import CollectivesMixin
 from fabricx.compat.accelerate.config import (
     DataLoaderConfiguration,
@@ -68,6 +67,7 @@ from fabricx.fabric import Fabric
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap
+from fabricx.wrappers.identity import intercept_method, is_intercepted, user_class
 
 __all__ = [
     "Accelerator",

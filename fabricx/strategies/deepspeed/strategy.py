@@ -23,7 +23,6 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx._identity import facade_class
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
 from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
@@ -33,6 +32,7 @@ from fabricx.strategies.deepspeed import config as ds_config
 from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
 from fabricx.utilities.imports import rng_untouched
+from fabricx.wrappers.identity import facade_class
 
 INSTALL_HINT = "pip install 'fabricx[deepspeed]'"
 _TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

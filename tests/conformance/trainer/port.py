@@ -50,8 +50,7 @@ FILES = {
     "trainer/logging_/test_logger_connector.py": "test_logger_connector.py",
     "trainer/logging_/test_loop_logging.py": "test_loop_logging.py",
     "trainer/logging_/test_train_loop_logging.py": "test_train_loop_logging.py",
-    "callbacks/test_early_stopping.py": "test_early_stopping.py",
-    "callbacks/test_lr_monitor.py": "test_lr_monitor.py",
+    # callbacks/test_early_stopping.py and test_lr_monitor.py are ported in callbacks/ (test_pl_*.py).
     "core/test_datamodules.py": "test_datamodules.py",
     "core/test_lightning_module.py": "test_lightning_module.py",
     "trainer/test_dataloaders.py": "test_dataloaders.py",

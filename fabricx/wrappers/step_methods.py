@@ -18,6 +18,7 @@ from fabricx._compat.torch_internals import has_own_forward_hooks
 
 if TYPE_CHECKING:
     from fabricx.precision.precision import Precision
+    from fabricx.wrappers.module import FabricModule
 
 #: Methods that are always sent through forward (Lightning's step methods).
 STEP_METHODS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
@@ -129,3 +130,21 @@ def guard_direct_call(
 
     call.__name__ = name
     return call
+
+
+def step_caller(wrapped: FabricModule, original: nn.Module, name: str) -> Callable[..., Any]:
+    """A function that runs `original.<name>(*args)` as if it were the forward of `wrapped` (the Trainer
+    calls a module's `*_step` methods this way).
+
+    When the wrapper would do nothing around `forward` (one device, no autocast, no strategy hooks),
+    the method itself is returned, so the common case costs nothing.
+
+    Example:
+        ```python
+        training_step = step_caller(model, module, "training_step")
+        loss = training_step(batch, batch_idx)
+        ```
+    """
+    if not wrapped._redirect:
+        return getattr(original, name)
+    return redirect_through_forward(wrapped.forward, original, name)

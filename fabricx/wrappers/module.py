@@ -1,31 +1,25 @@
-"""Wrappers that keep the user's module, optimizer and data loader looking like themselves."""
+"""`FabricModule`: the user's module after `fabric.setup`, its forward run through the strategy and precision."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _torch_module
-from torch.optim import Optimizer
 
-from fabricx._identity import Delegating, facade_class, gate_method
-from fabricx.forward_redirect import STEP_METHODS, forward_is_wrapped, guard_direct_call, redirect_through_forward
+from fabricx._compat.torch_internals import global_module_hooks
+from fabricx.wrappers.step_methods import STEP_METHODS, forward_is_wrapped, guard_direct_call, redirect_through_forward
 
 # Hooks for every module (``torch.nn.modules.module.register_module_*_hook``): torch adds to and removes
 # from these dicts in place, so FabricModule.__call__ can check them without a function call.
-_GLOBAL_FORWARD_HOOKS = _torch_module._global_forward_hooks
-_GLOBAL_FORWARD_PRE_HOOKS = _torch_module._global_forward_pre_hooks
-_GLOBAL_BACKWARD_HOOKS = _torch_module._global_backward_hooks
-_GLOBAL_BACKWARD_PRE_HOOKS = _torch_module._global_backward_pre_hooks
+_GLOBAL_FORWARD_HOOKS, _GLOBAL_FORWARD_PRE_HOOKS, _GLOBAL_BACKWARD_HOOKS, _GLOBAL_BACKWARD_PRE_HOOKS = (
+    global_module_hooks()
+)
 
 if TYPE_CHECKING:
-    from fabricx.accumulation.state import AccumulationState
     from fabricx.precision.precision import Precision
-    from fabricx.strategies.strategy import Strategy
 
 
 class FabricModule(nn.Module):
@@ -185,118 +179,3 @@ class FabricModule(nn.Module):
         return f"FabricModule({self._original_module!r})"
 
 
-class FabricOptimizer(Delegating):
-    """The user's optimizer after ``fabric.setup``: still an instance of its class, stepping
-    through the strategy and precision (grad scaler, DeepSpeed engine, ...), and doing nothing
-    off an accumulation boundary.
-
-    Every attribute other than ``step``/``zero_grad``/``state_dict``/``load_state_dict`` is the
-    user's optimizer's own, read and written through (nothing is copied).
-
-    Example::
-
-        model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        isinstance(optimizer, torch.optim.SGD)  # True
-    """
-
-    # ``step`` is ours too when an LR scheduler built over this wrapper patches it (torch does).
-    _OWN = frozenset({"_optimizer", "_strategy", "_accumulation", "_plain_step", "step"})
-
-    def __new__(cls, optimizer: Optimizer, *args: Any, **kwargs: Any) -> FabricOptimizer:
-        if isinstance(optimizer, FabricOptimizer):
-            from fabricx.utilities.exceptions import SetupError
-
-            raise SetupError(
-                "An optimizer should be passed only once to the `setup` method; pass the optimizer you created, "
-                "not the one setup() returned."
-            )
-        return object.__new__(facade_class(FabricOptimizer, type(optimizer)))
-
-    def __init__(self, optimizer: Optimizer, strategy: Strategy, accumulation: AccumulationState) -> None:
-        self._bind_target(optimizer)
-        self._optimizer = optimizer
-        self._strategy = strategy
-        self._accumulation = accumulation
-        self._plain_step = _step_is_plain(strategy)
-
-    @property
-    def optimizer(self) -> Optimizer:
-        return self._optimizer
-
-    # Properties so that the optimizer's own methods, called on this wrapper, see the user's objects.
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self._optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value: list[dict[str, Any]]) -> None:
-        self._optimizer.param_groups = value
-
-    @property
-    def state(self) -> Any:
-        return self._optimizer.state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self._optimizer.state = value
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        return self._optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value: dict[str, Any]) -> None:
-        self._optimizer.defaults = value
-
-    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
-        if not self._accumulation.sync_gradients:
-            return None
-        if closure is not None:
-            kwargs["closure"] = closure
-        if self._plain_step:
-            # Looked up per call: an LR scheduler created later patches the user's optimizer's step.
-            return self._optimizer.step(**kwargs)
-        return self._strategy.optimizer_step(self._optimizer, **kwargs)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        if self._accumulation.sync_gradients:
-            self._optimizer.zero_grad(set_to_none=set_to_none)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._strategy.get_optimizer_state(self._optimizer)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._strategy.load_optimizer_state(self._optimizer, state_dict)
-
-    def __repr__(self) -> str:
-        return f"Fabric{self._optimizer!r}"
-
-
-def _step_is_plain(strategy: Strategy) -> bool:
-    """Whether the optimizer's own step is correct (nothing in the strategy or precision intervenes)."""
-    from fabricx.strategies.strategy import Strategy as BaseStrategy
-
-    return type(strategy).optimizer_step is BaseStrategy.optimizer_step and not strategy.precision.needs_optimizer_step
-
-
-def wrap_scheduler_step(scheduler: Any, accumulation: AccumulationState) -> Any:
-    """Make ``scheduler.step()`` a no-op off an accumulation boundary.
-
-    The scheduler keeps its class (``isinstance``, pickling) and its ``state_dict`` stays clean.
-    """
-    return gate_method(scheduler, "step", lambda: accumulation.sync_gradients, tag="fabric_accumulation")
-
-
-def unwrap(obj: Any) -> Any:
-    """The user's own object behind a fabricx wrapper (the object itself otherwise).
-
-    Example::
-
-        plain_model = fabricx.unwrap(model)
-    """
-    inner = getattr(obj, "_fabricx_unwrapped", None)
-    return inner if inner is not None else obj
-
-
-def is_wrapped(obj: Any) -> bool:
-    return getattr(obj, "_fabricx_unwrapped", None) is not None

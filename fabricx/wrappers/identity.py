@@ -162,3 +162,18 @@ def gate_method(obj: Any, name: str, is_open: Callable[[], bool], tag: str) -> A
         return original(*args, **kwargs) if is_open() else None
 
     return intercept_method(obj, name, gate, tag)
+
+
+def unwrap(obj: Any) -> Any:
+    """The user's own object behind a fabricx wrapper (the object itself otherwise).
+
+    Example::
+
+        plain_model = fabricx.unwrap(model)
+    """
+    inner = getattr(obj, "_fabricx_unwrapped", None)
+    return inner if inner is not None else obj
+
+
+def is_wrapped(obj: Any) -> bool:
+    return getattr(obj, "_fabricx_unwrapped", None) is not None
