@@ -43,13 +43,19 @@ def forward_is_wrapped(forward_module: nn.Module, original: nn.Module, precision
     )
 
 
-def redirect_through_forward(forward: Callable[..., Any], original: nn.Module, name: str) -> Callable[..., Any]:
+def redirect_through_forward(
+    forward: Callable[..., Any],
+    original: nn.Module,
+    name: str,
+    after_method: Callable[[], None] | None = None,
+) -> Callable[..., Any]:
     """A function that runs ``original.<name>(*args)`` as the body of ``forward(*args)``.
 
     ``forward`` is the set-up module's forward (precision context, then the strategy's wrapper, which
     eventually calls ``original.forward``). For the length of the call ``original.forward`` is replaced
     by a function that puts the real forward back and runs the method, so ``self(x)`` inside the method
     reaches the real forward. Nothing is looked up per call beyond two dictionary operations.
+    ``after_method``, if given, runs inside ``forward`` right after the method returned.
 
     Example::
 
@@ -64,7 +70,11 @@ def redirect_through_forward(forward: Callable[..., Any], original: nn.Module, n
 
         def redirected(*inner_args: Any, **inner_kwargs: Any) -> Any:
             _restore(instance_dict, previous)
-            return method(*inner_args, **inner_kwargs)
+            if after_method is None:
+                return method(*inner_args, **inner_kwargs)
+            output = method(*inner_args, **inner_kwargs)
+            after_method()
+            return output
 
         instance_dict["forward"] = redirected
         try:
