@@ -6,7 +6,10 @@ LightningModule code for Lightning's manual optimization runs as it is on ``fabr
 turn noise into points of a 2-D ring.
 
     python examples/gan_manual.py --max-epochs 30
-    python examples/gan_manual.py --accelerator cpu --devices 2 --strategy ddp_spawn
+    python examples/gan_manual.py --accelerator cpu --devices 2 --strategy ddp_find_unused_parameters_true
+
+Under DDP each backward reaches only one optimizer's parameters (``toggle_optimizer``), so DDP must be told
+to look for unused parameters: ``ddp_spawn`` or ``ddp`` is refused at the first step, as in Lightning.
 """
 
 from __future__ import annotations

@@ -111,3 +111,22 @@ def global_module_hooks() -> tuple[dict[int, Any], dict[int, Any], dict[int, Any
         module._global_backward_hooks,
         module._global_backward_pre_hooks,
     )
+
+
+def prepare_ddp_reducer_for_backward(module: torch.nn.parallel.DistributedDataParallel, outputs: list[Any]) -> None:
+    """Ready DDP's reducer for a backward from `outputs`, as DDP's forward does when it returns.
+
+    Needed when a backward runs inside DDP's forward (manual optimization's `training_step`), where the
+    end of forward comes too late. Buckets are rebuilt first (DDP does so at the start of each forward),
+    which also checks that the previous backward finished its reduction. `outputs` lists the tensors
+    to search for unused parameters (empty unless `find_unused_parameters=True`).
+
+    Example:
+        ```python
+        prepare_ddp_reducer_for_backward(ddp_module, [loss])
+        loss.backward()  # gradients are all-reduced during it
+        ```
+    """
+    reducer = module.reducer
+    reducer._rebuild_buckets()
+    reducer.prepare_for_backward(outputs)

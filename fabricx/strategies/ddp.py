@@ -11,6 +11,7 @@ import torch
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 
+from fabricx._compat.torch_internals import prepare_ddp_reducer_for_backward
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.precision.precision import Precision
 from fabricx.strategies.parallel import ParallelStrategy
@@ -41,6 +42,8 @@ class DDPStrategy(ParallelStrategy):
     """
 
     strategy_name = "ddp"
+    #: The DDP module whose manual-optimization ``training_step`` is running (its backwards prepare the reducer).
+    _manual_step_module: DistributedDataParallel | None = None
 
     def __init__(
         self,
@@ -95,3 +98,77 @@ class DDPStrategy(ParallelStrategy):
                 f"is {type(module).__name__}, not DistributedDataParallel."
             )
         return module.no_sync()
+
+    def manual_step_sync(self, module: Module) -> _ManualStepSync | None:
+        """DDP readies its reducer at the end of forward, too late for backwards run inside ``training_step``.
+
+        The returned context stops DDP's end-of-forward preparation and makes each ``manual_backward``
+        prepare the reducer instead (what Lightning's DDP strategy does under manual optimization).
+
+        Example:
+            ```python
+            with strategy.manual_step_sync(ddp_module):
+                ...  # the training_step call through ddp_module's forward
+            ```
+        """
+        if not isinstance(module, DistributedDataParallel):
+            return None
+        return _ManualStepSync(self, module)
+
+    def before_manual_backward(self, loss: torch.Tensor) -> None:
+        module = self._manual_step_module
+        if module is None:
+            return
+        if torch.is_grad_enabled() and module.require_backward_grad_sync:
+            # As DDP's own end of forward: the loss is searched for unused parameters only when asked to.
+            outputs = [loss] if module.find_unused_parameters and not module.static_graph else []
+            module.require_forward_param_sync = True
+            prepare_ddp_reducer_for_backward(module, outputs)
+        else:  # inside no_sync(): gradients accumulate locally
+            module.require_forward_param_sync = False
+
+
+_UNFINISHED_REDUCTION = "Expected to have finished reduction in the prior iteration"
+
+
+class _ManualStepSync:
+    """For one ``training_step`` call under manual optimization: see ``DDPStrategy.manual_step_sync``."""
+
+    __slots__ = ("_module", "_strategy", "_sync_before")
+
+    def __init__(self, strategy: DDPStrategy, module: DistributedDataParallel) -> None:
+        self._strategy = strategy
+        self._module = module
+        self._sync_before = True
+
+    def __enter__(self) -> None:
+        self._sync_before = self._module.require_backward_grad_sync
+        self._strategy._manual_step_module = self._module
+
+    def step_body_done(self) -> None:
+        # DDP's end of forward would ready the reducer for a backward that never comes: the step ran its own.
+        self._module.require_backward_grad_sync = False
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+        self._module.require_backward_grad_sync = self._sync_before
+        self._strategy._manual_step_module = None
+        if isinstance(error, RuntimeError) and _UNFINISHED_REDUCTION in str(error):
+            raise RuntimeError(_unused_parameters_message(self._strategy, error)) from error
+
+
+def _unused_parameters_message(strategy: DDPStrategy, error: RuntimeError) -> str:
+    start_method = strategy._start_method
+    keep_start = (
+        f" (or strategy=DDPStrategy(start_method={start_method!r}, find_unused_parameters=True) to keep "
+        f"start_method={start_method!r})"
+        if start_method != "popen"
+        else ""
+    )
+    return (
+        "The module has parameters that were not used in producing a loss passed to manual_backward in "
+        "training_step: DDP with find_unused_parameters=False waits for a gradient of every parameter in each "
+        "backward, and the previous backward left some without one (with several optimizers, toggle_optimizer "
+        "leaves only one optimizer's parameters in each backward). Enable the detection of "
+        f"unused parameters: strategy='ddp_find_unused_parameters_true'{keep_start}, or "
+        f"strategy=DDPStrategy(find_unused_parameters=True). DDP said: {_UNFINISHED_REDUCTION}."
+    )

@@ -6,7 +6,7 @@ import contextlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -21,6 +21,20 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.fabric_state import EntryStorage
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.strategies.launchers.launcher import Launcher
+
+
+class ManualStepSync(Protocol):
+    """What keeps gradients in sync while a manual-optimization ``training_step`` runs inside forward.
+
+    Entered around the whole call of the wrapped forward; ``step_body_done()`` is called inside it, right
+    after the user's ``training_step`` returned (before the wrapper's own end-of-forward work).
+    """
+
+    def __enter__(self) -> None: ...
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None: ...
+
+    def step_body_done(self) -> None: ...
 
 
 class Strategy(ABC):
@@ -194,6 +208,22 @@ class Strategy(ABC):
         tensor = precision.pre_backward(tensor, module)
         precision.backward(tensor, module, *args, **kwargs)
         precision.post_backward(tensor, module)
+
+    def manual_step_sync(self, module: Module) -> ManualStepSync | None:
+        """How to keep gradients in sync when a ``training_step`` runs its backwards inside ``module``'s forward.
+
+        ``module`` is what :meth:`setup_module` returned. ``None`` (the default) when nothing is needed:
+        only a wrapper that prepares gradient sync at the end of forward (DDP) has something to do.
+
+        Example:
+            ```python
+            sync = strategy.manual_step_sync(wrapped)  # None for one device
+            ```
+        """
+        return None
+
+    def before_manual_backward(self, loss: Tensor) -> None:
+        """Called by ``manual_backward`` before each backward of a manual-optimization step (no-op here)."""
 
     def optimizer_step(self, optimizer: Optimizer, **kwargs: Any) -> Any:
         return self.precision.optimizer_step(optimizer, **kwargs)

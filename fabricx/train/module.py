@@ -214,6 +214,8 @@ class TrainModule(nn.Module):
                 "the Trainer calls backward itself. Set self.automatic_optimization = False in __init__, or return "
                 "the loss from training_step instead."
             )
+        # DDP readies gradient sync at the end of forward, and this backward runs inside training_step's.
+        trainer.strategy.before_manual_backward(loss)
         trainer._backward(loss, *args, **kwargs)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:

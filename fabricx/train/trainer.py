@@ -1323,7 +1323,7 @@ class Trainer:
         if function is None:
             model, module = self._model, self._module
             assert model is not None and module is not None, "step functions exist once the module is set up"
-            function = step_caller(model, module, name)
+            function = step_caller(model, module, name, self._fabric.strategy)
             function = self._step_fns[name] = profiled(self.profiler, f"[Strategy]{name}", function)
         return function
 

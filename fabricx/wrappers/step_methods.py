@@ -18,6 +18,7 @@ from fabricx._compat.torch_internals import has_own_forward_hooks
 
 if TYPE_CHECKING:
     from fabricx.precision.precision import Precision
+    from fabricx.strategies.strategy import ManualStepSync, Strategy
     from fabricx.wrappers.module import FabricModule
 
 #: Methods that are always sent through forward (Lightning's step methods).
@@ -44,13 +45,19 @@ def forward_is_wrapped(forward_module: nn.Module, original: nn.Module, precision
     )
 
 
-def redirect_through_forward(forward: Callable[..., Any], original: nn.Module, name: str) -> Callable[..., Any]:
+def redirect_through_forward(
+    forward: Callable[..., Any],
+    original: nn.Module,
+    name: str,
+    after_method: Callable[[], None] | None = None,
+) -> Callable[..., Any]:
     """A function that runs ``original.<name>(*args)`` as the body of ``forward(*args)``.
 
     ``forward`` is the set-up module's forward (precision context, then the strategy's wrapper, which
     eventually calls ``original.forward``). For the length of the call ``original.forward`` is replaced
     by a function that puts the real forward back and runs the method, so ``self(x)`` inside the method
     reaches the real forward. Nothing is looked up per call beyond two dictionary operations.
+    ``after_method``, if given, runs inside ``forward`` right after the method returned.
 
     Example::
 
@@ -65,7 +72,11 @@ def redirect_through_forward(forward: Callable[..., Any], original: nn.Module, n
 
         def redirected(*inner_args: Any, **inner_kwargs: Any) -> Any:
             _restore(instance_dict, previous)
-            return method(*inner_args, **inner_kwargs)
+            if after_method is None:
+                return method(*inner_args, **inner_kwargs)
+            output = method(*inner_args, **inner_kwargs)
+            after_method()
+            return output
 
         instance_dict["forward"] = redirected
         try:
@@ -132,12 +143,16 @@ def guard_direct_call(
     return call
 
 
-def step_caller(wrapped: FabricModule, original: nn.Module, name: str) -> Callable[..., Any]:
+def step_caller(
+    wrapped: FabricModule, original: nn.Module, name: str, strategy: Strategy | None = None
+) -> Callable[..., Any]:
     """A function that runs `original.<name>(*args)` as if it were the forward of `wrapped` (the Trainer
     calls a module's `*_step` methods this way).
 
     When the wrapper would do nothing around `forward` (one device, no autocast, no strategy hooks),
-    the method itself is returned, so the common case costs nothing.
+    the method itself is returned, so the common case costs nothing. Given the `strategy`, a
+    `training_step` under manual optimization (its backwards run inside that forward) is run under the
+    strategy's `manual_step_sync()`.
 
     Example:
         ```python
@@ -147,4 +162,17 @@ def step_caller(wrapped: FabricModule, original: nn.Module, name: str) -> Callab
     """
     if not wrapped._redirect:
         return getattr(original, name)
+    if strategy is not None and name == "training_step" and not getattr(original, "automatic_optimization", True):
+        sync = strategy.manual_step_sync(wrapped._forward_module)
+        if sync is not None:
+            return _synced_step(redirect_through_forward(wrapped.forward, original, name, sync.step_body_done), sync)
     return redirect_through_forward(wrapped.forward, original, name)
+
+
+def _synced_step(call: Callable[..., Any], sync: ManualStepSync) -> Callable[..., Any]:
+    def training_step(*args: Any, **kwargs: Any) -> Any:
+        with sync:
+            return call(*args, **kwargs)
+
+    training_step.__wrapped__ = call  # type: ignore[attr-defined]
+    return training_step

@@ -135,6 +135,30 @@ def test_default_process_group_store_is_still_reachable(tmp_path):
         dist.destroy_process_group()
 
 
+def test_ddp_reducer_can_still_be_prepared_for_a_backward_inside_forward(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from fabricx._compat.torch_internals import prepare_ddp_reducer_for_backward
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(torch.nn.Linear(2, 1))
+        model.require_backward_grad_sync = False  # DDP's forward leaves the reducer alone
+        loss = model(torch.ones(1, 2)).sum()
+        model.require_backward_grad_sync = True
+        prepare_ddp_reducer_for_backward(model, [])
+        loss.backward()
+        assert model.module.weight.grad is not None
+        # Prepared again before the first backward finished reducing, DDP refuses (the check the Trainer names).
+        prepare_ddp_reducer_for_backward(model, [])
+        model.module.bias.sum().backward()  # the weight gets no gradient: reduction stays unfinished
+        with pytest.raises(RuntimeError, match="Expected to have finished reduction in the prior iteration"):
+            prepare_ddp_reducer_for_backward(model, [])
+    finally:
+        dist.destroy_process_group()
+
+
 def test_dcp_chunk_narrowing_still_exists():
     from fabricx._compat.torch_internals import narrow_tensor_by_index
 
