@@ -1,9 +1,10 @@
 """fabricx: keep your PyTorch loop; run it on any hardware, strategy and precision; resume exactly.
 
-Example::
-
+Example:
+    ```python
     from fabricx import Fabric
     fabric = Fabric(accelerator="cpu", devices=2, precision="bf16-mixed")
+    ```
 """
 
 from __future__ import annotations

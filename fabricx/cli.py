@@ -28,9 +28,10 @@ OPTIONAL_PACKAGES = ("deepspeed", "tensorboard", "mlflow", "wandb", "matplotlib"
 class RunOptions:
     """What ``fabricx run`` was asked for (``None``: not given on the command line).
 
-    Example::
-
+    Example:
+        ```python
         RunOptions(script="train.py", devices="2", accelerator="cpu")
+        ```
     """
 
     script: str
@@ -60,9 +61,10 @@ class RunOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fabricx`` console script and of ``python -m fabricx``.
 
-    Example::
-
+    Example:
+        ```python
         main(["run", "--devices", "2", "train.py", "--lr", "0.1"])
+        ```
     """
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -112,9 +114,10 @@ class _UsageError(ValueError):
 def parse_num_nodes(value: str | None) -> tuple[int | None, int | None]:
     """``--num-nodes`` as ``(min_nodes, num_nodes)``: ``"2"`` is ``(None, 2)``, ``"1:4"`` is ``(1, 4)``.
 
-    Example::
-
+    Example:
+        ```python
         parse_num_nodes("1:2")  # (1, 2)
+        ```
     """
     if value is None:
         return None, None
@@ -133,9 +136,10 @@ def run(options: RunOptions) -> int:
 
     Returns the exit status: 0 when every process succeeded.
 
-    Example::
-
+    Example:
+        ```python
         run(RunOptions(script="train.py", devices="2", accelerator="cpu"))
+        ```
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
@@ -176,11 +180,12 @@ def _all_left_for_requeue(error: Any) -> bool:
 def build_torchrun_args(options: RunOptions) -> list[str]:
     """The argument list for ``torch.distributed.run`` that starts this node's share of the job.
 
-    Example::
-
+    Example:
+        ```python
         build_torchrun_args(RunOptions(script="train.py", devices="2", accelerator="cpu", main_port=1234))
         # ['--nproc-per-node=2', '--nnodes=1', '--node-rank=0', '--master-addr=127.0.0.1',
         #  '--master-port=1234', 'train.py']
+        ```
     """
     _validate(options)
     num_nodes = options.num_nodes or 1
@@ -227,9 +232,10 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
 def flag_environment(options: RunOptions) -> dict[str, str]:
     """The ``FABRICX_*`` variables through which the given flags reach ``Fabric()`` in the script.
 
-    Example::
-
+    Example:
+        ```python
         flag_environment(RunOptions(script="t.py", devices="2"))  # {'FABRICX_DEVICES': '2'}
+        ```
     """
     from fabricx.connector import CLI_FLAG_ENV
 
@@ -247,9 +253,10 @@ def flag_environment(options: RunOptions) -> dict[str, str]:
 def processes_per_node(options: RunOptions) -> int:
     """How many processes ``--devices`` means on this node for the chosen accelerator.
 
-    Example::
-
+    Example:
+        ```python
         processes_per_node(RunOptions(script="t.py", accelerator="cpu", devices="4"))  # 4
+        ```
     """
     from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER
     from fabricx.utilities.exceptions import MisconfigurationError
@@ -312,9 +319,10 @@ def _validate(options: RunOptions) -> None:
 def collect_environment() -> dict[str, dict[str, str]]:
     """What fabricx detects here: hardware, cluster environment and ranks, package versions.
 
-    Example::
-
+    Example:
+        ```python
         collect_environment()["Versions"]["torch"]  # '2.13.0+cpu'
+        ```
     """
     import platform
 
@@ -374,7 +382,7 @@ def collect_environment() -> dict[str, dict[str, str]]:
 
 
 def print_environment(file: TextIO | None = None) -> None:
-    """Print :func:`collect_environment` as rich tables on a terminal, as plain lines otherwise."""
+    """Print `collect_environment()` as rich tables on a terminal, as plain lines otherwise."""
     out = file if file is not None else sys.stdout
     report = collect_environment()
     if getattr(out, "isatty", lambda: False)():
@@ -436,9 +444,11 @@ def _safe(getter: object) -> str:
 def consolidate(checkpoint_dir: str, output: str | None = None, *, allow_pickle: bool = False) -> int:
     """Turn a sharded checkpoint directory into one checkpoint (``<dir>.consolidated`` by default).
 
-    Returns the exit status. Example::
+    Returns the exit status. Example:
 
-        consolidate("checkpoints/step_100", "step_100_full")
+    ```python
+    consolidate("checkpoints/step_100", "step_100_full")
+    ```
     """
     if not os.path.exists(checkpoint_dir):
         sys.stderr.write(f"fabricx consolidate: {checkpoint_dir!r} does not exist.\n")
@@ -571,9 +581,10 @@ def _parser() -> argparse.ArgumentParser:
 def plot(run_dir: str, output: str | None = None) -> int:
     """Write a PNG of every logged curve under ``run_dir``; print its path.
 
-    Example::
-
+    Example:
+        ```python
         plot("demo_runs")  # prints demo_runs/metrics.png
+        ```
     """
     from fabricx.loggers.plot import plot_run
 

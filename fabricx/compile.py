@@ -58,9 +58,11 @@ def compile_forward(forward_module: nn.Module, context: Any, option: CompileOpti
 def compile_repeated_blocks(module: nn.Module, **compile_kwargs: Any) -> int:
     """Compile, in place, every layer of each ``ModuleList``/``Sequential`` whose layers share one class.
 
-    Returns how many blocks were compiled. Example::
+    Returns how many blocks were compiled. Example:
 
-        compile_repeated_blocks(gpt)  # each transformer block; embeddings and head stay eager
+    ```python
+    compile_repeated_blocks(gpt)  # each transformer block; embeddings and head stay eager
+    ```
     """
     compiled = _compile_blocks_below(module, compile_kwargs)
     if compiled == 0:

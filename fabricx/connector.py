@@ -41,10 +41,11 @@ _DEFAULTS = {"accelerator": "auto", "strategy": "auto", "devices": "auto", "num_
 class Connector:
     """Resolves and validates the flags once; the results are plain objects.
 
-    Example::
-
+    Example:
+        ```python
         connector = Connector(accelerator="cpu", devices=2, precision="bf16-mixed")
         connector.strategy  # DDPStrategy(...)
+        ```
     """
 
     def __init__(

@@ -70,17 +70,17 @@ class Fabric:
         num_nodes: how many machines take part.
         precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
         plugins: a Precision, ClusterEnvironment or checkpoint-I/O object, or a list of them.
-        callbacks: objects whose methods :meth:`call` invokes by name.
-        loggers: a logger or a list of loggers for :meth:`log` and :meth:`log_dict`.
-        grad_accum_steps: micro-batches per optimizer step inside :meth:`accumulate`.
+        callbacks: objects whose methods `call()` invokes by name.
+        loggers: a logger or a list of loggers for `log()` and `log_dict()`.
+        grad_accum_steps: micro-batches per optimizer step inside `accumulate()`.
         save_rng_states: store every rank's random generator states in checkpoints and restore them.
         preemption_signals: ``True`` (SIGTERM and SIGUSR1) or a list of signals that a scheduler sends before
-            stopping the job; :attr:`preemption_requested` then turns true at the next check.
+            stopping the job; `preemption_requested` then turns true at the next check.
         compile: ``torch.compile`` every set-up model: ``True``, a dict of ``torch.compile`` arguments, or
-            ``"regional"`` (each repeated block). A model compiled before :meth:`setup` stays compiled anyway.
+            ``"regional"`` (each repeated block). A model compiled before `setup()` stays compiled anyway.
 
-    Example::
-
+    Example:
+        ```python
         fabric = Fabric(accelerator="cpu", devices=2, precision="bf16-mixed")
         fabric.launch()
         model, optimizer = fabric.setup(model, optimizer)
@@ -90,6 +90,7 @@ class Fabric:
             fabric.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
+        ```
     """
 
     # Whether setup() records itself on a LightningModule/TrainModule (module.fabric); the Trainer's own does not.
@@ -256,9 +257,10 @@ class Fabric:
         ``function`` is optional; spawn/fork launchers need ``function``. For one process this only
         calls ``function``.
 
-        Example::
-
+        Example:
+            ```python
             fabric.launch(train, config)  # train(fabric, config) on every rank
+            ```
         """
         launcher = self._strategy.launcher
         check_launch_function(
@@ -292,16 +294,17 @@ class Fabric:
     def preemption_requested(self) -> bool:
         """Whether any rank received a preemption signal (agreed across ranks; a collective call).
 
-        Check it at step boundaries, then save and call :meth:`exit_for_requeue`.
+        Check it at step boundaries, then save and call `exit_for_requeue()`.
 
-        Example::
-
+        Example:
+            ```python
             fabric = Fabric(preemption_signals=True)
             for step, batch in enumerate(loader):
                 ...
                 if fabric.preemption_requested:
                     fabric.save(manager.next_path(), state)
                     fabric.exit_for_requeue()
+            ```
         """
         watcher = self._preemption_watcher
         local = watcher is not None and watcher.received is not None
@@ -360,9 +363,10 @@ class Fabric:
         sees the model as a ``FabricModule`` and each optimizer as the class it was given: a set-up optimizer
         is an instance of that class (and of ``FabricOptimizer``), so torch's schedulers accept it.
 
-        Example::
-
+        Example:
+            ```python
             model, optimizer = fabric.setup(model, optimizer)
+            ```
         """
         self._require_launched("setup()")
         module, compiled = split_compiled(module)
@@ -388,12 +392,13 @@ class Fabric:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def setup_module(self, module: nn.Module, move_to_device: bool = True) -> FabricModule:
-        """Set up a model alone (then create the optimizer and call :meth:`setup_optimizers`).
+        """Set up a model alone (then create the optimizer and call `setup_optimizers()`).
 
-        Example::
-
+        Example:
+            ```python
             model = fabric.setup_module(model)
             optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters()))
+            ```
         """
         self._require_launched("setup_module()")
         module, compiled = split_compiled(module)
@@ -417,9 +422,10 @@ class Fabric:
     def setup_optimizers(self, *optimizers: Optimizer) -> Any:
         """Set up optimizers created over an already set-up model's parameters.
 
-        Example::
-
+        Example:
+            ```python
             optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
+            ```
         """
         self._require_launched("setup_optimizers()")
         if not optimizers:
@@ -467,9 +473,10 @@ class Fabric:
         ``global_batch_size`` sets each rank's batch size to ``global_batch_size // world_size`` (it must
         divide), so a run resumed on another number of processes keeps the samples per step.
 
-        Example::
-
+        Example:
+            ```python
             train_loader, val_loader = fabric.setup_dataloaders(train_loader, val_loader)
+            ```
         """
         if not dataloaders:
             raise ValueError(
@@ -570,11 +577,12 @@ class Fabric:
     def backward(self, tensor: Tensor, *args: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
         """Backward through the strategy and precision (loss scaling, DeepSpeed engine, ...).
 
-        Inside :meth:`accumulate`, the loss is divided by the length of the current window.
+        Inside `accumulate()`, the loss is divided by the length of the current window.
 
-        Example::
-
+        Example:
+            ```python
             fabric.backward(loss)
+            ```
         """
         if not self._launched:
             self._require_launched("backward()")
@@ -594,13 +602,14 @@ class Fabric:
         loss is divided by the window's real length. The epoch's length is that of the set-up loader
         that yielded the current batch, or ``epoch_length`` when the loop stops an epoch early.
 
-        Example::
-
+        Example:
+            ```python
             for batch in loader:
                 with fabric.accumulate(model):
                     fabric.backward(loss_fn(model(batch)))
                     optimizer.step()
                     optimizer.zero_grad()
+            ```
         """
         window = self._window
         steps = self._grad_accum_steps
@@ -620,10 +629,11 @@ class Fabric:
     def no_backward_sync(self, module: nn.Module, enabled: bool = True) -> Generator[None, None, None]:
         """Skip gradient synchronisation in ``backward`` while inside (for manual accumulation).
 
-        Example::
-
+        Example:
+            ```python
             with fabric.no_backward_sync(model, enabled=not is_last_micro_batch):
                 fabric.backward(loss)
+            ```
         """
         wrapped = _require_set_up(module)
         if not enabled:
@@ -645,9 +655,10 @@ class Fabric:
 
         Gradients are unscaled first under ``"16-mixed"``; sharded gradients are clipped globally.
 
-        Example::
-
+        Example:
+            ```python
             total_norm = fabric.clip_gradients(model, optimizer, max_norm=1.0)
+            ```
         """
         if (clip_val is None) == (max_norm is None):
             raise ValueError(
@@ -671,10 +682,11 @@ class Fabric:
     def autocast(self) -> contextlib.AbstractContextManager:
         """The precision's forward context, for computation outside the model's ``forward``.
 
-        Example::
-
+        Example:
+            ```python
             with fabric.autocast():
                 loss = criterion(model(x), y)
+            ```
         """
         return self._precision.forward_context()
 
@@ -682,9 +694,10 @@ class Fabric:
     def to_device(self, obj: _T) -> _T:
         """Move a module, a tensor or a nested collection of tensors to this process's device.
 
-        Example::
-
+        Example:
+            ```python
             batch = fabric.to_device(batch)
+            ```
         """
         if isinstance(obj, nn.Module):
             self._strategy.module_to_device(obj)
@@ -693,24 +706,26 @@ class Fabric:
 
     def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager:
         """Context to build a model on the right device and dtype; ``empty_init=True`` builds it on the
-        meta device (no memory, no init) and it is materialised after :meth:`setup`.
+        meta device (no memory, no init) and it is materialised after `setup()`.
 
-        Example::
-
+        Example:
+            ```python
             with fabric.init_module(empty_init=True):
                 model = BigModel()
             model = fabric.setup_module(model)
             fabric.load("ckpt", {"model": model})
+            ```
         """
         return self._strategy.module_init_context(empty_init=empty_init)
 
     def init_tensor(self) -> contextlib.AbstractContextManager:
         """Context in which new tensors are created on the device in the precision's dtype.
 
-        Example::
-
+        Example:
+            ```python
             with fabric.init_tensor():
                 buffer = torch.zeros(10)
+            ```
         """
         return self._strategy.tensor_init_context()
 
@@ -728,9 +743,10 @@ class Fabric:
     def broadcast(self, obj: _T, src: int = 0) -> _T:
         """Send a picklable object (or tensor) from rank ``src`` to every rank.
 
-        Example::
-
+        Example:
+            ```python
             run_name = fabric.broadcast(run_name)
+            ```
         """
         self._require_launched("broadcast()")
         return self._strategy.broadcast(obj, src=src)
@@ -751,9 +767,10 @@ class Fabric:
         on one process the data comes back without a new dimension (``all_gather(1.5)`` is
         ``tensor(1.5)``), as in Lightning Fabric.
 
-        Example::
-
+        Example:
+            ```python
             all_predictions = fabric.all_gather(predictions)
+            ```
         """
         self._require_launched("all_gather()")
         data = convert_to_tensors(data, self.device)  # numbers become tensors, as in Lightning Fabric
@@ -774,9 +791,10 @@ class Fabric:
         As in Lightning Fabric, a tensor is reduced in place (its dtype kept) and returned: after
         ``fabric.all_reduce(loss)`` the variable ``loss`` holds the mean on every rank.
 
-        Example::
-
+        Example:
+            ```python
             mean_loss = fabric.all_reduce(loss, reduce_op="mean")
+            ```
         """
         self._require_launched("all_reduce()")
         if not isinstance(reduce_op, torch.distributed.ReduceOp | torch.distributed.ReduceOp.RedOpType) and (
@@ -790,10 +808,11 @@ class Fabric:
     def rank_zero_first(self, local: bool = False) -> Generator[None, None, None]:
         """Run the block on rank zero first (e.g. to download or prepare data), then on the others.
 
-        Example::
-
+        Example:
+            ```python
             with fabric.rank_zero_first():
                 dataset = prepare_dataset()
+            ```
         """
         first = self.local_rank == 0 if local else self.is_global_zero
         if not first:
@@ -826,15 +845,16 @@ class Fabric:
         fsspec URL (``s3://``, ``gs://``, ``memory://``).
 
         With ``async_save=True`` the state is copied to host memory and written in a background thread;
-        the call returns an :class:`~fabricx.checkpoint.background.AsyncSave` handle at once. The
+        the call returns an `fabricx.checkpoint.background.AsyncSave` handle at once. The
         checkpoint is committed only when every rank's files are durable; the next save, a load and the
         end of the process wait for it; a crash before the commit leaves the previous checkpoint the latest.
 
-        Example::
-
+        Example:
+            ```python
             fabric.save("ckpt/step_100", {"model": model, "optimizer": optimizer, "loader": loader, "step": 100})
             fabric.save("out/model.pth", {"model": model, "optimizer": optimizer, "step": 100})  # one file
             handle = fabric.save("ckpt/step_200", state, async_save=True)  # training goes on
+            ```
         """
         if not isinstance(state, dict):
             raise TypeError(f"save() expects a dict of things to save, got {type(state).__name__}.")
@@ -867,10 +887,11 @@ class Fabric:
         ``weights_only=False`` is given: then a foreign single-file checkpoint is unpickled (with a
         warning); only do that for files you trust.
 
-        Example::
-
+        Example:
+            ```python
             remainder = fabric.load("ckpt/step_100", state)
             step = state["step"]
+            ```
         """
         if weights_only is False:
             from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
@@ -902,9 +923,10 @@ class Fabric:
 
         ``weights_only=False`` unpickles a file that holds more than tensors (with a warning).
 
-        Example::
-
+        Example:
+            ```python
             fabric.load_raw("pretrained.pt", model)
+            ```
         """
         if weights_only is False:
             from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
@@ -928,13 +950,14 @@ class Fabric:
     ) -> Path:
         """Save into a project's next ``checkpoints/checkpoint_{n}`` and apply its keep-last-k retention.
 
-        ``project`` is a :class:`~fabricx.checkpoint.CheckpointManager` or a project directory.
+        ``project`` is a `fabricx.checkpoint.CheckpointManager` or a project directory.
         Older checkpoints are removed only after the new one is complete. Every rank must call it.
 
-        Example::
-
+        Example:
+            ```python
             manager = CheckpointManager("runs/exp1", total_limit=3)
             path = fabric.save_checkpoint(manager, state)
+            ```
         """
         from fabricx.resume import save_checkpoint
 
@@ -945,9 +968,10 @@ class Fabric:
     ) -> Path | None:
         """Restore ``state`` from a project's newest complete checkpoint; return its path (``None`` if none).
 
-        Example::
-
+        Example:
+            ```python
             resumed_from = fabric.load_latest("runs/exp1", state)  # None on the first run
+            ```
         """
         from fabricx.resume import load_latest
 
@@ -958,9 +982,10 @@ class Fabric:
 
         Tied weights are stored once and come back tied. Every rank must call it; rank zero writes.
 
-        Example::
-
+        Example:
+            ```python
             fabric.save_weights(model, "export/", max_shard_size="2GB")
+            ```
         """
         from fabricx.checkpoint.export import parse_size, save_weights
 
@@ -971,11 +996,12 @@ class Fabric:
         self.barrier("save_weights")
 
     def load_weights(self, module: nn.Module, path: str | os.PathLike, strict: bool = True) -> IncompatibleKeys:
-        """Load weights exported by :meth:`save_weights` (or one ``.safetensors`` file) into ``module``.
+        """Load weights exported by `save_weights()` (or one ``.safetensors`` file) into ``module``.
 
-        Example::
-
+        Example:
+            ```python
             fabric.load_weights(model, "export/")
+            ```
         """
         from fabricx.checkpoint.export import load_weights
 
@@ -999,10 +1025,11 @@ class Fabric:
         Each callback receives only the keyword arguments its method accepts (all of them if it
         takes ``**kwargs``), so callbacks can implement the same hook with different signatures.
 
-        Example::
-
+        Example:
+            ```python
             fabric = Fabric(callbacks=[MyCallback()])
             fabric.call("on_train_epoch_end", results=results)
+            ```
         """
         for callback in self._callbacks:
             method = getattr(callback, hook_name, None)
@@ -1018,9 +1045,10 @@ class Fabric:
     def log(self, name: str, value: object, step: int | None = None) -> None:
         """Log one metric to every logger (on rank zero).
 
-        Example::
-
+        Example:
+            ```python
             fabric.log("loss", loss, step=step)
+            ```
         """
         self.log_dict({name: value}, step=step)
 
@@ -1035,9 +1063,10 @@ class Fabric:
     def seed_everything(seed: int | None = None, workers: bool | None = None, verbose: bool = True) -> int:
         """Seed every random generator; dataloader workers too unless ``workers=False`` (Lightning's default).
 
-        Example::
-
+        Example:
+            ```python
             Fabric.seed_everything(42)
+            ```
         """
         return _seed.seed_everything(seed, workers=True if workers is None else workers, verbose=verbose)
 

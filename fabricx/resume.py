@@ -1,14 +1,14 @@
 """Project helpers of the façade: save into a checkpoint manager, resume from its latest complete
 checkpoint, save and exit when preempted, on every rank.
 
-They live beside :mod:`fabricx.fabric` (not in :mod:`fabricx.checkpoint`, which only does file I/O).
+They live beside `fabricx.fabric` (not in `fabricx.checkpoint`, which only does file I/O).
 
 Every rank must use the same checkpoint path, but ranks that each scan the directory can disagree
 (rank 0 may already be creating the next checkpoint while another rank looks). So rank 0 decides
 and broadcasts the path; the others never scan.
 
-Example::
-
+Example:
+    ```python
     manager = CheckpointManager("runs/exp1", total_limit=3)
     state = {"model": model, "optimizer": optimizer, "loader": loader, "step": 0}
     load_latest(fabric, manager, state)          # no-op on the first run
@@ -17,6 +17,7 @@ Example::
         if state["step"] % 500 == 0:
             save_checkpoint(fabric, manager, state)
         exit_if_preempted(fabric, manager, state)
+    ```
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ __all__ = ["as_manager", "exit_if_preempted", "latest_checkpoint", "load_latest"
 
 
 def as_manager(manager: CheckpointManager | str | os.PathLike[str], io: Any = None) -> CheckpointManager:
-    """A :class:`CheckpointManager`, or one for the project directory given (all checkpoints kept,
-    stored through ``io``, a :class:`~fabricx.checkpoint.io.CheckpointIO`, when given).
+    """A `CheckpointManager`, or one for the project directory given (all checkpoints kept,
+    stored through ``io``, a `fabricx.checkpoint.io.CheckpointIO`, when given).
 
-    Example::
-
+    Example:
+        ```python
         as_manager("runs/exp1").directory  # runs/exp1/checkpoints
+        ```
     """
     if isinstance(manager, CheckpointManager):
         return manager
@@ -65,9 +67,10 @@ def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.Path
 
     Every rank must call it (it is a collective with several processes).
 
-    Example::
-
+    Example:
+        ```python
         path = latest_checkpoint(fabric, "runs/exp1")
+        ```
     """
     from fabricx.checkpoint.background import wait_for_pending_save
 
@@ -86,10 +89,11 @@ def load_latest(
 
     Unfinished saves (a job killed while saving) are never picked. Every rank must call it.
 
-    Example::
-
+    Example:
+        ```python
         resumed_from = load_latest(fabric, manager, state)
         start_step = state["step"]  # 0 on a fresh start
+        ```
     """
     path = latest_checkpoint(fabric, manager)
     if path is not None:
@@ -110,9 +114,10 @@ def save_checkpoint(
     so a crash at any moment leaves at least one complete checkpoint. With ``async_save=True`` the
     checkpoint is written in the background (see ``Fabric.save``) and retention runs once it is committed.
 
-    Example::
-
+    Example:
+        ```python
         path = save_checkpoint(fabric, CheckpointManager("runs/exp1", total_limit=2), state)
+        ```
     """
     manager = as_manager(manager, fabric.strategy.checkpoint_io)
     from fabricx.checkpoint.background import wait_for_pending_save
@@ -159,13 +164,14 @@ def exit_if_preempted(
     """If any rank received a preemption signal, save a checkpoint and exit for requeueing.
 
     Needs ``Fabric(preemption_signals=True)``. Call it at step boundaries on every rank; the exit
-    code is :data:`fabricx.utilities.preemption.REQUEUE_EXIT_CODE`.
+    code is `fabricx.utilities.preemption.REQUEUE_EXIT_CODE`.
 
-    Example::
-
+    Example:
+        ```python
         for batch in loader:
             train_step(batch)
             exit_if_preempted(fabric, manager, state)
+        ```
     """
     if fabric.preemption_requested:
         save_checkpoint(fabric, manager, state)

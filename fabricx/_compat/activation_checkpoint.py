@@ -13,9 +13,10 @@ from typing import Any
 def composable_checkpoint() -> Callable[..., Any]:
     """The function that turns on activation checkpointing for one submodule, in place.
 
-    Example::
-
+    Example:
+        ```python
         composable_checkpoint()(model.block)
+        ```
     """
     from torch.distributed._composable.checkpoint_activation import checkpoint
 

@@ -14,9 +14,10 @@ from typing import Any
 def empty_state_dict_planner_class() -> type:
     """torch's load planner that builds the state dict from the checkpoint's metadata.
 
-    Example::
-
+    Example:
+        ```python
         planner = empty_state_dict_planner_class()(keys={"model"})
+        ```
     """
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 
@@ -26,9 +27,10 @@ def empty_state_dict_planner_class() -> type:
 def load_state_dict_without_process_group(state: dict[str, Any], reader: Any, planner: Any) -> None:
     """Fill ``state`` from ``reader`` in this process alone (no process group needed).
 
-    Example::
-
+    Example:
+        ```python
         load_state_dict_without_process_group(state, FileSystemReader(path), planner)
+        ```
     """
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 

@@ -22,9 +22,10 @@ STEP_CALLED_FLAG = "_opt_called"
 def retarget_scheduler(scheduler: Any, old: Optimizer, new: Optimizer) -> None:
     """Make ``scheduler`` drive ``new`` instead of ``old``, with torch's step tracking on ``new``.
 
-    Example::
-
+    Example:
+        ```python
         retarget_scheduler(scheduler, user_optimizer, rebuilt_optimizer)
+        ```
     """
     scheduler.optimizer = new
     step = type(new).step

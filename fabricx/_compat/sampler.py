@@ -15,9 +15,10 @@ NUM_SAMPLES_ATTRIBUTE = "_num_samples"
 def given_num_samples(sampler: Any) -> int | None:
     """The ``num_samples`` a ``RandomSampler`` was constructed with (``None`` when none was given).
 
-    Example::
-
+    Example:
+        ```python
         given_num_samples(RandomSampler(range(4), num_samples=2))  # 2
+        ```
     """
     return getattr(sampler, NUM_SAMPLES_ATTRIBUTE)
 
@@ -25,8 +26,9 @@ def given_num_samples(sampler: Any) -> int | None:
 def draws_a_permutation(sampler: Any) -> bool:
     """Whether a ``RandomSampler`` draws each index exactly once (no replacement, no ``num_samples``).
 
-    Example::
-
+    Example:
+        ```python
         draws_a_permutation(RandomSampler(range(4)))  # True
+        ```
     """
     return not sampler.replacement and given_num_samples(sampler) is None

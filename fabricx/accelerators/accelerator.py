@@ -14,10 +14,11 @@ class Accelerator(ABC):
     """One kind of hardware. Subclasses say whether it exists, how many devices it has,
     and how to turn a ``devices=`` flag into a list of ``torch.device``.
 
-    Example::
-
+    Example:
+        ```python
         from fabricx.accelerators import CPUAccelerator
         CPUAccelerator.parse_devices(2)  # 2
+        ```
     """
 
     name: str = ""

@@ -14,9 +14,10 @@ from fabricx.utilities.exceptions import MisconfigurationError
 class CPUAccelerator(Accelerator):
     """The CPU. Always available; ``devices`` counts processes, not cores.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cpu", devices=2)  # two processes
+        ```
     """
 
     name = "cpu"

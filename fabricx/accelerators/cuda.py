@@ -12,9 +12,10 @@ from fabricx.accelerators.accelerator import Accelerator
 class CUDAAccelerator(Accelerator):
     """CUDA GPUs. ``devices`` is a count or a list of indices.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cuda", devices=[0, 1])
+        ```
     """
 
     name = "cuda"

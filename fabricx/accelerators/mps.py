@@ -13,9 +13,10 @@ from fabricx.accelerators.accelerator import Accelerator
 class MPSAccelerator(Accelerator):
     """The Apple GPU (one device).
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="mps")
+        ```
     """
 
     name = "mps"

@@ -15,9 +15,10 @@ from fabricx.accelerators.accelerator import Accelerator
 class XLAAccelerator(Accelerator):
     """TPU cores via ``torch_xla`` (``pip install torch_xla``).
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="tpu", devices=8)
+        ```
     """
 
     name = "tpu"

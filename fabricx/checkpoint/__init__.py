@@ -4,14 +4,15 @@ This package only does file I/O (it imports neither the façade nor a strategy).
 coordinated by the caller, which passes a ``barrier``
 callable (and an agreed ``token``) where several ranks write one checkpoint.
 
-Example::
-
+Example:
+    ```python
     from fabricx.checkpoint import CheckpointManager, read_checkpoint, write_checkpoint
 
     manager = CheckpointManager("runs/exp1", total_limit=3)
     write_checkpoint(manager.next_path(), {"model": model.state_dict()}, {"rng": torch.get_rng_state()})
     manager.apply_retention()
     loaded = read_checkpoint(manager.latest())
+    ```
 """
 
 from __future__ import annotations

@@ -1,19 +1,20 @@
 """``fabric.save(..., async_save=True)``: the checkpoint pipeline with its writing moved off the training loop.
 
 In the foreground every rank turns its state into checkpoint contents (as a synchronous save does),
-copies them to host memory (:func:`~fabricx.checkpoint.background.stage_to_host_deferred`) and rank 0
+copies them to host memory (`fabricx.checkpoint.background.stage_to_host_deferred()`) and rank 0
 creates the temporary directory. The parameters and optimizer state of the optimizers in the state are
 copied at the start of the background thread instead, and the next ``optimizer.step()`` waits for that
-copy (:mod:`~fabricx.checkpoint.step_guard`), so the call returns at once and forward/backward go on
+copy (`fabricx.checkpoint.step_guard`), so the call returns at once and forward/backward go on
 meanwhile. The background thread then writes the files, makes them durable, and the ranks agree (on a
 dedicated gloo group) that every one of them succeeded before rank 0 commits. A failure on any rank,
 or a crash, leaves the checkpoint uncommitted: the previous one stays the latest.
 
-Example::
-
+Example:
+    ```python
     handle = save_fabric_checkpoint_async(fabric.strategy, "ckpt/step_100", state)
     ...
     handle.wait()
+    ```
 """
 
 from __future__ import annotations
@@ -52,14 +53,15 @@ def save_fabric_checkpoint_async(
 ) -> AsyncSave:
     """Stage ``state`` in host memory and write it to ``path`` in the background; every rank calls it.
 
-    The same pipeline as :func:`~fabricx.checkpoint.fabric_state.save_fabric_checkpoint`: entries a
-    strategy stores itself go through its :class:`~fabricx.checkpoint.fabric_state.EntryStorage`, in
+    The same pipeline as `fabricx.checkpoint.fabric_state.save_fabric_checkpoint()`: entries a
+    strategy stores itself go through its `fabricx.checkpoint.fabric_state.EntryStorage`, in
     the background where it has a ``save_async`` (DCP shards), otherwise in the foreground (engine files).
 
-    Example::
-
+    Example:
+        ```python
         handle = save_fabric_checkpoint_async(strategy, "ckpt", {"model": model, "step": 3})
         handle.wait()  # the checkpoint is committed on every rank once this returns
+        ```
     """
     wait_for_pending_save()
     if layout_for(path, layout) == "single_file":

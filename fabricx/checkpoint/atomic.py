@@ -3,7 +3,7 @@
 A reader must always find either the previous complete checkpoint or the new complete one, never a
 half-written mix. Directories are written under a temporary sibling name and renamed into place;
 replacing an existing directory goes through a short-lived ``<name>.old-<token>`` sibling, which
-:func:`resolve_directory` falls back to if a crash happened in the middle of the swap. A directory is
+`resolve_directory()` falls back to if a crash happened in the middle of the swap. A directory is
 deleted by first renaming it to ``<name>.del-<token>`` (a name no reader considers), so a crash in
 the middle of a deletion never leaves a half-deleted copy under a readable name. Which copy is
 complete is decided by a caller-given check (the checkpoint format's manifest), never by mtime.
@@ -75,9 +75,10 @@ def _fsync_file(path: Path) -> None:
 def fsync_tree(path: str | os.PathLike[str]) -> None:
     """Flush every file and directory under ``path`` to stable storage.
 
-    Example::
-
+    Example:
+        ```python
         fsync_tree("run/checkpoints/checkpoint_3.tmp-ab12")
+        ```
     """
     root = Path(path)
     if root.is_file():
@@ -217,9 +218,10 @@ def _base_name(name: str) -> str:
 def list_files(path: str | os.PathLike[str]) -> dict[str, int]:
     """``{relative path: size}`` of every regular file under ``path`` (POSIX separators), sorted.
 
-    Example::
-
+    Example:
+        ```python
         list_files("ckpt.tmp-ab12")  # {"meta.json": 412, "shared.json": 96, ...}
+        ```
     """
     root = Path(path)
     files: dict[str, int] = {}
@@ -238,11 +240,12 @@ def prepare_directory(path: str | os.PathLike[str], token: str | None = None) ->
     Pass the same ``token`` on every rank so all of them compute the same temporary name; only one
     process should call this. A left-over directory with the same temporary name is discarded.
 
-    Example::
-
+    Example:
+        ```python
         tmp = prepare_directory("ckpt", token="step100")   # rank 0
         # barrier, every rank writes into tmp, barrier
         commit_directory(tmp, "ckpt")                      # rank 0
+        ```
     """
     target = Path(path)
     tmp = temporary_name(target, token)
@@ -254,11 +257,12 @@ def prepare_directory(path: str | os.PathLike[str], token: str | None = None) ->
 
 
 def temporary_name(path: str | os.PathLike[str], token: str | None = None) -> Path:
-    """The temporary sibling name :func:`prepare_directory` uses for ``path`` and ``token``.
+    """The temporary sibling name `prepare_directory()` uses for ``path`` and ``token``.
 
-    Example::
-
+    Example:
+        ```python
         temporary_name("out/ckpt", "7")  # Path("out/ckpt.tmp-7")
+        ```
     """
     target = Path(path)
     token = _new_token() if token is None else _check_token(token)
@@ -270,11 +274,12 @@ def commit_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) 
 
     Files are flushed first. An existing ``path`` is first renamed to ``<name>.old-<random>``, then
     ``tmp`` is renamed into place, then the old copy is deleted (renamed to ``.del-`` first), so at any
-    instant one complete version can be found (see :func:`resolve_directory`).
+    instant one complete version can be found (see `resolve_directory()`).
 
-    Example::
-
+    Example:
+        ```python
         commit_directory("ckpt.tmp-step100", "ckpt")
+        ```
     """
     tmp_path, target = Path(tmp), Path(path)
     if not tmp_path.is_dir():
@@ -302,9 +307,10 @@ def commit_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) 
 def abort_directory(tmp: str | os.PathLike[str]) -> None:
     """Throw away an unfinished temporary directory; missing is fine.
 
-    Example::
-
+    Example:
+        ```python
         abort_directory("ckpt.tmp-step100")
+        ```
     """
     _remove(Path(tmp))
 
@@ -316,10 +322,11 @@ def atomic_directory(path: str | os.PathLike[str], token: str | None = None) -> 
     Yields a temporary sibling to fill. On a clean exit it is flushed and renamed to ``path`` (an
     existing ``path`` is swapped out safely); on an exception it is removed and ``path`` is untouched.
 
-    Example::
-
+    Example:
+        ```python
         with atomic_directory("out/weights") as tmp:
             (tmp / "a.txt").write_text("hello")
+        ```
     """
     tmp = prepare_directory(path, token)
     try:
@@ -337,9 +344,10 @@ def atomic_directory(path: str | os.PathLike[str], token: str | None = None) -> 
 def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO], None]) -> None:
     """Write one file atomically: ``write_fn(handle)`` fills a temporary file that then replaces ``path``.
 
-    Example::
-
+    Example:
+        ```python
         atomic_write_file("meta.json", lambda f: f.write(b"{}"))
+        ```
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -388,14 +396,15 @@ def resolve_directory(
 ) -> Path | None:
     """Where the complete contents of ``path`` are: ``path`` itself, or a swap left-over if a crash hit.
 
-    A crash between the two renames of :func:`commit_directory` leaves only ``<name>.old-<token>``;
+    A crash between the two renames of `commit_directory()` leaves only ``<name>.old-<token>``;
     that previous version is complete and is returned. ``is_complete`` decides what counts as a
     complete copy (default: anything that exists); copies it rejects are never returned, whatever their
     mtime. ``None`` when there is no complete copy.
 
-    Example::
-
+    Example:
+        ```python
         found = resolve_directory("ckpt", lambda d: (d / "meta.json").is_file())
+        ```
     """
     check = is_complete or _always
     target = Path(path)
@@ -414,9 +423,10 @@ def recover_directory(path: str | os.PathLike[str], is_complete: Callable[[Path]
     unfinished ``.tmp-*`` saves, ``.old-*`` copies and half-done ``.del-*`` deletions of ``path``.
     Returns ``path`` if a complete checkpoint is there afterwards, else ``None``.
 
-    Example::
-
+    Example:
+        ```python
         recover_directory("ckpt", lambda d: (d / "meta.json").is_file())
+        ```
     """
     check = is_complete or _always
     target = Path(path)
@@ -436,9 +446,10 @@ def recover_directory(path: str | os.PathLike[str], is_complete: Callable[[Path]
 def remove_directory(path: str | os.PathLike[str]) -> None:
     """Delete the directory (or file) ``path`` and its left-overs; a crash midway leaves no readable half.
 
-    Example::
-
+    Example:
+        ```python
         remove_directory("runs/exp1/checkpoints/checkpoint_0")
+        ```
     """
     target = Path(path)
     discard_all([target, *_siblings(target, *LEFTOVER_MARKS)])

@@ -1,20 +1,21 @@
 """Asynchronous saving: copy the state to host memory, then write and commit it in a background thread.
 
-The training loop is blocked only while the state is copied (:func:`stage_to_host`; pinned memory
+The training loop is blocked only while the state is copied (`stage_to_host()`; pinned memory
 on CUDA, so the copy runs at full bus speed). A background thread then writes the copy, and the
 checkpoint is committed only once every rank's files are durable: the ranks agree on a dedicated
-gloo group (:func:`background_group`), never on the training one, so the training loop's own
+gloo group (`background_group()`), never on the training one, so the training loop's own
 collectives cannot interleave with the save's. One background save runs at a time per process:
 starting the next one, loading, and the end of the process wait for it.
 
 A crash (even SIGKILL) during the background write leaves only an uncommitted temporary copy,
 which no reader takes, so the previous checkpoint stays the latest.
 
-Example::
-
+Example:
+    ```python
     handle = start_background_save("ckpt/step_100", write_job)   # write_job writes and commits
     ...                                                           # training goes on
     handle.wait()                                                 # raises if the save failed
+    ```
 """
 
 from __future__ import annotations
@@ -71,11 +72,12 @@ class CommitCallbackError(CheckpointError):
 class AsyncSave:
     """A checkpoint being written in the background; returned by ``fabric.save(..., async_save=True)``.
 
-    Example::
-
+    Example:
+        ```python
         handle = fabric.save("ckpt", state, async_save=True)
         handle.done()    # False while it is still being written
         handle.wait()    # blocks until committed; raises CheckpointError if it failed
+        ```
     """
 
     def __init__(self, path: Any) -> None:
@@ -120,14 +122,15 @@ class AsyncSave:
 
     def add_commit_callback(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the checkpoint is committed (in the background thread, before
-        :meth:`done` turns true; at once if it is already committed). A failed save never runs it.
+        `done()` turns true; at once if it is already committed). A failed save never runs it.
 
         A callback that raises does not make the save a failed one: `wait()` then raises
         `CommitCallbackError`, which says that the checkpoint was committed.
 
-        Example::
-
+        Example:
+            ```python
             handle.add_commit_callback(manager.apply_retention)
+            ```
         """
         with self._callbacks_lock:
             if self._callbacks is not None:
@@ -164,11 +167,12 @@ class AsyncSave:
         state are copied in the background; the next ``optimizer.step()`` waits for this by itself).
         Returns whether the copy finished within ``timeout``; afterwards the state may change freely.
 
-        Example::
-
+        Example:
+            ```python
             handle = fabric.save("ckpt", state, async_save=True)
             handle.wait_staged()
             model.weight.data.zero_()  # in-place change outside optimizer.step(): safe now
+            ```
         """
         guard = self._guard
         return True if guard is None else guard.wait(timeout)
@@ -182,7 +186,7 @@ class AsyncSave:
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the checkpoint is committed and return its path.
 
-        Raises :class:`CheckpointError` if the background write failed (the previous checkpoint is then
+        Raises `CheckpointError` if the background write failed (the previous checkpoint is then
         still the latest), `CommitCallbackError` if it was committed but a commit callback
         failed, and ``TimeoutError`` if ``timeout`` seconds pass first.
         """
@@ -237,9 +241,10 @@ def wait_for_pending_save() -> None:
 
     Called before every save and load, so a save never overlaps the previous one.
 
-    Example::
-
+    Example:
+        ```python
         wait_for_pending_save()
+        ```
     """
     global _pending
     with _lock:
@@ -251,9 +256,10 @@ def wait_for_pending_save() -> None:
 def start_background_save(path: Any, job: Callable[[], Any]) -> AsyncSave:
     """Run ``job`` (write and commit ``path``) in a background thread, after any earlier one finished.
 
-    Example::
-
+    Example:
+        ```python
         handle = start_background_save("ckpt", lambda: write_checkpoint("ckpt", staged, None))
+        ```
     """
     global _pending, _exit_hook_installed, _exit_status_settable
     wait_for_pending_save()
@@ -332,9 +338,10 @@ _pool = _BufferPool()
 def release_staging_buffers() -> None:
     """Free the host memory kept from the last background save for reuse by the next one.
 
-    Example::
-
+    Example:
+        ```python
         release_staging_buffers()  # e.g. before a memory-hungry evaluation
+        ```
     """
     _pool.clear()
 
@@ -345,16 +352,17 @@ def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | Non
     Containers (dict, ``OrderedDict``, list, tuple) are rebuilt; a state dict's ``_metadata`` is kept;
     NumPy arrays are copied; tensors that share memory share it in the copy too (tied weights stay
     tied). Tensors on an accelerator are copied into pinned memory (``pin_memory=None``: pinned when
-    CUDA is available). Values that cannot be saved without pickling raise :class:`CheckpointError`
+    CUDA is available). Values that cannot be saved without pickling raise `CheckpointError`
     here, before anything runs in the background.
 
     With ``reuse`` (a list), the copies are made in buffers kept from the previous background save
     where sizes match, and the buffers used are appended to ``reuse``; hand them back with
     ``_pool.give_back`` once the copy is no longer needed.
 
-    Example::
-
+    Example:
+        ```python
         staged = stage_to_host({"model": model.state_dict(), "step": 3})
+        ```
     """
     stager = _Stager(pin_memory, reuse)
     structure = stager.walk(obj, "")
@@ -369,15 +377,16 @@ def stage_to_host_deferred(
     pin_memory: bool | None = None,
     reuse: list | None = None,
 ) -> tuple[Any, Callable[[], None]]:
-    """:func:`stage_to_host`, except that tensors whose memory is in ``deferred`` (``(device, storage
-    address)`` pairs, see :func:`~fabricx.checkpoint.step_guard.guarded_storages`) get their host buffer now
+    """`stage_to_host()`, except that tensors whose memory is in ``deferred`` (``(device, storage
+    address)`` pairs, see `fabricx.checkpoint.step_guard.guarded_storages()`) get their host buffer now
     and their copy only when the returned function runs (in the background thread). That function raises
-    :class:`CheckpointError` if such a tensor was changed in place (its version counter moved) in between.
+    `CheckpointError` if such a tensor was changed in place (its version counter moved) in between.
 
-    Example::
-
+    Example:
+        ```python
         staged, finish = stage_to_host_deferred(state, guarded_storages([optimizer]))
         finish()  # before ``staged`` is written, and before the optimizer steps again
+        ```
     """
     stager = _Stager(pin_memory, reuse, deferred)
     structure = stager.walk(obj, "")
@@ -606,9 +615,10 @@ def background_group() -> Any:
     Every rank must call it at the same point (the first asynchronous save). The background threads
     agree on it, so the training loop's collectives on the default group never interleave with theirs.
 
-    Example::
-
+    Example:
+        ```python
         group = background_group()   # all ranks, in the foreground
+        ```
     """
     import torch.distributed as dist
 
@@ -623,9 +633,10 @@ def background_group() -> Any:
 def agree(ok: bool, group: Any) -> bool:
     """Whether ``ok`` holds on every rank of ``group`` (``ok`` itself with no group); a collective.
 
-    Example::
-
+    Example:
+        ```python
         if agree(files_written, group): commit()
+        ```
     """
     if group is None:
         return ok

@@ -22,11 +22,12 @@ _RANK_FILE = re.compile(r"rank_([1-9][0-9]{0,8})\.(json|safetensors)")
 
 
 def default_output(path: str | os.PathLike[str]) -> Path:
-    """Where :func:`consolidate_checkpoint` writes when no output is given: ``<path>.consolidated``.
+    """Where `consolidate_checkpoint()` writes when no output is given: ``<path>.consolidated``.
 
-    Example::
-
+    Example:
+        ```python
         default_output("runs/checkpoint_3")  # Path("runs/checkpoint_3.consolidated")
+        ```
     """
     source = Path(path)
     return source.with_name(source.name + _SUFFIX)
@@ -44,15 +45,16 @@ def consolidate_checkpoint(
     normal fabricx checkpoint directory whose shared state holds the full tensors.
 
     Models come out as plain state dicts, optimizers in ``torch.optim``'s indexed form, so the result
-    loads with :func:`fabricx.checkpoint.format.read_checkpoint`, ``Fabric(accelerator="cpu").load`` or
+    loads with `fabricx.checkpoint.format.read_checkpoint()`, ``Fabric(accelerator="cpu").load`` or
     any strategy. Per-rank files (data positions, random states) are copied as they are (regular files
     only: a symlink in the checkpoint is refused, never followed). DeepSpeed engine files are read
     weights-only; ``allow_pickle=True`` opts into full unpickling for trusted foreign files.
 
-    Example::
-
+    Example:
+        ```python
         out = consolidate_checkpoint("runs/exp/checkpoint_3")   # -> runs/exp/checkpoint_3.consolidated
         model.load_state_dict(read_checkpoint(out).shared["model"])
+        ```
     """
     loaded = read_checkpoint(path, rank=0)
     if loaded.legacy:

@@ -1,6 +1,6 @@
 """Reading a ``torch.distributed.checkpoint`` ``.metadata`` file without running code, and checking it.
 
-DCP stores its metadata as a pickle. :func:`read_dcp_metadata` runs that pickle on a restricted
+DCP stores its metadata as a pickle. `read_dcp_metadata()` runs that pickle on a restricted
 machine that knows only data opcodes plus the few object opcodes DCP's metadata needs, and builds
 only DCP's own metadata classes: every ``GLOBAL``/``STACK_GLOBAL`` must name one of them (exact
 module and name, no dotted paths), ``REDUCE`` may only call a handful of value constructors
@@ -9,7 +9,7 @@ create and fill DCP's dataclasses (only their own fields), and ``INST``, ``OBJ``
 extension codes and persistent ids are refused. Nothing in the file can import a module or call a
 function of its choosing.
 
-:func:`check_dcp_metadata` then checks what was read against the files on disk before anything is
+`check_dcp_metadata()` then checks what was read against the files on disk before anything is
 allocated: every storage file is a regular file directly inside the folder (no absolute paths,
 ``..`` or symlinks), every byte range lies inside its file and ranges do not overlap, and every
 tensor's size is backed by as many stored bytes, so reading a checkpoint never allocates more than
@@ -46,10 +46,11 @@ _MAX_LIST_INDEX = 1 << 16
 def safe_member(name: Any, where: str) -> str:
     """``name`` if it is a plain file or folder name (one path component, not ``.``/``..``), else an error.
 
-    Example::
-
+    Example:
+        ```python
         safe_member("sharded", "meta.json")      # "sharded"
         safe_member("../etc", "meta.json")       # raises CheckpointError
+        ```
     """
     if (
         not isinstance(name, str)
@@ -262,12 +263,13 @@ _build_dispatch()
 def read_dcp_metadata(file: str | os.PathLike[str]) -> Any:
     """Read a DCP ``.metadata`` file with the restricted unpickler; returns a checked ``Metadata``.
 
-    Raises :class:`CheckpointError` naming the file for anything else (nothing is executed).
+    Raises `CheckpointError` naming the file for anything else (nothing is executed).
 
-    Example::
-
+    Example:
+        ```python
         metadata = read_dcp_metadata("ckpt/sharded/.metadata")
         sorted(metadata.state_dict_metadata)
+        ```
     """
     from torch.distributed.checkpoint.metadata import Metadata
 
@@ -424,9 +426,10 @@ def check_dcp_metadata(directory: str | os.PathLike[str], metadata: Any) -> dict
     inside its file without overlapping another, and each tensor's bytes must be backed by its stored
     chunks, so reading never allocates more memory than the files hold.
 
-    Example::
-
+    Example:
+        ```python
         sizes = check_dcp_metadata("ckpt/sharded", read_dcp_metadata("ckpt/sharded/.metadata"))
+        ```
     """
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 

@@ -6,7 +6,7 @@ A checkpoint saved under the DeepSpeed strategy holds, next to fabricx's own fil
 files; DeepSpeed's ``zero_to_fp32`` merges them. Stage 0 stores the full module.
 
 DeepSpeed's files are ``torch.save`` pickles; they are read with ``weights_only=True`` and only
-DeepSpeed's own checkpoint types allowed (see :mod:`fabricx.checkpoint.deepspeed_files`), so reading
+DeepSpeed's own checkpoint types allowed (see `fabricx.checkpoint.deepspeed_files`), so reading
 them never runs code. ``allow_pickle=True`` opts into full unpickling for trusted foreign files.
 """
 
@@ -40,10 +40,11 @@ def deepspeed_model_states(
     """Every DeepSpeed model in a fabricx checkpoint (or those named by ``keys``) as
     ``{state key: full fp32 state dict}``.
 
-    Example::
-
+    Example:
+        ```python
         states = deepspeed_model_states("runs/ckpt_10")   # {"model": {"0.weight": ..., ...}}
         plain_model.load_state_dict(states["model"])
+        ```
     """
     root = Path(directory)
     engine_dir = root / ENGINE_FOLDER
@@ -67,9 +68,10 @@ def consolidate_deepspeed_checkpoint(
     With one model its keys are the model's own; with several (a GAN) each key is prefixed by the
     model's state key, e.g. ``"generator.0.weight"``.
 
-    Example::
-
+    Example:
+        ```python
         model.load_state_dict(consolidate_deepspeed_checkpoint("runs/ckpt_10"))
+        ```
     """
     states = deepspeed_model_states(directory, allow_pickle=allow_pickle)
     if len(states) == 1:

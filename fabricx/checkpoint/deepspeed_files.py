@@ -3,12 +3,12 @@
 DeepSpeed's engine writes ``torch.save`` pickles and reads them back with ``weights_only=False``.
 The files it writes hold tensors, plain containers and four DeepSpeed types (the ZeRO stage enum,
 the loss scalers and ``fragment_address``), so fabricx reads them with ``weights_only=True`` plus an
-explicit allow-list of exactly those types (:data:`DEEPSPEED_SAFE_GLOBALS`). A file that needs any
-other global is refused with a :class:`CheckpointError` naming it; ``allow_pickle=True`` is the
+explicit allow-list of exactly those types (`DEEPSPEED_SAFE_GLOBALS`). A file that needs any
+other global is refused with a `CheckpointError` naming it; ``allow_pickle=True`` is the
 explicit opt-in for engine files you trust that were written by other tools (so is
 ``fabric.load(..., weights_only=False)``).
 
-:func:`safe_engine_loading` routes DeepSpeed's own loads (``engine.load_checkpoint`` and
+`safe_engine_loading()` routes DeepSpeed's own loads (``engine.load_checkpoint`` and
 ``zero_to_fp32``) through the same reader for the duration of a load.
 """
 
@@ -73,9 +73,10 @@ def load_engine_file(
     ``allow_pickle=True`` loads with full unpickling instead (it can run code stored in the file:
     only for files you trust).
 
-    Example::
-
+    Example:
+        ```python
         state = load_engine_file("ckpt/deepspeed/model/mp_rank_00_model_states.pt")
+        ```
     """
     path = Path(file)
     _require_regular(path)
@@ -102,9 +103,10 @@ def load_engine_file(
 def check_engine_folder(folder: str | os.PathLike[str]) -> Path:
     """Refuse a DeepSpeed tag folder that is a symlink or holds anything but regular files.
 
-    Example::
-
+    Example:
+        ```python
         check_engine_folder("ckpt/deepspeed/model")
+        ```
     """
     path = Path(folder)
     try:
@@ -123,7 +125,7 @@ def check_engine_folder(folder: str | os.PathLike[str]) -> Path:
 
 
 class _SafeCheckpointEngine:
-    """Wraps an engine's checkpoint engine so that its ``load`` goes through :func:`load_engine_file`."""
+    """Wraps an engine's checkpoint engine so that its ``load`` goes through `load_engine_file()`."""
 
     def __init__(self, inner: Any, allow_pickle: bool) -> None:
         self._inner = inner
@@ -153,10 +155,11 @@ class _TorchWithSafeLoad:
 def safe_engine_loading(engine: Any = None, *, allow_pickle: bool = False) -> Iterator[None]:
     """While active, ``engine.load_checkpoint`` and ``deepspeed.utils.zero_to_fp32`` read files weights-only.
 
-    Example::
-
+    Example:
+        ```python
         with safe_engine_loading(engine):
             engine.load_checkpoint("ckpt/deepspeed", tag="model")
+        ```
     """
     from deepspeed.utils import zero_to_fp32
 

@@ -1,11 +1,13 @@
 """Export model weights as safetensors, sharded by size, with tied weights stored once.
 
-Layout, for ``filename_prefix="model"``::
+Layout, for ``filename_prefix="model"``:
 
-    model.safetensors                                when everything fits in one shard, else
-    model-00001-of-00003.safetensors ...             and
-    model.safetensors.index.json   {"metadata": {"total_size": bytes, "aliases": {alias: canonical}},
-                                    "weight_map": {every name incl. aliases: shard file}}
+```text
+model.safetensors                                when everything fits in one shard, else
+model-00001-of-00003.safetensors ...             and
+model.safetensors.index.json   {"metadata": {"total_size": bytes, "aliases": {alias: canonical}},
+                                "weight_map": {every name incl. aliases: shard file}}
+```
 
 Tied weights (two names for one tensor) are written once under the first name; the other name is
 recorded as an alias (in the index, or in the single file's metadata) and loads as the same tensor.
@@ -50,10 +52,11 @@ _ALIASES_KEY = "fabricx_aliases"
 def parse_size(size: int | str) -> int:
     """Turn ``"5GB"`` (powers of 1000), ``"5GiB"`` (powers of 1024) or a byte count into bytes.
 
-    Example::
-
+    Example:
+        ```python
         parse_size("5GB")    # 5_000_000_000
         parse_size("2MiB")   # 2_097_152
+        ```
     """
     if isinstance(size, int) and not isinstance(size, bool):
         value = size
@@ -177,10 +180,11 @@ def save_weights(
     The directory is replaced atomically; earlier weight files with the same prefix are dropped and
     other files in it are kept. A tensor larger than the limit gets a shard of its own.
 
-    Example::
-
+    Example:
+        ```python
         save_weights(model, "export/", max_shard_size="2GB")
         model.load_state_dict(load_weights("export/"))
+        ```
     """
     _check_prefix(filename_prefix)
     limit = parse_size(max_shard_size)
@@ -309,13 +313,14 @@ def _read_index(index_file: Path) -> dict[str, torch.Tensor]:
 def load_weights(
     directory_or_file: str | os.PathLike[str], filename_prefix: str = "model"
 ) -> dict[str, torch.Tensor]:
-    """Load exported weights (a directory from :func:`save_weights`, or one ``.safetensors`` file) on CPU.
+    """Load exported weights (a directory from `save_weights()`, or one ``.safetensors`` file) on CPU.
 
     Tied names come back as the very same tensor object.
 
-    Example::
-
+    Example:
+        ```python
         state = load_weights("export/")
+        ```
     """
     _check_prefix(filename_prefix)
     source = Path(directory_or_file)
@@ -348,9 +353,10 @@ def load_weights_into(
 ) -> Any:
     """Load exported weights into ``module``; returns missing/unexpected keys like ``load_state_dict``.
 
-    Example::
-
+    Example:
+        ```python
         result = load_weights_into(model, "export/", strict=False)
         print(result.missing_keys, result.unexpected_keys)
+        ```
     """
     return module.load_state_dict(load_weights(path, filename_prefix), strict=strict)

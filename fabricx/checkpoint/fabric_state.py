@@ -1,11 +1,11 @@
 """The one checkpoint pipeline: what a user passes to ``fabric.save``/``fabric.load`` becomes files and back.
 
-Every strategy saves and loads through :func:`save_fabric_checkpoint` and :func:`load_fabric_checkpoint`.
+Every strategy saves and loads through `save_fabric_checkpoint()` and `load_fabric_checkpoint()`.
 They decide which entries are shared by every rank (model, optimizer, plain values) and which belong
 to one rank (data loader positions, random generators), write them with the on-disk layout of
-:mod:`fabricx.checkpoint.format` through the strategy's :class:`~fabricx.checkpoint.io.CheckpointIO`,
+`fabricx.checkpoint.format` through the strategy's `fabricx.checkpoint.io.CheckpointIO`,
 and apply a loaded checkpoint to live objects. A strategy that stores some entries its own way
-(DTensor shards, a DeepSpeed engine's files) says so with an :class:`EntryStorage`; the rest of the
+(DTensor shards, a DeepSpeed engine's files) says so with an `EntryStorage`; the rest of the
 pipeline (names, per-rank entries, world-size changes, strictness, errors) is the same for all.
 
 The strategy is used only through the methods it is handed to (``global_rank``, ``world_size``,
@@ -43,19 +43,20 @@ if TYPE_CHECKING:
 class EntryStorage(ABC):
     """How a strategy stores some entries of the user's state itself (shards, an engine's own files).
 
-    The pipeline hands it the entries it :meth:`claims`; everything else goes through the shared layout.
-    Its :meth:`record` lands in ``meta.json``'s ``extra_meta[meta_key]``, and :func:`stored_entries`
+    The pipeline hands it the entries it `claims()`; everything else goes through the shared layout.
+    Its `record()` lands in ``meta.json``'s ``extra_meta[meta_key]``, and `stored_entries()`
     reads the keys back from there, so any strategy (and ``fabricx consolidate``) can read them in full.
 
-    Example::
-
+    Example:
+        ```python
         class MyStorage(EntryStorage):
             meta_key = "my_shards"
             def claims(self, key, obj): return isinstance(unwrap_object(obj), MyShardedModule)
             ...
+        ```
     """
 
-    #: ``extra_meta`` key of this storage's record (one of :data:`STORAGE_KINDS`).
+    #: ``extra_meta`` key of this storage's record (one of `STORAGE_KINDS`).
     meta_key: str = ""
     #: Whether the claimed entries' full state (the strategy's ``get_module_state_dict``/``get_optimizer_state``)
     #: can be written into one file instead (the single-file layout); ``False`` refuses a file path.
@@ -90,7 +91,7 @@ class CheckpointKeyError(CheckpointError, KeyError):
 class CheckpointStateError(CheckpointError, FabricxError):
     """A saved state an object refused (e.g. a data loader position that cannot resume here).
 
-    Also a :class:`FabricxError`, the type those objects raise themselves.
+    Also a `FabricxError`, the type those objects raise themselves.
     """
 
 
@@ -167,10 +168,11 @@ def save_fabric_checkpoint(
     A path naming a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) becomes one ``torch.save`` file (the
     single-file layout); any other path a fabricx checkpoint directory. ``layout`` overrides the choice.
 
-    Example::
-
+    Example:
+        ```python
         save_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10})
         save_fabric_checkpoint(fabric.strategy, "out/model.pth", {"model": model})  # one file
+        ```
     """
     from fabricx.checkpoint.layouts import layout_for
 
@@ -215,15 +217,16 @@ def save_one_file(
     *,
     asynchronous: bool = False,
 ) -> Any:
-    """Write ``state`` as one file (:mod:`fabricx.checkpoint.layouts.single_file`), every rank taking part.
+    """Write ``state`` as one file (`fabricx.checkpoint.layouts.single_file`), every rank taking part.
 
     Entries a strategy stores itself are written as their full state (FSDP gathers the shards to rank 0,
     as Lightning's ``state_dict_type="full"`` does); a strategy that has no full state for them (DeepSpeed
     engines) is refused. With ``asynchronous`` rank 0 writes in the background and an ``AsyncSave`` is returned.
 
-    Example::
-
+    Example:
+        ```python
         save_one_file(fabric.strategy, "out/model.pth", {"model": model, "step": 3})
+        ```
     """
     from fabricx.checkpoint.layouts.single_file import save_single_file, save_single_file_async
 
@@ -247,9 +250,10 @@ def save_one_file(
 def stored_entries(meta: Mapping[str, Any]) -> dict[str, str]:
     """``{state key: storage meta key}`` for every entry a strategy stored its own way.
 
-    Example::
-
+    Example:
+        ```python
         stored_entries(read_meta("ckpt"))  # {"model": "fabricx_sharded", "optimizer": "fabricx_sharded"}
+        ```
     """
     from fabricx.checkpoint.deepspeed_consolidate import META_KEY as DEEPSPEED_KEY
     from fabricx.checkpoint.sharded import META_KEY as SHARDED_KEY
@@ -273,7 +277,7 @@ def stored_entries(meta: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-#: What :func:`stored_entries` says of an optimizer stored inside its DeepSpeed model's engine files.
+#: What `stored_entries()` says of an optimizer stored inside its DeepSpeed model's engine files.
 DEEPSPEED_OPTIMIZER = "deepspeed_optimizer"
 _ENGINE_KINDS = ("deepspeed", DEEPSPEED_OPTIMIZER)
 
@@ -283,9 +287,10 @@ def read_full(loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
 
     A DeepSpeed optimizer's state has no full form; it is left out.
 
-    Example::
-
+    Example:
+        ```python
         read_full(read_checkpoint("ckpt"), ["model"])["model"]  # a plain state dict
+        ```
     """
     from fabricx.checkpoint.deepspeed_consolidate import META_KEY as DEEPSPEED_KEY
     from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
@@ -316,7 +321,7 @@ def apply_loaded_state(
 ) -> dict[str, Any]:
     """Load checkpoint contents into the objects of ``state``; return what was not restored.
 
-    Anything in the checkpoint that does not fit the objects raises :class:`CheckpointError` naming
+    Anything in the checkpoint that does not fit the objects raises `CheckpointError` naming
     ``path`` (the checkpoint) and the entry.
     """
     remaining = dict(shared)
@@ -437,12 +442,13 @@ def load_fabric_checkpoint(
     """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None).
 
     The same for every strategy: entries this strategy stores its own way and that the checkpoint
-    stored that way are restored by its :class:`EntryStorage`; entries another strategy stored are read
-    in full and loaded like any other; per-rank entries follow :func:`rank_entries` (world-size changes).
+    stored that way are restored by its `EntryStorage`; entries another strategy stored are read
+    in full and loaded like any other; per-rank entries follow `rank_entries()` (world-size changes).
 
-    Example::
-
+    Example:
+        ```python
         remainder = load_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model})
+        ```
     """
     from fabricx.checkpoint.sharded import REST_KEY
 
@@ -480,11 +486,12 @@ def load_fabric_checkpoint(
 def rank_entries(loaded: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """This rank's per-rank checkpoint entries; for a rank the saving run did not have (more
     processes now) rank 0's, so its data loaders can decide whether they can continue (see
-    :func:`_borrowed_rank_state`).
+    `_borrowed_rank_state()`).
 
-    Example::
-
+    Example:
+        ```python
         remainder = apply_loaded_state(strategy, state, loaded.shared, rank_entries(loaded, state), strict)
+        ```
     """
     if loaded.per_rank is not None:
         return loaded.per_rank

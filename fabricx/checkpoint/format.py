@@ -1,16 +1,18 @@
 """The on-disk layout of a fabricx checkpoint.
 
-A checkpoint is a directory::
+A checkpoint is a directory:
 
-    meta.json                          format version, fabricx version, world size, keys, extras, and
-                                       the manifest: every other file's relative path and size
-    shared.json / shared.safetensors   state every rank shares (written by rank 0)
-    rank_<r>.json / rank_<r>.safetensors   state of rank r (RNG, data position, ...)
-    <anything a strategy adds>         e.g. a torch.distributed.checkpoint folder of shards
+```text
+meta.json                          format version, fabricx version, world size, keys, extras, and
+                                   the manifest: every other file's relative path and size
+shared.json / shared.safetensors   state every rank shares (written by rank 0)
+rank_<r>.json / rank_<r>.safetensors   state of rank r (RNG, data position, ...)
+<anything a strategy adds>         e.g. a torch.distributed.checkpoint folder of shards
+```
 
 It is written under a temporary name and renamed into place once complete (``meta.json`` last),
-through a :class:`~fabricx.checkpoint.io.CheckpointIO`. A directory is complete when its
-``meta.json`` reads and every file of its manifest is there with its size (:func:`is_complete`).
+through a `fabricx.checkpoint.io.CheckpointIO`. A directory is complete when its
+``meta.json`` reads and every file of its manifest is there with its size (`is_complete()`).
 A regular file at the checkpoint path is read as a single-file ``torch.save`` checkpoint
 (Lightning Fabric style), with ``weights_only=True`` so it cannot run code.
 """
@@ -115,7 +117,7 @@ def _key_names(state: dict | None) -> list[str] | None:
 
 @dataclass
 class LoadedCheckpoint:
-    """What :func:`read_checkpoint` found: the shared state, this rank's state (or ``None``), the metadata."""
+    """What `read_checkpoint()` found: the shared state, this rank's state (or ``None``), the metadata."""
 
     shared: dict
     per_rank: dict | None
@@ -131,14 +133,15 @@ class CheckpointWriter:
     (``None`` for a single process). Rank 0 prepares the temporary directory, all ranks write, rank 0
     writes ``meta.json`` and renames the directory into place.
 
-    Example::
-
+    Example:
+        ```python
         writer = CheckpointWriter("ckpt", rank=rank, world_size=world, barrier=dist.barrier, token="step100")
         tmp = writer.begin()
         writer.write_shared({"step": 100})
         writer.write_rank({"rng": torch.get_rng_state()})
         dcp.save(sharded_state, checkpoint_id=tmp / "model")   # strategy's own files, every rank
         writer.commit()
+        ```
     """
 
     def __init__(
@@ -327,12 +330,13 @@ def write_checkpoint(
     extra_meta: dict | None = None,
     io: CheckpointIO | None = None,
 ) -> Path:
-    """Write a complete checkpoint directory at ``path`` in one call (see :class:`CheckpointWriter`).
+    """Write a complete checkpoint directory at ``path`` in one call (see `CheckpointWriter`).
 
-    Example::
-
+    Example:
+        ```python
         shared = {"model": model.state_dict(), "step": 10}
         write_checkpoint("run/ckpt", shared, {"rng": torch.get_rng_state()})
+        ```
     """
     writer = CheckpointWriter(
         path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=extra_meta, io=io
@@ -355,9 +359,10 @@ def write_checkpoint(
 def read_meta(directory: str | os.PathLike[str]) -> dict:
     """Read and check ``meta.json`` of a checkpoint directory.
 
-    Example::
-
+    Example:
+        ```python
         read_meta("run/ckpt")["world_size"]
+        ```
     """
     meta_file = Path(directory) / META_FILE
     try:
@@ -388,9 +393,10 @@ def is_complete(directory: str | os.PathLike[str]) -> bool:
     """Whether ``directory`` holds a whole checkpoint: ``meta.json`` reads and every file it lists is there
     with its recorded size (checkpoints written before manifests existed need ``meta.json`` only).
 
-    Example::
-
+    Example:
+        ```python
         is_complete("run/ckpt")  # False for a copy a crash left half-deleted
+        ```
     """
     root = Path(directory)
     try:
@@ -417,12 +423,13 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
     """Load a checkpoint directory (or a single-file checkpoint) onto the CPU without running code.
 
     ``per_rank`` is ``None`` when the checkpoint has no file for ``rank`` (e.g. it was written by
-    fewer processes). Every problem raises :class:`CheckpointError` naming the file.
+    fewer processes). Every problem raises `CheckpointError` naming the file.
 
-    Example::
-
+    Example:
+        ```python
         loaded = read_checkpoint("run/ckpt", rank=fabric.global_rank)
         model.load_state_dict(loaded.shared["model"])
+        ```
     """
     if is_url(path):
         return _read_remote(os.fspath(path), rank, io_for(path, io or default_io()))
@@ -510,11 +517,12 @@ def _read_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` looks like something :func:`read_checkpoint` can load (without loading it).
+    """Whether ``path`` looks like something `read_checkpoint()` can load (without loading it).
 
-    Example::
-
+    Example:
+        ```python
         if is_checkpoint(ckpt_path): state = read_checkpoint(ckpt_path)
+        ```
     """
     target = Path(path)
     if target.is_file():
@@ -536,9 +544,10 @@ def _looks_like_torch_file(file: Path) -> bool:
 def write_single_file(path: str | os.PathLike[str], state: dict, io: CheckpointIO | None = None) -> Path:
     """Atomically write ``state`` with ``torch.save`` so it loads with ``weights_only=True``.
 
-    Example::
-
+    Example:
+        ```python
         write_single_file("model.ckpt", {"model": model.state_dict(), "step": 3})
+        ```
     """
     _require_dict(state, "single-file")
     check_weights_only(state, "state", path)

@@ -1,32 +1,35 @@
 """Checkpoint I/O: where a checkpoint's files are stored and how a set of them becomes visible at once.
 
-Every save of a checkpoint directory goes through one :class:`CheckpointIO` object (the strategy's
-``checkpoint_io``, set with ``Fabric(plugins=[my_io])``) in these steps::
+Every save of a checkpoint directory goes through one `CheckpointIO` object (the strategy's
+``checkpoint_io``, set with ``Fabric(plugins=[my_io])``) in these steps:
 
-    staging = io.stage(path, token)          # rank 0: an empty local directory to fill
-    # barrier
-    staging = io.staging_dir(path, token)    # every rank: the same directory (or its own local one)
-    ... every rank writes its files into `staging` ...
-    io.finish_rank(staging, path, rank)      # every rank: make its own files durable (fsync, upload)
-    # barrier
-    files = io.manifest(staging)             # rank 0: {relative path: size} of every rank's files
-    ... rank 0 writes meta.json (with that manifest) into `staging` ...
-    io.commit(staging, path)                 # rank 0: publish atomically; readers see old or new, never a mix
-    # barrier
+```python
+staging = io.stage(path, token)          # rank 0: an empty local directory to fill
+# barrier
+staging = io.staging_dir(path, token)    # every rank: the same directory (or its own local one)
+... every rank writes its files into `staging` ...
+io.finish_rank(staging, path, rank)      # every rank: make its own files durable (fsync, upload)
+# barrier
+files = io.manifest(staging)             # rank 0: {relative path: size} of every rank's files
+... rank 0 writes meta.json (with that manifest) into `staging` ...
+io.commit(staging, path)                 # rank 0: publish atomically; readers see old or new, never a mix
+# barrier
+```
 
 On any failure ``io.abort(staging, path)`` throws the staged files away. Readers ask
 ``io.resolve(path, is_complete)`` for a local directory holding one complete copy (the newest one
 that ``is_complete`` accepts) and ``io.recover(path, is_complete)`` cleans what crashed saves left.
-:class:`LocalCheckpointIO` (the default) does this on a local or shared file system with renames.
+`LocalCheckpointIO` (the default) does this on a local or shared file system with renames.
 
-Example::
-
+Example:
+    ```python
     class MyIO(LocalCheckpointIO):
         def finish_rank(self, staging, path, rank):
             super().finish_rank(staging, path, rank)
             print(f"rank {rank} wrote {path}")
 
     fabric = Fabric(plugins=[MyIO()])
+    ```
 """
 
 from __future__ import annotations
@@ -59,11 +62,11 @@ class CheckpointIO(ABC):
 
     @abstractmethod
     def staging_dir(self, path: str | os.PathLike[str], token: str) -> Path:
-        """Every rank, after :meth:`stage`: the local directory this rank writes its files into."""
+        """Every rank, after `stage()`: the local directory this rank writes its files into."""
 
     @abstractmethod
     def finish_rank(self, staging: Path, path: str | os.PathLike[str], rank: int) -> None:
-        """Every rank, after writing: make this rank's files durable where :meth:`commit` will find them."""
+        """Every rank, after writing: make this rank's files durable where `commit()` will find them."""
 
     @abstractmethod
     def manifest(self, staging: Path) -> dict[str, int]:
@@ -109,9 +112,10 @@ class LocalCheckpointIO(CheckpointIO):
     checkpoint is first moved to ``<path>.old-<token>`` and deleted only after the new one is in place,
     its ``meta.json`` first, so a half-deleted copy is never taken for complete.
 
-    Example::
-
+    Example:
+        ```python
         fabric = Fabric(plugins=[LocalCheckpointIO()])
+        ```
     """
 
     def stage(self, path: str | os.PathLike[str], token: str) -> Path:

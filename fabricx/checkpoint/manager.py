@@ -1,9 +1,9 @@
 """Automatic checkpoint names in a project directory, "latest" lookup and keep-last-k retention.
 
-This is the one retention implementation: :class:`CheckpointManager` keeps the last k checkpoints,
-and :func:`remove_checkpoint` (which ``ModelCheckpoint`` uses for its top-k) deletes one so that no
+This is the one retention implementation: `CheckpointManager` keeps the last k checkpoints,
+and `remove_checkpoint()` (which ``ModelCheckpoint`` uses for its top-k) deletes one so that no
 reader ever sees a half-deleted copy. Complete means loadable: ``meta.json`` and every file its
-manifest lists (:func:`~fabricx.checkpoint.format.is_complete`), never "a ``meta.json`` exists".
+manifest lists (`fabricx.checkpoint.format.is_complete()`), never "a ``meta.json`` exists".
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ _RESERVED = "reserved"
 def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = None) -> None:
     """Delete the checkpoint at ``path`` (and what crashed saves left next to it), crash-safely.
 
-    Example::
-
+    Example:
+        ```python
         remove_checkpoint("runs/exp1/checkpoints/checkpoint_0")
+        ```
     """
     (io or default_io()).remove(path)
 
@@ -53,18 +54,19 @@ class CheckpointManager:
     """Names checkpoints ``<project_dir>/checkpoints/<prefix>_<n>`` and prunes old ones.
 
     ``n`` keeps counting across runs and manager objects: it is one past the highest index found on
-    disk, unfinished saves and reservations included, so a name is never reused. :meth:`reserve`
+    disk, unfinished saves and reservations included, so a name is never reused. `reserve()`
     claims a name atomically (an exclusive create), so concurrent writers to one directory never get
-    the same one. Only rank 0 should call :meth:`apply_retention`, after a new checkpoint is complete.
+    the same one. Only rank 0 should call `apply_retention()`, after a new checkpoint is complete.
 
-    Example::
-
+    Example:
+        ```python
         manager = CheckpointManager("runs/exp1", total_limit=2)
         path = manager.reserve()
         write_checkpoint(path, {"model": model.state_dict()}, None)
         manager.release(path)
         manager.apply_retention()
         resume_from = manager.latest()
+        ```
     """
 
     def __init__(
@@ -130,28 +132,30 @@ class CheckpointManager:
     def next_path(self) -> Path:
         """Where the next checkpoint should be written: one past the highest index on disk (0 when none).
 
-        Two processes calling it at once can get the same path; use :meth:`reserve` when several
+        Two processes calling it at once can get the same path; use `reserve()` when several
         writers share the directory.
 
-        Example::
-
+        Example:
+            ```python
             manager.next_path()  # runs/exp1/checkpoints/checkpoint_3
+            ```
         """
         return self.path_for(self.iteration)
 
     def reserve(self) -> Path:
-        """Atomically claim the next free name and return its path; :meth:`release` it after the save.
+        """Atomically claim the next free name and return its path; `release()` it after the save.
 
         The claim is a ``<name>.reserved`` file created exclusively (and locked while this process
         lives), so concurrent writers to one directory never share a name.
 
-        Example::
-
+        Example:
+            ```python
             path = manager.reserve()
             fabric.save(path, state)
             manager.release(path)
+            ```
 
-        Object stores have no exclusive create: for a URL this is :meth:`next_path`, so concurrent
+        Object stores have no exclusive create: for a URL this is `next_path()`, so concurrent
         writers to one remote project must use different project directories.
         """
         if self._remote:
@@ -176,9 +180,10 @@ class CheckpointManager:
     def release(self, path: str | os.PathLike[str]) -> None:
         """Drop the reservation of ``path`` (after its save committed or failed).
 
-        Example::
-
+        Example:
+            ```python
             manager.release(path)
+            ```
         """
         match = self._pattern.match(Path(path).name)
         if match is None or self._remote:
@@ -246,25 +251,27 @@ class CheckpointManager:
         A checkpoint whose save crashed between its two renames is listed under its own name (loading
         that name finds the complete copy); a half-written or half-deleted one never is.
 
-        Example::
-
+        Example:
+            ```python
             manager.list_complete()  # [.../checkpoint_3, .../checkpoint_4]
+            ```
         """
         return [self.path_for(i) for i in self._complete_indices(self._scan())]
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or ``None`` if there is none.
 
-        Example::
-
+        Example:
+            ```python
             path = manager.latest()
             if path is not None: loaded = read_checkpoint(path)
+            ```
         """
         complete = self.list_complete()
         return complete[-1] if complete else None
 
     def remove(self, path: str | os.PathLike[str]) -> None:
-        """Delete one checkpoint crash-safely (see :func:`remove_checkpoint`)."""
+        """Delete one checkpoint crash-safely (see `remove_checkpoint()`)."""
         remove_checkpoint(path, self.io)
 
     def apply_retention(self) -> list[Path]:
@@ -277,9 +284,10 @@ class CheckpointManager:
         a reservation's name) is skipped with a warning: retention never fails the save it follows.
         Returns what was removed.
 
-        Example::
-
+        Example:
+            ```python
             removed = manager.apply_retention()
+            ```
         """
         entries = self._scan()
         complete = self._complete_indices(entries)

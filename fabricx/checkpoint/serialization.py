@@ -50,12 +50,12 @@ _NUMPY_KINDS = "biufcmMSU"
 
 
 def json_path(directory: str | os.PathLike[str], stem: str) -> Path:
-    """The JSON structure file :func:`dump` writes for ``stem``."""
+    """The JSON structure file `dump()` writes for ``stem``."""
     return Path(directory) / f"{stem}.json"
 
 
 def tensors_path(directory: str | os.PathLike[str], stem: str) -> Path:
-    """The safetensors file :func:`dump` writes for ``stem``."""
+    """The safetensors file `dump()` writes for ``stem``."""
     return Path(directory) / f"{stem}.safetensors"
 
 
@@ -275,12 +275,13 @@ def _encode_float(value: float) -> float | str:
 def dump(state: Any, directory: str | os.PathLike[str], stem: str) -> None:
     """Write ``state`` as ``<stem>.json`` and ``<stem>.safetensors`` inside ``directory``.
 
-    Raises :class:`CheckpointError` (before writing anything) when the state holds a type that
+    Raises `CheckpointError` (before writing anything) when the state holds a type that
     cannot be stored without pickling; the message names where it is and what to convert it to.
 
-    Example::
-
+    Example:
+        ```python
         dump({"step": 3, "weights": torch.ones(2)}, "ckpt_dir", "shared")
+        ```
     """
     encoder = _Encoder()
     try:
@@ -539,13 +540,14 @@ def _require_own_file(directory: Path, file: Path) -> None:
 
 
 def load(directory: str | os.PathLike[str], stem: str) -> Any:
-    """Read back what :func:`dump` wrote; tensors come back on CPU. Never executes code.
+    """Read back what `dump()` wrote; tensors come back on CPU. Never executes code.
 
-    Every problem with the files raises :class:`CheckpointError` naming the file.
+    Every problem with the files raises `CheckpointError` naming the file.
 
-    Example::
-
+    Example:
+        ```python
         state = load("ckpt_dir", "shared")
+        ```
     """
     structure, tensors_file = json_path(directory, stem), tensors_path(directory, stem)
     _require_own_file(Path(directory), structure)

@@ -71,9 +71,10 @@ def _options(full: bool, strict: bool = True) -> Any:
 def get_model_state(module: Module, *, full: bool) -> dict[str, Any]:
     """The model's state dict: sharded DTensors (``full=False``) or full CPU tensors on rank 0 (``full=True``).
 
-    Example::
-
+    Example:
+        ```python
         state = get_model_state(fsdp_model, full=False)
+        ```
     """
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -83,9 +84,10 @@ def get_model_state(module: Module, *, full: bool) -> dict[str, Any]:
 def get_optimizer_state(module: Module, optimizer: Optimizer, *, full: bool) -> dict[str, Any]:
     """The optimizer's state: named and sharded (``full=False``) or indexed and full on rank 0 (``full=True``).
 
-    Example::
-
+    Example:
+        ```python
         state = get_optimizer_state(fsdp_model, optimizer, full=True)  # loads into a plain optimizer
+        ```
     """
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -96,9 +98,10 @@ def get_optimizer_state(module: Module, optimizer: Optimizer, *, full: bool) -> 
 def set_model_state(module: Module, state: Mapping[str, Any], *, full: bool, strict: bool = True) -> Any:
     """Load a (full or sharded) model state dict into a sharded model; refuses mismatched shapes.
 
-    Example::
-
+    Example:
+        ```python
         set_model_state(fsdp_model, read_checkpoint("ckpt").shared["model"], full=True)
+        ```
     """
     from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
@@ -117,9 +120,10 @@ def set_optimizer_state(module: Module, optimizer: Optimizer, state: Mapping[str
     The optimizer keeps its ``param_groups`` and ``state`` objects, so wrappers and LR schedulers
     holding them see the loaded values.
 
-    Example::
-
+    Example:
+        ```python
         set_optimizer_state(fsdp_model, optimizer, plain_optimizer.state_dict(), full=True)
+        ```
     """
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
@@ -158,9 +162,10 @@ def _parameter_names(module: Module, optimizer: Optimizer) -> list[str]:
 def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
     """Turn a named optimizer state (keys are parameter names) into ``torch.optim``'s indexed form.
 
-    Example::
-
+    Example:
+        ```python
         optimizer.load_state_dict(optimizer_state_by_index(named_state))
+        ```
     """
     if not state or "param_groups" not in state:
         return state
@@ -179,9 +184,10 @@ def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
 def optimizer_state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """Turn an indexed optimizer state into the named form, given the parameter names in optimizer order.
 
-    Example::
-
+    Example:
+        ```python
         named = optimizer_state_by_name(optimizer.state_dict(), ["fc.weight", "fc.bias"])
+        ```
     """
     groups = state.get("param_groups", [])
     ids = [p for group in groups for p in group["params"]]
@@ -255,11 +261,12 @@ def sharded_record(kinds: Mapping[str, str]) -> dict[str, Any]:
 def write_sharded(staging: str | os.PathLike[str], sharded: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Every rank: write the tensors of ``sharded`` (by checkpoint key) into ``staging/sharded`` with DCP.
 
-    Returns the non-tensor parts, which belong in the shared state under :data:`REST_KEY`.
+    Returns the non-tensor parts, which belong in the shared state under `REST_KEY`.
 
-    Example::
-
+    Example:
+        ```python
         rest = write_sharded(tmp, {"model": get_model_state(fsdp_model, full=False)})
+        ```
     """
     from torch.distributed.checkpoint import filesystem, state_dict_saver
 
@@ -278,12 +285,13 @@ def write_sharded_async(
 
     ``process_group`` is the group the background write may use (never the training one; ``None``
     alone). Returns a function that waits for the write and gives the shared entries
-    :func:`write_sharded` would return, staged too.
+    `write_sharded()` would return, staged too.
 
-    Example::
-
+    Example:
+        ```python
         finish = write_sharded_async(tmp, {"model": get_model_state(fsdp_model, full=False)}, group)
         shared.update(finish())   # in the background thread, before the commit
+        ```
     """
     from torch.distributed.checkpoint import filesystem, state_dict_saver
 
@@ -324,10 +332,11 @@ def save_sharded(
 
     ``kinds`` maps each sharded key to ``"model"`` or ``"optimizer"``. Every rank must call this.
 
-    Example::
-
+    Example:
+        ```python
         save_sharded("ckpt", sharded={"model": get_model_state(m, full=False)}, kinds={"model": "model"},
                      shared={"step": 3}, per_rank={}, rank=r, world_size=w, barrier=dist.barrier, token=t)
+        ```
     """
     meta = {META_KEY: sharded_record(kinds)}
     writer = CheckpointWriter(path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=meta)
@@ -348,9 +357,10 @@ def save_sharded(
 def sharded_info(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     """The sharded-entries record of a checkpoint's metadata, or ``None`` for a checkpoint without shards.
 
-    Example::
-
+    Example:
+        ```python
         sharded_info(read_meta("ckpt"))  # {"format": ..., "directory": "sharded", "entries": {"model": "model"}}
+        ```
     """
     extra = meta.get("extra_meta") or {}
     info = extra.get(META_KEY) if isinstance(extra, Mapping) else None
@@ -375,12 +385,13 @@ def load_sharded(
     """Fill ``targets`` (the live sharded state dicts, by checkpoint key) from the DCP folder; every rank calls it.
 
     Returns each target's state with the checkpoint's non-tensor parts (``rest``) merged in, ready for
-    :func:`set_model_state` / :func:`set_optimizer_state`. Shapes are checked before reading.
+    `set_model_state()` / `set_optimizer_state()`. Shapes are checked before reading.
 
-    Example::
-
+    Example:
+        ```python
         loaded = load_sharded("ckpt/sharded", {"model": get_model_state(m, full=False)}, rest, {"model": "model"})
         set_model_state(m, loaded["model"], full=False)
+        ```
     """
     from torch.distributed.checkpoint import state_dict_loader
 
@@ -404,9 +415,10 @@ def read_full_entries(
 
     Optimizer entries come back in ``torch.optim``'s indexed form.
 
-    Example::
-
+    Example:
+        ```python
         full = read_full_entries("ckpt/sharded", loaded.shared["__fabricx_sharded_rest__"], {"model": "model"})
+        ```
     """
     from fabricx._compat.dcp import load_state_dict_without_process_group
 
@@ -487,7 +499,7 @@ def _reader_class() -> type:
     from torch.distributed.checkpoint.metadata import StorageMeta
 
     class SafeReader(FileSystemReader):
-        """A DCP file reader that reads metadata with :func:`read_dcp_metadata` (no code runs), checks it
+        """A DCP file reader that reads metadata with `read_dcp_metadata()` (no code runs), checks it
         against the files before anything is allocated, and reads tensors only from checked byte ranges."""
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:

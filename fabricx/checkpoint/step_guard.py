@@ -9,15 +9,16 @@ statistics, gradients, RNG states, values) is copied before the save returns.
 
 Every deferred tensor's version counter is recorded at the save call and checked after its copy: a
 tensor changed in place by something other than ``optimizer.step()`` in between (for example
-``param.add_(...)`` by hand) makes the save fail with a :class:`CheckpointError` instead of storing
+``param.add_(...)`` by hand) makes the save fail with a `CheckpointError` instead of storing
 a mixed state. (Writes through ``param.data`` bypass the version counter; call
-:meth:`~fabricx.checkpoint.background.AsyncSave.wait_staged` first, or switch deferral off with
-:func:`defer_optimizer_tensors`.)
+`fabricx.checkpoint.background.AsyncSave.wait_staged()` first, or switch deferral off with
+`defer_optimizer_tensors()`.)
 
-Example::
-
+Example:
+    ```python
     guard = StagingGuard()   # from now on, optimizer.step() waits
     guard.release()          # background thread, once the copies are done
+    ```
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def defer_optimizer_tensors(enabled: bool) -> None:
     """Whether asynchronous saves copy parameters and optimizer state in the background, holding the next
     ``optimizer.step()`` until done (default ``True``); ``False`` copies everything before the save returns.
 
-    Example::
-
+    Example:
+        ```python
         defer_optimizer_tensors(False)  # e.g. a loop that changes weights in place outside optimizer.step()
+        ```
     """
     global _enabled
     _enabled = bool(enabled)
@@ -75,7 +77,7 @@ def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
 
 
 class StagingGuard:
-    """Holds every ``optimizer.step()`` of this process until :meth:`release` (one guard at a time)."""
+    """Holds every ``optimizer.step()`` of this process until `release()` (one guard at a time)."""
 
     def __init__(self) -> None:
         global _active
@@ -86,7 +88,7 @@ class StagingGuard:
             _active = self
 
     def wait(self, timeout: float | None = None, *, record: bool = False) -> bool:
-        """Wait for :meth:`release`; ``record``: add the time waited to :attr:`waited_s` (a held step)."""
+        """Wait for `release()`; ``record``: add the time waited to `waited_s` (a held step)."""
         if self._done.is_set():
             return True
         start = time.perf_counter()

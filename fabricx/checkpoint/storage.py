@@ -1,9 +1,11 @@
 """Checkpoints on any fsspec storage (``s3://``, ``gs://``, ``memory://``, ...), committed atomically.
 
-Object stores cannot rename, so a checkpoint at ``<url>`` is laid out as::
+Object stores cannot rename, so a checkpoint at ``<url>`` is laid out as:
 
-    <url>/v-<token>/meta.json, shared.json, rank_0.safetensors, ...   the files of one save
-    <url>/COMMIT                                                       {"version": "v-<token>"}, written last
+```text
+<url>/v-<token>/meta.json, shared.json, rank_0.safetensors, ...   the files of one save
+<url>/COMMIT                                                       {"version": "v-<token>"}, written last
+```
 
 Each rank writes its files into a local staging directory (the format code only writes local files)
 and uploads them under the save's own version prefix; once every rank has uploaded, rank 0 writes the
@@ -13,14 +15,15 @@ that replaces a checkpoint leaves the previous one readable until the marker mov
 the other versions deleted. Deleting a checkpoint removes its marker first, so a half-deleted one is
 never taken for committed.
 
-Example::
-
+Example:
+    ```python
     from fabricx import Fabric
     from fabricx.checkpoint.storage import FsspecCheckpointIO
 
     fabric = Fabric(plugins=[FsspecCheckpointIO(storage_options={"endpoint_url": "http://127.0.0.1:9000"})])
     fabric.save("s3://bucket/run1/step_100", state)
     fabric.load("s3://bucket/run1/step_100", state)
+    ```
 """
 
 from __future__ import annotations
@@ -63,9 +66,10 @@ def is_url(path: str | os.PathLike[str]) -> bool:
 
     ``file://`` URLs count as local.
 
-    Example::
-
+    Example:
+        ```python
         is_url("s3://bucket/ckpt"), is_url("runs/ckpt")  # True, False
+        ```
     """
     if not isinstance(path, str):
         return False
@@ -74,11 +78,12 @@ def is_url(path: str | os.PathLike[str]) -> bool:
 
 
 def join_path(base: str | os.PathLike[str], name: str) -> str | Path:
-    """``base / name`` for a local path (a :class:`~pathlib.Path`) or a URL (a string; ``//`` kept).
+    """``base / name`` for a local path (a `pathlib.Path`) or a URL (a string; ``//`` kept).
 
-    Example::
-
+    Example:
+        ```python
         join_path("s3://bucket/run", "checkpoints")  # "s3://bucket/run/checkpoints"
+        ```
     """
     if is_url(base):
         return f"{os.fspath(base).rstrip('/')}/{name}"
@@ -101,11 +106,12 @@ class FsspecCheckpointIO(CheckpointIO):
     folder where each rank writes its files before uploading them (default: the system temp folder).
     Local paths given to this object are handed to ``local`` (the default local checkpoint I/O).
 
-    Example::
-
+    Example:
+        ```python
         io = FsspecCheckpointIO(storage_options={"endpoint_url": "http://127.0.0.1:9000"})
         fabric = Fabric(plugins=[io])
         fabric.save("s3://bucket/ckpt", {"model": model})
+        ```
     """
 
     def __init__(
@@ -302,9 +308,10 @@ class FsspecCheckpointIO(CheckpointIO):
     def committed_version(self, path: str | os.PathLike[str]) -> str | None:
         """The version the commit marker of ``path`` names, or ``None`` when nothing is committed there.
 
-        Example::
-
+        Example:
+            ```python
             io.committed_version("s3://bucket/ckpt")  # "v-3f2a..."
+            ```
         """
         url = os.fspath(path).rstrip("/")
         fs, root = self._fresh_fs(url)
@@ -349,9 +356,10 @@ class FsspecCheckpointIO(CheckpointIO):
     def list_names(self, directory: str | os.PathLike[str]) -> list[str]:
         """The names directly inside ``directory`` (``[]`` when it does not exist).
 
-        Example::
-
+        Example:
+            ```python
             io.list_names("s3://bucket/run/checkpoints")  # ["checkpoint_0", "checkpoint_1"]
+            ```
         """
         if not is_url(directory):
             try:
@@ -578,13 +586,14 @@ _DEFAULT_REMOTE: FsspecCheckpointIO | None = None
 def io_for(path: str | os.PathLike[str], io: CheckpointIO) -> CheckpointIO:
     """The checkpoint I/O to use for ``path``: ``io``, unless ``path`` is a URL and ``io`` stores local files.
 
-    A URL given while the strategy uses local I/O goes through a shared :class:`FsspecCheckpointIO`
+    A URL given while the strategy uses local I/O goes through a shared `FsspecCheckpointIO`
     whose store options come from the environment (e.g. ``AWS_ENDPOINT_URL``); pass
     ``Fabric(plugins=[FsspecCheckpointIO(storage_options=...)])`` to give them explicitly.
 
-    Example::
-
+    Example:
+        ```python
         io_for("s3://bucket/ckpt", LocalCheckpointIO())  # a FsspecCheckpointIO
+        ```
     """
     global _DEFAULT_REMOTE
     if not is_url(path) or not isinstance(io, LocalCheckpointIO):

@@ -23,10 +23,11 @@ def pickle_allowed() -> bool:
 def allow_unsafe_pickle(path: object) -> Generator[None, None, None]:
     """Let single-file readers inside unpickle arbitrary objects, with a warning naming ``path``.
 
-    Example::
-
+    Example:
+        ```python
         with allow_unsafe_pickle("legacy.ckpt"):
             contents = read_checkpoint("legacy.ckpt")
+        ```
     """
     warnings.warn(
         f"Loading {path} with weights_only=False: a single-file checkpoint is unpickled, which can run arbitrary "

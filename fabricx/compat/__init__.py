@@ -1,6 +1,7 @@
-"""Adapters that run scripts written for other training libraries on :class:`fabricx.Fabric`.
+"""Adapters that run scripts written for other training libraries on `fabricx.Fabric`.
 
-Example::
-
+Example:
+    ```python
     from fabricx.compat.accelerate import Accelerator  # instead of: from accelerate import Accelerator
+    ```
 """

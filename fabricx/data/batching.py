@@ -26,10 +26,11 @@ class ResumableBatchSampler(StatefulBatchSampler):
     does. Draws from the sampler's generator happen at the same points, and ``state_dict()`` has
     torchdata's keys, so checkpoints written by either load into the other.
 
-    Example::
-
+    Example:
+        ```python
         batches = ResumableBatchSampler(ResumableRandomSampler(range(10)), batch_size=4, drop_last=False)
         iterator = iter(batches); first = next(iterator); state = iterator.state_dict()
+        ```
     """
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -83,7 +84,7 @@ class _Batches(Iterator[list[int]]):
 
 
 def with_resumable_batches(loader: StatefulDataLoader) -> StatefulDataLoader:
-    """``loader`` reading its default batch sampler through :class:`ResumableBatchSampler`.
+    """``loader`` reading its default batch sampler through `ResumableBatchSampler`.
 
     ``sampler``, ``batch_size`` and ``drop_last`` stay what they were.
     """

@@ -4,7 +4,7 @@ A loader's position in an epoch is recorded as *how many samples of the epoch's 
 consumed*, together with how that order is made (the distributed sampler's seed and shuffle flag, or
 the seed a single-process shuffle drew). A run with another number of processes rebuilds the same
 order, leaves out what was consumed and deals the rest across its own ranks
-(:class:`~fabricx.data.sampler.ElasticDistributedSampler`).
+(`fabricx.data.sampler.ElasticDistributedSampler`).
 """
 
 from __future__ import annotations

@@ -80,10 +80,11 @@ def build_stateful_loader(
     the exact position without replaying batches. ``batch_size`` replaces the loader's own batch
     size (a loader with the default batch sampler).
 
-    Example::
-
+    Example:
+        ```python
         plain = DataLoader(dataset, batch_size=8, shuffle=True)
         stateful = build_stateful_loader(plain, num_replicas=2, rank=0)
+        ```
     """
     if not isinstance(loader, DataLoader):
         raise TypeError(
@@ -299,7 +300,7 @@ def _restore_flat_rng(state: dict[str, Any]) -> None:
 
 
 class _WorkerRandomStateIterable(IterableDataset):
-    """The iterable-dataset counterpart of :class:`_WorkerRandomStateDataset` (for stateful ones)."""
+    """The iterable-dataset counterpart of `_WorkerRandomStateDataset` (for stateful ones)."""
 
     def __init__(self, dataset: IterableDataset) -> None:
         self.dataset = dataset
@@ -393,11 +394,12 @@ class FabricDataLoader:
     their order from the global generators (custom samplers, ``WeightedRandomSampler``) resume with
     the same order, and resuming draws nothing from the generators the training loop uses.
 
-    Example::
-
+    Example:
+        ```python
         loader = fabric.setup_dataloaders(DataLoader(dataset, batch_size=32, shuffle=True))
         for batch in loader: ...
         state = loader.state_dict()
+        ```
     """
 
     _fabricx_per_rank = True
@@ -469,9 +471,10 @@ class FabricDataLoader:
         """Samples of the current epoch's order consumed by all ranks together (``None`` when the
         loader's order cannot be described independently of the process count).
 
-        Example::
-
+        Example:
+            ```python
             loader.samples_consumed  # 24 after 2 batches of 6 on each of 2 ranks
+            ```
         """
         order = None if self._kept else elastic.describe_order(self._loader)
         if order is None or not self._started:
@@ -575,7 +578,7 @@ class FabricDataLoader:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`; the next ``iter()`` continues with the next unseen batch."""
+        """Restore a `state_dict()`; the next ``iter()`` continues with the next unseen batch."""
         if "loader" not in state_dict or "epoch" not in state_dict:
             raise FabricxError(
                 f"This is not a fabricx data loader state (keys: {sorted(state_dict)}). Pass what "

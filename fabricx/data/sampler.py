@@ -27,11 +27,12 @@ class ResumableRandomSampler(RandomSampler):
     generator's state before the draw) and how many indices were handed out, so a restored
     iterator continues the same order without drawing anything.
 
-    Example::
-
+    Example:
+        ```python
         sampler = ResumableRandomSampler(dataset, generator=torch.Generator().manual_seed(0))
         iterator = iter(sampler); first = next(iterator)
         state = iterator.state_dict()
+        ```
     """
 
     #: How the epoch being read drew its order (``{"seed": ...}`` or ``{"generator": ...}``), once drawn.
@@ -54,7 +55,7 @@ class ResumableRandomSampler(RandomSampler):
 
 
 class _ResumableRandomOrder(Iterator[int]):
-    """One epoch of a :class:`ResumableRandomSampler` (a torchdata ``Stateful`` iterator)."""
+    """One epoch of a `ResumableRandomSampler` (a torchdata ``Stateful`` iterator)."""
 
     def __init__(self, sampler: ResumableRandomSampler) -> None:
         self._sampler = sampler
@@ -134,16 +135,17 @@ class ElasticDistributedSampler(StatefulDistributedSampler):
 
     Each epoch has one global order (a permutation seeded with ``seed + epoch``, or ``0..n-1``), which
     rank ``r`` of ``num_replicas`` reads as ``order[r::num_replicas]``, padded (or cut, with
-    ``drop_last``) to equal shares. After :meth:`resume_epoch` with ``start=c``, that epoch's first
+    ``drop_last``) to equal shares. After `resume_epoch()` with ``start=c``, that epoch's first
     ``c`` samples of the order are left out and the remaining ones are dealt the same way across this
     run's ranks; other epochs are unaffected. ``order`` replaces the epoch's order (the remainder of a
     single-process epoch, whose order came from torch's global generator).
 
-    Example::
-
+    Example:
+        ```python
         sampler = ElasticDistributedSampler(dataset, num_replicas=3, rank=0, shuffle=True, seed=0)
         sampler.resume_epoch(epoch=1, start=24)  # 24 samples of epoch 1 were consumed at 2 ranks
         sampler.set_epoch(1)
+        ```
     """
 
     _RESUME = "resume"
@@ -232,7 +234,7 @@ class ElasticDistributedSampler(StatefulDistributedSampler):
 
 
 class _CountedShare(Iterator[int]):
-    """This rank's indices of an :class:`ElasticDistributedSampler` epoch, counted into the sampler's
+    """This rank's indices of an `ElasticDistributedSampler` epoch, counted into the sampler's
     ``yielded``. Like torchdata's generator, it starts (from a restored position, if any) at the
     first index asked for, not at ``iter()``."""
 
@@ -285,9 +287,10 @@ class DistributedSamplerWrapper(StatefulDistributedSampler):
       its state at the start of the epoch is part of ``state_dict()``, so a resumed run redraws
       the same order.
 
-    Example::
-
+    Example:
+        ```python
         DistributedSamplerWrapper(WeightedRandomSampler(weights, 100), num_replicas=2, rank=0)
+        ```
     """
 
     def __init__(
@@ -352,14 +355,15 @@ def distributed_sampler_for(
     """The per-rank replacement for the sampler a single-process loader would use.
 
     Sequential order stays sequential (rank ``r`` gets ``r, r + n, ...``), plain shuffling (torch's
-    or torchdata's ``RandomSampler``) becomes a shuffled :class:`ElasticDistributedSampler` seeded with
+    or torchdata's ``RandomSampler``) becomes a shuffled `ElasticDistributedSampler` seeded with
     ``seed`` (the order changes with ``set_epoch`` and is the same permutation on every rank), a
     ``DistributedSampler`` is kept, and any other sampler is wrapped in
-    :class:`DistributedSamplerWrapper`.
+    `DistributedSamplerWrapper`.
 
-    Example::
-
+    Example:
+        ```python
         sampler = distributed_sampler_for(loader.sampler, dataset, num_replicas=2, rank=1, seed=0)
+        ```
     """
     if isinstance(sampler, DistributedSampler):
         return sampler

@@ -13,11 +13,12 @@ class ClusterEnvironment(ABC):
 
     A strategy is handed one of these; it never reads launcher variables itself.
 
-    Example::
-
+    Example:
+        ```python
         env = detect_cluster_environment()
         env.validate_settings(num_devices=2, num_nodes=1)
         print(env.global_rank(), env.world_size(), env.main_address, env.main_port)
+        ```
     """
 
     @property

@@ -23,10 +23,11 @@ def detect_cluster_environment() -> ClusterEnvironment:
 
     Kubeflow is never detected automatically; pass ``KubeflowEnvironment()`` as a plugin.
 
-    Example::
-
+    Example:
+        ```python
         env = detect_cluster_environment()
         type(env).__name__  # "LocalEnvironment" for a plain `python train.py`
+        ```
     """
     for environment_class in _DETECTION_ORDER:
         if environment_class.detect():

@@ -15,12 +15,13 @@ class KubeflowEnvironment(ClusterEnvironment):
 
     The operator counts pods, so each pod is a node holding one process: ``local_rank`` is 0 and
     ``node_rank`` equals ``RANK``. It is never picked automatically (the same variables appear
-    in other setups); pass it as a plugin, using :meth:`detect_env` to decide if you like.
+    in other setups); pass it as a plugin, using `detect_env()` to decide if you like.
 
-    Example::
-
+    Example:
+        ```python
         plugins = [KubeflowEnvironment()] if KubeflowEnvironment.detect_env() else []
         fabric = Fabric(devices=1, num_nodes=4, plugins=plugins)
+        ```
     """
 
     @property

@@ -14,9 +14,10 @@ def find_free_port() -> int:
 
     Another program may take it before it is used, so use it soon.
 
-    Example::
-
+    Example:
+        ```python
         os.environ["MASTER_PORT"] = str(find_free_port())
+        ```
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
@@ -29,11 +30,12 @@ class LocalEnvironment(ClusterEnvironment):
     Reads ``MASTER_ADDR`` (default ``127.0.0.1``), ``MASTER_PORT`` (a free port is picked and
     exported when unset, so child processes inherit it), ``LOCAL_RANK`` and ``NODE_RANK``.
 
-    Example::
-
+    Example:
+        ```python
         env = LocalEnvironment()
         env.set_world_size(2)
         env.set_global_rank(0)
+        ```
     """
 
     def __init__(self) -> None:

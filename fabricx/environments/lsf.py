@@ -19,11 +19,12 @@ class LSFEnvironment(ClusterEnvironment):
     it is skipped. The main address is the first compute host and the node rank is this
     host's position among the compute hosts. ``MASTER_ADDR``/``MASTER_PORT`` override.
 
-    Example::
-
+    Example:
+        ```python
         # bsub -nnodes 2 ... ; jsrun -n 2 -a 4 python train.py
         env = LSFEnvironment()
         env.node_rank()
+        ```
     """
 
     def __init__(self) -> None:

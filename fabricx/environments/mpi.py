@@ -30,11 +30,12 @@ class MPIEnvironment(ClusterEnvironment):
     port a free port found on rank 0, both broadcast to every rank; ``MASTER_ADDR`` and
     ``MASTER_PORT`` override them.
 
-    Example::
-
+    Example:
+        ```python
         # mpirun -np 4 python train.py
         env = MPIEnvironment()
         env.local_rank(), env.node_rank()
+        ```
     """
 
     def __init__(self) -> None:

@@ -16,10 +16,11 @@ _DEFAULT_PORT = 12910
 def expand_hostlist(nodelist: str) -> list[str]:
     """Expand SLURM's compressed host list into host names, in order.
 
-    Example::
-
+    Example:
+        ```python
         expand_hostlist("node[01-03,07],gpu5")
         # ['node01', 'node02', 'node03', 'node07', 'gpu5']
+        ```
     """
     hosts: list[str] = []
     for item in _split_top_level(nodelist):
@@ -71,11 +72,12 @@ class SLURMEnvironment(ClusterEnvironment):
     The main address is the first host of ``SLURM_NODELIST``; the port is derived from
     ``SLURM_JOB_ID``. ``MASTER_ADDR`` and ``MASTER_PORT`` override both.
 
-    Example::
-
+    Example:
+        ```python
         # sbatch: #SBATCH --nodes=2 --ntasks-per-node=4 ; srun python train.py
         env = SLURMEnvironment()
         env.validate_settings(num_devices=4, num_nodes=2)
+        ```
     """
 
     @property

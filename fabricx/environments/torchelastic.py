@@ -13,11 +13,12 @@ _REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 class TorchElasticEnvironment(ClusterEnvironment):
     """Reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``.
 
-    Example::
-
+    Example:
+        ```python
         # torchrun --nproc-per-node 2 train.py
         env = TorchElasticEnvironment()
         env.global_rank(), env.world_size()
+        ```
     """
 
     @property

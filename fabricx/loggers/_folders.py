@@ -16,7 +16,7 @@ from fabricx.loggers._utils import next_version, version_dir_name
 
 
 class VersionedFolder:
-    """Mixin holding the folder fields; loggers call :meth:`_set_folders` from ``__init__``."""
+    """Mixin holding the folder fields; loggers call `_set_folders()` from ``__init__``."""
 
     _root_dir: str
     _save_dir: str

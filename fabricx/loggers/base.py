@@ -16,8 +16,8 @@ from fabricx.utilities.rank_zero import rank_zero_only
 class Logger(ABC):
     """Receives metrics and hyperparameters; subclasses write them on global rank 0 only.
 
-    Example::
-
+    Example:
+        ```python
         class PrintLogger(Logger):
             name = "print"
             version = 0
@@ -29,6 +29,7 @@ class Logger(ABC):
             @rank_zero_only
             def log_hyperparams(self, params):
                 print(params)
+        ```
     """
 
     @property

@@ -131,7 +131,7 @@ class CSVLogger(VersionedFolder, Logger):
 
     ``metrics.csv`` has a ``step`` column and one column per metric name ever logged; a row
     leaves the metrics it did not log empty. Rows are buffered and written every
-    ``flush_logs_every_n_steps`` steps, on :meth:`save` and on :meth:`finalize`. Logging into an
+    ``flush_logs_every_n_steps`` steps, on `save()` and on `finalize()`. Logging into an
     existing version folder appends to its ``metrics.csv``. The constructor is Lightning's Trainer
     logger's and also takes Lightning Fabric's ``root_dir=`` spelling.
 
@@ -187,7 +187,7 @@ class CSVLogger(VersionedFolder, Logger):
 
     @property
     def experiment(self) -> ExperimentWriter:
-        """The :class:`ExperimentWriter` on global rank 0 (created on first use); a do-nothing object elsewhere."""
+        """The `ExperimentWriter` on global rank 0 (created on first use); a do-nothing object elsewhere."""
         if self._experiment is not None:
             return self._experiment
         if rank_zero_only.rank != 0:

@@ -26,7 +26,7 @@ _STATUS = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED", "i
 class MLFlowLogger(Logger):
     """Log to an MLflow tracking server or a local store, with Lightning's ``MLFlowLogger`` arguments.
 
-    The run is created lazily on global rank 0 at the first use of :attr:`experiment`, :attr:`run_id`
+    The run is created lazily on global rank 0 at the first use of `experiment`, `run_id`
     or a ``log_*`` call; other ranks never contact the tracking server.
 
     Args:
@@ -36,19 +36,20 @@ class MLFlowLogger(Logger):
             the run goes to a local SQLite store ``{save_dir}/mlflow.db`` (artifacts in ``{save_dir}/artifacts``).
         tags: Tags set on the run.
         save_dir: The local store used when there is no ``tracking_uri``.
-        log_model: ``True`` logs checkpoints as artifacts at :meth:`finalize`, ``"all"`` as they are
-            reported through :meth:`after_save_checkpoint`; ``False`` logs none.
+        log_model: ``True`` logs checkpoints as artifacts at `finalize()`, ``"all"`` as they are
+            reported through `after_save_checkpoint()`; ``False`` logs none.
         prefix: Put ``f"{prefix}-"`` in front of every metric name.
         artifact_location: Where a new experiment stores artifacts.
         run_id: Continue an existing run instead of starting one.
         synchronous: Passed to MLflow's logging calls (``False`` logs in the background).
 
-    Example::
-
+    Example:
+        ```python
         logger = MLFlowLogger(experiment_name="digits", tracking_uri="sqlite:///mlflow.db")
         fabric = Fabric(loggers=logger)
         fabric.log("loss", 0.25, step=1)
         logger.finalize("success")
+        ```
     """
 
     LOGGER_JOIN_CHAR = "-"

@@ -16,9 +16,10 @@ _NOT_METRICS = {"step", "epoch"}
 def read_metrics(metrics_file: str | os.PathLike) -> dict[str, list[tuple[float, float]]]:
     """Each metric column of a ``metrics.csv`` as ``(step, value)`` pairs, rows without a value left out.
 
-    Example::
-
+    Example:
+        ```python
         read_metrics("runs/lightning_logs/version_0/metrics.csv")["train_loss"][:2]  # [(0.0, 2.3), (1.0, 2.1)]
+        ```
     """
     series: dict[str, list[tuple[float, float]]] = {}
     with open(metrics_file, newline="") as handle:
@@ -47,9 +48,10 @@ def plot_run(run_dir: str | os.PathLike, output: str | os.PathLike | None = None
     Versions of the same experiment share the panels, one line each. Returns the PNG's path
     (``{run_dir}/metrics.png`` by default).
 
-    Example::
-
+    Example:
+        ```python
         path = plot_run("demo_runs")  # demo_runs/metrics.png
+        ```
     """
     files = find_metric_files(run_dir)
     if not files:

@@ -50,7 +50,7 @@ class TensorBoardLogger(VersionedFolder, Logger):
         name: Experiment name, a sub-folder of ``save_dir`` (``""`` or ``None`` writes the versions in ``save_dir``).
         version: An int gives ``version_{version}``, a string is the folder name itself, ``None``
             takes the next free ``version_{n}``.
-        log_graph: Whether the Trainer should log the model's graph (a direct :meth:`log_graph` call always does).
+        log_graph: Whether the Trainer should log the model's graph (a direct `log_graph()` call always does).
         default_hp_metric: Log a placeholder ``hp_metric`` with the hyperparameters, so that
             TensorBoard's HPARAMS tab shows the run even before a real metric is attached.
         prefix: Put ``f"{prefix}-"`` in front of every metric name.

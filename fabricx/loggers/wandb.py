@@ -23,7 +23,7 @@ _STEP_KEY = "trainer/global_step"
 class WandbLogger(Logger):
     """Log to Weights & Biases, online or offline, with Lightning's ``WandbLogger`` arguments.
 
-    The run starts lazily on global rank 0 at the first use of :attr:`experiment` or a ``log_*`` call.
+    The run starts lazily on global rank 0 at the first use of `experiment` or a ``log_*`` call.
     A logged ``step`` is recorded as the ``trainer/global_step`` metric (as Lightning does), so calls
     with steps that repeat or go back never make W&B drop values.
 
@@ -36,19 +36,20 @@ class WandbLogger(Logger):
         id: Same as ``version``.
         anonymous: Log anonymously (``"allow"``) when no API key is set.
         project: The W&B project (``WANDB_PROJECT`` or ``"lightning_logs"`` by default).
-        log_model: ``True`` uploads checkpoints at :meth:`finalize`, ``"all"`` as they are reported
-            through :meth:`after_save_checkpoint`; ``False`` uploads none.
+        log_model: ``True`` uploads checkpoints at `finalize()`, ``"all"`` as they are reported
+            through `after_save_checkpoint()`; ``False`` uploads none.
         experiment: An already started ``wandb`` run to log into.
         prefix: Put ``f"{prefix}-"`` in front of every metric name.
         checkpoint_name: The artifact name for checkpoints (``model-{run id}`` by default).
         **kwargs: Passed on to ``wandb.init`` (``entity``, ``group``, ``tags``, ``config``, ...).
 
-    Example::
-
+    Example:
+        ```python
         logger = WandbLogger(project="digits", offline=True, save_dir="runs")
         fabric = Fabric(loggers=logger)
         fabric.log("loss", 0.25, step=1)
         logger.finalize("success")
+        ```
     """
 
     LOGGER_JOIN_CHAR = "-"

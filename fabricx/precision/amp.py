@@ -20,9 +20,10 @@ class MixedPrecision(Precision):
 
     Works on CUDA and on CPU (``torch.amp.GradScaler("cpu")``).
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cpu", precision="bf16-mixed")
+        ```
     """
 
     needs_forward_context = True

@@ -27,9 +27,10 @@ class DeepSpeedPrecision(Precision):
 
     The DeepSpeed strategy turns the precision name into the config's ``fp16``/``bf16`` sections.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(strategy="deepspeed_stage_2", precision="bf16-mixed")  # uses DeepSpeedPrecision("bf16-mixed")
+        ```
     """
 
     def __init__(self, precision: str = "32-true") -> None:

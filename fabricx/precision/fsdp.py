@@ -11,7 +11,7 @@ from fabricx.utilities.exceptions import MisconfigurationError
 
 
 class FSDPPrecision(MixedPrecision):
-    """``"bf16-mixed"`` / ``"16-mixed"`` for :class:`~fabricx.strategies.fsdp.FSDPStrategy`.
+    """``"bf16-mixed"`` / ``"16-mixed"`` for `fabricx.strategies.fsdp.FSDPStrategy`.
 
     The sharded parameters stay float32 (the optimizer updates float32 master weights); FSDP2
     all-gathers them in the low-precision dtype for forward and backward (``param_dtype``) and
@@ -19,9 +19,10 @@ class FSDPPrecision(MixedPrecision):
     operations that autocast keeps in float32 (softmax, norms, losses) are computed in float32.
     ``"16-mixed"`` scales the loss with a ``ShardedGradScaler``, whose inf/NaN check covers all ranks.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cpu", devices=2, strategy="fsdp", precision="bf16-mixed")  # builds FSDPPrecision
+        ```
     """
 
     def __init__(

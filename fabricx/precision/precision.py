@@ -18,9 +18,10 @@ class Precision:
     A plugin converts modules and inputs to its dtype, provides the autocast context around
     ``forward``, and may scale the loss and step the optimizer through a grad scaler.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(precision="32-true")  # or plugins=Precision()
+        ```
     """
 
     precision: str = "32-true"

@@ -14,9 +14,10 @@ from fabricx.precision.precision import Precision, convert_floating_tensors, def
 class TrueDtypePrecision(Precision):
     """Parameters, inputs and computation all in one dtype (no autocast, no master weights).
 
-    Example::
-
+    Example:
+        ```python
         Fabric(precision="bf16-true")  # parameters become torch.bfloat16
+        ```
     """
 
     needs_forward_context = True
@@ -49,9 +50,10 @@ class TrueDtypePrecision(Precision):
 class DoublePrecision(TrueDtypePrecision):
     """``"64-true"``: everything in float64.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(precision="64-true")
+        ```
     """
 
     def __init__(self) -> None:
@@ -72,9 +74,10 @@ class HalfPrecision(TrueDtypePrecision):
 
     Pure float16 with Adam's default ``eps=1e-8`` rounds eps to 0; prefer ``eps>=1e-4`` or bf16.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(precision="bf16-true")
+        ```
     """
 
     def __init__(self, precision: str = "bf16-true") -> None:

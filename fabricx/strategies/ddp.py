@@ -36,9 +36,10 @@ class DDPStrategy(ParallelStrategy):
         **ddp_kwargs: passed to ``DistributedDataParallel`` (``find_unused_parameters``, ``static_graph``,
             ``bucket_cap_mb``, ``gradient_as_bucket_view``...).
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn", timeout=60))
+        ```
     """
 
     strategy_name = "ddp"

@@ -343,7 +343,7 @@ class _ShardedEntries(EntryStorage):
         return {REST_KEY: write_sharded(staging, sharded)}
 
     def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Any:
-        """Like :meth:`save`, but the shards are staged now and written in the background (DCP async_save)."""
+        """Like `save()`, but the shards are staged now and written in the background (DCP async_save)."""
         from fabricx.checkpoint.sharded import write_sharded_async
 
         sharded = {}
@@ -416,10 +416,11 @@ class FSDPStrategy(DTensorStrategy):
             or ``"full"`` (rank 0 writes consolidated safetensors).
         **kwargs: passed to ``fully_shard`` (e.g. ``shard_placement_fn``, ``ignored_params``).
 
-    Example::
-
+    Example:
+        ```python
         strategy = FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block})
         fabric = Fabric(accelerator="cuda", devices=8, strategy=strategy, precision="bf16-mixed")
+        ```
     """
 
     strategy_name = "fsdp"
@@ -726,9 +727,10 @@ def clip_grad_norm_(
     Gradients are grouped by device mesh and placement; each group's norm is reduced over its mesh,
     so parameters sharded on different meshes (FSDP x TP) count exactly once.
 
-    Example::
-
+    Example:
+        ```python
         total = clip_grad_norm_(model.parameters(), max_norm=1.0)
+        ```
     """
     from torch.distributed.tensor import DTensor
 

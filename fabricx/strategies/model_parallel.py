@@ -36,14 +36,15 @@ class ModelParallelStrategy(DTensorStrategy):
         tensor_parallel_size: ranks that split each layer (``"auto"``: the devices per node).
         save_distributed_checkpoint: sharded (DCP) checkpoints when true, one consolidated state otherwise.
 
-    Example::
-
+    Example:
+        ```python
         def parallelize(model, mesh):
             parallelize_module(model, mesh["tensor_parallel"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
             fully_shard(model, mesh=mesh["data_parallel"])
             return model
 
         fabric = Fabric(devices=4, strategy=ModelParallelStrategy(parallelize, 2, 2))
+        ```
     """
 
     strategy_name = "model_parallel"

@@ -57,10 +57,11 @@ class ParallelStrategy(Strategy):
     """Base of strategies that run one process per device: process-group set-up, ranks from the
     cluster environment, collectives over ``torch.distributed``, the launcher choice.
 
-    Example::
-
+    Example:
+        ```python
         class MyStrategy(ParallelStrategy):
             def setup_module(self, module): ...
+        ```
     """
 
     is_parallel = True

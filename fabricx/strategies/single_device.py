@@ -12,9 +12,10 @@ from fabricx.strategies.strategy import Strategy
 class SingleDeviceStrategy(Strategy):
     """Everything in this process, on one device.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(strategy=SingleDeviceStrategy(device="cuda:1"))
+        ```
     """
 
     strategy_name = "single_device"

@@ -40,15 +40,16 @@ class ManualStepSync(Protocol):
 class Strategy(ABC):
     """How work is spread over processes and devices.
 
-    A strategy is handed an :class:`Accelerator`, a :class:`Precision` and (for several processes)
+    A strategy is handed an `Accelerator`, a `Precision` and (for several processes)
     a cluster environment; it launches processes, wraps modules and optimizers, runs backward and
     optimizer steps, implements collectives, and decides how a checkpoint is laid out on disk.
     Single-process defaults live here; parallel strategies override what differs.
 
-    Example::
-
+    Example:
+        ```python
         from fabricx.strategies import SingleDeviceStrategy
         Fabric(strategy=SingleDeviceStrategy(device="cpu"))
+        ```
     """
 
     #: Name in the strategy registry (set by subclasses).
@@ -212,7 +213,7 @@ class Strategy(ABC):
     def manual_step_sync(self, module: Module) -> ManualStepSync | None:
         """How to keep gradients in sync when a ``training_step`` runs its backwards inside ``module``'s forward.
 
-        ``module`` is what :meth:`setup_module` returned. ``None`` (the default) when nothing is needed:
+        ``module`` is what `setup_module()` returned. ``None`` (the default) when nothing is needed:
         only a wrapper that prepares gradient sync at the end of forward (DDP) has something to do.
 
         Example:
@@ -287,7 +288,7 @@ class Strategy(ABC):
         return {name: _local(p.grad).detach() for name, p in module.named_parameters() if p.grad is not None}
 
     def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
-        """Put gradients from :meth:`get_gradient_state` back; parameters not in ``state`` get none."""
+        """Put gradients from `get_gradient_state()` back; parameters not in ``state`` get none."""
         with torch.no_grad():
             for name, param in module.named_parameters():
                 saved = state.get(name)

@@ -1,8 +1,9 @@
-"""Structured training: subclass :class:`TrainModule`, run it with :class:`Trainer`.
+"""Structured training: subclass `TrainModule`, run it with `Trainer`.
 
-Example::
-
+Example:
+    ```python
     from fabricx.train import Trainer, TrainModule
+    ```
 """
 
 from __future__ import annotations

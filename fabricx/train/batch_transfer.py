@@ -34,10 +34,11 @@ def batch_processor(module: Any, datamodule: Any, device: Any) -> Callable[[Any,
     """A function applying the overridden transfer hooks to a batch, or ``None`` when none is overridden
     (the loader then moves batches itself).
 
-    Example::
-
+    Example:
+        ```python
         process = batch_processor(module, datamodule, fabric.device)
         batch = process(batch, 0) if process is not None else batch
+        ```
     """
     before, transfer, after = (_owner(name, module, datamodule) for name in _HOOKS)
     if before is None and transfer is None and after is None:

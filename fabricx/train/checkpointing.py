@@ -3,7 +3,7 @@
 Everything goes through ``fabric.save``/``fabric.load``: the module, optimizers, schedulers and the
 training data loader (its exact position) as objects with state, plus small stateful holders for the
 trainer's progress, the callbacks' states, the logged metrics (per process) and the user's extras.
-The top-level keys are Lightning's (see :mod:`fabricx.train.lightning_checkpoint`).
+The top-level keys are Lightning's (see `fabricx.train.lightning_checkpoint`).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class LoopStates:
     """``loops``: Lightning's loop counters, made from the trainer's progress.
 
     fabricx resumes from its own progress entry; a Lightning-written file has only this one, from which
-    :func:`progress_from_lightning` takes the epoch, whether it was done, and the batches that stepped.
+    `progress_from_lightning()` takes the epoch, whether it was done, and the batches that stepped.
     """
 
     def __init__(self, trainer: Trainer) -> None:

@@ -16,11 +16,12 @@ class CombinedLoader:
     one from ``train_dataloaders={"a": loader_a, "b": loader_b}`` (or a list); its position is saved
     in checkpoints like a single loader's.
 
-    Example::
-
+    Example:
+        ```python
         loader = CombinedLoader({"a": loader_a, "b": loader_b})
         for batch in loader:
             batch["a"], batch["b"]
+        ```
     """
 
     def __init__(self, loaders: Mapping[str, Any] | Sequence[Any], mode: str = "max_size_cycle") -> None:

@@ -56,9 +56,10 @@ def defines_loader(datamodule: Any, module: Any, kind: str) -> bool:
 def request_loaders(kind: str, given: Any, datamodule: Any, module: Any, required: bool) -> Any:
     """The raw loader(s) for ``kind`` (``"train"``, ``"validate"``, ``"test"``, ``"predict"``), or ``None``.
 
-    Example::
-
+    Example:
+        ```python
         loaders = request_loaders("validate", None, datamodule, module, required=False)
+        ```
     """
     if given is not None:
         return given

@@ -12,15 +12,15 @@ if TYPE_CHECKING:
 
 
 class DataModule:
-    """Data preparation and loaders for :class:`~fabricx.train.Trainer` (Lightning's ``LightningDataModule``).
+    """Data preparation and loaders for `fabricx.train.Trainer` (Lightning's ``LightningDataModule``).
 
     ``prepare_data`` runs once (global rank zero) before ``setup(stage)``, which runs in every process
     with ``stage`` one of ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``. The trainer then asks
     for the ``*_dataloader`` it needs; ``teardown(stage)`` runs at the end. ``state_dict`` goes into
     checkpoints.
 
-    Example::
-
+    Example:
+        ```python
         class Digits(DataModule):
             def setup(self, stage):
                 self.train, self.val = random_split(dataset, [0.9, 0.1])
@@ -32,6 +32,7 @@ class DataModule:
                 return DataLoader(self.val, batch_size=64)
 
         Trainer(max_epochs=3).fit(model, datamodule=Digits())
+        ```
     """
 
     #: Run ``prepare_data`` in the first process of every node instead of only global rank zero.
@@ -43,13 +44,13 @@ class DataModule:
 
     @property
     def hparams(self) -> AttributeDict:
-        """What :meth:`save_hyperparameters` recorded (attribute and key access)."""
+        """What `save_hyperparameters()` recorded (attribute and key access)."""
         if "_hparams" not in self.__dict__:
             self._hparams = AttributeDict()
         return self._hparams
 
     def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None, **values: Any) -> None:
-        """Record the caller's ``__init__`` arguments as :attr:`hparams` (see ``TrainModule.save_hyperparameters``)."""
+        """Record the caller's ``__init__`` arguments as `hparams` (see ``TrainModule.save_hyperparameters``)."""
         frame = inspect.currentframe()
         caller = frame.f_back if frame is not None else None
         found = collect_init_arguments(caller, names, ignore)
@@ -104,7 +105,7 @@ class DataModule:
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what `state_dict()` returned."""
 
 
 def _missing(owner: Any, method: str, stage: str) -> str:

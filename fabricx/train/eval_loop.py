@@ -22,10 +22,11 @@ def evaluation_mode(module: torch.nn.Module) -> Generator[None, None, None]:
     """Eval mode and no gradients inside; every submodule's own training flag restored after,
     also when the block raises.
 
-    Example::
-
+    Example:
+        ```python
         with evaluation_mode(model):
             predictions = model(x)
+        ```
     """
     modes = [(submodule, submodule.training) for submodule in module.modules()]
     module.eval()

@@ -1,21 +1,23 @@
 """The training epochs of ``Trainer.fit``, in Lightning's order.
 
-One batch::
+One batch:
 
-    [on_before_batch_transfer -> transfer_batch_to_device -> on_after_batch_transfer]  (when overridden)
-    on_train_batch_start
-    automatic optimization, at a window boundary:
-        optimizer_step(epoch, batch_idx, optimizer, closure)   closure = training_step ->
-            [first batch of a window: on_before_zero_grad -> optimizer_zero_grad] ->
-            on_before_backward -> backward -> on_after_backward;
-        then on_before_optimizer_step -> configure_gradient_clipping -> the step
-    inside a window: the closure alone (no gradient sync)
-    manual optimization: training_step (the module steps its optimizers)
-    step-interval schedulers (and, at the epoch's last batch, epoch-interval ones)
-    on_train_batch_end (callbacks, module, then monitoring callbacks such as ModelCheckpoint)
-    step metrics to the loggers (every log_every_n_steps stepped batches)
-    [when due: on_validation_model_zero_grad -> validation]
-    ReduceLROnPlateau step schedulers; the stepped-batch counter moves on
+```python
+[on_before_batch_transfer -> transfer_batch_to_device -> on_after_batch_transfer]  (when overridden)
+on_train_batch_start
+automatic optimization, at a window boundary:
+    optimizer_step(epoch, batch_idx, optimizer, closure)   closure = training_step ->
+        [first batch of a window: on_before_zero_grad -> optimizer_zero_grad] ->
+        on_before_backward -> backward -> on_after_backward;
+    then on_before_optimizer_step -> configure_gradient_clipping -> the step
+inside a window: the closure alone (no gradient sync)
+manual optimization: training_step (the module steps its optimizers)
+step-interval schedulers (and, at the epoch's last batch, epoch-interval ones)
+on_train_batch_end (callbacks, module, then monitoring callbacks such as ModelCheckpoint)
+step metrics to the loggers (every log_every_n_steps stepped batches)
+[when due: on_validation_model_zero_grad -> validation]
+ReduceLROnPlateau step schedulers; the stepped-batch counter moves on
+```
 
 A checkpoint written in ``on_train_batch_end`` records whether validation was still due; a run
 resumed from it finishes that batch (validation included) before the next one.

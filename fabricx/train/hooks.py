@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 class Hooks:
     """Bound hook methods of a module and its callbacks, cached per hook name.
 
-    Hooks a class inherits unchanged from :class:`TrainModule`/:class:`Callback` are skipped, so an
+    Hooks a class inherits unchanged from `TrainModule`/`Callback` are skipped, so an
     unused hook costs one empty loop.
 
-    Example::
-
+    Example:
+        ```python
         hooks = Hooks(trainer, module, callbacks)
         hooks.call("on_train_epoch_start")
+        ```
     """
 
     def __init__(self, trainer: Trainer, module: Any, callbacks: Sequence[Any]) -> None:

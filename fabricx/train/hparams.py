@@ -12,10 +12,11 @@ from typing import Any
 class AttributeDict(dict):
     """A ``dict`` whose keys are also attributes (``hparams.lr`` is ``hparams["lr"]``).
 
-    Example::
-
+    Example:
+        ```python
         hparams = AttributeDict(lr=0.1)
         hparams.lr  # 0.1
+        ```
     """
 
     def __getattr__(self, key: str) -> Any:

@@ -1,6 +1,6 @@
 """What ``self.log`` records: step values, epoch aggregates and torchmetrics ``Metric`` objects.
 
-One :class:`ResultCollection` exists per stage (training, validation, test). The per-step path only
+One `ResultCollection` exists per stage (training, validation, test). The per-step path only
 stores a reference (and, for epoch aggregates, adds into a running tensor); nothing is converted to
 a Python number or synchronised until values are read at a logging step or at epoch end.
 """
@@ -111,12 +111,13 @@ class _Entry:
 class ResultCollection:
     """The values logged during one stage (``"train"``, ``"validate"``, ``"test"``).
 
-    Example::
-
+    Example:
+        ```python
         results = ResultCollection("train", training=True)
         results.new_batch(batch)
         results.log("loss", loss, False, True, None, None, "mean", False, None)
         results.step_metrics()  # {"loss": tensor(...)}
+        ```
     """
 
     def __init__(self, stage: str, training: bool, module: torch.nn.Module | None = None) -> None:

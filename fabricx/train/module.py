@@ -1,4 +1,4 @@
-"""``TrainModule``: a ``torch.nn.Module`` with the hooks a :class:`~fabricx.train.Trainer` calls."""
+"""``TrainModule``: a ``torch.nn.Module`` with the hooks a `fabricx.train.Trainer` calls."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class TrainModule(nn.Module):
     metrics, and ``self.fabric``, ``self.trainer``, ``self.device``, ``self.global_step`` and
     ``self.current_epoch`` describe the run.
 
-    Example::
-
+    Example:
+        ```python
         class Regressor(TrainModule):
             def __init__(self):
                 super().__init__()
@@ -49,6 +49,7 @@ class TrainModule(nn.Module):
                 return torch.optim.SGD(self.parameters(), lr=0.1)
 
         Trainer(max_epochs=3).fit(Regressor(), train_loader)
+        ```
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -83,12 +84,13 @@ class TrainModule(nn.Module):
 
     @property
     def fabric(self) -> Fabric:
-        """The :class:`~fabricx.Fabric` running this module: the Trainer's, or the plain Fabric that set it up.
+        """The `fabricx.Fabric` running this module: the Trainer's, or the plain Fabric that set it up.
 
-        Example::
-
+        Example:
+            ```python
             model = fabric.setup(MyTrainModule())
             assert model.fabric is fabric
+            ```
         """
         fabric = self._plain_fabric()
         return fabric if fabric is not None else self.trainer.fabric
@@ -131,7 +133,7 @@ class TrainModule(nn.Module):
 
     @property
     def hparams(self) -> AttributeDict:
-        """Hyperparameters recorded by :meth:`save_hyperparameters` (``self.hparams.lr`` or ``["lr"]``;
+        """Hyperparameters recorded by `save_hyperparameters()` (``self.hparams.lr`` or ``["lr"]``;
         sent to the loggers at fit start and stored in checkpoints)."""
         hparams = self.__dict__["_hparams"]
         if not isinstance(hparams, AttributeDict):
@@ -140,23 +142,24 @@ class TrainModule(nn.Module):
 
     @property
     def hparams_initial(self) -> AttributeDict:
-        """A copy of :attr:`hparams` as :meth:`save_hyperparameters` recorded them."""
+        """A copy of `hparams` as `save_hyperparameters()` recorded them."""
         return AttributeDict(copy.deepcopy(self.__dict__.get("_hparams_initial", {})))
 
     def save_hyperparameters(
         self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None, logger: bool = True, **values: Any
     ) -> None:
-        """Record the caller's ``__init__`` arguments (all, those named, or one dict given) as :attr:`hparams`.
+        """Record the caller's ``__init__`` arguments (all, those named, or one dict given) as `hparams`.
 
         As in Lightning, the ``__init__`` arguments of subclasses calling ``super().__init__`` are
-        collected too; ``ignore`` drops names (e.g. modules passed in). :meth:`load_from_checkpoint`
+        collected too; ``ignore`` drops names (e.g. modules passed in). `load_from_checkpoint()`
         builds the module again from them.
 
-        Example::
-
+        Example:
+            ```python
             def __init__(self, lr=0.1, hidden=64):
                 super().__init__()
                 self.save_hyperparameters()  # self.hparams.lr == 0.1
+            ```
         """
         if frame is None:
             current = inspect.currentframe()
@@ -181,9 +184,10 @@ class TrainModule(nn.Module):
         """Build the module from the hyper-parameters saved in a checkpoint (``kwargs`` override them),
         then load its weights. Reads fabricx checkpoints and Lightning ``.ckpt`` files.
 
-        Example::
-
+        Example:
+            ```python
             model = Classifier.load_from_checkpoint("checkpoints/last", lr=0.01)
+            ```
         """
         from fabricx.train.lightning_checkpoint import load_module_from_checkpoint
 
@@ -196,12 +200,13 @@ class TrainModule(nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backward under manual optimization, through the strategy and precision (loss scaling, DDP).
 
-        Example::
-
+        Example:
+            ```python
             opt = self.optimizers()
             opt.zero_grad()
             self.manual_backward(loss)
             opt.step()
+            ```
         """
         fabric = self._plain_fabric()
         if fabric is not None:
@@ -227,13 +232,14 @@ class TrainModule(nn.Module):
         self.trainer.fabric.backward(loss, *args, model=self.trainer.model, **kwargs)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
-        """Only ``optimizer``'s parameters require grad until :meth:`untoggle_optimizer` (for several optimizers).
+        """Only ``optimizer``'s parameters require grad until `untoggle_optimizer()` (for several optimizers).
 
-        Example::
-
+        Example:
+            ```python
             self.toggle_optimizer(opt_g)
             self.manual_backward(g_loss)
             self.untoggle_optimizer(opt_g)
+            ```
         """
         own = {id(p) for group in optimizer.param_groups for p in group["params"]}
         saved: dict[int, bool] = {}
@@ -248,7 +254,7 @@ class TrainModule(nn.Module):
         self.__dict__["_toggled_optimizer"] = optimizer
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
-        """Undo :meth:`toggle_optimizer` (the parameters' ``requires_grad`` as before)."""
+        """Undo `toggle_optimizer()` (the parameters' ``requires_grad`` as before)."""
         saved = self.__dict__.pop("_toggled", {})
         self.__dict__.pop("_toggled_optimizer", None)
         for other in self.trainer.optimizers:
@@ -259,7 +265,7 @@ class TrainModule(nn.Module):
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Generator[None, None, None]:
-        """:meth:`toggle_optimizer` for the duration of a ``with`` block."""
+        """`toggle_optimizer()` for the duration of a ``with`` block."""
         self.toggle_optimizer(optimizer)
         try:
             yield
@@ -274,9 +280,10 @@ class TrainModule(nn.Module):
     ) -> None:
         """Clip the gradients of ``optimizer``'s parameters by norm (default) or by value.
 
-        Example::
-
+        Example:
+            ```python
             self.clip_gradients(opt, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
+            ```
         """
         trainer = self.trainer
         trainer_val = getattr(trainer, "gradient_clip_val", None)
@@ -445,7 +452,7 @@ class TrainModule(nn.Module):
             self.train(mode)
 
     def configure_sharded_model(self) -> None:
-        """Lightning's older name of :meth:`configure_model`."""
+        """Lightning's older name of `configure_model()`."""
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather ``data`` (tensors, nested) from every process (a new leading dimension of size world_size)."""
@@ -487,9 +494,10 @@ class TrainModule(nn.Module):
         ``rank_zero_only`` and ``sync_dist_group`` are accepted so LightningModule code runs unchanged;
         they have no effect (values are always detached; loaders are suffixed when there are several).
 
-        Example::
-
+        Example:
+            ```python
             self.log("val_acc", self.val_accuracy, prog_bar=True)
+            ```
         """
         fabric = self._plain_fabric()
         if fabric is not None:  # as Lightning: straight to the Fabric's loggers (there is nothing to reduce)
@@ -527,11 +535,12 @@ class TrainModule(nn.Module):
         batch_size: int | None = None,
         rank_zero_only: bool = False,
     ) -> None:
-        """:meth:`log` every entry of ``dictionary`` with the same options.
+        """`log()` every entry of ``dictionary`` with the same options.
 
-        Example::
-
+        Example:
+            ```python
             self.log_dict({"loss": loss, "acc": acc}, prog_bar=True)
+            ```
         """
         fabric = self._plain_fabric()
         if fabric is not None:  # one call, so the loggers get the values as one step's metrics
@@ -718,7 +727,7 @@ class TrainModule(nn.Module):
         """Add plain values (numbers, strings, lists, dicts, tensors) to ``checkpoint`` before it is saved."""
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Read back what :meth:`on_save_checkpoint` added."""
+        """Read back what `on_save_checkpoint()` added."""
 
 
 _warned_not_attached: set[str] = set()

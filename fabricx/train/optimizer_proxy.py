@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 class LightningOptimizer:
-    """The optimizer ``self.optimizers()`` returns inside a :class:`~fabricx.train.TrainModule` (Lightning's name).
+    """The optimizer ``self.optimizers()`` returns inside a `fabricx.train.TrainModule` (Lightning's name).
 
     It is still an instance of the user's optimizer class (``isinstance(opt, torch.optim.SGD)`` holds)
     and of ``LightningOptimizer``. ``step(closure)`` runs the closure, then ``on_before_optimizer_step``
@@ -22,12 +22,13 @@ class LightningOptimizer:
     ``state`` and ``defaults`` are its own. Built without a trainer (``LightningOptimizer(opt)``),
     ``step`` steps the optimizer directly.
 
-    Example::
-
+    Example:
+        ```python
         opt = self.optimizers()
         self.manual_backward(loss)
         opt.step()
         opt.zero_grad()
+        ```
     """
 
     def __init__(self, optimizer: Any, trainer: Trainer | None = None, index: int = 0) -> None:
@@ -97,10 +98,11 @@ class LightningOptimizer:
     def toggle_model(self, sync_grad: bool = True) -> Generator[None, None, None]:
         """Only this optimizer's parameters require grad inside; ``sync_grad=False`` also skips DDP sync.
 
-        Example::
-
+        Example:
+            ```python
             with opt.toggle_model(sync_grad=is_last_micro_batch):
                 self.manual_backward(loss)
+            ```
         """
         trainer = self._trainer
         if trainer is None:
@@ -120,7 +122,7 @@ class LightningOptimizer:
         return f"Trainer{self._fabricx_unwrapped!r}"
 
 
-#: fabricx's earlier name for :class:`LightningOptimizer`.
+#: fabricx's earlier name for `LightningOptimizer`.
 TrainerOptimizer = LightningOptimizer
 
 __all__ = ["LightningOptimizer", "TrainerOptimizer"]

@@ -41,9 +41,10 @@ def parse_optimizers(returned: Any, manual: bool = False) -> tuple[list[Optimize
     Under manual optimization (``manual=True``) the user steps schedulers, so a ``ReduceLROnPlateau``
     needs no ``monitor``.
 
-    Example::
-
+    Example:
+        ```python
         optimizers, schedulers = parse_optimizers({"optimizer": opt, "lr_scheduler": sched})
+        ```
     """
     optimizers: list[Any]
     raw_schedulers: list[tuple[Any, str | None]] = []

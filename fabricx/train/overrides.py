@@ -10,17 +10,18 @@ from fabricx.wrappers import unwrap
 def is_overridden(method_name: str, instance: object | None = None, parent: type | None = None) -> bool:
     """Whether ``instance``'s class defines its own ``method_name`` instead of ``parent``'s.
 
-    ``parent`` defaults to the fabricx base ``instance`` derives from (:class:`~fabricx.train.TrainModule`,
-    :class:`~fabricx.train.DataModule` or :class:`~fabricx.callbacks.Callback`); a module set up by a Fabric is
-    looked at through :func:`fabricx.unwrap`. ``None`` is never overridden. A hook the parent does not have, or an
+    ``parent`` defaults to the fabricx base ``instance`` derives from (`fabricx.train.TrainModule`,
+    `fabricx.train.DataModule` or `fabricx.callbacks.Callback`); a module set up by a Fabric is
+    looked at through `fabricx.unwrap()`. ``None`` is never overridden. A hook the parent does not have, or an
     instance of none of those bases without ``parent``, raises ``ValueError``.
 
-    Example::
-
+    Example:
+        ```python
         from fabricx.train import is_overridden
 
         if is_overridden("validation_step", model):
             run_validation()
+        ```
     """
     if instance is None:
         return False

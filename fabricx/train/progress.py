@@ -8,7 +8,7 @@ from typing import Any
 
 @dataclass
 class Progress:
-    """The loop counters of a :class:`~fabricx.train.Trainer` (one object, saved in every checkpoint).
+    """The loop counters of a `fabricx.train.Trainer` (one object, saved in every checkpoint).
 
     The fit loop writes these fields; callbacks and modules read them (``trainer.progress.stepped``).
 
@@ -29,12 +29,13 @@ class Progress:
         epoch_cut: The fit stopped inside this epoch (``max_steps``/``max_time``); its epoch-end hooks
             ran, but a run resumed from a checkpoint written then continues the epoch.
 
-    Example::
-
+    Example:
+        ```python
         class EveryHundred(Callback):
             def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
                 if trainer.progress.stepped and trainer.progress.global_step % 100 == 0:
                     trainer.print(trainer.callback_metrics)
+        ```
     """
 
     global_step: int = 0

@@ -1,4 +1,4 @@
-"""``Trainer``: drives a :class:`~fabricx.train.TrainModule` through a :class:`~fabricx.Fabric`."""
+"""``Trainer``: drives a `fabricx.train.TrainModule` through a `fabricx.Fabric`."""
 
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 
 
 class Trainer:
-    """Fit, validate, test and predict with a :class:`TrainModule` on any hardware, strategy and precision.
+    """Fit, validate, test and predict with a `TrainModule` on any hardware, strategy and precision.
 
     The Fabric flags (``accelerator``, ``strategy``, ``devices``, ``num_nodes``, ``precision``,
-    ``plugins``) mean what they mean for :class:`~fabricx.Fabric`; the Trainer builds one and runs
+    ``plugins``) mean what they mean for `fabricx.Fabric`; the Trainer builds one and runs
     every process's work through it (``strategy="ddp_spawn"`` starts the processes in ``fit``).
 
     Args:
@@ -78,15 +78,16 @@ class Trainer:
         seed: ``seed_everything(seed)`` now (build the module afterwards for a seeded initialisation)
             and in every process the Trainer starts.
         profiler: ``"simple"``, ``"advanced"``, ``"pytorch"`` or a profiler from
-            :mod:`fabricx.utilities.profilers`: times the steps, backward and every hook; the report is
+            `fabricx.utilities.profilers`: times the steps, backward and every hook; the report is
             printed (or written to its ``dirpath``, per rank) when fit/validate/test/predict ends.
         compile: ``torch.compile`` the module as ``Fabric(compile=...)`` does (``True``, arguments, ``"regional"``).
 
-    Example::
-
+    Example:
+        ```python
         trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=5, seed=0)
         trainer.fit(MyModule(), train_loader, val_loader)
         trainer.fit(MyModule(), train_loader, val_loader, ckpt_path="last")  # resumes exactly
+        ```
     """
 
     def __init__(
@@ -361,7 +362,7 @@ class Trainer:
     # -- public properties -----------------------------------------------------------------------------------
     @property
     def fabric(self) -> Fabric:
-        """The :class:`~fabricx.Fabric` running this trainer's processes."""
+        """The `fabricx.Fabric` running this trainer's processes."""
         return self._fabric
 
     @property
@@ -371,7 +372,7 @@ class Trainer:
 
     @property
     def lightning_module(self) -> TrainModule | None:
-        """The module being run (Lightning's name for :attr:`module`)."""
+        """The module being run (Lightning's name for `module`)."""
         return self._module
 
     @property
@@ -716,10 +717,11 @@ class Trainer:
         A resumed run continues with the batch after the checkpoint, with the optimizer, scheduler,
         grad-scaler, random-generator, callback and metric states of that moment.
 
-        Example::
-
+        Example:
+            ```python
             trainer.fit(model, datamodule=dm)
             trainer.fit(model, train_loader, val_loader, ckpt_path="last")
+            ```
         """
         _check_module(model, "fit")
         train_dataloaders, datamodule = data.check_fit_arguments(train_dataloaders, val_dataloaders, datamodule)
@@ -738,9 +740,10 @@ class Trainer:
         Without ``model`` the module of the last ``fit`` is used (with ``ckpt_path="best"`` by default
         when a ModelCheckpoint has a best checkpoint).
 
-        Example::
-
+        Example:
+            ```python
             [metrics] = trainer.validate(model, val_loader)
+            ```
         """
         return self._evaluate("validate", model, dataloaders, ckpt_path, datamodule)
 
@@ -754,9 +757,10 @@ class Trainer:
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the data; returns the epoch metrics (one dict per loader).
 
-        Example::
-
+        Example:
+            ```python
             [metrics] = trainer.test(dataloaders=test_loader, ckpt_path="best")
+            ```
         """
         return self._evaluate("test", model, dataloaders, ckpt_path, datamodule)
 
@@ -770,9 +774,10 @@ class Trainer:
     ) -> Any:
         """Collect ``predict_step`` outputs (this process's share of the data; rank 0's with spawn).
 
-        Example::
-
+        Example:
+            ```python
             predictions = trainer.predict(model, loader)
+            ```
         """
         module, dataloaders, datamodule, ckpt_path = self._eval_arguments(
             "predict", model, dataloaders, ckpt_path, datamodule
@@ -830,9 +835,10 @@ class Trainer:
         engines write their own files, as in Lightning). ``weights_only=True`` leaves out the optimizer and
         scheduler states. ``async_save=True`` writes in the background and returns its handle.
 
-        Example::
-
+        Example:
+            ```python
             trainer.save_checkpoint("checkpoints/manual.ckpt")
+            ```
         """
         if self._model is None:
             raise FabricxError("save_checkpoint() needs a module set up by fit/validate/test first.")

@@ -4,11 +4,12 @@ The rank-zero helpers and the throughput tools (``Throughput``, ``ThroughputMoni
 ``get_available_flops``) are reachable from the package, and every module of it as an attribute
 (``fabricx.utilities.types``), as in ``lightning.fabric.utilities``.
 
-Example::
-
+Example:
+    ```python
     import fabricx
 
     fabricx.utilities.rank_zero_warn("only the first process warns")
+    ```
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from lightning_utilities.core.apply_func import apply_to_collection
 def move_data_to_device(data: Any, device: torch.device | str) -> Any:
     """Move every tensor inside a nested collection to ``device``.
 
-    Example::
-
+    Example:
+        ```python
         batch = move_data_to_device({"x": torch.ones(2), "ids": [torch.zeros(1)]}, "cpu")
+        ```
     """
     device = torch.device(device)
     non_blocking = device.type == "cuda"
@@ -31,9 +32,10 @@ def convert_to_tensors(data: Any, device: torch.device | str) -> Any:
     The dtypes are the ones Lightning Fabric's collectives use: ``bool`` becomes ``uint8`` (NCCL has no
     bool), ``int`` becomes ``int32``, ``float`` becomes ``float32``; tensors already there are moved.
 
-    Example::
-
+    Example:
+        ```python
         convert_to_tensors({"loss": 1.5, "count": 3}, "cpu")  # tensor(1.5) and tensor(3, dtype=torch.int32)
+        ```
     """
     import numpy as np
 

@@ -3,7 +3,7 @@
 Some packages draw from Python's ``random`` (or NumPy's or torch's generator) while they are
 imported; ``rich.console`` does. fabricx imports such packages only when they are first used
 (inside ``Trainer.fit``, a logger, a strategy), which is after the user seeded their generators,
-so every late import goes through :func:`lazy_import`, which puts the generators back as they were.
+so every late import goes through `lazy_import()`, which puts the generators back as they were.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ def rng_untouched() -> Generator[None, None, None]:
     """Run the block, then restore Python's, NumPy's and torch's (CPU, and CUDA once initialised)
     random generators to the state they had before it.
 
-    Example::
-
+    Example:
+        ```python
         with rng_untouched():
             import some_module_that_draws_at_import
+        ```
     """
     states = capture_rng_states()
     try:
@@ -40,9 +41,10 @@ def lazy_import(name: str) -> ModuleType:
 
     A module imported already is returned straight from ``sys.modules`` (no state is captured).
 
-    Example::
-
+    Example:
+        ```python
         Console = lazy_import("rich.console").Console
+        ```
     """
     module = sys.modules.get(name)
     if module is not None:
@@ -52,11 +54,12 @@ def lazy_import(name: str) -> ModuleType:
 
 
 def require(name: str, *, extra: str, feature: str) -> ModuleType:
-    """:func:`lazy_import` an optional package, or raise ``ModuleNotFoundError`` naming the install command.
+    """`lazy_import()` an optional package, or raise ``ModuleNotFoundError`` naming the install command.
 
-    Example::
-
+    Example:
+        ```python
         mlflow = require("mlflow", extra="mlflow", feature="MLFlowLogger")
+        ```
     """
     top = name.split(".")[0]
     if top not in sys.modules and importlib.util.find_spec(top) is None:
@@ -68,14 +71,15 @@ def require(name: str, *, extra: str, feature: str) -> ModuleType:
 
 
 def submodule(package: str, name: str) -> ModuleType | None:
-    """``package.name`` imported (through :func:`lazy_import`) when it is a module of ``package``, else ``None``.
+    """``package.name`` imported (through `lazy_import()`) when it is a module of ``package``, else ``None``.
 
     A package's ``__getattr__`` uses it so that ``fabricx.strategies.fsdp`` reaches the module without an import
     statement, as attribute access does in a package that imports its modules eagerly.
 
-    Example::
-
+    Example:
+        ```python
         fsdp = submodule("fabricx.strategies", "fsdp")
+        ```
     """
     if name.startswith("_"):
         return None

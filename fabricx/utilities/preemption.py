@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
-#: Exit code of :meth:`Fabric.exit_for_requeue`: what SLURM's ``--requeue`` jobs and wrappers look for.
+#: Exit code of `Fabric.exit_for_requeue()`: what SLURM's ``--requeue`` jobs and wrappers look for.
 REQUEUE_EXIT_CODE = 85
 
 DEFAULT_PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = tuple(
@@ -17,16 +17,17 @@ DEFAULT_PREEMPTION_SIGNALS: tuple[signal.Signals, ...] = tuple(
 
 
 class PreemptionWatcher:
-    """Records that one of ``signals`` arrived; the training loop polls :attr:`received`.
+    """Records that one of ``signals`` arrived; the training loop polls `received`.
 
     The previous handlers are chained, so a handler installed by someone else still runs.
 
-    Example::
-
+    Example:
+        ```python
         watcher = PreemptionWatcher([signal.SIGTERM])
         ...
         if watcher.received is not None:
             save_and_exit()
+        ```
     """
 
     def __init__(self, signals: Iterable[int]) -> None:

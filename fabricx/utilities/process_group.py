@@ -16,10 +16,11 @@ worker that still has a reference to drop wakes up when the GIL is released, so 
 across a GIL-free interval" means it has nothing left that could touch Python. Nothing is timed on
 luck: each wait ends on a condition (or on its bound when a peer is gone).
 
-Example::
-
+Example:
+    ```python
     register_release_at_exit()  # once the group exists; runs at interpreter exit
     release_process_group()     # or now (Accelerate's end_training, a spawned rank's end)
+    ```
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def register_release_at_exit() -> None:
     An uncaught exception skips the wait for the other ranks (they may be blocked in a collective that
     this rank will never join), so a failing rank still exits at once.
 
-    Example::
-
+    Example:
+        ```python
         dist.init_process_group("gloo", ...)
         register_release_at_exit()
+        ```
     """
     if _state["registered"]:
         return
@@ -75,9 +77,10 @@ def release_process_group(wait_for_peers: bool = True, timeout: float | None = N
 
     Safe to call when no group exists, and more than once.
 
-    Example::
-
+    Example:
+        ```python
         release_process_group()  # at the end of a rank's work
+        ```
     """
     import torch.distributed as dist
 
@@ -122,10 +125,11 @@ def wait_for_idle_gloo_workers(timeout: float = IDLE_WAIT_SECONDS) -> bool:
     woke (context-switch counts unchanged) during an interval in which this thread slept, so the GIL
     was free: a worker waiting for the GIL to drop a reference would have taken it and woken.
 
-    Example::
-
+    Example:
+        ```python
         dist.destroy_process_group()
         wait_for_idle_gloo_workers()
+        ```
     """
     task_dir = "/proc/self/task"
     if not os.path.isdir(task_dir):

@@ -1,9 +1,9 @@
 """Profilers with Lightning's names: where the time of a run goes, by named action or by operator.
 
-* :class:`SimpleProfiler` times named actions (``with profiler.profile("training_step"):``) and prints a
+* `SimpleProfiler` times named actions (``with profiler.profile("training_step"):``) and prints a
   table of calls, mean and total time.
-* :class:`AdvancedProfiler` runs :mod:`cProfile` inside each action and prints the top functions.
-* :class:`PyTorchProfiler` records operators with :mod:`torch.profiler`, writes a Chrome trace per rank
+* `AdvancedProfiler` runs `cProfile` inside each action and prints the top functions.
+* `PyTorchProfiler` records operators with `torch.profiler`, writes a Chrome trace per rank
   and prints torch's operator table.
 
 Every profiler writes its report to ``{dirpath}/{filename}-rank{r}.txt`` when given a ``dirpath`` and prints
@@ -30,12 +30,13 @@ from fabricx.utilities.rank_zero import rank_zero_only
 class Profiler:
     """Base class: ``profile(action)`` is a context that measures one occurrence of ``action``.
 
-    Example::
-
+    Example:
+        ```python
         profiler = SimpleProfiler()
         with profiler.profile("load_batch"):
             batch = next(iterator)
         print(profiler.summary())
+        ```
     """
 
     def __init__(self, dirpath: str | os.PathLike | None = None, filename: str | None = None) -> None:
@@ -83,9 +84,10 @@ class PassThroughProfiler(Profiler):
 class SimpleProfiler(Profiler):
     """Wall-clock time of each named action: calls, mean, total and share of the profiled time.
 
-    Example::
-
+    Example:
+        ```python
         trainer = Trainer(profiler="simple")  # the table is printed when fit() ends
+        ```
     """
 
     def __init__(self, dirpath: str | os.PathLike | None = None, filename: str | None = None) -> None:
@@ -125,14 +127,15 @@ class SimpleProfiler(Profiler):
 
 
 class AdvancedProfiler(Profiler):
-    """:mod:`cProfile` statistics of the functions called inside each named action.
+    """`cProfile` statistics of the functions called inside each named action.
 
     Args:
         line_count_restriction: How many functions (or which share, if below 1) of each action to show.
 
-    Example::
-
+    Example:
+        ```python
         trainer = Trainer(profiler="advanced")
+        ```
     """
 
     def __init__(
@@ -165,7 +168,7 @@ class AdvancedProfiler(Profiler):
 
 
 class PyTorchProfiler(Profiler):
-    """Operator-level profile with :mod:`torch.profiler`: a Chrome trace per rank and an operator table.
+    """Operator-level profile with `torch.profiler`: a Chrome trace per rank and an operator table.
 
     Actions named ``training_step``/``validation_step``/... are recorded as ranges in the trace.
 
@@ -176,9 +179,10 @@ class PyTorchProfiler(Profiler):
         sort_by_key: The table's sort column (``"cpu_time_total"``, ``"cuda_time_total"``, ...).
         **profiler_kwargs: Passed to ``torch.profiler.profile`` (``record_shapes``, ``profile_memory``, ...).
 
-    Example::
-
+    Example:
+        ```python
         trainer = Trainer(profiler=PyTorchProfiler(dirpath="profiles", record_shapes=True))
+        ```
     """
 
     def __init__(
@@ -251,9 +255,10 @@ class PyTorchProfiler(Profiler):
 def profiled(profiler: Profiler | None, action: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` measured as ``action`` on each call; ``function`` itself when nothing is profiled.
 
-    Example::
-
+    Example:
+        ```python
         step = profiled(SimpleProfiler(), "training_step", module.training_step)
+        ```
     """
     if profiler is None or isinstance(profiler, PassThroughProfiler):
         return function
@@ -271,14 +276,15 @@ _BY_NAME = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": P
 
 def resolve_profiler(profiler: Profiler | str | None, root_dir: str | os.PathLike | None = None) -> Profiler:
     """A profiler object from Lightning's ``profiler=`` values: ``None``, ``"simple"``, ``"advanced"``,
-    ``"pytorch"`` or a :class:`Profiler`.
+    ``"pytorch"`` or a `Profiler`.
 
     With ``root_dir`` (the Trainer's ``default_root_dir``), a PyTorch profiler whose folder was not chosen
     writes its trace to ``root_dir/profiles``, as Lightning's writes under the run's directory.
 
-    Example::
-
+    Example:
+        ```python
         resolve_profiler("simple")  # SimpleProfiler()
+        ```
     """
     if profiler is None:
         return PassThroughProfiler()
@@ -298,15 +304,16 @@ def resolve_profiler(profiler: Profiler | str | None, root_dir: str | os.PathLik
 def profile_run(
     dirpath: str | os.PathLike = "profiles", row_limit: int = 20, **profiler_kwargs: Any
 ) -> Generator[PyTorchProfiler, None, None]:
-    """A context over :mod:`torch.profiler` for a Fabric loop: writes a Chrome trace per rank and prints
+    """A context over `torch.profiler` for a Fabric loop: writes a Chrome trace per rank and prints
     the operator table on rank 0 at the end.
 
-    Example::
-
+    Example:
+        ```python
         with fabric.profile("profiles") as profiler:
             for batch in loader:
                 with profiler.profile("step"):
                     ...
+        ```
     """
     profiler = PyTorchProfiler(dirpath=dirpath, row_limit=row_limit, **profiler_kwargs)
     profiler._ensure_started()

@@ -33,10 +33,11 @@ def _rank_from_environment() -> int:
 def rank_zero_only(fn: Callable[..., T]) -> Callable[..., T | None]:
     """Run ``fn`` only where ``rank_zero_only.rank == 0``; elsewhere return ``None``.
 
-    Example::
-
+    Example:
+        ```python
         @rank_zero_only
         def write_summary(path): ...
+        ```
     """
 
     @functools.wraps(fn)

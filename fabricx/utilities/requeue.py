@@ -25,9 +25,10 @@ def slurm_job_id() -> str | None:
     None outside SLURM, in an interactive allocation (job name ``bash``/``interactive``), or when
     ``FABRICX_SLURM_REQUEUE=0``.
 
-    Example::
-
+    Example:
+        ```python
         slurm_job_id()  # "123456" inside `sbatch train.sh`
+        ```
     """
     if os.environ.get(SLURM_REQUEUE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
@@ -43,14 +44,15 @@ def slurm_job_id() -> str | None:
 def request_slurm_requeue(timeout: float = 30.0) -> bool:
     """Run ``scontrol requeue`` for this job; True if it succeeded. Call it from one process only.
 
-    Does nothing (returns False) where :func:`slurm_job_id` gives None. A missing ``scontrol`` or a
+    Does nothing (returns False) where `slurm_job_id()` gives None. A missing ``scontrol`` or a
     refusal (a job submitted with ``--no-requeue``) is reported on stderr, never raised: the process
     is about to exit with the requeue code anyway.
 
-    Example::
-
+    Example:
+        ```python
         if fabric.is_global_zero:
             request_slurm_requeue()
+        ```
     """
     job_id = slurm_job_id()
     if job_id is None:

@@ -22,7 +22,7 @@ def capture_rng_states() -> dict[str, Any]:
 
 
 def restore_rng_states(states: dict[str, Any]) -> None:
-    """Restore what :func:`capture_rng_states` returned (entries it lacks are left alone)."""
+    """Restore what `capture_rng_states()` returned (entries it lacks are left alone)."""
     if "python" in states:
         version, internal, gauss = states["python"]
         random.setstate((version, tuple(internal), gauss))

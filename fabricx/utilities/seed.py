@@ -54,9 +54,10 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     seeds from this one, its worker id and the process rank, so runs repeat exactly with
     ``num_workers > 0``. ``verbose=False`` silences the warning and the log line.
 
-    Example::
-
+    Example:
+        ```python
         seed_everything(42, workers=True)
+        ```
     """
     if seed is None:
         seed = _seed_from_environment(verbose)
@@ -80,11 +81,12 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
 
 def reset_seed() -> None:
-    """Seed again with the value :func:`seed_everything` exported; do nothing if it was never called.
+    """Seed again with the value `seed_everything()` exported; do nothing if it was never called.
 
-    Example::
-
+    Example:
+        ```python
         reset_seed()  # e.g. at the start of a spawned process
+        ```
     """
     value = os.environ.get(_SEED_ENV, os.environ.get(_PL_SEED_ENV))
     if value is None:
@@ -94,7 +96,7 @@ def reset_seed() -> None:
 
 
 def global_seed(default: int = 0) -> int:
-    """The seed last given to :func:`seed_everything` (in this or a parent process); Lightning's
+    """The seed last given to `seed_everything()` (in this or a parent process); Lightning's
     ``PL_GLOBAL_SEED`` when fabricx's own variable is not set."""
     for name in (_SEED_ENV, _PL_SEED_ENV):
         value = os.environ.get(name)
@@ -104,7 +106,7 @@ def global_seed(default: int = 0) -> int:
 
 
 def seed_workers_requested() -> bool:
-    """Whether :func:`seed_everything` was called with ``workers=True``."""
+    """Whether `seed_everything()` was called with ``workers=True``."""
     return os.environ.get(_WORKERS_ENV, os.environ.get(_PL_WORKERS_ENV)) == "1"
 
 

@@ -4,12 +4,13 @@
 object shaped like a ``torch.optim.Optimizer`` passes, a set-up fabricx optimizer included. ``LRScheduler`` is
 torch's scheduler base class (``ReduceLROnPlateau`` is one since torch 2.2).
 
-Example::
-
+Example:
+    ```python
     from fabricx.utilities.types import LRScheduler, Optimizable
 
     isinstance(torch.optim.SGD(model.parameters(), lr=0.1), Optimizable)  # True
     isinstance(torch.optim.lr_scheduler.StepLR(optimizer, 1), LRScheduler)  # True
+    ```
 """
 
 from __future__ import annotations

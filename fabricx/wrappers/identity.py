@@ -2,14 +2,14 @@
 
 Three mechanisms, each used by every wrapper that needs it:
 
-* :func:`facade_class` — a subclass of *both* a wrapper class and the user's class, so that
+* `facade_class()` — a subclass of *both* a wrapper class and the user's class, so that
   ``isinstance(wrapped, type(user_object))`` holds. One class per (wrapper, user class) pair,
   cached, named like the user's class, and pickled *as the user's class* (a dynamic class cannot
   be found by name when unpickling).
-* :class:`Delegating` — attribute access that reads and writes through to the wrapped object, so
+* `Delegating` — attribute access that reads and writes through to the wrapped object, so
   nothing is copied and nothing can go stale: an attribute the user sets on their own object later
   is seen through the wrapper, and one set through the wrapper lands on the user's object.
-* :func:`intercept_method` / :func:`gate_method` — a method of an existing object (a scheduler's
+* `intercept_method()` / `gate_method()` — a method of an existing object (a scheduler's
   ``step``) routed through a handler, or doing nothing while a condition is false. The object keeps
   its class (through a cached facade class) and its ``__dict__`` (so ``state_dict()`` stays the
   user's own).
@@ -48,10 +48,11 @@ def facade_class(
     per tag: the first call defines them). ``parent`` (a facade of ``user_cls``) is subclassed
     instead of ``user_cls`` to stack a second facade on a first.
 
-    Example::
-
+    Example:
+        ```python
         cls = facade_class(FabricOptimizer, torch.optim.SGD)
         issubclass(cls, torch.optim.SGD)  # True; cls.__name__ == "SGD"
+        ```
     """
     below = parent or user_cls
     key = (wrapper or object, user_cls, below, tag)
@@ -119,9 +120,10 @@ def intercept_method(obj: Any, name: str, handler: Callable[..., Any], tag: str)
     Intercepting the same method with the same ``tag`` again replaces the handler; another tag
     stacks on top.
 
-    Example::
-
+    Example:
+        ```python
         intercept_method(scheduler, "step", lambda s, step, *a, **k: step(*a, **k) if ready() else None, "mine")
+        ```
     """
     key = f"{tag}:{name}"
     _HANDLERS.setdefault(obj, {})[key] = handler
@@ -146,16 +148,17 @@ def intercept_method(obj: Any, name: str, handler: Callable[..., Any], tag: str)
 
 
 def is_intercepted(obj: Any, name: str, tag: str) -> bool:
-    """Whether :func:`intercept_method` routed ``obj.<name>`` with this ``tag``."""
+    """Whether `intercept_method()` routed ``obj.<name>`` with this ``tag``."""
     return f"{tag}:{name}" in getattr(type(obj), "_fabricx_intercepted", ())
 
 
 def gate_method(obj: Any, name: str, is_open: Callable[[], bool], tag: str) -> Any:
     """Make ``obj.<name>(...)`` do nothing (return ``None``) while ``is_open()`` is false.
 
-    Example::
-
+    Example:
+        ```python
         gate_method(scheduler, "step", lambda: accumulation.sync_gradients, tag="accumulation")
+        ```
     """
 
     def gate(_: Any, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -167,9 +170,10 @@ def gate_method(obj: Any, name: str, is_open: Callable[[], bool], tag: str) -> A
 def unwrap(obj: Any) -> Any:
     """The user's own object behind a fabricx wrapper (the object itself otherwise).
 
-    Example::
-
+    Example:
+        ```python
         plain_model = fabricx.unwrap(model)
+        ```
     """
     inner = getattr(obj, "_fabricx_unwrapped", None)
     return inner if inner is not None else obj

@@ -27,15 +27,16 @@ class FabricModule(nn.Module):
     through the strategy's wrapper (DDP, FSDP, ...); everything else reaches the user's module.
 
     ``training_step``, ``validation_step``, ``test_step``, ``predict_step`` and any method named with
-    :meth:`mark_forward_method` run through that same forward (so DDP averages their gradients). Another
+    `mark_forward_method()` run through that same forward (so DDP averages their gradients). Another
     method that runs the model's layers with gradients on is refused on its first call, since it would
     skip the strategy. ``state_dict()`` keys are the user's own; ``.module`` is the user's module.
 
-    Example::
-
+    Example:
+        ```python
         model = fabric.setup_module(MyNet())
         loss = model.training_step(batch)  # through DDP's forward
         model.my_custom_method()  # passes through
+        ```
     """
 
     def __init__(self, forward_module: nn.Module, precision: Precision, original_module: nn.Module) -> None:
@@ -117,10 +118,11 @@ class FabricModule(nn.Module):
     def mark_forward_method(self, method: MethodType | str) -> None:
         """Send calls of the user's method ``method`` through the strategy's forward, like ``training_step``.
 
-        Example::
-
+        Example:
+            ```python
             model = fabric.setup(MyNet())
             model.mark_forward_method("generate_and_score")
+            ```
         """
         if not isinstance(method, (MethodType, str)):
             raise TypeError(f"mark_forward_method() expects a method or its name, got {type(method).__name__}.")

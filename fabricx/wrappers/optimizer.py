@@ -23,10 +23,11 @@ class FabricOptimizer(Delegating):
     Every attribute other than ``step``/``zero_grad``/``state_dict``/``load_state_dict`` is the
     user's optimizer's own, read and written through (nothing is copied).
 
-    Example::
-
+    Example:
+        ```python
         model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
         isinstance(optimizer, torch.optim.SGD)  # True
+        ```
     """
 
     # ``step`` is ours too when an LR scheduler built over this wrapper patches it (torch does).

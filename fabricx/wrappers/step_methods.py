@@ -34,9 +34,10 @@ def forward_is_wrapped(forward_module: nn.Module, original: nn.Module, precision
     around forward (autocast), or when the strategy put hooks on the module itself (FSDP2's
     ``fully_shard`` shards in place and gathers the root's parameters in a forward pre-hook).
 
-    Example::
-
+    Example:
+        ```python
         forward_is_wrapped(ddp_module, module, precision)  # True
+        ```
     """
     return (
         forward_module is not original
@@ -59,10 +60,11 @@ def redirect_through_forward(
     reaches the real forward. Nothing is looked up per call beyond two dictionary operations.
     ``after_method``, if given, runs inside ``forward`` right after the method returned.
 
-    Example::
-
+    Example:
+        ```python
         training_step = redirect_through_forward(model.forward, model.module, "training_step")
         loss = training_step(batch, batch_idx)
+        ```
     """
     method = getattr(original, name)
     instance_dict = original.__dict__
@@ -108,9 +110,10 @@ def guard_direct_call(
     ``torch.no_grad()`` are not checked, and layers a method runs under its own ``@torch.no_grad()``
     do not count (no gradient can go unsynchronised); such a method stays checked on later calls.
 
-    Example::
-
+    Example:
+        ```python
         step = guard_direct_call(module, "generate", module.generate, checked)
+        ```
     """
     import torch
 

@@ -1,7 +1,7 @@
 """Checkpoint layouts: how the pipeline's contents are laid out on disk, chosen by a key.
 
 ``"directory"`` is the fabricx checkpoint directory (``meta.json``, shared and per-rank files, what a
-strategy adds); ``"single_file"`` is one ``torch.save`` zip file (:mod:`.single_file`). A path that
+strategy adds); ``"single_file"`` is one ``torch.save`` zip file (`.single_file`). A path that
 names a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) takes the single-file layout, any other path the
 directory; ``fabric.save(path, state, layout="directory")`` asks for the directory explicitly.
 

@@ -98,7 +98,7 @@ _DIRECTORY_HINT = (
 
 
 def check_weights_only(value: Any, where: str = "the state", file: Any = None) -> None:
-    """Raise :class:`CheckpointError` naming the first part of ``value`` that ``weights_only=True`` cannot read.
+    """Raise `CheckpointError` naming the first part of ``value`` that ``weights_only=True`` cannot read.
 
     Example:
 
@@ -345,7 +345,7 @@ def save_single_file_async(
     extra_keys: Collection[str] = (),
     storage: CheckpointIO | None = None,
 ) -> Any:
-    """Like :func:`save_single_file`, with rank 0's write in a background thread; returns an ``AsyncSave``.
+    """Like `save_single_file()`, with rank 0's write in a background thread; returns an ``AsyncSave``.
 
     The contents are copied to host memory first (the training loop may change the live tensors at
     once); a failed write is reported by the handle of rank 0, the rank that writes.

@@ -1,8 +1,10 @@
-"""An Accelerate-compatible ``Accelerator`` implemented over :class:`fabricx.Fabric`.
+"""An Accelerate-compatible ``Accelerator`` implemented over `fabricx.Fabric`.
 
-A script written for Hugging Face Accelerate switches with one import line::
+A script written for Hugging Face Accelerate switches with one import line:
 
-    from fabricx.compat.accelerate import Accelerator
+```python
+from fabricx.compat.accelerate import Accelerator
+```
 
 Start it with ``python script.py`` (one process) or ``fabricx run --devices 2 script.py`` /
 ``torchrun --nproc-per-node 2 script.py`` (several processes).
@@ -98,9 +100,10 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     ``device_specific=True`` adds the process index, so processes draw different numbers;
     ``deterministic=True`` also asks torch for deterministic algorithms.
 
-    Example::
-
+    Example:
+        ```python
         set_seed(42)
+        ```
     """
     if device_specific:
         seed += int(os.environ.get("RANK", 0))
@@ -111,11 +114,12 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
 
 def skip_first_batches(dataloader: Any, num_batches: int = 0) -> SkipBatchesLoader:
     """Iterate ``dataloader`` without its first ``num_batches`` batches (see
-    :meth:`Accelerator.skip_first_batches`).
+    `Accelerator.skip_first_batches()`).
 
-    Example::
-
+    Example:
+        ```python
         for batch in skip_first_batches(loader, 10): ...
+        ```
     """
     return SkipBatchesLoader(dataloader, num_batches)
 
@@ -136,11 +140,12 @@ def prepare_data_loader(
     **kwargs: Any,
 ) -> AcceleratedDataLoader:
     """Accelerate's ``prepare_data_loader``: this process's share of ``dataloader`` (see
-    :class:`~fabricx.compat.accelerate.data.AcceleratedDataLoader`) without an Accelerator.
+    `fabricx.compat.accelerate.data.AcceleratedDataLoader`) without an Accelerator.
 
-    Example::
-
+    Example:
+        ```python
         loader = prepare_data_loader(DataLoader(range(64), batch_size=8), put_on_device=True)
+        ```
     """
     state = PartialState()
     options = LoaderOptions(
@@ -194,30 +199,30 @@ def _is_scheduler(obj: Any) -> bool:
 
 
 class Accelerator(StateMixin, CollectivesMixin):
-    """Hugging Face Accelerate's ``Accelerator`` on top of :class:`fabricx.Fabric`.
+    """Hugging Face Accelerate's ``Accelerator`` on top of `fabricx.Fabric`.
 
     Args:
         mixed_precision: ``None`` (the environment decides, else full precision), ``"no"``, ``"fp16"``
             (autocast + grad scaler, on CUDA or CPU) or ``"bf16"``.
-        gradient_accumulation_steps: micro-batches per optimizer step inside :meth:`accumulate`.
+        gradient_accumulation_steps: micro-batches per optimizer step inside `accumulate()`.
         cpu: run on the CPU even when a GPU is present.
-        project_config: a :class:`ProjectConfiguration` (checkpoint folder, automatic naming, retention).
-        dataloader_config: a :class:`DataLoaderConfiguration` (``use_stateful_dataloader=True`` to resume
+        project_config: a `ProjectConfiguration` (checkpoint folder, automatic naming, retention).
+        dataloader_config: a `DataLoaderConfiguration` (``use_stateful_dataloader=True`` to resume
             loaders mid-epoch).
         log_with: ``"csv"``, ``"tensorboard"``, ``"mlflow"``, ``"wandb"``, ``"all"`` (every installed one), a
             fabricx logger, or a list of them.
         dynamo_backend: ``torch.compile`` every prepared model with this backend (``"inductor"``, ...).
-        dynamo_plugin: a :class:`TorchDynamoPlugin` (backend, mode, fullgraph, dynamic, options, regional).
+        dynamo_plugin: a `TorchDynamoPlugin` (backend, mode, fullgraph, dynamic, options, regional).
         project_dir: shortcut for ``ProjectConfiguration(project_dir=...)``.
-        device_placement: move prepared models and batches to :attr:`device`.
+        device_placement: move prepared models and batches to `device`.
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps, once per
             process (Accelerate's convention for schedules counted in single-process batches).
-        split_batches, even_batches: shortcuts for the :class:`DataLoaderConfiguration` fields.
-        gradient_accumulation_plugin: a :class:`GradientAccumulationPlugin` (``num_steps``,
+        split_batches, even_batches: shortcuts for the `DataLoaderConfiguration` fields.
+        gradient_accumulation_plugin: a `GradientAccumulationPlugin` (``num_steps``,
             ``sync_each_batch``, ``adjust_scheduler``, ``sync_with_dataloader``).
         rng_types: accepted for compatibility; every random generator is checkpointed.
         kwargs_handlers: a ``DistributedDataParallelKwargs`` (DDP options and communication hook, under
-            several processes) and/or a ``ProfileKwargs`` (for :meth:`profile`), fabricx's or Accelerate's.
+            several processes) and/or a ``ProfileKwargs`` (for `profile()`), fabricx's or Accelerate's.
         strategy: a fabricx strategy (``"ddp"``, ``"fsdp"``, ``"deepspeed"`` or a strategy object),
             the fabricx flag that replaces Accelerate's plugin objects.
         exact_window_scaling: divide the losses of an epoch's last, shorter accumulation window by
@@ -226,8 +231,8 @@ class Accelerator(StateMixin, CollectivesMixin):
             divided by ``gradient_accumulation_steps``, as Accelerate does, so the adapter gives
             Accelerate's numbers. ``FABRICX_ACCELERATE_EXACT_WINDOW_SCALING=1`` in the environment sets it too.
 
-    Example::
-
+    Example:
+        ```python
         accelerator = Accelerator(gradient_accumulation_steps=2, mixed_precision="bf16")
         model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
         for inputs, targets in loader:
@@ -237,6 +242,7 @@ class Accelerator(StateMixin, CollectivesMixin):
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
+        ```
     """
 
     def __init__(
@@ -353,7 +359,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         self.state.mixed_precision = self.mixed_precision
         self.flag_tensor: Tensor | None = None
         self._accumulate_depth = 0
-        #: Micro-batches counted by :meth:`accumulate` since the last loader end (Accelerate's ``step``).
+        #: Micro-batches counted by `accumulate()` since the last loader end (Accelerate's ``step``).
         self.step = 0
         self._step_was_skipped = False
         self._log_with = normalize_log_with(log_with)
@@ -363,7 +369,7 @@ class Accelerator(StateMixin, CollectivesMixin):
     # -- where and how many ------------------------------------------------------------------------
     @property
     def fabric(self) -> Fabric:
-        """The :class:`fabricx.Fabric` doing the work."""
+        """The `fabricx.Fabric` doing the work."""
         return self._fabric
 
     @property
@@ -421,9 +427,10 @@ class Accelerator(StateMixin, CollectivesMixin):
         """Micro-batches per optimizer step; settable, e.g. inside ``find_executable_batch_size`` to keep
         the total batch size when the per-step one shrinks.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.gradient_accumulation_steps = observed_batch_size // batch_size
+            ```
         """
         return self._fabric.grad_accum_steps
 
@@ -464,9 +471,10 @@ class Accelerator(StateMixin, CollectivesMixin):
         """Prepare models, optimizers, data loaders and LR schedulers, in any order; they come back in
         the same order (one object alone when one was given). Anything else passes through unchanged.
 
-        Example::
-
+        Example:
+            ```python
             model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+            ```
         """
         if device_placement is not None and len(device_placement) != len(args):
             raise ValueError(
@@ -489,38 +497,42 @@ class Accelerator(StateMixin, CollectivesMixin):
     def prepare_model(
         self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
     ) -> Any:
-        """Prepare one model (see :meth:`prepare`).
+        """Prepare one model (see `prepare()`).
 
-        Example::
-
+        Example:
+            ```python
             model = accelerator.prepare_model(model)
+            ```
         """
         return self.prepare(model, device_placement=[device_placement])
 
     def prepare_optimizer(self, optimizer: Optimizer, device_placement: bool | None = None) -> Any:
-        """Prepare one optimizer (see :meth:`prepare`).
+        """Prepare one optimizer (see `prepare()`).
 
-        Example::
-
+        Example:
+            ```python
             optimizer = accelerator.prepare_optimizer(optimizer)
+            ```
         """
         return self.prepare(optimizer, device_placement=[device_placement])
 
     def prepare_scheduler(self, scheduler: Any) -> Any:
-        """Prepare one LR scheduler (see :meth:`prepare`).
+        """Prepare one LR scheduler (see `prepare()`).
 
-        Example::
-
+        Example:
+            ```python
             scheduler = accelerator.prepare_scheduler(scheduler)
+            ```
         """
         return self.prepare(scheduler)
 
     def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None) -> Any:
-        """Prepare one data loader (see :meth:`prepare`).
+        """Prepare one data loader (see `prepare()`).
 
-        Example::
-
+        Example:
+            ```python
             loader = accelerator.prepare_data_loader(loader)
+            ```
         """
         return self.prepare(data_loader, device_placement=[device_placement])
 
@@ -631,11 +643,12 @@ class Accelerator(StateMixin, CollectivesMixin):
         """Backward through the precision and strategy (loss scaling, gradient sync).
 
         The loss is divided by ``gradient_accumulation_steps``, as Accelerate does (with
-        ``exact_window_scaling=True``, inside :meth:`accumulate`, by the real length of the current window).
+        ``exact_window_scaling=True``, inside `accumulate()`, by the real length of the current window).
 
-        Example::
-
+        Example:
+            ```python
             accelerator.backward(loss)
+            ```
         """
         steps = self.gradient_accumulation_steps
         if steps > 1 and (self._accumulate_depth == 0 or not self._exact_window_scaling):
@@ -653,12 +666,13 @@ class Accelerator(StateMixin, CollectivesMixin):
         """One micro-batch of gradient accumulation: off a window boundary gradients are not synced and
         prepared optimizers/schedulers do nothing on ``step()``/``zero_grad()``.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.accumulate(model):
                 accelerator.backward(loss_fn(model(x), y))
                 optimizer.step()
                 optimizer.zero_grad()
+            ```
         """
         models = models or tuple(self._models[:1])
         if not models:
@@ -715,12 +729,13 @@ class Accelerator(StateMixin, CollectivesMixin):
     @contextlib.contextmanager
     def trigger_sync_in_backward(self, model: nn.Module) -> Generator[None, None, None]:
         """Make the next ``backward`` synchronise gradients even though the forward ran under
-        :meth:`no_sync` (several forwards, then several backwards, syncing on the last).
+        `no_sync()` (several forwards, then several backwards, syncing on the last).
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.trigger_sync_in_backward(model):
                 accelerator.backward(last_loss)
+            ```
         """
         ddp = ddp_of(model)
         if ddp is None:
@@ -740,10 +755,11 @@ class Accelerator(StateMixin, CollectivesMixin):
         """Let processes with fewer batches finish early without hanging the others' gradient syncs
         (with ``even_batches=False``); ``even_batches`` overrides the prepared loaders' setting inside.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.join_uneven_inputs([model], even_batches=False):
                 for batch in loader: ...
+            ```
         """
         if self.state.distributed_type not in _MULTI_PROCESS_TYPES:
             warnings.warn(
@@ -781,20 +797,22 @@ class Accelerator(StateMixin, CollectivesMixin):
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
         """Skip gradient synchronisation in ``backward`` inside the block.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.no_sync(model):
                 accelerator.backward(loss)
+            ```
         """
         return self._fabric.no_backward_sync(model)
 
     def unscale_gradients(self, optimizer: Optimizer | list[Optimizer] | None = None) -> None:
         """Divide fp16 gradients by the loss scale now (before inspecting or clipping them).
 
-        Example::
-
+        Example:
+            ```python
             accelerator.unscale_gradients()
             grad_norm = torch.linalg.vector_norm(model.weight.grad)
+            ```
         """
         if optimizer is None:
             targets: list[Any] = list(self._optimizers)
@@ -811,19 +829,21 @@ class Accelerator(StateMixin, CollectivesMixin):
         Off an accumulation boundary the gradients are still incomplete: nothing is clipped and ``None``
         is returned.
 
-        Example::
-
+        Example:
+            ```python
             if accelerator.sync_gradients:
                 accelerator.clip_grad_norm_(model.parameters(), 1.0)
+            ```
         """
         return self._clip(parameters, max_norm=max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[Tensor] | Tensor, clip_value: float) -> None:
         """Clip every gradient element to ``[-clip_value, clip_value]`` (after unscaling fp16 gradients).
 
-        Example::
-
+        Example:
+            ```python
             accelerator.clip_grad_value_(model.parameters(), 0.5)
+            ```
         """
         self._clip(parameters, clip_val=clip_value)
 
@@ -851,21 +871,23 @@ class Accelerator(StateMixin, CollectivesMixin):
         ``kwargs_handlers``, else the defaults); with ``output_trace_dir`` every process writes
         ``profile_<process_index>.json`` there (a Chrome trace) when the block ends.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.profile() as prof:
                 train_step()
             print(prof.key_averages().table())
+            ```
         """
         return profile_context(self, profile_handler or self.profile_handler or ProfileKwargs())
 
     def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
         """The mixed-precision context for computation outside the model's ``forward``.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.autocast():
                 loss = complex_loss_function(outputs, target)
+            ```
         """
         return self._fabric.autocast()
 
@@ -874,9 +896,10 @@ class Accelerator(StateMixin, CollectivesMixin):
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` once per machine (on the local main process).
 
-        Example::
-
+        Example:
+            ```python
             accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
+            ```
         """
         if self.is_local_main_process:
             print(*args, **kwargs)
@@ -885,10 +908,11 @@ class Accelerator(StateMixin, CollectivesMixin):
     def main_process_first(self) -> Generator[None, None, None]:
         """Run the block on the main process first, then on the others.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.main_process_first():
                 dataset = load_and_cache(...)
+            ```
         """
         with self._fabric.rank_zero_first():
             yield
@@ -897,10 +921,11 @@ class Accelerator(StateMixin, CollectivesMixin):
     def local_main_process_first(self) -> Generator[None, None, None]:
         """Run the block on each machine's main process first, then on the others.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.local_main_process_first():
                 dataset = load_and_cache(...)
+            ```
         """
         with self._fabric.rank_zero_first(local=True):
             yield
@@ -908,10 +933,11 @@ class Accelerator(StateMixin, CollectivesMixin):
     def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on the main process only.
 
-        Example::
-
+        Example:
+            ```python
             @accelerator.on_main_process
             def report(text): print(text)
+            ```
         """
 
         @functools.wraps(function)
@@ -923,10 +949,11 @@ class Accelerator(StateMixin, CollectivesMixin):
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on each machine's main process only.
 
-        Example::
-
+        Example:
+            ```python
             @accelerator.on_local_main_process
             def report(text): print(text)
+            ```
         """
 
         @functools.wraps(function)
@@ -938,19 +965,21 @@ class Accelerator(StateMixin, CollectivesMixin):
     def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on the last process only.
 
-        Example::
-
+        Example:
+            ```python
             @accelerator.on_last_process
             def report(text): print(text)
+            ```
         """
         return self.state._only_on(self.is_last_process, function)
 
     def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
         """Decorator: run ``function`` on process ``process_index`` only.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.on_process(print, process_index=1)("only on process 1")
+            ```
         """
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
@@ -961,34 +990,37 @@ class Accelerator(StateMixin, CollectivesMixin):
     ) -> Any:
         """Decorator: run ``function`` on local process ``local_process_index`` of each machine only.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.on_local_process(print, local_process_index=0)("once per machine")
+            ```
         """
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
         return self.state._only_on(self.local_process_index == local_process_index, function)
 
     def set_trigger(self) -> None:
-        """Raise a flag on this process that :meth:`check_trigger` sees on every process (e.g. to stop early).
+        """Raise a flag on this process that `check_trigger()` sees on every process (e.g. to stop early).
 
-        Example::
-
+        Example:
+            ```python
             if loss.isnan():
                 accelerator.set_trigger()
             if accelerator.check_trigger():
                 break
+            ```
         """
         self.flag_tensor = torch.tensor(1, device=self.device)
 
     def check_trigger(self) -> bool:
-        """Whether any process called :meth:`set_trigger` since the last check (every process must call
+        """Whether any process called `set_trigger()` since the last check (every process must call
         it; the flag is lowered again).
 
-        Example::
-
+        Example:
+            ```python
             if accelerator.check_trigger():
                 break
+            ```
         """
         if self.flag_tensor is None:
             self.flag_tensor = torch.tensor(0, device=self.device)
@@ -1004,9 +1036,10 @@ class Accelerator(StateMixin, CollectivesMixin):
     ) -> None:
         """Create the ``log_with`` trackers (on the main process) and record ``config`` as hyperparameters.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.init_trackers("my_project", config={"lr": 1e-3})
+            ```
         """
         if not self.is_main_process:
             return
@@ -1019,9 +1052,10 @@ class Accelerator(StateMixin, CollectivesMixin):
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
         """The tracker created for ``name`` (``"csv"``, ``"tensorboard"``).
 
-        Example::
-
+        Example:
+            ```python
             accelerator.get_tracker("tensorboard").log_metrics({"loss": 0.1}, step=1)
+            ```
         """
         for tracker_name, tracker in zip(self._tracker_names, self.trackers, strict=True):
             if tracker_name == name:
@@ -1031,9 +1065,10 @@ class Accelerator(StateMixin, CollectivesMixin):
     def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None) -> None:
         """Log metrics to every tracker (main process only).
 
-        Example::
-
+        Example:
+            ```python
             accelerator.log({"train_loss": loss.item()}, step=step)
+            ```
         """
         if not self.is_main_process:
             return
@@ -1043,9 +1078,10 @@ class Accelerator(StateMixin, CollectivesMixin):
     def end_training(self) -> None:
         """Finish and close the trackers and release the process group; every process must call it last.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.end_training()
+            ```
         """
         for tracker in self.trackers:
             tracker.finalize("success")
@@ -1059,9 +1095,10 @@ class Accelerator(StateMixin, CollectivesMixin):
     def free_memory(self, *objects: Any) -> list[Any]:
         """Forget prepared objects (and collect garbage); returns ``objects`` as ``None`` placeholders.
 
-        Example::
-
+        Example:
+            ```python
             model, optimizer = accelerator.free_memory(model, optimizer)
+            ```
         """
         self._models.clear()
         self._optimizers.clear()

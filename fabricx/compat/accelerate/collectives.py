@@ -29,9 +29,10 @@ class CollectivesMixin:
     def gather(self, tensor: Any) -> Any:
         """Concatenate tensors (or nested collections of them) from every process along the first dimension.
 
-        Example::
-
+        Example:
+            ```python
             all_predictions = accelerator.gather(predictions)
+            ```
         """
         if self.num_processes == 1:
             return tensor
@@ -46,12 +47,13 @@ class CollectivesMixin:
         return gathered.reshape(-1, *tensor.shape[1:])
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather like :meth:`gather`, then, on the last batch of the prepared loader being read, drop
+        """Gather like `gather()`, then, on the last batch of the prepared loader being read, drop
         the samples that were repeated to even out the last round, so metrics see every sample once.
 
-        Example::
-
+        Example:
+            ```python
             predictions, references = accelerator.gather_for_metrics((predictions, batch["labels"]))
+            ```
         """
         use_gather_object = use_gather_object or not _only_tensors(input_data)
         data = self._gather_object(input_data) if use_gather_object else self.gather(input_data)
@@ -75,9 +77,10 @@ class CollectivesMixin:
         """Combine tensors over every process: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``;
         ``"none"`` returns them unchanged.
 
-        Example::
-
+        Example:
+            ```python
             total = accelerator.reduce(correct, reduction="sum")
+            ```
         """
         from fabricx.compat.accelerate.ops import reduce
 
@@ -86,9 +89,10 @@ class CollectivesMixin:
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
         """Pad tensors along ``dim`` to the largest size any process has, so they can be gathered.
 
-        Example::
-
+        Example:
+            ```python
             tokens = accelerator.gather(accelerator.pad_across_processes(tokens, dim=1, pad_index=0))
+            ```
         """
 
         def pad(t: Tensor) -> Tensor:
@@ -111,9 +115,10 @@ class CollectivesMixin:
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Generator[Any, None, None]:
         """Give each process its contiguous part of a list, tuple, tensor or dict of them.
 
-        Example::
-
+        Example:
+            ```python
             with accelerator.split_between_processes(["a", "b", "c"]) as mine: ...
+            ```
         """
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
@@ -131,9 +136,10 @@ def _only_tensors(data: Any) -> bool:
 def split_for_process(inputs: Any, parts: int, index: int, apply_padding: bool = False) -> Any:
     """Process ``index``'s contiguous part (of ``parts``) of a list, tuple, tensor, dataset or dict of them.
 
-    Example::
-
+    Example:
+        ```python
         split_for_process([1, 2, 3], parts=2, index=1)  # [3]
+        ```
     """
     if isinstance(inputs, dict):
         return {key: split_for_process(value, parts, index, apply_padding) for key, value in inputs.items()}

@@ -26,7 +26,7 @@ _PRECISIONS: dict[str, PrecisionName] = {"no": "32-true", "fp16": "16-mixed", "b
 
 @dataclass
 class ProjectConfiguration:
-    """Where an :class:`~fabricx.compat.accelerate.Accelerator` writes checkpoints and logs.
+    """Where an `fabricx.compat.accelerate.Accelerator` writes checkpoints and logs.
 
     Args:
         project_dir: Folder of the project; checkpoints go to ``project_dir/checkpoints/checkpoint_{n}``
@@ -41,10 +41,11 @@ class ProjectConfiguration:
         save_on_each_node: Accepted for compatibility; every process writes its own part of a checkpoint
             into the same folder (a file system shared by all nodes is assumed).
 
-    Example::
-
+    Example:
+        ```python
         config = ProjectConfiguration("runs/exp1", automatic_checkpoint_naming=True, total_limit=3)
         accelerator = Accelerator(project_config=config)
+        ```
     """
 
     project_dir: str | os.PathLike[str] | None = None
@@ -65,9 +66,10 @@ class ProjectConfiguration:
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
         """Set ``project_dir`` (and ``logging_dir`` when it was not chosen separately).
 
-        Example::
-
+        Example:
+            ```python
             config.set_directories("runs/exp2")
+            ```
         """
         if self.logging_dir is None or self.logging_dir == self.project_dir:
             self.logging_dir = project_dir
@@ -76,13 +78,13 @@ class ProjectConfiguration:
 
 @dataclass
 class DataLoaderConfiguration:
-    """How an :class:`~fabricx.compat.accelerate.Accelerator` prepares data loaders.
+    """How an `fabricx.compat.accelerate.Accelerator` prepares data loaders.
 
     Args:
         use_stateful_dataloader: ``save_state()``/``load_state()`` also store and restore each prepared
             loader's exact position (epoch, batch, shuffle order), so a resumed run continues mid-epoch
             with the next unseen batch. Without it loaders restart their epoch after ``load_state()``
-            (use :meth:`Accelerator.skip_first_batches` then, as with Accelerate).
+            (use `Accelerator.skip_first_batches()` then, as with Accelerate).
         split_batches: Cut every batch of the loader into one equal part per process (the batch size
             is then the total over all processes) instead of giving each process whole batches.
         dispatch_batches: Let the main process read the batches and send each process its part
@@ -95,9 +97,10 @@ class DataLoaderConfiguration:
         data_seed: The seed of ``use_seedable_sampler``.
         non_blocking: Copy batches to the GPU without waiting (with ``pin_memory=True``).
 
-    Example::
-
+    Example:
+        ```python
         Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
+        ```
     """
 
     split_batches: bool = False
@@ -112,7 +115,7 @@ class DataLoaderConfiguration:
 
 @dataclass
 class GradientAccumulationPlugin:
-    """How an :class:`~fabricx.compat.accelerate.Accelerator` accumulates gradients.
+    """How an `fabricx.compat.accelerate.Accelerator` accumulates gradients.
 
     Args:
         num_steps: micro-batches per optimizer step.
@@ -123,9 +126,10 @@ class GradientAccumulationPlugin:
         sync_each_batch: synchronise gradients on every micro-batch (less memory under FSDP, more
             communication); the optimizer still steps once per window.
 
-    Example::
-
+    Example:
+        ```python
         Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=4, sync_each_batch=True))
+        ```
     """
 
     num_steps: int | None = None
@@ -143,9 +147,10 @@ class GradientAccumulationPlugin:
 class DistributedType(str, enum.Enum):
     """What kind of distributed run this is (compare with ``accelerator.distributed_type``).
 
-    Example::
-
+    Example:
+        ```python
         if accelerator.distributed_type == DistributedType.MULTI_GPU: ...
+        ```
     """
 
     NO = "NO"
@@ -170,9 +175,10 @@ def fabric_precision(mixed_precision: str | None) -> PrecisionName | None:
     """The fabricx ``precision=`` flag for Accelerate's ``mixed_precision`` (``None`` leaves it to the
     environment: ``ACCELERATE_MIXED_PRECISION``, ``fabricx run --precision``, else full precision).
 
-    Example::
-
+    Example:
+        ```python
         fabric_precision("bf16")  # "bf16-mixed"
+        ```
     """
     if mixed_precision is None:
         mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION")

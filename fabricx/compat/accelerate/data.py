@@ -32,9 +32,10 @@ class GradientState:
     """What Accelerate's ``accelerator.gradient_state`` tells a loop: the loader being read (innermost
     last), whether its last batch was handed out, and how many real samples the last round holds.
 
-    Example::
-
+    Example:
+        ```python
         if accelerator.gradient_state.end_of_dataloader: ...
+        ```
     """
 
     def __init__(self, num_steps: int = 1, adjust_scheduler: bool = True, sync_with_dataloader: bool = True) -> None:
@@ -75,7 +76,7 @@ class GradientState:
 
 @dataclass
 class LoaderOptions:
-    """How :class:`AcceleratedDataLoader` shares a loader between processes (Accelerate's options)."""
+    """How `AcceleratedDataLoader` shares a loader between processes (Accelerate's options)."""
 
     num_processes: int = 1
     process_index: int = 0
@@ -174,10 +175,11 @@ class AcceleratedDataLoader:
       read whole by the main process and its batches sent to the others (``dispatch_batches``, the
       default for them) or read by every process, each keeping its slice.
 
-    Example::
-
+    Example:
+        ```python
         loader = accelerator.prepare(DataLoader(dataset, batch_size=8, shuffle=True))
         for inputs, targets in loader: ...
+        ```
     """
 
     def __init__(self, loader: DataLoader, options: LoaderOptions, gradient_state: GradientState) -> None:
@@ -534,7 +536,7 @@ class AcceleratedDataLoader:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: the next ``iter()`` continues with the next unseen batch."""
+        """Restore a `state_dict()`: the next ``iter()`` continues with the next unseen batch."""
         if state_dict.get("version") != _STATE_VERSION:
             raise FabricxError(
                 f"This is not an Accelerate-adapter loader state (keys: {sorted(state_dict)}). Pass what the "
@@ -657,9 +659,10 @@ class SkipBatchesLoader:
     The skipped batches count as read, so gradient-accumulation windows and the saved position are
     those of an uninterrupted epoch.
 
-    Example::
-
+    Example:
+        ```python
         for batch in accelerator.skip_first_batches(loader, 3): ...
+        ```
     """
 
     def __init__(self, loader: Any, num_batches: int) -> None:

@@ -18,9 +18,10 @@ class TorchDynamoPlugin:
 
     ``use_regional_compilation=True`` compiles each repeated block instead of the whole model.
 
-    Example::
-
+    Example:
+        ```python
         accelerator = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor", mode="reduce-overhead"))
+        ```
     """
 
     backend: Any = "inductor"
@@ -35,11 +36,12 @@ class TorchDynamoPlugin:
 
 def compile_option(dynamo_backend: Any = None, dynamo_plugin: Any = None) -> CompileOption:
     """The ``Fabric(compile=...)`` value for Accelerate's ``dynamo_backend`` string (or ``DynamoBackend``)
-    and ``dynamo_plugin`` (this module's :class:`TorchDynamoPlugin` or Accelerate's own).
+    and ``dynamo_plugin`` (this module's `TorchDynamoPlugin` or Accelerate's own).
 
-    Example::
-
+    Example:
+        ```python
         compile_option("inductor")  # {"backend": "inductor"}
+        ```
     """
     if dynamo_plugin is not None and dynamo_backend is not None:
         raise ValueError("Give either dynamo_backend or dynamo_plugin, not both; the plugin holds a backend too.")

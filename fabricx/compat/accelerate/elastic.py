@@ -24,9 +24,10 @@ __all__ = ["ListedBatches", "consumed_samples", "rank_batches_of_the_rest", "res
 class ListedBatches:
     """Batches given as a list, with a batch sampler's ``batch_size`` and ``drop_last``.
 
-    Example::
-
+    Example:
+        ```python
         list(ListedBatches([[0, 1], [2]], batch_size=2, drop_last=False))  # [[0, 1], [2]]
+        ```
     """
 
     def __init__(self, batches: list[list[int]], batch_size: int, drop_last: bool) -> None:
@@ -46,9 +47,10 @@ def resizable_batch_sampler(batch_sampler: Any) -> BatchSampler | None:
     batches are consecutive runs of its sampler's order, so a position in samples is meaningful);
     ``None`` otherwise.
 
-    Example::
-
+    Example:
+        ```python
         resizable_batch_sampler(BatchShard(BatchSampler(range(8), 2, False), 2, 0))  # the BatchSampler
+        ```
     """
     inner = batch_sampler.batch_sampler if isinstance(batch_sampler, BatchShard) else batch_sampler
     return inner if type(inner) is BatchSampler else None
@@ -57,9 +59,10 @@ def resizable_batch_sampler(batch_sampler: Any) -> BatchSampler | None:
 def consumed_samples(steps: int, batch_size: int, num_processes: int, split_batches: bool, length: int) -> int:
     """Samples of the pass's order consumed after ``steps`` steps of every process.
 
-    Example::
-
+    Example:
+        ```python
         consumed_samples(3, batch_size=4, num_processes=2, split_batches=False, length=100)  # 24
+        ```
     """
     per_step = batch_size if split_batches else batch_size * num_processes
     return min(steps * per_step, length)
@@ -79,9 +82,10 @@ def rank_batches_of_the_rest(
     ``BatchSampler`` would, then dealt in turn (or split) as Accelerate does; the last round is
     completed from the start of the pass (``order``), as an uninterrupted pass completes it.
 
-    Example::
-
+    Example:
+        ```python
         rank_batches_of_the_rest(list(range(10)), 6, 2, False, 3, 2, False, True)  # [[0, 1]]
+        ```
     """
     rest = order[consumed:]
     batches = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]

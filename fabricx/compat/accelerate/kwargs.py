@@ -33,9 +33,10 @@ PROFILE_PATTERN_NAME = "profile_{suffix}.json"
 class DDPCommunicationHookType(str, enum.Enum):
     """The DDP communication hooks Accelerate names (``DistributedDataParallelKwargs(comm_hook=...)``).
 
-    Example::
-
+    Example:
+        ```python
         DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.POWER_SGD)
+        ```
     """
 
     NO = "no"
@@ -51,10 +52,11 @@ class DistributedDataParallelKwargs:
     communication hook (``comm_hook``, optionally wrapped by ``comm_wrapper`` fp16/bf16 compression;
     ``comm_state_option`` are PowerSGD's state options).
 
-    Example::
-
+    Example:
+        ```python
         handler = DistributedDataParallelKwargs(find_unused_parameters=True, comm_hook="fp16")
         accelerator = Accelerator(kwargs_handlers=[handler])
+        ```
     """
 
     dim: int = 0
@@ -116,15 +118,16 @@ def comm_hook_options(handler: Any) -> dict[str, Any]:
 
 @dataclass
 class ProfileKwargs:
-    """What :meth:`Accelerator.profile` records: ``torch.profiler.profile`` options, a ``schedule_option``
+    """What `Accelerator.profile()` records: ``torch.profiler.profile`` options, a ``schedule_option``
     dict for ``torch.profiler.schedule``, and ``output_trace_dir`` for a Chrome trace per process
     (``profile_<process_index>.json``).
 
-    Example::
-
+    Example:
+        ```python
         accelerator = Accelerator(kwargs_handlers=[ProfileKwargs(output_trace_dir="traces")])
         with accelerator.profile() as prof:
             train_step()
+        ```
     """
 
     activities: list[str] | None = None
@@ -143,7 +146,7 @@ class ProfileKwargs:
 
 
 def build_profiler(handler: Any) -> torch.profiler.profile:
-    """A ``torch.profiler.profile`` from a :class:`ProfileKwargs` (or Accelerate's)."""
+    """A ``torch.profiler.profile`` from a `ProfileKwargs` (or Accelerate's)."""
     known = {"cpu": torch.profiler.ProfilerActivity.CPU, "cuda": torch.profiler.ProfilerActivity.CUDA}
     activities = None
     if handler.activities is not None:
@@ -181,16 +184,17 @@ def profile_context(accelerator: Accelerator, handler: Any) -> Generator[torch.p
 
 class LocalSGD:
     """Local SGD: inside the block each process trains on its own (no gradient sync), and every
-    ``local_sgd_steps`` calls of :meth:`step` (and on leaving) the parameters are averaged over the
+    ``local_sgd_steps`` calls of `step()` (and on leaving) the parameters are averaged over the
     processes. Does nothing in one process or with ``enabled=False``.
 
-    Example::
-
+    Example:
+        ```python
         with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=8) as local_sgd:
             for batch in loader:
                 ...
                 optimizer.step()
                 local_sgd.step()
+        ```
     """
 
     def __init__(self, accelerator: Accelerator, model: nn.Module, local_sgd_steps: int, enabled: bool = True) -> None:

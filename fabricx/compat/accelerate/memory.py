@@ -27,9 +27,10 @@ def should_reduce_batch_size(exception: BaseException) -> bool:
     """Whether ``exception`` says the device ran out of memory (a ``RuntimeError`` with one of the
     out-of-memory messages).
 
-    Example::
-
+    Example:
+        ```python
         should_reduce_batch_size(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))  # True
+        ```
     """
     if not isinstance(exception, RuntimeError) or len(exception.args) != 1:
         return False
@@ -55,14 +56,15 @@ def find_executable_batch_size(
     it runs out of memory; other errors propagate. The size reached is kept for later calls; at 0 a
     ``RuntimeError`` is raised. Call the decorated function without the batch size.
 
-    Example::
-
+    Example:
+        ```python
         @find_executable_batch_size(starting_batch_size=64)
         def train(batch_size, model):
             accelerator.gradient_accumulation_steps = max(1, 64 // batch_size)
             ...
 
         train(model)
+        ```
     """
     if function is None:
         return functools.partial(

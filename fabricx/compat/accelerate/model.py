@@ -20,11 +20,12 @@ __all__ = ["answer_as_prepared", "ddp_of"]
 def ddp_of(model: Any) -> DistributedDataParallel | None:
     """The ``DistributedDataParallel`` behind a prepared model (``None`` when there is none).
 
-    Example::
-
+    Example:
+        ```python
         ddp = ddp_of(model)
         if ddp is not None:
             ddp.register_comm_hook(state, hook)
+        ```
     """
     inner = model.__dict__.get("_forward_call", model) if isinstance(model, FabricModule) else model
     inner = getattr(inner, "_orig_mod", inner)  # under torch.compile
@@ -67,11 +68,12 @@ def answer_as_prepared(model: nn.Module) -> nn.Module:
     ``require_backward_grad_sync``, ``device_ids``, ``register_comm_hook``...); otherwise what the
     user's module answers (no ``module`` of its own).
 
-    Example::
-
+    Example:
+        ```python
         model = answer_as_prepared(fabric.setup_module(net))
         with model.no_sync():  # under DDP
             loss.backward()
+        ```
     """
     if not isinstance(model, FabricModule) or "_fabricx_accelerate_view" in model.__dict__:
         return model

@@ -1,12 +1,13 @@
 """Accelerate's collective functions (``accelerate.utils.gather`` and friends) over torch.distributed.
 
 With ``PartialState().debug = True`` (or ``ACCELERATE_DEBUG_MODE=1``) every call first checks that all
-processes passed tensors of the same shape and raises :class:`DistributedOperationException` if not.
+processes passed tensors of the same shape and raises `DistributedOperationException` if not.
 
-Example::
-
+Example:
+    ```python
     from fabricx.compat.accelerate.ops import gather
     everything = gather(torch.tensor([rank]))
+    ```
 """
 
 from __future__ import annotations
@@ -171,9 +172,10 @@ _OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceO
 def reduce(tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """Combine tensors over every process: ``"sum"``, ``"mean"``, ``"max"``, ``"min"`` (``"none"``: unchanged).
 
-    Example::
-
+    Example:
+        ```python
         largest = reduce(torch.tensor([loss]), "max")
+        ```
     """
     if reduction not in (*_OPS, "none"):
         raise ValueError(f"reduction={reduction!r}; allowed are 'sum', 'mean', 'max', 'min', 'none'.")
@@ -198,7 +200,7 @@ def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | No
 
 
 def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = None) -> None:
-    """One of :func:`synchronize_rng_states`'s kinds."""
+    """One of `synchronize_rng_states()`'s kinds."""
     if not _distributed():
         return
     kind = str(getattr(rng_type, "value", rng_type)).lower()

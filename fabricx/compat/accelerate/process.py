@@ -65,10 +65,11 @@ class PartialState:
 
     Created alone it starts the process group (as the Accelerator does); ``accelerator.state`` is one.
 
-    Example::
-
+    Example:
+        ```python
         state = PartialState()
         state.print(f"{state.num_processes} processes")
+        ```
     """
 
     _shared: dict[str, Any] = {}
@@ -204,11 +205,12 @@ class PartialState:
 
 
 class AcceleratorState(PartialState):
-    """:class:`PartialState` plus the Accelerator's settings (``mixed_precision``).
+    """`PartialState` plus the Accelerator's settings (``mixed_precision``).
 
-    Example::
-
+    Example:
+        ```python
         AcceleratorState().mixed_precision  # "no"
+        ```
     """
 
     _shared: dict[str, Any] = {}

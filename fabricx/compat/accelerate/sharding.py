@@ -16,9 +16,10 @@ __all__ = ["BatchShard", "IterableShard", "SeedableRandomSampler", "loader_sampl
 def loader_sampler(loader: DataLoader) -> Sampler | None:
     """The index sampler behind a loader's batches (``None`` for a custom batch sampler without one).
 
-    Example::
-
+    Example:
+        ```python
         loader_sampler(DataLoader(range(8), batch_size=4, shuffle=True))  # its RandomSampler
+        ```
     """
     holder = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
     return getattr(holder, "sampler", None)
@@ -31,10 +32,11 @@ class SeedableRandomSampler(RandomSampler):
 
     ``data_seed`` defaults to torch's initial seed (what ``set_seed``/``manual_seed`` last set).
 
-    Example::
-
+    Example:
+        ```python
         sampler = SeedableRandomSampler(range(10), data_seed=42)
         list(sampler) == list(sampler)  # False: the second pass is epoch 1
+        ```
     """
 
     def __init__(self, *args: Any, data_seed: int | None = None, **kwargs: Any) -> None:
@@ -63,10 +65,11 @@ class BatchShard(BatchSampler):
     (and not ``drop_last``) the last round is completed with samples from the start of the epoch so
     every process gets the same number of full batches; without it the last round is left short.
 
-    Example::
-
+    Example:
+        ```python
         shard = BatchShard(BatchSampler(range(10), 2, False), num_processes=2, process_index=1)
         list(shard)  # [[2, 3], [6, 7], [0, 1]]
+        ```
     """
 
     def __init__(
@@ -202,9 +205,10 @@ class IterableShard(IterableDataset):
     ``split_batches``); each process keeps its contiguous slice of every round. Unless ``drop_last``,
     a short last round is completed with samples from the first one.
 
-    Example::
-
+    Example:
+        ```python
         list(IterableShard(range(8), batch_size=2, num_processes=2, process_index=1))  # [2, 3, 6, 7]
+        ```
     """
 
     def __init__(

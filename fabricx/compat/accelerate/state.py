@@ -1,5 +1,5 @@
 """Saving and loading for the Accelerate adapter: weights export, ``save``, and ``save_state``/``load_state``
-with automatic checkpoint names over :class:`fabricx.Fabric` checkpoints."""
+with automatic checkpoint names over `fabricx.Fabric` checkpoints."""
 
 from __future__ import annotations
 
@@ -50,9 +50,10 @@ class StateMixin:
     def wait_for_everyone(self) -> None:
         """Wait until every process gets here.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.wait_for_everyone()
+            ```
         """
         self._fabric.barrier()
 
@@ -61,18 +62,20 @@ class StateMixin:
     ) -> nn.Module:
         """The user's own module behind a prepared model.
 
-        Example::
-
+        Example:
+            ```python
             unwrapped_model = accelerator.unwrap_model(model)
+            ```
         """
         return unwrap(model)
 
     def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """The model's full state dict (gathered from every process where the strategy shards it).
 
-        Example::
-
+        Example:
+            ```python
             state = accelerator.get_state_dict(model)
+            ```
         """
         return self._fabric.strategy.get_module_state_dict(_user_module(model))
 
@@ -88,10 +91,11 @@ class StateMixin:
         than ``max_shard_size``, an int of bytes or a string like ``"5GB"``); with
         ``safe_serialization=False``, ``pytorch_model.bin`` (sharded likewise). Every process must call it.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.wait_for_everyone()
             accelerator.save_model(model, "export/", max_shard_size="1GB")
+            ```
         """
         state_dict = self.get_state_dict(model)
         if self.is_main_process:
@@ -102,9 +106,10 @@ class StateMixin:
         """Write ``obj`` to ``f`` on the main process only (``torch.save``; a safetensors file with
         ``safe_serialization=True``). Usable as transformers' ``save_function``.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.save(unwrapped_model.state_dict(), "weights.pt")
+            ```
         """
         if self.is_main_process:
             save_object(obj, f, safe_serialization=safe_serialization)
@@ -112,11 +117,12 @@ class StateMixin:
     # -- checkpoints -----------------------------------------------------------------------------------
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Also store and restore these objects (anything with ``state_dict``/``load_state_dict``) in
-        :meth:`save_state`/:meth:`load_state`, in registration order.
+        `save_state()`/`load_state()`, in registration order.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.register_for_checkpointing(my_counter)
+            ```
         """
         invalid = [
             f"#{i} ({type(obj).__name__})"
@@ -145,9 +151,10 @@ class StateMixin:
         must call it; returns the folder. ``async_save=True`` (a fabricx addition) writes it in the
         background (see ``Fabric.save``); retention then runs once it is committed.
 
-        Example::
-
+        Example:
+            ```python
             path = accelerator.save_state()
+            ```
         """
         manager = self._manager()
         if manager is not None:
@@ -177,13 +184,14 @@ class StateMixin:
         return str(path)
 
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, strict: bool = True, **kwargs: Any) -> str:
-        """Restore what :meth:`save_state` wrote, into the prepared and registered objects. Without
+        """Restore what `save_state()` wrote, into the prepared and registered objects. Without
         ``input_dir`` (automatic naming) the numerically newest complete checkpoint is loaded. Returns
         the folder loaded.
 
-        Example::
-
+        Example:
+            ```python
             accelerator.load_state()  # newest project_dir/checkpoints/checkpoint_<n>
+            ```
         """
         from fabricx.checkpoint.background import wait_for_pending_save
 
@@ -268,9 +276,10 @@ class StateMixin:
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> SkipBatchesLoader:
         """Iterate ``dataloader`` without its first ``num_batches`` batches (resuming without a stateful loader).
 
-        Example::
-
+        Example:
+            ```python
             for batch in accelerator.skip_first_batches(loader, resume_step): ...
+            ```
         """
         return SkipBatchesLoader(dataloader, num_batches)
 

@@ -29,12 +29,13 @@ class TensorBoardTracker:
     Numbers go to ``add_scalar``, strings to ``add_text``, dicts of numbers to ``add_scalars``;
     ``store_init_configuration`` records the configuration with no metric (no ``hp_metric``).
 
-    Example::
-
+    Example:
+        ```python
         tracker = TensorBoardTracker("my_project", "runs/")
         tracker.store_init_configuration({"lr": 0.1})
         tracker.log({"loss": 0.5}, step=1)
         tracker.finish()
+        ```
     """
 
     name = "tensorboard"

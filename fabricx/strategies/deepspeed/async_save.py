@@ -9,16 +9,17 @@ into a buffer, DeepSpeed's own file format, which is also the copy that lets tra
 buffers are written to their files by the background thread with the rest of the checkpoint, before the
 commit. The serialization (a memory copy of the engine's state) is what the loop waits for; the disk
 writes, fsyncs and uploads are not. Unlike a plain optimizer's state (see
-:mod:`fabricx.checkpoint.step_guard`), the engine's tensors are not copied lazily: ZeRO changes some of
+`fabricx.checkpoint.step_guard`), the engine's tensors are not copied lazily: ZeRO changes some of
 its state before it calls the wrapped torch optimizer's ``step`` (the loss scale), so a copy held back
 until that step could mix two steps.
 
-Example::
-
+Example:
+    ```python
     files = EngineFiles()
     with files.capture(engine):
         engine.save_checkpoint("ckpt.tmp/deepspeed", tag="model", save_latest=False)
     files.write()  # in the background thread
+    ```
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ __all__ = ["EngineFiles"]
 
 
 class EngineFiles:
-    """The files engines asked to write, held in memory until :meth:`write`."""
+    """The files engines asked to write, held in memory until `write()`."""
 
     def __init__(self) -> None:
         self.files: list[tuple[str, memoryview]] = []

@@ -26,9 +26,10 @@ _HALF_SECTIONS = ("fp16", "bf16")
 def load_config(config: dict[str, Any] | str | os.PathLike[str] | None) -> dict[str, Any] | None:
     """A private copy of a DeepSpeed config given as a dict or as the path of a JSON file.
 
-    Example::
-
+    Example:
+        ```python
         load_config("ds_config.json")  # {"zero_optimization": {"stage": 2}, ...}
+        ```
     """
     if config is None:
         return None
@@ -78,9 +79,10 @@ def build_config(
 ) -> dict[str, Any]:
     """A DeepSpeed config from the strategy's constructor arguments (the user gave none).
 
-    Example::
-
+    Example:
+        ```python
         build_config(stage=3, offload_optimizer=True)["zero_optimization"]["stage"]  # 3
+        ```
     """
     if stage not in (0, 1, 2, 3):
         raise MisconfigurationError(f"DeepSpeedStrategy(stage={stage!r}); ZeRO stages are 0, 1, 2 and 3.")
@@ -132,10 +134,11 @@ def apply_precision(config: dict[str, Any], precision: str, loss_scaling: dict[s
 
     ``loss_scaling`` fills a new ``fp16`` section (``loss_scale``, ``initial_scale_power``, ...).
 
-    Example::
-
+    Example:
+        ```python
         config = {}
         apply_precision(config, "bf16-mixed", {})  # config == {"bf16": {"enabled": True}}
+        ```
     """
     if precision not in PRECISION_SECTIONS:
         raise MisconfigurationError(
@@ -187,10 +190,11 @@ def apply_training_settings(
     DeepSpeed insists on a consistent ``train_batch_size = micro * accumulation * world_size``; fabricx
     owns the loop, so the micro-batch size only feeds DeepSpeed's throughput logs and defaults to 1.
 
-    Example::
-
+    Example:
+        ```python
         config = {}
         apply_training_settings(config, micro_batch_size=8, gradient_accumulation_steps=None, gradient_clipping=1.0)
+        ```
     """
     if gradient_accumulation_steps is not None:
         _set_or_check(config, "gradient_accumulation_steps", int(gradient_accumulation_steps))
@@ -219,9 +223,10 @@ def _set_or_check(config: dict[str, Any], key: str, value: Any) -> None:
 def zero_stage(config: dict[str, Any]) -> int:
     """The ZeRO stage a config asks for (0 when ZeRO is off).
 
-    Example::
-
+    Example:
+        ```python
         zero_stage({"zero_optimization": {"stage": 3}})  # 3
+        ```
     """
     zero = config.get("zero_optimization")
     if isinstance(zero, dict):

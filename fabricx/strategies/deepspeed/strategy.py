@@ -86,19 +86,20 @@ class DeepSpeedStrategy(ParallelStrategy):
         loss_scale, initial_scale_power, loss_scale_window, hysteresis, min_loss_scale: fp16 loss scaling
             (``loss_scale=0`` is dynamic).
         exclude_frozen_parameters: leave parameters with ``requires_grad=False`` out of checkpoints.
-        start_method, timeout, process_group_backend: as for :class:`~fabricx.strategies.DDPStrategy`.
+        start_method, timeout, process_group_backend: as for `fabricx.strategies.DDPStrategy`.
 
     On CPU, DeepSpeed's shared-memory all-reduce (a C++ op compiled on first use) is skipped: collectives
     go through gloo.
 
-    Example::
-
+    Example:
+        ```python
         fabric = Fabric(accelerator="cpu", devices=2, precision="bf16-mixed",
                         strategy=DeepSpeedStrategy(stage=3, gradient_clipping=1.0))
         fabric.launch()
         with fabric.init_module(empty_init=True):   # built partitioned across ranks
             model = Net()
         model, optimizer = fabric.setup(model, torch.optim.AdamW(model.parameters()))
+        ```
     """
 
     strategy_name = "deepspeed"
@@ -227,12 +228,13 @@ class DeepSpeedStrategy(ParallelStrategy):
         return ds_config.zero_stage(self._config)
 
     def engine_config(self) -> dict[str, Any]:
-        """The complete config the next engine gets: :attr:`config` plus precision, batch size,
+        """The complete config the next engine gets: `config` plus precision, batch size,
         gradient accumulation and clipping.
 
-        Example::
-
+        Example:
+            ```python
             strategy.engine_config()["zero_optimization"]["stage"]  # 2
+            ```
         """
         config = copy.deepcopy(self._config)
         ds_config.apply_precision(config, self.precision.precision, self._loss_scaling)
@@ -524,7 +526,7 @@ class DeepSpeedStrategy(ParallelStrategy):
     def get_gradient_state(self, module: Module) -> dict[str, Any]:
         """This rank's accumulated gradients inside a window (ZeRO-0/1: on the parameters; ZeRO-2: the
         optimizer's partitioned running sums) and the engine's micro-step; ZeRO-3 refuses (see
-        :mod:`fabricx.strategies.deepspeed.window`)."""
+        `fabricx.strategies.deepspeed.window`)."""
         engine = self._engine_of(module)
         if engine is None:
             return super().get_gradient_state(module)
@@ -645,8 +647,8 @@ class _EngineEntries(EntryStorage):
         return {}
 
     def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Callable[[], dict]:
-        """Like :meth:`save`, but the engines' files are serialized into memory now and written by the
-        background thread (see :mod:`fabricx.strategies.deepspeed.async_save`)."""
+        """Like `save()`, but the engines' files are serialized into memory now and written by the
+        background thread (see `fabricx.strategies.deepspeed.async_save`)."""
         from fabricx.strategies.deepspeed.async_save import EngineFiles
 
         files = EngineFiles()

@@ -65,10 +65,11 @@ def refuse_mid_window(engine: Any) -> None:
 def engine_gradient_state(engine: Any, world_size: int) -> dict[str, Any]:
     """This rank's accumulated gradients of ``engine`` and its micro-step; ``{}`` when nothing is pending.
 
-    Example::
-
+    Example:
+        ```python
         state = engine_gradient_state(engine, fabric.world_size)  # inside a window
         load_engine_gradient_state(engine, state, fabric.world_size)  # in the resumed run
+        ```
     """
     engine_window = mid_engine_window(engine)
     if engine_window:
@@ -88,7 +89,7 @@ def engine_gradient_state(engine: Any, world_size: int) -> dict[str, Any]:
 
 
 def load_engine_gradient_state(engine: Any, state: dict[str, Any], world_size: int) -> None:
-    """Put what :func:`engine_gradient_state` saved back into a freshly built engine of the same layout."""
+    """Put what `engine_gradient_state()` saved back into a freshly built engine of the same layout."""
     if not state:
         return
     if _PARAMETERS not in state and "stage" not in state:  # the per-parameter form of earlier checkpoints

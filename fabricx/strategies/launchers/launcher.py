@@ -11,9 +11,10 @@ from typing import Any
 class Launcher(ABC):
     """Starts the processes of a job and runs a function in each.
 
-    Example::
-
+    Example:
+        ```python
         launcher.launch(train, fabric)
+        ```
     """
 
     #: Whether ``launch`` needs a function (spawned processes cannot re-run the script).
@@ -30,9 +31,10 @@ def threads_per_process(num_processes: int) -> int:
     ``OMP_NUM_THREADS`` wins when set; otherwise the cores are divided, so that N processes do not
     each start one thread per core and slow each other down.
 
-    Example::
-
+    Example:
+        ```python
         torch.set_num_threads(threads_per_process(4))
+        ```
     """
     configured = os.environ.get("OMP_NUM_THREADS", "")
     if configured.isdigit() and int(configured) > 0:

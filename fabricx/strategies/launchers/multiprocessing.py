@@ -40,9 +40,10 @@ class MultiprocessingLauncher(Launcher):
     If any process raises, the others are stopped and the error, with that process's traceback,
     is raised here.
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn").launch(train)
+        ```
     """
 
     requires_function = True

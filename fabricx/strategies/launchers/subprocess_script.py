@@ -32,9 +32,10 @@ class SubprocessScriptLauncher(Launcher):
     and ``LOCAL_WORLD_SIZE``. If any rank exits with an error (or this one raises), the others are
     stopped and this process exits non-zero; a child whose parent dies is stopped too (Linux).
 
-    Example::
-
+    Example:
+        ```python
         Fabric(accelerator="cpu", devices=2, strategy="ddp").launch()  # the script now runs twice
+        ```
     """
 
     def __init__(self, cluster_environment: Any, num_processes: int, num_nodes: int) -> None:

@@ -18,11 +18,12 @@ class Callback:
     checkpoints (plain values only: numbers, strings, lists, dicts, tensors). ``state_key`` tells
     callbacks of the same class apart inside a checkpoint.
 
-    Example::
-
+    Example:
+        ```python
         class PrintLoss(Callback):
             def on_train_epoch_end(self, trainer, module):
                 trainer.print(trainer.callback_metrics.get("loss"))
+        ```
     """
 
     #: Callbacks that read metrics to make decisions run after all others at epoch end.
@@ -41,7 +42,7 @@ class Callback:
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what `state_dict()` returned."""
 
     # -- whole run ---------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -117,7 +118,7 @@ class Callback:
         """Add plain values to ``checkpoint``: a dict shared with the module's hook, saved with the checkpoint."""
 
     def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
-        """Read what :meth:`on_save_checkpoint` added."""
+        """Read what `on_save_checkpoint()` added."""
 
 
 def overrides(obj: Any, name: str, base: type) -> bool:

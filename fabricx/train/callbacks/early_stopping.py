@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class EarlyStoppingReason(Enum):
-    """Why :class:`EarlyStopping` stopped training (``early_stopping.stopping_reason``).
+    """Why `EarlyStopping` stopped training (``early_stopping.stopping_reason``).
 
     Example:
 
@@ -47,7 +47,7 @@ class EarlyStopping(Callback):
     ``divergence_threshold``, or (``check_finite``) becomes NaN/inf. The check runs at the end of each
     training epoch when validation runs once per epoch at its end (Lightning's default), otherwise after
     each validation run; ``check_on_train_epoch_end`` forces one or the other. ``stopping_reason`` (an
-    :class:`EarlyStoppingReason`) and ``stopping_reason_message`` say why it stopped; the best score,
+    `EarlyStoppingReason`) and ``stopping_reason_message`` say why it stopped; the best score,
     patience counter and reason are stored in checkpoints.
 
     Example:

@@ -30,7 +30,7 @@ class BaseFinetuning(Callback):
     ``freeze_before_training(module)`` runs in ``setup``, before ``configure_optimizers``, so the
     optimizer can be built from the trainable parameters only. ``finetune_function(module, epoch,
     optimizer)`` runs at every epoch start for each optimizer; unfreeze there with
-    :meth:`unfreeze_and_add_param_group`. The param groups added are stored in checkpoints (by
+    `unfreeze_and_add_param_group()`. The param groups added are stored in checkpoints (by
     parameter name) and rebuilt when ``fit`` resumes.
 
     Example:
@@ -190,7 +190,7 @@ def _groups_with(groups: list[dict[str, Any]], convert: Callable[[Any], Any]) ->
 
 
 def multiplicative(epoch: int) -> float:
-    """The default ``lambda_func`` of :class:`BackboneFinetuning`: the backbone's rate doubles every epoch."""
+    """The default ``lambda_func`` of `BackboneFinetuning`: the backbone's rate doubles every epoch."""
     return 2.0
 
 

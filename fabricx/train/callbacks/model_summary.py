@@ -44,10 +44,11 @@ def summarize(module: nn.Module, max_depth: int = 1) -> ModelSummary:
 
     Shared parameters are counted once; the size covers parameters and buffers.
 
-    Example::
-
+    Example:
+        ```python
         summary = summarize(model, max_depth=2)
         summary.total_params, summary.size_mb
+        ```
     """
     layers = []
     if max_depth > 0:
@@ -91,9 +92,10 @@ class RichModelSummary(Callback):
     """Print a table of the module's layers (name, type, parameters, trainable, mode) and totals
     (trainable, frozen, total parameters and estimated size) on global rank zero when ``fit`` starts.
 
-    Example::
-
+    Example:
+        ```python
         Trainer(callbacks=[RichModelSummary(max_depth=2)])
+        ```
     """
 
     def __init__(self, max_depth: int = 1, console_kwargs: dict[str, Any] | None = None) -> None:

@@ -38,9 +38,10 @@ class RichProgressBar(Callback):
         leave: Keep each finished epoch's bar on screen instead of reusing one line.
         console_kwargs: Arguments for ``rich.console.Console`` (e.g. ``{"file": f, "force_terminal": True}``).
 
-    Example::
-
+    Example:
+        ```python
         Trainer(callbacks=[RichProgressBar(refresh_rate=10, leave=True)])
+        ```
     """
 
     def __init__(

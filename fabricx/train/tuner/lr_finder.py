@@ -101,7 +101,7 @@ class LRFinder:
 
 
 class LRSearch(Callback):
-    """Sets each step's rate from an :class:`LRFinder` schedule and records the smoothed loss.
+    """Sets each step's rate from an `LRFinder` schedule and records the smoothed loss.
 
     The module's own schedulers are switched off for the search. Stops early once the smoothed loss
     exceeds ``early_stop_threshold`` times the best one.

@@ -21,7 +21,7 @@ _METHODS = ("fit", "validate", "test", "predict")
 
 
 class Tuner:
-    """Lightning's Tuner over a fabricx :class:`~fabricx.train.Trainer`.
+    """Lightning's Tuner over a fabricx `fabricx.train.Trainer`.
 
     Each search runs short trials on a throwaway Trainer with the same accelerator, precision and
     accumulation as ``trainer``; ``trainer`` itself and the module's weights are left as they were.
