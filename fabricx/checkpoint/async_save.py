@@ -39,13 +39,13 @@ from fabricx.checkpoint.step_guard import StagingGuard, guarded_storages
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
-    from fabricx.strategies.strategy import Strategy
+    from fabricx.checkpoint.host import CheckpointHost
 
 __all__ = ["save_fabric_checkpoint_async"]
 
 
 def save_fabric_checkpoint_async(
-    strategy: Strategy,
+    strategy: CheckpointHost,
     path: str,
     state: dict[str, Any],
     filter: dict[str, Callable] | None = None,

@@ -37,7 +37,7 @@ from fabricx.checkpoint.io import CheckpointIO
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 if TYPE_CHECKING:
-    from fabricx.strategies.strategy import Strategy
+    from fabricx.checkpoint.host import CheckpointHost
 
 
 class EntryStorage(ABC):
@@ -108,7 +108,7 @@ def unwrap_object(obj: Any) -> Any:
     return inner if isinstance(inner, Module | Optimizer) else obj
 
 
-def object_state(strategy: Strategy, obj: Any) -> Any:
+def object_state(strategy: CheckpointHost, obj: Any) -> Any:
     """What to store for one entry of the user's state dict."""
     obj = unwrap_object(obj)
     if isinstance(obj, Module):
@@ -123,7 +123,7 @@ def object_state(strategy: Strategy, obj: Any) -> Any:
 
 
 def split_state(
-    strategy: Strategy, state: dict[str, Any], filter: dict[str, Callable] | None = None
+    strategy: CheckpointHost, state: dict[str, Any], filter: dict[str, Callable] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split the user's state into (shared, per-rank) checkpoint contents."""
     shared: dict[str, Any] = {}
@@ -157,7 +157,7 @@ def _claimed(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, A
 
 
 def save_fabric_checkpoint(
-    strategy: Strategy,
+    strategy: CheckpointHost,
     path: str,
     state: dict[str, Any],
     filter: dict[str, Callable] | None = None,
@@ -210,7 +210,7 @@ def save_fabric_checkpoint(
 
 
 def save_one_file(
-    strategy: Strategy,
+    strategy: CheckpointHost,
     path: str,
     state: dict[str, Any],
     filter: dict[str, Callable] | None = None,
@@ -312,7 +312,7 @@ def read_full(loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
 
 
 def apply_loaded_state(
-    strategy: Strategy,
+    strategy: CheckpointHost,
     state: dict[str, Any],
     shared: dict[str, Any],
     per_rank: dict[str, Any] | None,
@@ -346,7 +346,7 @@ def apply_loaded_state(
 
 
 def _load_into(
-    strategy: Strategy,
+    strategy: CheckpointHost,
     state: dict[str, Any],
     key: str,
     obj: Any,
@@ -437,7 +437,7 @@ def _native(stored_kind: str | None, native_kind: str | None) -> bool:
 
 
 def load_fabric_checkpoint(
-    strategy: Strategy, path: str, state: dict[str, Any] | None = None, strict: bool = True
+    strategy: CheckpointHost, path: str, state: dict[str, Any] | None = None, strict: bool = True
 ) -> dict[str, Any]:
     """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None).
 

@@ -19,7 +19,6 @@ from fabricx._compat.torch_internals import has_own_forward_hooks
 if TYPE_CHECKING:
     from fabricx.precision.precision import Precision
     from fabricx.strategies.strategy import ManualStepSync, Strategy
-    from fabricx.wrappers.module import FabricModule
 
 #: Methods that are always sent through forward (Lightning's step methods).
 STEP_METHODS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
@@ -147,7 +146,7 @@ def guard_direct_call(
 
 
 def step_caller(
-    wrapped: FabricModule, original: nn.Module, name: str, strategy: Strategy | None = None
+    wrapped: nn.Module, original: nn.Module, name: str, strategy: Strategy | None = None
 ) -> Callable[..., Any]:
     """A function that runs `original.<name>(*args)` as if it were the forward of `wrapped` (the Trainer
     calls a module's `*_step` methods this way).
@@ -163,10 +162,11 @@ def step_caller(
         loss = training_step(batch, batch_idx)
         ```
     """
-    if not wrapped._redirect:
+    # `wrapped` is a FabricModule (not imported here: that module imports this one).
+    if not wrapped.__dict__["_redirect"]:
         return getattr(original, name)
     if strategy is not None and name == "training_step" and not getattr(original, "automatic_optimization", True):
-        sync = strategy.manual_step_sync(wrapped._forward_module)
+        sync = strategy.manual_step_sync(wrapped.get_submodule("_forward_module"))
         if sync is not None:
             return _synced_step(redirect_through_forward(wrapped.forward, original, name, sync.step_body_done), sync)
     return redirect_through_forward(wrapped.forward, original, name)

@@ -40,10 +40,11 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
+from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
@@ -75,16 +76,7 @@ _RESERVED_PREFIX = "__fabricx_"
 _LOCAL_IO = LocalCheckpointIO()
 
 
-class Host(Protocol):
-    """What the layout needs from its caller (a strategy): where this process is and a broadcast."""
-
-    @property
-    def global_rank(self) -> int: ...
-
-    @property
-    def world_size(self) -> int: ...
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any: ...
+Host = RankHost  # what the layout needs from its caller: where this process is and a broadcast
 
 
 # ------------------------------------------------------------------------------------------ checking

@@ -23,12 +23,7 @@ EXPECTED_FAILURES: dict[str, str] = {
         "TRAINER GAP (issue 28, theme 3): ModelCheckpoint writes checkpoint folders, not Lightning's single "
         "`.ckpt` files, so `torch.load(checkpoint_path)` meets a directory"
     ),
-    "test_pl_early_stopping.py::test_early_stopping_patience_train[loss_values0-3-4-True]": _NO_VAL_STEP,
-    "test_pl_early_stopping.py::test_early_stopping_patience_train[loss_values1-1-3-True]": _NO_VAL_STEP,
-    "test_pl_early_stopping.py::test_early_stopping_patience_train[loss_values2-3-4-True]": _NO_VAL_STEP,
-    "test_pl_early_stopping.py::test_early_stopping_no_val_step": _NO_VAL_STEP,
     # -- fine-tuning ----------------------------------------------------------------------------------
-    "test_pl_finetuning_callback.py::test_finetuning_callback_warning": _NO_VAL_STEP,
     # -- LearningRateMonitor --------------------------------------------------------------------------
     "test_pl_lr_monitor.py::test_multiple_optimizers_basefinetuning": (
         "DIFF: `trainer.optimizers` holds fabricx's optimizer wrappers; the test's `type(optimizer) is Adam` "
@@ -49,10 +44,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_pl_tensorboard.py::test_tensorboard_log_graph[example_input_array1]": (
         "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
         "Lightning's LightningModule answers None while TorchScript/tracing inspects it"
-    ),
-    "test_pl_tensorboard.py::test_tensorboard_save_hparams_to_yaml_once": (
-        "TRAINER GAP (issue 28): the Trainer sends hyperparameters to the loggers only when there are some; "
-        "Lightning also sends an empty set at fit start, which makes TensorBoardLogger write hparams.yaml"
     ),
     # -- StochasticWeightAveraging --------------------------------------------------------------------
     "test_pl_stochastic_weight_avg.py::test_swa_with_infinite_epochs_and_batchnorm": _FIT_LOOP,
