@@ -165,14 +165,23 @@ def monitor_mfu(
     cumulative counts and the FLOPs since the last update, then ``compute()``) and for fabricx's earlier
     one (``update(batch_size, items, flops)`` per step); whichever the installed fabricx has.
     """
-    from fabricx.utilities.throughput import ThroughputMonitor
+    from fabricx.utilities.throughput import Throughput, ThroughputMonitor
 
     fabric = candidate.context[2]
-    parameters = inspect.signature(ThroughputMonitor).parameters
-    kwargs: dict[str, Any] = {"window_size": steps + 1} if "window_size" in parameters else {}
+    # ThroughputMonitor(fabric, **kwargs) passes its keywords on to Throughput: read the options there.
+    parameters = {**inspect.signature(Throughput).parameters, **inspect.signature(ThroughputMonitor).parameters}
+    # Rates exist once the window is full (Lightning's semantics): one window over the measured steps.
+    kwargs: dict[str, Any] = {"window_size": steps} if "window_size" in parameters else {}
     if peak is not None and "peak_flops" in parameters:
         kwargs["peak_flops"] = peak
-    monitor = ThroughputMonitor(fabric, **kwargs)
+    if fabric.device.type == "cpu" and "available_flops" in inspect.signature(Throughput).parameters:
+        # A CPU has no data-sheet peak (Lightning's table, which ThroughputMonitor reads, has none): the dry run
+        # gives the monitor's own arithmetic (its base class) a measured peak instead.
+        from fabricx.utilities.device_flops import measure_cpu_peak_flops
+
+        monitor: Any = Throughput(available_flops=measure_cpu_peak_flops(size=256, seconds=0.1), **kwargs)
+    else:
+        monitor = ThroughputMonitor(fabric, **kwargs)
     lightning_api = "time" in inspect.signature(monitor.update).parameters
     batch, length = batches[0][0].shape
     start = time.perf_counter()

@@ -67,7 +67,7 @@ def _fit(tmp_path, width: int, **kwargs):
         enable_checkpointing=False,
         num_sanity_val_steps=0,
         # Throughput joins the metrics on every second step only: the case that made the bar flicker.
-        callbacks=[bar, ThroughputMonitor(log_every_n_steps=2), frames],
+        callbacks=[bar, ThroughputMonitor(log_every_n_steps=2, window_size=2), frames],
         **kwargs,
     )
     trainer.fit(LongNamedMetrics(), loader(regression_data(64), batch_size=8), loader(regression_data(16)))
