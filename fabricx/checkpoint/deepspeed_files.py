@@ -86,10 +86,10 @@ def load_engine_file(
         with torch.serialization.safe_globals(_safe_globals()):
             return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
-        from fabricx.checkpoint.format import _unpickling_detail
+        from fabricx.checkpoint.layouts.single_file import unpickling_detail
 
         raise CheckpointError(
-            f"Refusing to load the DeepSpeed file {path}: {_unpickling_detail(str(error))}. fabricx reads DeepSpeed "
+            f"Refusing to load the DeepSpeed file {path}: {unpickling_detail(str(error))}. fabricx reads DeepSpeed "
             "files with weights_only=True and only DeepSpeed's own checkpoint types allowed, so nothing was "
             "executed. If you trust the file, pass allow_pickle=True."
         ) from None

@@ -39,7 +39,6 @@ from fabricx.checkpoint.layouts.single_file import (
     check_weights_only,
     looks_like_torch_file,
     read_single_file,
-    unpickling_detail,
     write_file,
 )
 from fabricx.checkpoint.serialization import dump, json_path, load
@@ -507,8 +506,6 @@ def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:
             raise CheckpointError(f"{json_path(found, rank_stem(rank))} is damaged: it does not hold a dict.")
     return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found)
 
-
-_unpickling_detail = unpickling_detail  # the DeepSpeed file reader words its refusals the same way
 
 
 def _read_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
