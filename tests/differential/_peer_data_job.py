@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from fabricx.utilities.process_group import release_process_group
+
 EPOCHS = 2
 SAVE_AT = (0, 2)  # (epoch, batch index): the checkpoint is taken after this batch's optimizer step
 SEED = 7
@@ -147,8 +149,9 @@ def main(role: str, ckpt_dir: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     rank = next(iter(results.values())).get("rank", 0)
     torch.save(results, out_dir / f"{role}-rank{rank}.pt")
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    # Lightning leaves the gloo group to interpreter exit, where it can abort a finished rank (SIGABRT,
+    # see fabricx/utilities/process_group.py); every role ends the way fabricx ends a rank.
+    release_process_group()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from torch import nn
 
 from fabricx import Fabric
 from fabricx.strategies import DDPStrategy
+from fabricx.utilities.process_group import release_process_group
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
 
@@ -75,7 +76,13 @@ def _train(fabric, model: nn.Module, use_training_step: bool) -> dict:
 
 def _job(fabric, model_a: nn.Module, model_b: nn.Module) -> dict:
     torch.set_num_threads(1)
-    return {"forward": _train(fabric, model_a, False), "training_step": _train(fabric, model_b, True)}
+    result = {"forward": _train(fabric, model_a, False), "training_step": _train(fabric, model_b, True)}
+    if isinstance(fabric, LFabric):
+        # Lightning's spawned rank leaves its gloo group to interpreter exit, where a finished rank can
+        # abort ("terminate called without an active exception", SIGABRT; seen in CI). fabricx releases
+        # the group before exit (fabricx/utilities/process_group.py); the peer's rank gets the same end.
+        release_process_group()
+    return result
 
 
 def _run(framework: str) -> tuple[dict, list[torch.Tensor], list[torch.Tensor]]:
