@@ -14,9 +14,8 @@ from typing import Any
 
 from fabricx.fabric import Fabric
 from fabricx.utilities.seed import seed_everything
+from fabricx.version import __version__
 from fabricx.wrappers import unwrap
-
-__version__ = "0.1.0"
 
 # Heavier pieces load on first use so that `import fabricx` stays light.
 _LAZY = {

@@ -306,9 +306,7 @@ def _validate(options: RunOptions) -> None:
             "rendezvous numbers the nodes itself. Leave --node-rank out."
         )
     if not 0 <= options.node_rank < num_nodes:
-        raise _UsageError(
-            f"--node-rank {options.node_rank} is outside 0..{num_nodes - 1} for --num-nodes {num_nodes}."
-        )
+        raise _UsageError(f"--node-rank {options.node_rank} is outside 0..{num_nodes - 1} for --num-nodes {num_nodes}.")
     if options.max_restarts < 0:
         raise _UsageError(f"--max-restarts {options.max_restarts}: give 0 or more.")
     if options.main_port is not None and not 0 < options.main_port < 65536:
@@ -350,8 +348,15 @@ def collect_environment() -> dict[str, dict[str, str]]:
             hardware["memory"] = _memory()
     if torch.cuda.is_available():
         hardware["cuda devices"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-    backends = [name for name, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()),
-                                       ("mpi", dist.is_mpi_available())) if ok]
+    backends = [
+        name
+        for name, ok in (
+            ("gloo", dist.is_gloo_available()),
+            ("nccl", dist.is_nccl_available()),
+            ("mpi", dist.is_mpi_available()),
+        )
+        if ok
+    ]
     hardware["process-group backends"] = ", ".join(backends) or "none"
 
     environment = detect_cluster_environment()
@@ -503,7 +508,7 @@ def _parser() -> argparse.ArgumentParser:
         "--nproc-per-node",
         dest="devices",
         default=None,
-        help="processes per node: a count, 'auto', -1, or GPU indices like '0,1'"
+        help="processes per node: a count, 'auto', -1, or GPU indices like '0,1'",
     )
     run_parser.add_argument(
         "--num-nodes",

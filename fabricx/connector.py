@@ -172,8 +172,7 @@ def _sort_plugins(
         if isinstance(plugin, Precision):
             if precision is not None:
                 raise MisconfigurationError(
-                    f"Two precision plugins were given ({type(precision).__name__}, {type(plugin).__name__}); "
-                    "pass one."
+                    f"Two precision plugins were given ({type(precision).__name__}, {type(plugin).__name__}); pass one."
                 )
             precision = plugin
         elif isinstance(plugin, ClusterEnvironment):

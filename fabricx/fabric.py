@@ -946,7 +946,9 @@ class Fabric:
     def save_checkpoint(
         self,
         project: CheckpointManager | str | os.PathLike[str],
-        state: dict[str, Any], filter: dict[str, Callable] | None = None, async_save: bool = False
+        state: dict[str, Any],
+        filter: dict[str, Callable] | None = None,
+        async_save: bool = False,
     ) -> Path:
         """Save into a project's next ``checkpoints/checkpoint_{n}`` and apply its keep-last-k retention.
 

@@ -23,17 +23,65 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fabricx.checkpoint.manager import CheckpointManager
 from fabricx.checkpoint.storage import is_url
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
-    from fabricx.fabric import Fabric
+    from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.io import CheckpointIO
 
-__all__ = ["as_manager", "exit_if_preempted", "latest_checkpoint", "load_latest", "save_checkpoint"]
+
+class _StrategyWithIO(Protocol):
+    @property
+    def checkpoint_io(self) -> CheckpointIO: ...
+
+
+class ResumeHost(Protocol):
+    """What these helpers use of a `fabricx.Fabric` (typed as a Protocol so this module does not import the
+    façade that calls it).
+
+    Example:
+        ```python
+        def resume(fabric: ResumeHost) -> None:
+            load_latest(fabric, "runs/exp1", state)
+        ```
+    """
+
+    @property
+    def strategy(self) -> _StrategyWithIO: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def is_global_zero(self) -> bool: ...
+    @property
+    def preemption_requested(self) -> bool: ...
+    def broadcast(self, obj: Any, src: int = 0) -> Any: ...
+    def save(
+        self,
+        path: str | os.PathLike,
+        state: dict[str, Any],
+        filter: dict[str, Callable] | None = None,
+        *,
+        async_save: bool = False,
+        layout: str | None = None,
+    ) -> AsyncSave | None: ...
+    def load(
+        self,
+        path: str | os.PathLike,
+        state: dict[str, Any] | None = None,
+        strict: bool = True,
+        *,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]: ...
+    def exit_for_requeue(self, code: int = ...) -> None: ...
+
+
+__all__ = ["ResumeHost", "as_manager", "exit_if_preempted", "latest_checkpoint", "load_latest", "save_checkpoint"]
 
 
 def as_manager(manager: CheckpointManager | str | os.PathLike[str], io: Any = None) -> CheckpointManager:
@@ -52,7 +100,7 @@ def as_manager(manager: CheckpointManager | str | os.PathLike[str], io: Any = No
     raise TypeError(f"Expected a CheckpointManager or a project directory path, got {type(manager).__name__}.")
 
 
-def _rank_zero_value(fabric: Fabric, value: Path | None) -> Path | None:
+def _rank_zero_value(fabric: ResumeHost, value: Path | None) -> Path | None:
     """Rank 0's ``value`` on every rank."""
     text = os.fspath(value) if value is not None else None
     if fabric.world_size > 1:
@@ -62,7 +110,7 @@ def _rank_zero_value(fabric: Fabric, value: Path | None) -> Path | None:
     return text if is_url(text) else Path(text)  # type: ignore[return-value]  # a URL stays a string
 
 
-def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.PathLike[str]) -> Path | None:
+def latest_checkpoint(fabric: ResumeHost, manager: CheckpointManager | str | os.PathLike[str]) -> Path | None:
     """The newest complete checkpoint as rank 0 sees it, the same on every rank (``None`` if none).
 
     Every rank must call it (it is a collective with several processes).
@@ -80,7 +128,7 @@ def latest_checkpoint(fabric: Fabric, manager: CheckpointManager | str | os.Path
 
 
 def load_latest(
-    fabric: Fabric,
+    fabric: ResumeHost,
     manager: CheckpointManager | str | os.PathLike[str],
     state: dict[str, Any],
     strict: bool = True,
@@ -102,7 +150,7 @@ def load_latest(
 
 
 def save_checkpoint(
-    fabric: Fabric,
+    fabric: ResumeHost,
     manager: CheckpointManager | str | os.PathLike[str],
     state: dict[str, Any],
     filter: dict[str, Any] | None = None,
@@ -159,7 +207,7 @@ def _apply_retention(manager: CheckpointManager, path: Any) -> None:
 
 
 def exit_if_preempted(
-    fabric: Fabric, manager: CheckpointManager | str | os.PathLike[str], state: dict[str, Any]
+    fabric: ResumeHost, manager: CheckpointManager | str | os.PathLike[str], state: dict[str, Any]
 ) -> None:
     """If any rank received a preemption signal, save a checkpoint and exit for requeueing.
 

@@ -76,9 +76,7 @@ def _parse_gpu_ids(devices: Any, name: str, available: int) -> list[int]:
     if isinstance(devices, int):
         if devices == -1:
             if available == 0:
-                raise MisconfigurationError(
-                    f"devices={given!r} asks for every {name} device but none exists."
-                )
+                raise MisconfigurationError(f"devices={given!r} asks for every {name} device but none exists.")
             return list(range(available))
         if devices <= 0:
             raise MisconfigurationError(

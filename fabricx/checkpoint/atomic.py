@@ -391,9 +391,7 @@ def _safe_check(is_complete: Callable[[Path], bool], path: Path) -> bool:
         return False
 
 
-def resolve_directory(
-    path: str | os.PathLike[str], is_complete: Callable[[Path], bool] | None = None
-) -> Path | None:
+def resolve_directory(path: str | os.PathLike[str], is_complete: Callable[[Path], bool] | None = None) -> Path | None:
     """Where the complete contents of ``path`` are: ``path`` itself, or a swap left-over if a crash hit.
 
     A crash between the two renames of `commit_directory()` leaves only ``<name>.old-<token>``;

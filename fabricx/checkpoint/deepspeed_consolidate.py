@@ -111,8 +111,7 @@ def _consolidate_tag(engine_dir: Path, tag: str, allow_pickle: bool) -> dict[str
                 raise
             except Exception as error:
                 raise CheckpointError(
-                    f"Cannot consolidate the DeepSpeed checkpoint {tag_dir}: {type(error).__name__}: "
-                    f"{str(error)[:300]}"
+                    f"Cannot consolidate the DeepSpeed checkpoint {tag_dir}: {type(error).__name__}: {str(error)[:300]}"
                 ) from None
         if state is None:
             raise CheckpointError(f"DeepSpeed's zero_to_fp32 found no weights in {tag_dir}.")
@@ -149,9 +148,7 @@ def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]
 
     for name, tensor in module.items():  # .float() below copies each one out whole
         require_own_bytes(tensor, f"{files[0]} is damaged: its module entry {name!r}")
-    return {
-        name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()
-    }
+    return {name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()}
 
 
 __all__ = ["ENGINE_FOLDER", "META_KEY", "consolidate_deepspeed_checkpoint", "deepspeed_model_states"]

@@ -95,8 +95,7 @@ def load_engine_file(
         ) from None
     except (RuntimeError, OSError, EOFError, ValueError) as error:
         raise CheckpointError(
-            f"Cannot load the DeepSpeed file {path} (truncated or damaged?): {type(error).__name__}: "
-            f"{str(error)[:300]}"
+            f"Cannot load the DeepSpeed file {path} (truncated or damaged?): {type(error).__name__}: {str(error)[:300]}"
         ) from None
 
 

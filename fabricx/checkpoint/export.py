@@ -210,9 +210,7 @@ def save_weights(
             metadata = {"format": "pt"}
             if aliases:
                 metadata[_ALIASES_KEY] = json.dumps(aliases)
-            save_file(
-                {n: tensors[n] for n in shards[0]}, str(tmp / f"{filename_prefix}.safetensors"), metadata
-            )
+            save_file({n: tensors[n] for n in shards[0]}, str(tmp / f"{filename_prefix}.safetensors"), metadata)
             return target
         weight_map: dict[str, str] = {}
         for index, names in enumerate(shards, start=1):
@@ -260,21 +258,15 @@ def _loads(text: str, source: Path) -> Any:
 
 
 def _parse_aliases(value: Any, source: Path) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise CheckpointError(f"{source} is damaged: aliases must map names to names.")
     return value
 
 
-def _attach_aliases(
-    tensors: dict[str, torch.Tensor], aliases: dict[str, str], source: Path
-) -> dict[str, torch.Tensor]:
+def _attach_aliases(tensors: dict[str, torch.Tensor], aliases: dict[str, str], source: Path) -> dict[str, torch.Tensor]:
     for alias, name in aliases.items():
         if name not in tensors:
-            raise CheckpointError(
-                f"{source} is damaged: alias {alias!r} points to {name!r}, which is not stored."
-            )
+            raise CheckpointError(f"{source} is damaged: alias {alias!r} points to {name!r}, which is not stored.")
         tensors[alias] = tensors[name]
     return tensors
 
@@ -289,9 +281,7 @@ def _read_index(index_file: Path) -> dict[str, torch.Tensor]:
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
-        raise CheckpointError(
-            f"{index_file} is damaged: it needs a 'weight_map' of tensor name -> shard file."
-        )
+        raise CheckpointError(f"{index_file} is damaged: it needs a 'weight_map' of tensor name -> shard file.")
     metadata = index.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise CheckpointError(f"{index_file} is damaged: 'metadata' is not an object.")
@@ -310,9 +300,7 @@ def _read_index(index_file: Path) -> dict[str, torch.Tensor]:
     return {name: tensors[name] for name in weight_map if name in tensors}
 
 
-def load_weights(
-    directory_or_file: str | os.PathLike[str], filename_prefix: str = "model"
-) -> dict[str, torch.Tensor]:
+def load_weights(directory_or_file: str | os.PathLike[str], filename_prefix: str = "model") -> dict[str, torch.Tensor]:
     """Load exported weights (a directory from `save_weights()`, or one ``.safetensors`` file) on CPU.
 
     Tied names come back as the very same tensor object.

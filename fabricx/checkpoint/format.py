@@ -95,17 +95,9 @@ def rank_stem(rank: int) -> str:
 
 
 def _fabricx_version() -> str:
-    try:
-        import fabricx
+    from fabricx.version import __version__
 
-        version = getattr(fabricx, "__version__", None)
-        if isinstance(version, str):
-            return version
-        from importlib.metadata import version as package_version
-
-        return package_version("fabricx")
-    except Exception:
-        return "unknown"
+    return __version__
 
 
 def _key_names(state: dict | None) -> list[str] | None:
@@ -259,9 +251,7 @@ class CheckpointWriter:
                 "shared_keys": self._shared_keys,
                 "per_rank_keys": self._rank_keys,
                 "extra_meta": self._extra_meta,
-                _MANIFEST_KEY: {
-                    name: size for name, size in self.io.manifest(self.tmp).items() if name != META_FILE
-                },
+                _MANIFEST_KEY: {name: size for name, size in self.io.manifest(self.tmp).items() if name != META_FILE},
             }
             text = json.dumps(meta, indent=2, allow_nan=False)
             (self.tmp / META_FILE).write_text(text, encoding="utf-8")  # flushed by the commit
@@ -442,9 +432,7 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
             found = target
         if found is None:
             leftovers = (
-                sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*"))
-                if target.parent.is_dir()
-                else []
+                sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*")) if target.parent.is_dir() else []
             )
             hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
             raise CheckpointError(f"No checkpoint found at {target}.{hint}")
@@ -507,7 +495,6 @@ def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:
     return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found)
 
 
-
 def _read_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
     shared, per_rank, meta = read_single_file(file, rank)
     return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=file, legacy=bool(meta.get("legacy")))
@@ -537,6 +524,7 @@ def _looks_like_torch_file(file: Path) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- single file
+
 
 def write_single_file(path: str | os.PathLike[str], state: dict, io: CheckpointIO | None = None) -> Path:
     """Atomically write ``state`` with ``torch.save`` so it loads with ``weights_only=True``.

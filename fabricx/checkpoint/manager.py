@@ -88,9 +88,7 @@ class CheckpointManager:
         self.total_limit = total_limit
         self.prefix = prefix
         self.io = io_for(project_dir, io or default_io())
-        self._pattern = re.compile(
-            rf"^{re.escape(prefix)}_(\d+)(?:\.(tmp|old|del)-[A-Za-z0-9_-]+|\.({_RESERVED}))?$"
-        )
+        self._pattern = re.compile(rf"^{re.escape(prefix)}_(\d+)(?:\.(tmp|old|del)-[A-Za-z0-9_-]+|\.({_RESERVED}))?$")
         self._held: dict[int, int] = {}  # index -> locked file descriptor of our reservation
 
     @property

@@ -41,9 +41,7 @@ SAFETENSORS_DTYPES = frozenset(
     if isinstance(dtype := getattr(torch, name, None), torch.dtype)
 )
 _DTYPES_BY_NAME = {
-    str(value).removeprefix("torch."): value
-    for value in vars(torch).values()
-    if isinstance(value, torch.dtype)
+    str(value).removeprefix("torch."): value for value in vars(torch).values() if isinstance(value, torch.dtype)
 }
 _INT64_RANGE = (-(2**63), 2**64)
 _NUMPY_KINDS = "biufcmMSU"
@@ -84,9 +82,7 @@ class _Encoder:
         np = _numpy()
         # Checked first: numpy's float64 is also a Python float, and its type should survive a round trip.
         if np is not None and isinstance(value, (np.ndarray, np.generic)):
-            return (
-                self._ndarray(value, path) if isinstance(value, np.ndarray) else self._npscalar(value, path)
-            )
+            return self._ndarray(value, path) if isinstance(value, np.ndarray) else self._npscalar(value, path)
         if isinstance(value, bool):
             return {"t": "bool", "v": value}
         if isinstance(value, int):
@@ -370,9 +366,7 @@ class _Decoder:
         if isinstance(value, str):
             _need(value in specials, f"float node holds {value!r:.40}")
             return specials[value]
-        _need(
-            isinstance(value, (int, float)) and not isinstance(value, bool), "float node holds a non-number"
-        )
+        _need(isinstance(value, (int, float)) and not isinstance(value, bool), "float node holds a non-number")
         return float(value)
 
     def _node_str(self, node: dict[str, Any]) -> str:
@@ -428,9 +422,7 @@ class _Decoder:
             tensor.dtype == dtype,
             f"tensor {key!r} is {tensor.dtype} in the safetensors file, {dtype} in JSON",
         )
-        _need(
-            list(tensor.shape) == shape, f"tensor {key!r} has shape {list(tensor.shape)}, JSON says {shape}"
-        )
+        _need(list(tensor.shape) == shape, f"tensor {key!r} has shape {list(tensor.shape)}, JSON says {shape}")
         return tensor
 
     def _node_view(self, node: dict[str, Any]) -> torch.Tensor:
@@ -471,9 +463,7 @@ class _Decoder:
         dtype = _numpy_dtype(np, node.get("dtype"))
         shape = _int_list(node.get("shape"), "array shape")
         _need(raw.dtype == torch.uint8 and raw.dim() == 1, f"array {key!r} is not a byte buffer")
-        _need(
-            math.prod(shape) * dtype.itemsize == raw.numel(), f"array {key!r} has the wrong number of bytes"
-        )
+        _need(math.prod(shape) * dtype.itemsize == raw.numel(), f"array {key!r} has the wrong number of bytes")
         return np.frombuffer(raw.numpy().tobytes(), dtype=dtype).reshape(shape).copy()
 
     def _node_npscalar(self, node: dict[str, Any]) -> Any:
@@ -565,9 +555,7 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
             f"Checkpoint file {structure} is not valid JSON (truncated or damaged?): {error}"
         ) from None
     if not isinstance(document, dict) or document.get("format") != _FORMAT or "root" not in document:
-        raise CheckpointError(
-            f"Checkpoint file {structure} is not a fabricx state file (no '{_FORMAT}' header)."
-        )
+        raise CheckpointError(f"Checkpoint file {structure} is not a fabricx state file (no '{_FORMAT}' header).")
     version = document.get("version")
     if not _is_int(version) or version > _VERSION or version < 1:
         raise CheckpointError(
@@ -580,8 +568,7 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
         raise CheckpointError(f"Checkpoint file {tensors_file} is missing.") from None
     except Exception as error:  # the safetensors reader raises its own error types for damaged files
         raise CheckpointError(
-            f"Cannot read tensors from {tensors_file} (truncated or damaged?): "
-            f"{type(error).__name__}: {error}"
+            f"Cannot read tensors from {tensors_file} (truncated or damaged?): {type(error).__name__}: {error}"
         ) from None
     try:
         return _Decoder(tensors).decode(document["root"])
@@ -590,6 +577,4 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
     except RecursionError:
         raise CheckpointError(f"Checkpoint file {structure} is malformed: it is nested too deeply.") from None
     except Exception as error:  # anything else a crafted file could provoke while rebuilding values
-        raise CheckpointError(
-            f"Checkpoint file {structure} is malformed: {type(error).__name__}: {error}"
-        ) from None
+        raise CheckpointError(f"Checkpoint file {structure} is malformed: {type(error).__name__}: {error}") from None

@@ -565,9 +565,7 @@ def _stored_tensor(file: Path, data: bytes, fqn: str) -> Tensor:
     except (zipfile.BadZipFile, ValueError, OSError) as error:
         raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a torch.save archive ({error}).") from None
     if any(r.compress_type != zipfile.ZIP_STORED or r.file_size > len(data) for r in records):
-        raise CheckpointError(
-            f"{file} is damaged: the item {fqn!r} holds compressed records, which DCP never writes."
-        )
+        raise CheckpointError(f"{file} is damaged: the item {fqn!r} holds compressed records, which DCP never writes.")
     try:
         tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:

@@ -33,8 +33,13 @@ def describe_order(loader: Any) -> dict[str, Any] | None:
         return None
     if isinstance(sampler, ElasticDistributedSampler):
         shuffle = bool(sampler.shuffle)
-        return {"kind": "distributed", "shuffle": shuffle, "seed": sampler.seed if shuffle else None,
-                "drop_last": bool(sampler.drop_last), "length": length}
+        return {
+            "kind": "distributed",
+            "shuffle": shuffle,
+            "seed": sampler.seed if shuffle else None,
+            "drop_last": bool(sampler.drop_last),
+            "length": length,
+        }
     if type(sampler) is SequentialSampler:
         return {"kind": "distributed", "shuffle": False, "seed": None, "drop_last": False, "length": length}
     if isinstance(sampler, ResumableRandomSampler) and is_plain_shuffle(sampler):

@@ -598,8 +598,10 @@ class FabricDataLoader:
         saved_world = int(state_dict.get("world_size", self._world_size))
         position = state_dict.get("position")
         current = elastic.describe_order(self._loader)
-        if position is not None and current is not None and (
-            saved_world != self._world_size or position["order"]["kind"] != current["kind"]
+        if (
+            position is not None
+            and current is not None
+            and (saved_world != self._world_size or position["order"]["kind"] != current["kind"])
         ):
             self._resume_elsewhere(state_dict, position, saved_world)
             return
@@ -650,8 +652,10 @@ class FabricDataLoader:
         """Continue a position saved by another number of processes (or another kind of order):
         the same epoch order, without the samples all ranks consumed, dealt across this run's ranks."""
         saved = position["order"]
-        if self._world_size == 1 and saved["kind"] == "distributed" and not isinstance(
-            self._loader.sampler, ElasticDistributedSampler
+        if (
+            self._world_size == 1
+            and saved["kind"] == "distributed"
+            and not isinstance(self._loader.sampler, ElasticDistributedSampler)
         ):
             # One process continuing a multi-process order: read it through the same sampler, 1 replica.
             self._replace_loader(elastic.single_process_replacement(saved, self._loader.dataset))

@@ -293,9 +293,7 @@ class DistributedSamplerWrapper(StatefulDistributedSampler):
         ```
     """
 
-    def __init__(
-        self, sampler: Sampler, num_replicas: int, rank: int, drop_last: bool = False, seed: int = 0
-    ) -> None:
+    def __init__(self, sampler: Sampler, num_replicas: int, rank: int, drop_last: bool = False, seed: int = 0) -> None:
         if not isinstance(sampler, Sized):
             raise TypeError(
                 f"{type(sampler).__name__} has no len(), so its indices cannot be split evenly across "
@@ -376,9 +374,8 @@ def distributed_sampler_for(
 
 def is_plain_shuffle(sampler: Any) -> bool:
     """Whether ``sampler`` is a plain shuffle: each sample once per epoch, in a random order."""
-    return (
-        type(sampler) in (RandomSampler, StatefulRandomSampler, ResumableRandomSampler)
-        and draws_a_permutation(sampler)
+    return type(sampler) in (RandomSampler, StatefulRandomSampler, ResumableRandomSampler) and draws_a_permutation(
+        sampler
     )
 
 

@@ -49,10 +49,8 @@ class KubeflowEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return int_env("WORLD_SIZE")
 
-
     def global_rank(self) -> int:
         return int_env("RANK")
-
 
     def local_rank(self) -> int:
         return 0

@@ -55,10 +55,8 @@ class LSFEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return int_env("JSM_NAMESPACE_SIZE")
 
-
     def global_rank(self) -> int:
         return int_env("JSM_NAMESPACE_RANK")
-
 
     def local_rank(self) -> int:
         return int_env("JSM_NAMESPACE_LOCAL_RANK")

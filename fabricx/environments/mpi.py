@@ -80,10 +80,8 @@ class MPIEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return int(self._comm.Get_size())
 
-
     def global_rank(self) -> int:
         return int(self._comm.Get_rank())
-
 
     def local_rank(self) -> int:
         return self._local_and_node_rank()[0]

@@ -114,10 +114,8 @@ class SLURMEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return int_env("SLURM_NTASKS")
 
-
     def global_rank(self) -> int:
         return int_env("SLURM_PROCID")
-
 
     def local_rank(self) -> int:
         return int_env("SLURM_LOCALID")

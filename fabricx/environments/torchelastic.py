@@ -40,10 +40,8 @@ class TorchElasticEnvironment(ClusterEnvironment):
     def world_size(self) -> int:
         return int_env("WORLD_SIZE")
 
-
     def global_rank(self) -> int:
         return int_env("RANK")
-
 
     def local_rank(self) -> int:
         return int_env("LOCAL_RANK")

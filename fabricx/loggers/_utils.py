@@ -55,9 +55,7 @@ def metric_value(key: str, value: Any) -> float | int | bool:
         return value
     if hasattr(value, "item") and getattr(value, "size", None) == 1:  # numpy scalars and 1-element arrays
         return float(value.item())
-    raise TypeError(
-        f"log_metrics got {type(value).__name__} for {key!r}; log numbers or one-element tensors."
-    )
+    raise TypeError(f"log_metrics got {type(value).__name__} for {key!r}; log numbers or one-element tensors.")
 
 
 def params_to_dict(params: Mapping[str, Any] | Namespace) -> dict[str, Any]:
@@ -65,9 +63,7 @@ def params_to_dict(params: Mapping[str, Any] | Namespace) -> dict[str, Any]:
     if isinstance(params, Namespace):
         params = vars(params)
     if not isinstance(params, Mapping):
-        raise TypeError(
-            f"log_hyperparams expects a dict or an argparse.Namespace, got {type(params).__name__}."
-        )
+        raise TypeError(f"log_hyperparams expects a dict or an argparse.Namespace, got {type(params).__name__}.")
     return {
         str(key): params_to_dict(value) if isinstance(value, (Namespace, Mapping)) else value
         for key, value in params.items()

@@ -32,9 +32,7 @@ class MixedPrecision(Precision):
         self, precision: str = "16-mixed", device: str = "cuda", scaler: torch.amp.GradScaler | None = None
     ) -> None:
         if precision not in ("16-mixed", "bf16-mixed"):
-            raise MisconfigurationError(
-                f"MixedPrecision takes '16-mixed' or 'bf16-mixed', got {precision!r}."
-            )
+            raise MisconfigurationError(f"MixedPrecision takes '16-mixed' or 'bf16-mixed', got {precision!r}.")
         if scaler is not None and precision == "bf16-mixed":
             raise MisconfigurationError(
                 "A grad scaler was given with precision='bf16-mixed'; bf16 needs no loss scaling. "

@@ -36,8 +36,7 @@ class DeepSpeedPrecision(Precision):
     def __init__(self, precision: str = "32-true") -> None:
         if precision not in DEEPSPEED_PRECISIONS:
             raise MisconfigurationError(
-                f"precision={precision!r} is not supported with DeepSpeed. Choose one of "
-                f"{list(DEEPSPEED_PRECISIONS)}."
+                f"precision={precision!r} is not supported with DeepSpeed. Choose one of {list(DEEPSPEED_PRECISIONS)}."
             )
         self.precision = precision
         self.dtype = DEEPSPEED_PRECISIONS[precision]

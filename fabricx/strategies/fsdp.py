@@ -457,8 +457,7 @@ class FSDPStrategy(DTensorStrategy):
         name = getattr(sharding_strategy, "name", sharding_strategy)  # FSDP1's ShardingStrategy enum too
         if not isinstance(name, str) or name.upper() not in SHARDING_STRATEGIES:
             raise MisconfigurationError(
-                f"sharding_strategy={sharding_strategy!r} is not supported; choose one of "
-                f"{list(SHARDING_STRATEGIES)}."
+                f"sharding_strategy={sharding_strategy!r} is not supported; choose one of {list(SHARDING_STRATEGIES)}."
             )
         self.sharding_strategy = name.upper()
         hybrid, reshard = SHARDING_STRATEGIES[self.sharding_strategy]

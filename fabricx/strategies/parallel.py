@@ -29,6 +29,8 @@ def _reduce_op(reduce_op: Any) -> tuple[Any, bool]:
     if reduce_op not in _REDUCE_OPS:
         raise ValueError(f"reduce_op={reduce_op!r} is not supported; use 'mean', 'sum', 'min' or 'max'.")
     return _REDUCE_OPS[reduce_op], False
+
+
 _START_METHODS = ("popen", "spawn", "fork", "forkserver")
 _BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
 
@@ -97,9 +99,7 @@ class ParallelStrategy(Strategy):
         self._timeout = timeout
         self._start_method = start_method
 
-    def configure(
-        self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any
-    ) -> None:
+    def configure(self, parallel_devices: list[torch.device], num_nodes: int, cluster_environment: Any) -> None:
         """Receive the layout chosen by the connector and pick a launcher."""
         from fabricx.environments.detect import detect_cluster_environment
 
@@ -119,9 +119,7 @@ class ParallelStrategy(Strategy):
         if self.cluster_environment.creates_processes_externally:
             self._launcher = None
         elif self._start_method == "popen":
-            self._launcher = SubprocessScriptLauncher(
-                self.cluster_environment, self.num_processes, self.num_nodes
-            )
+            self._launcher = SubprocessScriptLauncher(self.cluster_environment, self.num_processes, self.num_nodes)
         else:
             self._launcher = MultiprocessingLauncher(self, start_method=self._start_method)
 
@@ -227,9 +225,7 @@ class ParallelStrategy(Strategy):
 
             store, _, _ = next(rendezvous("env://", rank=self.global_rank, world_size=self.world_size))
             kwargs["store"] = PrefixStore(f"fabricx_group_{_GROUPS_CREATED}", store)
-        dist.init_process_group(
-            self.process_group_backend, rank=self.global_rank, world_size=self.world_size, **kwargs
-        )
+        dist.init_process_group(self.process_group_backend, rank=self.global_rank, world_size=self.world_size, **kwargs)
         _GROUPS_CREATED += 1
         # A group fabricx created is also released by fabricx before the interpreter exits.
         register_release_at_exit()
@@ -302,9 +298,7 @@ class ParallelStrategy(Strategy):
             tensor = tensor.to(self.root_device)
         return tensor
 
-    def all_gather(
-        self, tensor: Tensor, group: Any = None, sync_grads: bool = False
-    ) -> Tensor | list[Tensor]:
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor | list[Tensor]:
         """Gather from every rank. Equal shapes give a tensor stacked along a new first dimension;
         shapes that differ across ranks (same number of dimensions) give a list with each rank's tensor.
         ``sync_grads=True`` lets gradients flow back through an equal-shape gather.

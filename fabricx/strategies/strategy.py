@@ -315,9 +315,7 @@ class Strategy(ABC):
 
         save_fabric_checkpoint(self, path, state, filter, layout)
 
-    def load_checkpoint(
-        self, path: str, state: dict[str, Any] | None = None, strict: bool = True
-    ) -> dict[str, Any]:
+    def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
         from fabricx.checkpoint.fabric_state import load_fabric_checkpoint
 
         return load_fabric_checkpoint(self, path, state, strict)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from fabricx.train.hook_messages import missing_loader_hook
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
+from fabricx.utilities.apply import move_data_to_device
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
@@ -72,25 +74,23 @@ class DataModule:
 
     def train_dataloader(self) -> Any:
         """The training loader (or a dict/list of loaders, combined batch by batch)."""
-        raise NotImplementedError(_missing(self, "train_dataloader", "fit"))
+        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
 
     def val_dataloader(self) -> Any:
         """The validation loader (or a list of them)."""
-        raise NotImplementedError(_missing(self, "val_dataloader", "validate"))
+        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
 
     def test_dataloader(self) -> Any:
         """The test loader (or a list of them)."""
-        raise NotImplementedError(_missing(self, "test_dataloader", "test"))
+        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
 
     def predict_dataloader(self) -> Any:
         """The prediction loader (or a list of them)."""
-        raise NotImplementedError(_missing(self, "predict_dataloader", "predict"))
+        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
 
     def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
         """Move ``batch`` to ``device`` (override for custom batch types)."""
-        from fabricx.train.batch_transfer import move_to_device
-
-        return move_to_device(batch, device)
+        return move_data_to_device(batch, device)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch before it is moved to the device."""
@@ -106,14 +106,6 @@ class DataModule:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what `state_dict()` returned."""
-
-
-def _missing(owner: Any, method: str, stage: str) -> str:
-    """Why a loader hook of a DataModule or TrainModule the user did not define cannot be called."""
-    return (
-        f"{type(owner).__name__} has no {method}(), which Trainer.{stage} needs. Define "
-        f"{method}(self) returning a DataLoader, or pass the loader to the Trainer call."
-    )
 
 
 def defines(obj: Any, name: str, base: type) -> bool:

@@ -73,9 +73,7 @@ class Hooks:
         """``method`` timed as ``action`` by the Trainer's profiler (itself when nothing is profiled)."""
         return profiled(getattr(self.trainer, "profiler", None), action, method)
 
-    def call(
-        self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True, **kwargs: Any
-    ) -> Any:
+    def call(self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True, **kwargs: Any) -> Any:
         """Call ``name`` on the callbacks (with trainer and module first), then on the module."""
         trainer, target = self.trainer, self.module
         for method in self.callback_hooks(name, monitoring):

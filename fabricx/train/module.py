@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from fabricx.train.datamodule import _missing
+from fabricx.train.hook_messages import missing_loader_hook
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
+from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
@@ -670,19 +671,19 @@ class TrainModule(nn.Module):
 
     def train_dataloader(self) -> Any:
         """The training loader ``Trainer.fit(model)`` uses when none is passed."""
-        raise NotImplementedError(_missing(self, "train_dataloader", "fit"))
+        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
 
     def val_dataloader(self) -> Any:
         """The validation loader(s) used when none are passed."""
-        raise NotImplementedError(_missing(self, "val_dataloader", "validate"))
+        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
 
     def test_dataloader(self) -> Any:
         """The test loader(s) used when none are passed."""
-        raise NotImplementedError(_missing(self, "test_dataloader", "test"))
+        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
 
     def predict_dataloader(self) -> Any:
         """The prediction loader(s) used when none are passed."""
-        raise NotImplementedError(_missing(self, "predict_dataloader", "predict"))
+        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch before it is moved to the device."""
@@ -690,9 +691,7 @@ class TrainModule(nn.Module):
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Move ``batch`` to ``device`` (override for custom batch types)."""
-        from fabricx.train.batch_transfer import move_to_device
-
-        return move_to_device(batch, device)
+        return move_data_to_device(batch, device)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch after it was moved to the device."""

@@ -39,4 +39,3 @@ class SetupError(FabricxError, ValueError):
 
 class LaunchError(FabricxError, TypeError):
     """``launch()`` called with something it cannot run (a ``TypeError``, as in Lightning Fabric)."""
-

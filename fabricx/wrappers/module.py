@@ -179,5 +179,3 @@ class FabricModule(nn.Module):
 
     def __repr__(self) -> str:
         return f"FabricModule({self._original_module!r})"
-
-

@@ -38,11 +38,7 @@ def forward_is_wrapped(forward_module: nn.Module, original: nn.Module, precision
         forward_is_wrapped(ddp_module, module, precision)  # True
         ```
     """
-    return (
-        forward_module is not original
-        or precision.needs_forward_context
-        or has_own_forward_hooks(original)
-    )
+    return forward_module is not original or precision.needs_forward_context or has_own_forward_hooks(original)
 
 
 def redirect_through_forward(

@@ -165,7 +165,6 @@ def _encode(value: Any) -> Any:
 def _decode(value: Any) -> Any:
     if type(value) in (dict, OrderedDict):
         if _NUMPY_TAG in value and isinstance(value[_NUMPY_TAG], torch.Tensor):
-
             array = value[_NUMPY_TAG].numpy()
             if value.get("scalar"):
                 return array.reshape(())[()]
@@ -460,4 +459,3 @@ def looks_like_torch_file(file: Path) -> bool:
     except OSError:
         return False
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
-

@@ -270,9 +270,9 @@ class Accelerator(StateMixin, CollectivesMixin):
         exact_window_scaling: bool = False,
     ) -> None:
         for name, value, flag in (
-            ("deepspeed_plugin", deepspeed_plugin, 'Accelerator(strategy=DeepSpeedStrategy(stage=..., ...))'),
+            ("deepspeed_plugin", deepspeed_plugin, "Accelerator(strategy=DeepSpeedStrategy(stage=..., ...))"),
             ("fsdp_plugin", fsdp_plugin, 'Accelerator(strategy=FSDPStrategy(...)) (or strategy="fsdp")'),
-            ("megatron_lm_plugin", megatron_lm_plugin, 'Accelerator(strategy=ModelParallelStrategy(...))'),
+            ("megatron_lm_plugin", megatron_lm_plugin, "Accelerator(strategy=ModelParallelStrategy(...))"),
         ):
             if value is not None:
                 raise MisconfigurationError(
@@ -294,9 +294,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         compile_models = compile_option(dynamo_backend, dynamo_plugin)
         if gradient_accumulation_plugin is not None:
             if gradient_accumulation_steps != 1:
-                raise ValueError(
-                    "Give either gradient_accumulation_steps or gradient_accumulation_plugin, not both."
-                )
+                raise ValueError("Give either gradient_accumulation_steps or gradient_accumulation_plugin, not both.")
         else:
             gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=gradient_accumulation_steps)
         plugin = gradient_accumulation_plugin

@@ -112,7 +112,6 @@ class DataLoaderConfiguration:
     use_stateful_dataloader: bool = False
 
 
-
 @dataclass
 class GradientAccumulationPlugin:
     """How an `fabricx.compat.accelerate.Accelerator` accumulates gradients.

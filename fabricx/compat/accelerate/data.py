@@ -131,8 +131,10 @@ def _concatenate(batches: list[Any]) -> Any:
     if isinstance(first, dict):
         return type(first)({key: _concatenate([b[key] for b in batches]) for key in first})
     if isinstance(first, tuple | list):
-        if first and all(isinstance(b, list | tuple) and len(b) == len(first) for b in batches) and any(
-            isinstance(x, Tensor | dict | list | tuple) for x in first
+        if (
+            first
+            and all(isinstance(b, list | tuple) and len(b) == len(first) for b in batches)
+            and any(isinstance(x, Tensor | dict | list | tuple) for x in first)
         ):
             parts = [_concatenate([b[i] for b in batches]) for i in range(len(first))]
             return type(first)(parts) if isinstance(first, list) else tuple(parts)
@@ -597,8 +599,12 @@ class AcceleratedDataLoader:
         consumed = self._consumed_base + consumed_samples(
             steps, int(self._loader.batch_size), self._options.num_processes, self._options.split_batches, length
         )
-        return {"consumed": min(consumed, length), "batch_size": self._loader.batch_size,
-                "split_batches": self._options.split_batches, "continued": self._consumed_base > 0}
+        return {
+            "consumed": min(consumed, length),
+            "batch_size": self._loader.batch_size,
+            "split_batches": self._options.split_batches,
+            "continued": self._consumed_base > 0,
+        }
 
     def _resized(self, state_dict: dict[str, Any]) -> bool:
         """Whether a mid-pass state comes from a run that shared the data differently."""
@@ -645,8 +651,14 @@ class AcceleratedDataLoader:
         assert user is not None and self._resume is None
         options = self._options
         return rank_batches_of_the_rest(
-            list(user.sampler), self._consumed_base, int(user.batch_size), user.drop_last,
-            options.num_processes, options.process_index, options.split_batches, options.even_batches,
+            list(user.sampler),
+            self._consumed_base,
+            int(user.batch_size),
+            user.drop_last,
+            options.num_processes,
+            options.process_index,
+            options.split_batches,
+            options.even_batches,
         )
 
     def __repr__(self) -> str:

@@ -8,13 +8,36 @@ import contextlib
 import enum
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from fabricx.compat.accelerate import Accelerator
+    import contextlib
+
+    from fabricx.compat.accelerate.config import DistributedType
+
+
+class AcceleratorLike(Protocol):
+    """What the handlers here use of `fabricx.compat.accelerate.Accelerator` (a Protocol: the accelerator
+    module imports this one).
+
+    Example:
+        ```python
+        LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=8)
+        ```
+    """
+
+    @property
+    def process_index(self) -> int: ...
+    @property
+    def distributed_type(self) -> DistributedType: ...
+    def wait_for_everyone(self) -> None: ...
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager: ...
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager: ...
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any: ...
+
 
 __all__ = [
     "DDPCommunicationHookType",
@@ -168,7 +191,7 @@ def build_profiler(handler: Any) -> torch.profiler.profile:
 
 
 @contextlib.contextmanager
-def profile_context(accelerator: Accelerator, handler: Any) -> Generator[torch.profiler.profile, None, None]:
+def profile_context(accelerator: AcceleratorLike, handler: Any) -> Generator[torch.profiler.profile, None, None]:
     """Profile the block; with ``output_trace_dir``, each process writes its Chrome trace there after it."""
     import os
 
@@ -197,7 +220,9 @@ class LocalSGD:
         ```
     """
 
-    def __init__(self, accelerator: Accelerator, model: nn.Module, local_sgd_steps: int, enabled: bool = True) -> None:
+    def __init__(
+        self, accelerator: AcceleratorLike, model: nn.Module, local_sgd_steps: int, enabled: bool = True
+    ) -> None:
         from fabricx.compat.accelerate.config import DistributedType
 
         if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.XLA):

@@ -153,7 +153,7 @@ class PartialState:
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Generator[Any, None, None]:
         """Give each process its contiguous part of a list, tuple, tensor or dict of them."""
-        from fabricx.compat.accelerate.collectives import split_for_process
+        from fabricx.compat.accelerate.splitting import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 
 class Launcher(ABC):
@@ -23,6 +23,25 @@ class Launcher(ABC):
     @abstractmethod
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Start the processes and run ``function(*args, **kwargs)``; return rank 0's result."""
+
+
+class LaunchedStrategy(Protocol):
+    """What a launcher uses of the strategy it starts processes for (a Protocol, so that launchers import no
+    strategy: the strategies import their launchers).
+
+    Example:
+        ```python
+        def launcher_for(strategy: LaunchedStrategy) -> Launcher: ...
+        ```
+    """
+
+    #: The `fabricx.environments.ClusterEnvironment` the processes find each other through.
+    cluster_environment: Any
+
+    @property
+    def num_processes(self) -> int: ...
+    @property
+    def global_rank(self) -> int: ...
 
 
 def threads_per_process(num_processes: int) -> int:

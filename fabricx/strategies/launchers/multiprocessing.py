@@ -9,7 +9,7 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
@@ -18,13 +18,10 @@ from torch import nn
 from torch.multiprocessing.spawn import ProcessExitedException, start_processes
 from torch.optim import Optimizer
 
-from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
+from fabricx.strategies.launchers.launcher import LaunchedStrategy, Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 from fabricx.utilities.process_group import release_process_group
-
-if TYPE_CHECKING:
-    from fabricx.strategies.parallel import ParallelStrategy
 
 _POLL_SECONDS = 0.05
 
@@ -48,7 +45,7 @@ class MultiprocessingLauncher(Launcher):
 
     requires_function = True
 
-    def __init__(self, strategy: ParallelStrategy, start_method: str = "spawn") -> None:
+    def __init__(self, strategy: LaunchedStrategy, start_method: str = "spawn") -> None:
         if start_method not in mp.get_all_start_methods():
             raise FabricxError(
                 f"start_method={start_method!r} is not available on {sys.platform} (available: "
@@ -116,7 +113,7 @@ class MultiprocessingLauncher(Launcher):
 
 def _run_rank(
     process_index: int,
-    strategy: ParallelStrategy,
+    strategy: LaunchedStrategy,
     function: Callable,
     args: tuple,
     kwargs: dict,
@@ -179,9 +176,7 @@ def _own_tensors(obj: nn.Module | Optimizer, seen: set[int]) -> nn.Module | Opti
     if isinstance(obj, nn.Module):
         tensors: Any = itertools.chain(obj.parameters(), obj.buffers())
     else:
-        tensors = (
-            value for state in obj.state.values() for value in state.values() if isinstance(value, torch.Tensor)
-        )
+        tensors = (value for state in obj.state.values() for value in state.values() if isinstance(value, torch.Tensor))
     for tensor in tensors:
         if id(tensor) not in seen and tensor.is_shared() and tensor.device.type == "cpu":
             seen.add(id(tensor))

@@ -185,8 +185,10 @@ class BaseFinetuning(Callback):
 
 def _groups_with(groups: list[dict[str, Any]], convert: Callable[[Any], Any]) -> list[dict[str, Any]]:
     # Param groups with each parameter replaced (by its name for a checkpoint, back to the tensor on resume).
-    return [{**{k: v for k, v in group.items() if k != "params"}, "params": [convert(p) for p in group["params"]]}
-            for group in groups]
+    return [
+        {**{k: v for k, v in group.items() if k != "params"}, "params": [convert(p) for p in group["params"]]}
+        for group in groups
+    ]
 
 
 def multiplicative(epoch: int) -> float:

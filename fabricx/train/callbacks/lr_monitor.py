@@ -190,8 +190,6 @@ def _lacks(trainer: Trainer, key: str) -> bool:
     return any(key not in _inner(optimizer).defaults for optimizer in trainer.optimizers)
 
 
-
-
 def _duplicate_group_names(groups: list[dict[str, Any]]) -> set[str]:
     names = [group.get("name", f"pg{i}") for i, group in enumerate(groups, start=1)]
     return {name for name in names if names.count(name) > 1}

@@ -52,6 +52,4 @@ def lightning_setattr(module: Any, attribute: str, value: Any, datamodule: Any =
 
 
 def _missing(attribute: str) -> str:
-    return (
-        f"{attribute} is neither stored in the model namespace nor the `hparams` namespace/dict, nor the datamodule."
-    )
+    return f"{attribute} is neither stored in the model namespace nor the `hparams` namespace/dict, nor the datamodule."

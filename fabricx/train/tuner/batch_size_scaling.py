@@ -32,9 +32,10 @@ class BatchSizeSearch:
         """Set the batch size to ``value`` (or ``factor`` times it), capped by the dataset and ``max_val``."""
         batch_size = self._get()
         if self._dataset_length is not None and batch_size >= self._dataset_length:
-            rank_zero_log_info(log,
+            rank_zero_log_info(
+                log,
                 f"The batch size {batch_size} is greater or equal than the length of your dataset:"
-                f" {self._dataset_length}."
+                f" {self._dataset_length}.",
             )
             return batch_size, False
         new_size = value if value is not None else int(batch_size * factor)

@@ -1,0 +1,143 @@
+"""fabricx's modules import each other without circles (issue 24): read from the source, so lazy imports
+inside functions and ``if TYPE_CHECKING:`` imports count as edges too. The one allowance is the one the
+design makes: type-only imports among the modules of ``fabricx/train/`` (the Trainer, its loops and its
+callbacks name each other's types).
+
+A package's ``__init__`` that re-exports its modules is an edge like any other, so a module that imports
+its own package's ``__init__`` (``from fabricx.compat.accelerate import X`` inside that package) is a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fabricx"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for file in PACKAGE.rglob("*.py"):
+        parts = list(file.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (file, is_package)
+    return found
+
+
+def _type_only_lines(tree: ast.Module) -> set[int]:
+    """Line numbers of the statements inside ``if TYPE_CHECKING:`` blocks."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for statement in node.body:
+                lines.update(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
+    return lines
+
+
+def _edges(modules: dict[str, tuple[Path, bool]]) -> dict[str, dict[str, bool]]:
+    """module -> {imported module: whether every import of it is type-only}."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, dict[str, bool]] = {}
+    for name, (file, is_package) in modules.items():
+        tree = ast.parse(file.read_text())
+        type_only = _type_only_lines(tree)
+        base = name if is_package else name.rpartition(".")[0]
+        out: dict[str, bool] = {}
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:
+                    anchor = base
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    module = f"{anchor}.{module}" if module else anchor
+                targets = [
+                    f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module for alias in node.names
+                ]
+            for target in targets:
+                if not target.startswith("fabricx"):
+                    continue
+                resolved = resolve(target)
+                if resolved is None or resolved == name:
+                    continue
+                out[resolved] = out.get(resolved, True) and node.lineno in type_only
+        edges[name] = out
+    return edges
+
+
+def _circles(edges: dict[str, dict[str, bool]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def _allowed(edges: dict[str, dict[str, bool]], source: str, target: str) -> bool:
+    inside_train = source.startswith("fabricx.train") and target.startswith("fabricx.train")
+    return inside_train and edges[source][target]
+
+
+def test_no_import_circle_outside_type_only_imports_in_train() -> None:
+    edges = _edges(_modules())
+    kept = {
+        source: {t: o for t, o in targets.items() if not _allowed(edges, source, t)}
+        for source, targets in edges.items()
+    }
+    circles = _circles(kept)
+    detail = [{member: sorted(set(kept[member]) & set(circle)) for member in circle} for circle in circles]
+    assert not circles, detail
+
+
+def test_the_check_sees_a_circle() -> None:
+    edges = {"fabricx.a": {"fabricx.b": True}, "fabricx.b": {"fabricx.c": False}, "fabricx.c": {"fabricx.a": False}}
+    assert _circles(edges) == [["fabricx.a", "fabricx.b", "fabricx.c"]]
+    # type-only edges count outside fabricx/train
+    edges = {"fabricx.train.a": {"fabricx.train.b": True}, "fabricx.train.b": {"fabricx.train.a": True}}
+    kept = {s: {t: o for t, o in ts.items() if not _allowed(edges, s, t)} for s, ts in edges.items()}
+    assert _circles(kept) == []
