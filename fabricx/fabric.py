@@ -15,13 +15,13 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from fabricx._fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
 from fabricx.accumulation import AccumulationState, AccumulationWindow
 from fabricx.capabilities import HoldsFabric, HoldsFabricOptimizers
 from fabricx.checkpoint.format import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
+from fabricx.fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError

@@ -42,3 +42,27 @@ def retarget_scheduler(scheduler: Any, old: Optimizer, new: Optimizer) -> None:
     new.step = tracked_step  # type: ignore[method-assign]
     if getattr(old, STEP_CALLED_FLAG, False):
         setattr(new, STEP_CALLED_FLAG, True)
+
+
+def scheduler_step_count(scheduler: Any) -> int:
+    """How many times torch's `LRScheduler` counts itself stepped (its private ``_step_count``; the
+    constructor's initial step counts as one).
+
+    Example:
+        ```python
+        if scheduler_step_count(scheduler) > scheduler.total_steps: ...
+        ```
+    """
+    return int(scheduler._step_count)
+
+
+def count_scheduler_step(scheduler: Any) -> None:
+    """Count one step on ``scheduler`` without changing its learning rates (as Accelerate does for the
+    micro-batches of an accumulation window when ``adjust_scheduler`` is on).
+
+    Example:
+        ```python
+        count_scheduler_step(scheduler)
+        ```
+    """
+    scheduler._step_count += 1

@@ -6,9 +6,12 @@ renames one fails there, naming this file, instead of deep inside a training ste
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.nn.modules.batchnorm import _BatchNorm
 
 
 def optimizer_unscaled_this_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
@@ -130,3 +133,31 @@ def prepare_ddp_reducer_for_backward(module: torch.nn.parallel.DistributedDataPa
     reducer = module.reducer
     reducer._rebuild_buckets()
     reducer.prepare_for_backward(outputs)
+
+
+def batch_norm_base() -> type[_BatchNorm]:
+    """torch's common base class of `BatchNorm1d/2d/3d` and `SyncBatchNorm` (private ``_BatchNorm``).
+
+    Example:
+        ```python
+        frozen = [m for m in model.modules() if isinstance(m, batch_norm_base())]
+        ```
+    """
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    return _BatchNorm
+
+
+def mkldnn_fp16_supported() -> bool:
+    """Whether this CPU runs fp16 through oneDNN (private ``torch.ops.mkldnn._is_mkldnn_fp16_supported``);
+    False where torch has no such check.
+
+    Example:
+        ```python
+        dtype = torch.float16 if mkldnn_fp16_supported() else torch.bfloat16
+        ```
+    """
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):
+        return False

@@ -253,8 +253,11 @@ def wait_for_pending_save() -> None:
         handle.wait()
 
 
-def start_background_save(path: Any, job: Callable[[], Any]) -> AsyncSave:
+def start_background_save(path: Any, job: Callable[[], Any], guard: Any = None) -> AsyncSave:
     """Run ``job`` (write and commit ``path``) in a background thread, after any earlier one finished.
+
+    ``guard`` (a `fabricx.checkpoint.step_guard.StagingGuard`) is what the handle's ``wait_staged`` and
+    ``step_wait_s`` report on: the deferred copy the next optimizer step waits for.
 
     Example:
         ```python
@@ -264,6 +267,7 @@ def start_background_save(path: Any, job: Callable[[], Any]) -> AsyncSave:
     global _pending, _exit_hook_installed, _exit_status_settable
     wait_for_pending_save()
     handle = AsyncSave(path)
+    handle._guard = guard
     # Not a daemon: the interpreter lets it finish before exiting, so a save is never cut short by a
     # normal exit; the shutdown hook waits for it and reports a failure nobody waited for.
     thread = threading.Thread(target=handle._run, args=(job,), name="fabricx-async-save", daemon=False)
@@ -300,7 +304,7 @@ def _wait_at_exit() -> None:
 # ----------------------------------------------------------------------------------------- host staging
 
 
-class _BufferPool:
+class BufferPool:
     """Host buffers of the last background save, reused by the next one of the same sizes.
 
     A state's tensor sizes rarely change between saves, so the second and later copies write into
@@ -332,7 +336,8 @@ class _BufferPool:
             self._free = {}
 
 
-_pool = _BufferPool()
+#: The host buffers background saves copy into (a save hands back what it used once it is written).
+staging_buffers = BufferPool()
 
 
 def release_staging_buffers() -> None:
@@ -343,7 +348,7 @@ def release_staging_buffers() -> None:
         release_staging_buffers()  # e.g. before a memory-hungry evaluation
         ```
     """
-    _pool.clear()
+    staging_buffers.clear()
 
 
 def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | None = None) -> Any:
@@ -357,7 +362,7 @@ def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | Non
 
     With ``reuse`` (a list), the copies are made in buffers kept from the previous background save
     where sizes match, and the buffers used are appended to ``reuse``; hand them back with
-    ``_pool.give_back`` once the copy is no longer needed.
+    ``staging_buffers.give_back`` once the copy is no longer needed.
 
     Example:
         ```python
@@ -527,7 +532,7 @@ class _Stager:
         nbytes = numel * dtype.itemsize
         if self.reuse is None or nbytes == 0 or dtype.is_complex or dtype == torch.bool:
             return torch.empty(shape, dtype=dtype, pin_memory=pinned)
-        buffer = _pool.take(nbytes, pinned)
+        buffer = staging_buffers.take(nbytes, pinned)
         self.reuse.append((buffer, pinned))
         return buffer.view(dtype).view(shape)
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fabricx.checkpoint.dcp_metadata import safe_member
+from fabricx._compat.dcp_metadata import safe_member
 from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file, safe_engine_loading
 from fabricx.utilities.exceptions import CheckpointError
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -140,20 +141,124 @@ def split_state(
     return shared, per_rank
 
 
-def _io(strategy: Any) -> CheckpointIO:
+def checkpoint_io_of(strategy: Any) -> CheckpointIO:
+    """The strategy's `CheckpointIO` (``checkpoint_io``), or the default one."""
     io = getattr(strategy, "checkpoint_io", None)
     return io if io is not None else default_io()
 
 
-def _storage(strategy: Any) -> EntryStorage | None:
+def entry_storage_of(strategy: Any) -> EntryStorage | None:
+    """The `EntryStorage` of a strategy that stores some entries itself, or ``None``."""
     get = getattr(strategy, "checkpoint_storage", None)
     return cast("EntryStorage | None", get()) if callable(get) else None
 
 
-def _claimed(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:
+def claimed_entries(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``state`` that ``storage`` writes itself."""
     if storage is None:
         return {}
     return {key: obj for key, obj in state.items() if storage.claims(key, obj)}
+
+
+@dataclass
+class DirectorySave:
+    """One save in the directory layout, as every rank plans it before writing: what goes through the
+    strategy's own storage (``claimed``), what through the shared layout (``shared`` on rank 0,
+    ``per_rank`` on each rank), and the one `CheckpointWriter` of the save. A synchronous and an
+    asynchronous save differ only in when (and from which copy) they write it.
+    """
+
+    storage: EntryStorage | None
+    claimed: dict[str, Any]
+    plain: dict[str, Any]
+    shared: dict[str, Any]
+    per_rank: dict[str, Any]
+    writer: CheckpointWriter
+
+    def write_claimed(self, staging: Path, filter: Mapping[str, Callable] | None) -> dict[str, Any]:
+        """Write the claimed entries now (every rank); the shared entries they add."""
+        if not self.claimed or self.storage is None:
+            return {}
+        return self.storage.save(staging, self.claimed, filter)
+
+
+def plan_directory_save(
+    strategy: CheckpointHost,
+    path: str,
+    state: dict[str, Any],
+    filter: Mapping[str, Callable] | None,
+    barrier: Callable[[], Any],
+) -> DirectorySave:
+    """Split ``state`` for a directory-layout save and build its writer (``barrier`` waits for every
+    rank; used only with more than one). Every rank calls it at the same point: it broadcasts the
+    save's token.
+
+    Example:
+        ```python
+        plan = plan_directory_save(strategy, "ckpt/step_10", state, None, strategy.barrier)
+        ```
+    """
+    storage = entry_storage_of(strategy)
+    claimed = claimed_entries(storage, state)
+    plain = {key: obj for key, obj in state.items() if key not in claimed}
+    if claimed and storage is not None:
+        storage.check_filter(list(claimed), dict(filter) if filter else None)
+    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in plain} or None
+    shared, per_rank = split_state(strategy, plain, plain_filter)
+    extra_meta = {storage.meta_key: storage.record(claimed)} if claimed and storage is not None else None
+    distributed = strategy.world_size > 1
+    writer = CheckpointWriter(
+        path,
+        rank=strategy.global_rank,
+        world_size=strategy.world_size,
+        barrier=barrier if distributed else None,
+        token=strategy.broadcast(uuid.uuid4().hex) if distributed else None,
+        extra_meta=extra_meta,
+        io=checkpoint_io_of(strategy),
+    )
+    return DirectorySave(storage, claimed, plain, shared, per_rank, writer)
+
+
+def write_and_commit(
+    plan: DirectorySave,
+    shared: dict[str, Any],
+    per_rank: dict[str, Any],
+    finish_claimed: Callable[[], dict[str, Any]],
+    agreement: Callable[[bool], bool],
+    before: Callable[[], None] | None = None,
+) -> None:
+    """Write this rank's files of ``plan`` and commit when every rank did (`CheckpointWriter.commit_agreed`).
+
+    The one writing path of a synchronous save (in the foreground, from the live state) and an
+    asynchronous one (in the background, from its host copy; ``before`` finishes that copy).
+    ``finish_claimed`` returns the shared entries the strategy's own storage added.
+    """
+    error: BaseException | None = None
+    try:
+        if before is not None:
+            before()
+        shared = {**shared, **finish_claimed()}
+        plan.writer.write_shared(shared)
+        plan.writer.write_rank(per_rank)
+    except BaseException as caught:
+        error = caught
+    plan.writer.commit_agreed(error, agreement)
+
+
+def rank_agreement(strategy: CheckpointHost) -> Callable[[bool], bool]:
+    """``agreement(ok)``: whether ``ok`` holds on every rank (a collective; ``ok`` itself alone).
+
+    On one all-reduce of the background saves' gloo group where torch.distributed runs; otherwise
+    through the strategy's own ``broadcast``, one per rank.
+    """
+    from fabricx.checkpoint.background import agree, background_group
+
+    if strategy.world_size == 1:
+        return lambda ok: ok
+    group = background_group()
+    if group is not None:
+        return lambda ok: agree(ok, group)
+    return lambda ok: all(bool(strategy.broadcast(ok, src=rank)) for rank in range(strategy.world_size))
 
 
 def save_fabric_checkpoint(
@@ -167,6 +272,8 @@ def save_fabric_checkpoint(
 
     A path naming a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) becomes one ``torch.save`` file (the
     single-file layout); any other path a fabricx checkpoint directory. ``layout`` overrides the choice.
+    The same pipeline as `fabricx.checkpoint.async_save.save_fabric_checkpoint_async()`, waited for:
+    the files are written here, from the live state.
 
     Example:
         ```python
@@ -179,34 +286,18 @@ def save_fabric_checkpoint(
     if layout_for(path, layout) == "single_file":
         save_one_file(strategy, path, state, filter)
         return
-    storage = _storage(strategy)
-    claimed = _claimed(storage, state)
-    plain = {key: obj for key, obj in state.items() if key not in claimed}
-    if claimed and storage is not None:
-        storage.check_filter(list(claimed), filter)
-    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in plain} or None
-    shared, per_rank = split_state(strategy, plain, plain_filter)
-    extra_meta = {storage.meta_key: storage.record(claimed)} if claimed and storage is not None else None
-    distributed = strategy.world_size > 1
-    writer = CheckpointWriter(
-        path,
-        rank=strategy.global_rank,
-        world_size=strategy.world_size,
-        barrier=strategy.barrier if distributed else None,
-        token=strategy.broadcast(uuid.uuid4().hex) if distributed else None,
-        extra_meta=extra_meta,
-        io=_io(strategy),
-    )
-    staging = writer.begin()
+    from fabricx.checkpoint.background import wait_for_pending_save
+
+    wait_for_pending_save()  # the agreement shares its group with a background save's thread
+    plan = plan_directory_save(strategy, path, state, filter, strategy.barrier)
+    agreement = rank_agreement(strategy)
+    staging = plan.writer.begin()
     try:
-        if claimed and storage is not None:
-            shared.update(storage.save(staging, claimed, filter))
-        writer.write_shared(shared)
-        writer.write_rank(per_rank)
+        written = plan.write_claimed(staging, filter)
     except BaseException:
-        writer.abort()
+        plan.writer.abort()
         raise
-    writer.commit()
+    write_and_commit(plan, plan.shared, plan.per_rank, lambda: written, agreement)
 
 
 def save_one_file(
@@ -230,8 +321,8 @@ def save_one_file(
     """
     from fabricx.checkpoint.layouts.single_file import save_single_file, save_single_file_async
 
-    storage = _storage(strategy)
-    claimed = _claimed(storage, state)
+    storage = entry_storage_of(strategy)
+    claimed = claimed_entries(storage, state)
     if claimed and storage is not None and not storage.full_state_in_one_file:
         raise CheckpointError(
             f"Cannot save {sorted(claimed)} into the single file {path}: {type(strategy).__name__} stores them as "
@@ -241,7 +332,7 @@ def save_one_file(
     shared, per_rank = split_state(strategy, state, filter)
     extra_keys = [key for key in shared if is_reserved(key)]
     save = save_single_file_async if asynchronous else save_single_file
-    return save(strategy, path, shared, per_rank, extra_keys=extra_keys, storage=_io(strategy))
+    return save(strategy, path, shared, per_rank, extra_keys=extra_keys, storage=checkpoint_io_of(strategy))
 
 
 # ------------------------------------------------------------------------ entries stored by a strategy
@@ -452,14 +543,14 @@ def load_fabric_checkpoint(
     """
     from fabricx.checkpoint.sharded import REST_KEY
 
-    loaded = read_checkpoint(path, rank=strategy.global_rank, io=_io(strategy))
+    loaded = read_checkpoint(path, rank=strategy.global_rank, io=checkpoint_io_of(strategy))
     stored = stored_entries(loaded.meta)
     shared = {key: value for key, value in loaded.shared.items() if key != REST_KEY}
     if state is None:
         merged = {**shared, **(loaded.per_rank or {}), **read_full(loaded, list(stored))}
         return {key: value for key, value in merged.items() if not is_reserved(key)}
-    storage = _storage(strategy)
-    claimed = _claimed(storage, state)
+    storage = entry_storage_of(strategy)
+    claimed = claimed_entries(storage, state)
     native_kind = storage.meta_key if storage is not None else None
     native = {key: obj for key, obj in claimed.items() if _native(stored.get(key), native_kind)}
     # Entries stored by another strategy (or by this one for objects it does not claim now) load in full.
@@ -523,8 +614,14 @@ __all__ = [
     "CheckpointError",
     "CheckpointKeyError",
     "CheckpointStateError",
+    "DirectorySave",
     "EntryStorage",
+    "checkpoint_io_of",
+    "claimed_entries",
+    "entry_storage_of",
     "load_fabric_checkpoint",
+    "plan_directory_save",
+    "rank_agreement",
     "rank_entries",
     "read_full",
     "save_fabric_checkpoint",
@@ -532,4 +629,5 @@ __all__ = [
     "split_state",
     "stored_entries",
     "unwrap_object",
+    "write_and_commit",
 ]

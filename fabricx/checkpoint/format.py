@@ -184,7 +184,7 @@ class CheckpointWriter:
         try:
             yield
         except (OSError, SafetensorError) as error:
-            raise _write_failure(self.path, error) from error
+            raise write_failure(self.path, error) from error
 
     def _expect(self, state: str, action: str) -> None:
         if self._state != state:
@@ -233,6 +233,47 @@ class CheckpointWriter:
                 self._state = "aborted"
                 raise
         self._sync()
+        self._state = "committed"
+        return self.path
+
+    def commit_agreed(self, error: BaseException | None, agreement: Callable[[bool], bool]) -> Path:
+        """Commit once every rank wrote its part, deciding together: ``agreement(ok)`` is a collective that
+        tells whether ``ok`` holds on every rank. Each rank makes its files durable; if all did, rank 0
+        writes ``meta.json`` and moves the directory into place, and all agree on that too. A failure
+        on any rank (``error`` is this rank's, from writing its files) aborts on every rank and raises
+        there, so no rank waits for a peer that gave up and no half-written checkpoint is committed.
+
+        Example:
+            ```python
+            writer.commit_agreed(None, lambda ok: agree(ok, group))
+            ```
+        """
+        self._expect("open", "commit_agreed")
+        if error is None:
+            try:
+                with self._writing():
+                    self.io.finish_rank(self.tmp, self.path, self.rank)
+            except BaseException as caught:
+                error = caught
+        if not agreement(error is None):
+            self.abort()
+            if error is not None:
+                raise error
+            raise CheckpointError(
+                f"Another rank failed to write its part of the checkpoint {self.path}; it was not committed."
+            )
+        published: BaseException | None = None
+        if self.rank == 0:
+            try:
+                self._write_meta_and_rename()
+            except BaseException as caught:
+                self.abort()
+                published = caught
+        if not agreement(published is None):
+            self._state = "aborted"
+            if published is not None:
+                raise published
+            raise CheckpointError(f"Rank 0 could not commit the checkpoint {self.path}.")
         self._state = "committed"
         return self.path
 
@@ -286,7 +327,7 @@ _WRITE_HINTS = {
 }
 
 
-def _write_failure(path: Path, error: BaseException) -> CheckpointError:
+def write_failure(path: Path, error: BaseException) -> CheckpointError:
     """A failed write as an error that names the checkpoint, the reason and what to do."""
     code = error.errno if isinstance(error, OSError) else None
     if code is None:  # safetensors reports I/O failures as "... (os error 28)"

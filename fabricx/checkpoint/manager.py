@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fabricx.checkpoint.atomic import discard_all
-from fabricx.checkpoint.format import _write_failure, default_io, is_complete
+from fabricx.checkpoint.format import default_io, is_complete, write_failure
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.storage import io_for, is_url, join_path
 
@@ -163,13 +163,13 @@ class CheckpointManager:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as error:  # a file in the way, no permission, a full disk: say so
-                raise _write_failure(self.path_for(index), error) from error
+                raise write_failure(self.path_for(index), error) from error
             try:
                 fd = os.open(self._reservation(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 continue  # another writer claimed it between our scan and our create
             except OSError as error:
-                raise _write_failure(self.path_for(index), error) from error
+                raise write_failure(self.path_for(index), error) from error
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._held[index] = fd

@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
+from fabricx._compat.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
 from fabricx.checkpoint.format import CheckpointWriter, reserved_key
 from fabricx.utilities.exceptions import CheckpointError
 

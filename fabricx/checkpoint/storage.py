@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from fabricx._compat.fsspec_paths import strip_protocol
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -143,7 +144,7 @@ class FsspecCheckpointIO(CheckpointIO):
         protocol = url.split("://", 1)[0].lower()
         cached = self._filesystems.get(protocol)
         if cached is not None and cached[0] == os.getpid():
-            return cached[1], cached[1]._strip_protocol(url).rstrip("/")
+            return cached[1], strip_protocol(cached[1], url).rstrip("/")
         try:
             fs, root = url_to_fs(url, **self.storage_options)
         except (ImportError, ValueError) as error:

@@ -11,15 +11,15 @@ from typing import Any
 
 import torch
 
-from fabricx.loggers._folders import VersionedFolder
-from fabricx.loggers._utils import (
+from fabricx.loggers.base import Logger
+from fabricx.loggers.folders import VersionedFolder
+from fabricx.loggers.utils import (
     NoOpExperiment,
     add_prefix,
     metric_value,
     params_to_dict,
     write_hparams_yaml,
 )
-from fabricx.loggers.base import Logger
 from fabricx.utilities.rank_zero import rank_zero_only
 
 METRICS_FILE = "metrics.csv"

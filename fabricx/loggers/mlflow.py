@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import torch
 
-from fabricx.loggers._utils import NoOpExperiment, add_prefix, flatten_dict, metric_value, params_to_dict
 from fabricx.loggers.base import Logger
+from fabricx.loggers.utils import NoOpExperiment, add_prefix, flatten_dict, metric_value, params_to_dict
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 

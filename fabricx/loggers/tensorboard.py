@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from fabricx.loggers._folders import VersionedFolder
-from fabricx.loggers._utils import (
+from fabricx.loggers.base import Logger
+from fabricx.loggers.folders import VersionedFolder
+from fabricx.loggers.utils import (
     NoOpExperiment,
     add_prefix,
     flatten_dict,
@@ -20,7 +21,6 @@ from fabricx.loggers._utils import (
     params_to_dict,
     write_hparams_yaml,
 )
-from fabricx.loggers.base import Logger
 from fabricx.utilities.imports import lazy_import
 from fabricx.utilities.rank_zero import rank_zero_only, rank_zero_warn
 

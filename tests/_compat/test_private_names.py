@@ -206,3 +206,51 @@ def test_thread_shutdown_hook_still_runs_before_atexit_and_can_set_the_exit_stat
         f"fabricx/_compat/thread_shutdown.py ({done.stderr[-500:]})"
     )
     assert done.stdout.split() == ["hook", "ran", "worker", "finished", "atexit", "ran"], done.stdout
+
+
+def test_batch_norm_base_is_still_the_base_of_every_batch_norm():
+    from fabricx._compat.torch_internals import batch_norm_base
+
+    base = batch_norm_base()
+    assert all(issubclass(cls, base) for cls in (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.SyncBatchNorm))
+    assert not issubclass(torch.nn.LayerNorm, base)
+
+
+def test_lr_scheduler_still_counts_its_steps_privately():
+    from fabricx._compat.lr_scheduler import count_scheduler_step, scheduler_step_count
+
+    optimizer = _optimizer()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    assert scheduler_step_count(scheduler) == 1  # the constructor's step
+    optimizer.step()
+    scheduler.step()
+    assert scheduler_step_count(scheduler) == 2
+    count_scheduler_step(scheduler)
+    assert scheduler_step_count(scheduler) == 3
+    assert optimizer.param_groups[0]["lr"] == 0.5  # counting changed no learning rate
+
+
+def test_dcp_storage_info_is_still_what_its_file_system_writer_records(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    from fabricx._compat.dcp import storage_info_class
+
+    dcp.save({"w": torch.ones(3)}, storage_writer=dcp.FileSystemWriter(str(tmp_path)), no_dist=True)
+    metadata = dcp.FileSystemReader(str(tmp_path)).read_metadata()
+    assert metadata.storage_data and all(type(info) is storage_info_class() for info in metadata.storage_data.values())
+
+
+def test_fsspec_still_strips_protocols_with_its_private_rule():
+    import fsspec
+
+    from fabricx._compat.fsspec_paths import strip_protocol
+
+    assert strip_protocol(fsspec.filesystem("memory"), "memory://runs/exp1") == "/runs/exp1"
+    assert strip_protocol(fsspec.filesystem("file"), "file:///tmp/x/").rstrip("/") == "/tmp/x"
+
+
+def test_mkldnn_fp16_check_still_answers():
+    from fabricx._compat.torch_internals import mkldnn_fp16_supported
+
+    assert hasattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported"), "update fabricx/_compat/torch_internals.py"
+    assert isinstance(mkldnn_fp16_supported(), bool)

@@ -35,6 +35,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
+from fabricx._compat.lr_scheduler import count_scheduler_step, scheduler_step_count
 from fabricx.compat.accelerate.collectives import CollectivesMixin
 from fabricx.compat.accelerate.config import (
     DataLoaderConfiguration,
@@ -621,7 +622,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             return cls.step(scheduler, *args, **kwargs)
         if not self._fabric.sync_gradients:
             if self.gradient_state.adjust_scheduler:
-                scheduler._step_count += 1
+                count_scheduler_step(scheduler)
             return None
         if self._step_was_skipped:
             return None
@@ -631,7 +632,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         # single-process number of batches ends at the same point.
         for _ in range(self.num_processes):
             total = getattr(scheduler, "total_steps", None)
-            if total is not None and scheduler._step_count > total:
+            if total is not None and scheduler_step_count(scheduler) > total:
                 break
             cls.step(scheduler, *args, **kwargs)
         return None

@@ -869,10 +869,9 @@ def _saved_models(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _cpu_supports_fp16() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    from fabricx._compat.torch_internals import mkldnn_fp16_supported
+
+    return mkldnn_fp16_supported()
 
 
 def _avoid_cpu_jit_builds() -> None:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fabricx.train.callbacks._trainer_state import batches_that_stepped, logs_this_step
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.trainer_state import batches_that_stepped, logs_this_step
 from fabricx.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:

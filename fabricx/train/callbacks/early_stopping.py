@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from fabricx.train.callbacks._trainer_state import any_rank, fitting, validates_every_epoch_end
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.trainer_state import any_rank, fitting, validates_every_epoch_end
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
 

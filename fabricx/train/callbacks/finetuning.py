@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import Module, ModuleDict
-from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import Optimizer
 
+from fabricx._compat.torch_internals import batch_norm_base
 from fabricx.train.callbacks.base import Callback
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -115,7 +115,7 @@ class BaseFinetuning(Callback):
     def filter_params(modules: Modules, train_bn: bool = True, requires_grad: bool = True) -> Generator:
         """The parameters of ``modules`` with this ``requires_grad`` (batch norms skipped unless ``train_bn``)."""
         for module in BaseFinetuning.flatten_modules(modules):
-            if isinstance(module, _BatchNorm) and not train_bn:
+            if isinstance(module, batch_norm_base()) and not train_bn:
                 continue
             for param in module.parameters(recurse=False):
                 if param.requires_grad == requires_grad:
@@ -125,7 +125,7 @@ class BaseFinetuning(Callback):
     def make_trainable(modules: Modules) -> None:
         """Let every parameter of ``modules`` train (batch norms track running statistics again)."""
         for module in BaseFinetuning.flatten_modules(modules):
-            if isinstance(module, _BatchNorm):
+            if isinstance(module, batch_norm_base()):
                 module.track_running_stats = True
             for param in module.parameters(recurse=False):
                 param.requires_grad = True
@@ -133,7 +133,7 @@ class BaseFinetuning(Callback):
     @staticmethod
     def freeze_module(module: Module) -> None:
         """Stop ``module``'s own parameters from training (a batch norm also stops tracking statistics)."""
-        if isinstance(module, _BatchNorm):
+        if isinstance(module, batch_norm_base()):
             module.track_running_stats = False
         for param in module.parameters(recurse=False):
             param.requires_grad = False
@@ -142,7 +142,7 @@ class BaseFinetuning(Callback):
     def freeze(modules: Modules, train_bn: bool = True) -> None:
         """Freeze ``modules``; with ``train_bn`` their batch norms keep training."""
         for module in BaseFinetuning.flatten_modules(modules):
-            if isinstance(module, _BatchNorm) and train_bn:
+            if isinstance(module, batch_norm_base()) and train_bn:
                 BaseFinetuning.make_trainable(module)
             else:
                 BaseFinetuning.freeze_module(module)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim import Optimizer
 
-from fabricx.train.callbacks._trainer_state import batches_that_stepped, logs_this_step
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.trainer_state import batches_that_stepped, logs_this_step
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fabricx.train.tuner._search import free_accelerator_memory, is_oom_error
+from fabricx.train.tuner.search import free_accelerator_memory, is_oom_error
 from fabricx.utilities.rank_zero import rank_zero_log_info
 
 log = logging.getLogger(__name__)

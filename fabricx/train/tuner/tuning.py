@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.tuner._search import check_single_process, search_trainer, weights_restored
 from fabricx.train.tuner.attributes import lightning_getattr, lightning_hasattr, lightning_setattr
 from fabricx.train.tuner.batch_size_scaling import BatchSizeSearch, dataset_length
 from fabricx.train.tuner.lr_finder import LRFinder, LRSearch, determine_lr_attr_name
+from fabricx.train.tuner.search import check_single_process, search_trainer, weights_restored
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
 

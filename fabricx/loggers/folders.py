@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fabricx.loggers._utils import next_version, version_dir_name
+from fabricx.loggers.utils import next_version, version_dir_name
 
 
 class VersionedFolder:
