@@ -155,8 +155,10 @@ def save_checkpoint(
     state: dict[str, Any],
     filter: dict[str, Any] | None = None,
     async_save: bool = False,
+    index: int | None = None,
 ) -> Path:
-    """Save ``state`` as the manager's next checkpoint, then let rank 0 apply the retention limit.
+    """Save ``state`` as the manager's next checkpoint (or ``checkpoint_<index>``), then let rank 0 apply
+    the retention limit.
 
     Every rank must call it. The previous checkpoints are deleted only after the new one is complete,
     so a crash at any moment leaves at least one complete checkpoint. With ``async_save=True`` the
@@ -174,7 +176,18 @@ def save_checkpoint(
     # Rank 0 claims the name atomically, so other jobs saving into the same directory never share it.
     # The claim lives until the save has committed or failed (for an asynchronous save, until its
     # background write ends), so no other job's clean-up takes its temporary copy for a dead one.
-    reserved = manager.reserve() if fabric.is_global_zero else None
+    reserved, refused = None, None
+    if fabric.is_global_zero:
+        try:
+            reserved = manager.reserve(index)
+        except CheckpointError as error:
+            refused = error
+    if fabric.world_size > 1:  # every rank learns that rank 0 could not claim a name, and raises too
+        reason = fabric.broadcast(str(refused) if refused is not None else None, src=0)
+        if reason is not None and refused is None:
+            refused = CheckpointError(reason)
+    if refused is not None:
+        raise refused
     try:
         path = _rank_zero_value(fabric, reserved)
         if path is None:  # rank 0 always sends a path; this is for type checkers

@@ -21,6 +21,7 @@ from fabricx.checkpoint.atomic import discard_all
 from fabricx.checkpoint.format import default_io, is_complete, write_failure
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.storage import io_for, is_url, join_path
+from fabricx.utilities.exceptions import CheckpointError
 
 try:  # advisory locks tell a live writer's reservation from one a killed writer left
     import fcntl
@@ -140,11 +141,14 @@ class CheckpointManager:
         """
         return self.path_for(self.iteration)
 
-    def reserve(self) -> Path:
-        """Atomically claim the next free name and return its path; `release()` it after the save.
+    def reserve(self, index: int | None = None) -> Path:
+        """Atomically claim the next free name (or ``checkpoint_<index>``) and return its path;
+        `release()` it after the save.
 
         The claim is a ``<name>.reserved`` file created exclusively (and locked while this process
-        lives), so concurrent writers to one directory never share a name.
+        lives), so concurrent writers to one directory never share a name. A given ``index`` that is
+        already saved or claimed raises `CheckpointError` (Accelerate's automatic naming refuses an
+        existing folder too).
 
         Example:
             ```python
@@ -153,27 +157,38 @@ class CheckpointManager:
             manager.release(path)
             ```
 
-        Object stores have no exclusive create: for a URL this is `next_path()`, so concurrent
-        writers to one remote project must use different project directories.
+        Object stores have no exclusive create: for a URL this is `next_path()` (or the given index), so
+        concurrent writers to one remote project must use different project directories.
         """
         if self._remote:
-            return self.next_path()
+            return self.next_path() if index is None else self.path_for(index)
         while True:
-            index = self.iteration
+            wanted = self.iteration if index is None else index
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as error:  # a file in the way, no permission, a full disk: say so
-                raise write_failure(self.path_for(index), error) from error
+                raise write_failure(self.path_for(wanted), error) from error
+            if index is not None and os.path.lexists(self.path_for(index)):
+                raise self._taken(index)
             try:
-                fd = os.open(self._reservation(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(self._reservation(wanted), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
+                if index is not None:
+                    raise self._taken(index) from None
                 continue  # another writer claimed it between our scan and our create
             except OSError as error:
-                raise write_failure(self.path_for(index), error) from error
+                raise write_failure(self.path_for(wanted), error) from error
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._held[index] = fd
-            return self.path_for(index)
+            self._held[wanted] = fd
+            return self.path_for(wanted)
+
+    def _taken(self, index: int) -> CheckpointError:
+        return CheckpointError(
+            f"Checkpoint {self.path_for(index)} ({index}) already exists or is being written by another job. "
+            f"Set the iteration to start from (Accelerate: accelerator.project_configuration.iteration), or "
+            f"save into another project directory."
+        )
 
     def release(self, path: str | os.PathLike[str]) -> None:
         """Drop the reservation of ``path`` (after its save committed or failed).

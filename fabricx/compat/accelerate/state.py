@@ -13,6 +13,7 @@ from torch import nn
 from fabricx.checkpoint.manager import CheckpointManager
 from fabricx.compat.accelerate.data import SkipBatchesLoader
 from fabricx.compat.accelerate.io import save_object, save_state_dict
+from fabricx.resume import save_checkpoint
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
@@ -163,24 +164,19 @@ class StateMixin:
                     f"save_state({output_dir!r}) ignores the folder: automatic_checkpoint_naming=True writes to "
                     f"{manager.directory}/checkpoint_<n>. Turn automatic naming off to choose the folder."
                 )
+            # The one manager names, reserves and retains, as for Fabric.save_checkpoint.
             index = self._next_checkpoint_index()
-            path = manager.path_for(index)
-        elif output_dir is None:
+            path = save_checkpoint(self._fabric, manager, self._checkpoint_state(), async_save=async_save, index=index)
+            self.project_configuration.iteration = index + 1
+            self.wait_for_everyone()  # rank 0's retention is done before any process looks at the folder
+            return str(path)
+        if output_dir is None:
             raise ValueError(
                 "save_state() needs an output_dir, or ProjectConfiguration(project_dir=..., "
                 "automatic_checkpoint_naming=True) to choose one."
             )
-        else:
-            path = self._shared_folder(Path(output_dir), writing=True)
-        handle = self._fabric.save(path, self._checkpoint_state(), async_save=async_save)
-        if manager is not None:
-            self.project_configuration.iteration = index + 1
-            if self.is_main_process:
-                if handle is not None:
-                    handle.add_commit_callback(manager.apply_retention)
-                else:
-                    manager.apply_retention()
-            self.wait_for_everyone()
+        path = self._shared_folder(Path(output_dir), writing=True)
+        self._fabric.save(path, self._checkpoint_state(), async_save=async_save)
         return str(path)
 
     def load_state(self, input_dir: str | os.PathLike[str] | None = None, strict: bool = True, **kwargs: Any) -> str:
