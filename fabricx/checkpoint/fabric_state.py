@@ -541,13 +541,45 @@ def load_fabric_checkpoint(
         remainder = load_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model})
         ```
     """
+    for attempt in range(_LOAD_ATTEMPTS):
+        loaded = read_checkpoint(path, rank=strategy.global_rank, io=checkpoint_io_of(strategy), keep_pin=True)
+        try:
+            result = _load_read(strategy, loaded, path, state, strict)
+        finally:
+            if loaded.pin is not None:
+                loaded.pin.close()
+                loaded.pin = None
+        if result is not None:
+            return result
+        # A strategy's own files are read by name after the rest: another job replaced the checkpoint
+        # meanwhile, so they may be another save's. Alone, load it again; with several ranks each would
+        # decide on its own (and a collective load would hang), so say so.
+        if strategy.world_size > 1 or attempt == _LOAD_ATTEMPTS - 1:
+            raise CheckpointError(
+                f"The checkpoint {path} was replaced by another save while being loaded, so its files may come "
+                "from two saves; nothing of it counts. Load it again once no job is rewriting it."
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: How many times a single process loads again when another save replaced the checkpoint meanwhile.
+_LOAD_ATTEMPTS = 5
+
+
+def _load_read(
+    strategy: CheckpointHost, loaded: LoadedCheckpoint, path: str, state: dict[str, Any] | None, strict: bool
+) -> dict[str, Any] | None:
+    """Read ``loaded``'s strategy-stored entries and apply everything into ``state``; ``None`` when the
+    directory was replaced while its files were read (then nothing but the strategy's own entries was
+    applied, and the caller loads again)."""
     from fabricx.checkpoint.sharded import REST_KEY
 
-    loaded = read_checkpoint(path, rank=strategy.global_rank, io=checkpoint_io_of(strategy))
     stored = stored_entries(loaded.meta)
     shared = {key: value for key, value in loaded.shared.items() if key != REST_KEY}
     if state is None:
         merged = {**shared, **(loaded.per_rank or {}), **read_full(loaded, list(stored))}
+        if stored and loaded.pin is not None and not loaded.pin.unchanged():
+            return None
         return {key: value for key, value in merged.items() if not is_reserved(key)}
     storage = entry_storage_of(strategy)
     claimed = claimed_entries(storage, state)
@@ -556,6 +588,8 @@ def load_fabric_checkpoint(
     # Entries stored by another strategy (or by this one for objects it does not claim now) load in full.
     foreign = [key for key in state if key in stored and key not in native]
     shared.update(read_full(loaded, foreign))
+    unrequested = [key for key in stored if key not in state]
+    extra = read_full(loaded, unrequested) if unrequested else {}
     if native and storage is not None:
         try:
             storage.load(loaded, native, strict)
@@ -566,11 +600,12 @@ def load_fabric_checkpoint(
                 f"Cannot restore {sorted(native)} from the checkpoint {loaded.path}: {type(error).__name__}: "
                 f"{str(error).strip()[:1000]}"
             ) from error
+    if stored and loaded.pin is not None and not loaded.pin.unchanged():
+        return None  # before anything else is applied: the caller loads again or raises
     others = {key: obj for key, obj in state.items() if key not in native}
     remainder = apply_loaded_state(strategy, others, shared, rank_entries(loaded, state), strict, path=loaded.path)
     state.update(others)  # plain values were replaced inside ``others``
-    unrequested = [key for key in stored if key not in state]
-    remainder.update(read_full(loaded, unrequested) if unrequested else {})
+    remainder.update(extra)
     return remainder
 
 

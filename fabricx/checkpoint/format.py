@@ -115,6 +115,10 @@ class LoadedCheckpoint:
     meta: dict
     path: Path
     legacy: bool = field(default=False)
+    #: With ``read_checkpoint(..., keep_pin=True)``: the open handle on the directory read, so that a
+    #: caller reading more of its files by name (a strategy's shards) can tell whether they came from
+    #: the same save (`fabricx.checkpoint.atomic.DirectoryPin.unchanged`); the caller closes it.
+    pin: DirectoryPin | None = field(default=None, repr=False, compare=False)
 
 
 class CheckpointWriter:
@@ -449,7 +453,9 @@ def is_complete(directory: str | os.PathLike[str]) -> bool:
     return True
 
 
-def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointIO | None = None) -> LoadedCheckpoint:
+def read_checkpoint(
+    path: str | os.PathLike[str], rank: int = 0, io: CheckpointIO | None = None, *, keep_pin: bool = False
+) -> LoadedCheckpoint:
     """Load a checkpoint directory (or a single-file checkpoint) onto the CPU without running code.
 
     ``per_rank`` is ``None`` when the checkpoint has no file for ``rank`` (e.g. it was written by
@@ -481,16 +487,22 @@ def read_checkpoint(path: str | os.PathLike[str], rank: int = 0, io: CheckpointI
             return _read_single_file(found, rank)
         # Files are read by name while another job may replace the checkpoint: the read counts only if
         # the name still leads to the directory it started in (else it may mix two saves), else again.
-        with DirectoryPin(found) as pin:
-            try:
-                loaded, failure = _read_directory(found, rank), None
-            except CheckpointError as error:
-                loaded, failure = None, error
-            if pin.unchanged():
-                if failure is not None:
-                    raise failure
-                assert loaded is not None
-                return loaded
+        pin = DirectoryPin(found)
+        try:
+            loaded, failure = _read_directory(found, rank), None
+        except CheckpointError as error:
+            loaded, failure = None, error
+        if pin.unchanged():
+            if failure is not None:
+                pin.close()
+                raise failure
+            assert loaded is not None
+            if keep_pin:
+                loaded.pin = pin
+            else:
+                pin.close()
+            return loaded
+        pin.close()
         time.sleep(0.005)
     raise CheckpointError(
         f"Could not read the checkpoint {target}: it was replaced by another save while being read, "
