@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabricx import Fabric
-from fabricx.checkpoint.consolidate import consolidate_checkpoint
 from fabricx._compat.dcp_metadata import read_dcp_metadata
+from fabricx.checkpoint.consolidate import consolidate_checkpoint
 from fabricx.checkpoint.sharded import SHARDED_DIR, save_sharded
 from fabricx.utilities.exceptions import CheckpointError
 
