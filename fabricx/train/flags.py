@@ -55,10 +55,15 @@ def max_time_seconds(max_time: Any) -> float | None:
     )
 
 
-def apply_determinism(deterministic: Any, benchmark: bool | None) -> None:
-    """``deterministic=True|"warn"`` -> ``torch.use_deterministic_algorithms``; ``benchmark`` -> cuDNN."""
+def check_determinism(deterministic: Any) -> None:
+    """Refuse a ``deterministic`` flag other than ``None``, ``True``, ``False`` and ``"warn"``."""
     if deterministic not in (None, True, False, "warn"):
         raise MisconfigurationError(f"deterministic={deterministic!r}; allowed are None, True, False and 'warn'.")
+
+
+def apply_determinism(deterministic: Any, benchmark: bool | None) -> None:
+    """``deterministic=True|"warn"`` -> ``torch.use_deterministic_algorithms``; ``benchmark`` -> cuDNN."""
+    check_determinism(deterministic)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
         # cuBLAS needs a fixed workspace to be deterministic.
@@ -110,6 +115,7 @@ def check_overfit(value: Any) -> int | float:
 
 __all__ = [
     "apply_determinism",
+    "check_determinism",
     "check_overfit",
     "check_reload_every",
     "fast_dev_run_batches",

@@ -18,8 +18,8 @@ from torch import Tensor
 from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
 from fabricx.train import data_connector as data
-from fabricx.train import flags
 from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.config import TrainerConfig
 from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_idx
 from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
@@ -32,7 +32,7 @@ from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.progress import Progress
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
-from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled, resolve_profiler
+from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
 from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
@@ -90,6 +90,36 @@ class Trainer:
         ```
     """
 
+    # The checked flags, set from `TrainerConfig` in __init__ (plain attributes, assignable as in Lightning).
+    fast_dev_run: int
+    overfit_batches: int | float
+    max_time: float | None
+    reload_dataloaders_every_n_epochs: int
+    deterministic: bool | str | None
+    inference_mode: bool
+    use_distributed_sampler: bool
+    detect_anomaly: bool
+    sync_batchnorm: bool
+    enable_autolog_hparams: bool
+    barebones: bool
+    min_epochs: int | None
+    min_steps: int | None
+    default_root_dir: str
+    seed: int | None
+    max_epochs: int | None
+    max_steps: int
+    gradient_clip_val: float | None
+    gradient_clip_algorithm: str | None
+    val_check_interval: int | float | None
+    check_val_every_n_epoch: int | None
+    limit_train_batches: int | float | None
+    limit_val_batches: int | float | None
+    limit_test_batches: int | float | None
+    limit_predict_batches: int | float | None
+    num_sanity_val_steps: int
+    log_every_n_steps: int
+    profiler: Profiler
+
     def __init__(
         self,
         *,
@@ -139,150 +169,24 @@ class Trainer:
         seed: int | None = None,
         compile: bool | str | dict[str, Any] | None = None,
     ) -> None:
-        self.profiler = resolve_profiler(profiler, root_dir=default_root_dir if default_root_dir else os.getcwd())
-        self._profiling = not isinstance(self.profiler, PassThroughProfiler)
-        flags.refuse_unsupported(model_registry=model_registry)
-        grad_accum_steps = flags.merge_alias(
-            "grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches", accumulate_grad_batches, 1
-        )
-        if loggers is not None and logger is not None and loggers is not logger:
-            raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
-        loggers = logger if logger is not None else loggers
-        if barebones:
-            enabled = [
-                name
-                for name, value in (
-                    ("enable_progress_bar", enable_progress_bar),
-                    ("enable_model_summary", enable_model_summary),
-                    ("enable_checkpointing", enable_checkpointing),
-                )
-                if value
-            ]
-            if loggers not in (None, False):
-                enabled.append("logger")
-            if enabled:
-                given = {"logger": loggers, "enable_progress_bar": enable_progress_bar}
-                given.update(enable_model_summary=enable_model_summary, enable_checkpointing=enable_checkpointing)
-                name = enabled[0]
-                raise MisconfigurationError(
-                    f"`Trainer(barebones=True, {name}={given[name]!r})` was passed. barebones=True runs without "
-                    f"progress bar, summary, checkpointing and loggers (it measures raw speed), but {enabled} were "
-                    "enabled. Drop those arguments or barebones=True."
-                )
-            enable_progress_bar = enable_model_summary = enable_checkpointing = False
-            loggers = False
-        self.fast_dev_run = flags.fast_dev_run_batches(fast_dev_run)
-        if self.fast_dev_run:
-            n = self.fast_dev_run
-            max_steps, max_epochs, num_sanity_val_steps = n, 1, 0
-            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = n
-            val_check_interval, check_val_every_n_epoch = 1.0, 1
-            loggers, enable_checkpointing = False, False
-            rank_zero_info(f"Running in fast_dev_run mode: {n} batch(es) per loop; logging and checkpointing are off.")
-        self.overfit_batches = flags.check_overfit(overfit_batches)
-        if self.overfit_batches:
-            limit_train_batches = limit_val_batches = self.overfit_batches
-        self.max_time = flags.max_time_seconds(max_time)
-        self.reload_dataloaders_every_n_epochs = flags.check_reload_every(reload_dataloaders_every_n_epochs)
-        flags.apply_determinism(deterministic, benchmark)
-        self.deterministic = deterministic
-        self.inference_mode = bool(inference_mode)
-        self.use_distributed_sampler = bool(use_distributed_sampler)
-        self.detect_anomaly = bool(detect_anomaly)
-        self.sync_batchnorm = bool(sync_batchnorm)
-        self.enable_autolog_hparams = bool(enable_autolog_hparams)
-        self.barebones = bool(barebones)
-        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
-        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
-        enable_progress_bar = True if enable_progress_bar is None else enable_progress_bar
-        enable_model_summary = True if enable_model_summary is None else enable_model_summary
-        enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
-        # None stays None, as in Lightning (clipping then uses "norm").
-        gradient_clip_algorithm = gradient_clip_algorithm.lower() if gradient_clip_algorithm else None
+        # Every flag is checked (and Lightning's modes applied) by the config; the Trainer keeps the results.
+        config = self.config = TrainerConfig(**{name: value for name, value in locals().items() if name != "self"})
+        vars(self).update(config.trainer_attributes())
+        config.apply_process_settings()
+        self._loggers = self._build_loggers(config.loggers)
+        self._fabric = _TrainerFabric(**config.fabric_flags(), loggers=self._loggers)
+        # Processes started by the Trainer itself (spawn/fork) send their results back to this one.
+        self._spawns = bool(getattr(self._fabric.strategy.launcher, "requires_function", False))
+        self.callbacks = self._build_callbacks(config)
+        self._init_run_state()
 
-        _check_int("max_steps", max_steps, minimum=-1)
-        if max_epochs is not None:
-            _check_int("max_epochs", max_epochs, minimum=-1)
-        elif max_steps == -1 and self.max_time is None:
-            max_epochs = 1000
-        for name, value in (("min_epochs", min_epochs), ("min_steps", min_steps)):
-            if value is not None:
-                _check_int(name, value, minimum=0)
-        self.min_epochs = min_epochs
-        self.min_steps = min_steps
-        if gradient_clip_val is not None and (
-            isinstance(gradient_clip_val, bool)
-            or not isinstance(gradient_clip_val, (int, float))
-            or gradient_clip_val < 0
-        ):
-            raise MisconfigurationError(f"gradient_clip_val={gradient_clip_val!r}; give a number >= 0 or None.")
-        if gradient_clip_algorithm not in (None, "norm", "value"):
-            raise MisconfigurationError(
-                f"gradient_clip_algorithm={gradient_clip_algorithm!r}; allowed are 'norm' and 'value'."
-            )
-        if val_check_interval is not None:
-            if isinstance(val_check_interval, bool) or not isinstance(val_check_interval, (int, float)):
-                raise MisconfigurationError(
-                    f"val_check_interval={val_check_interval!r}; give an int (batches), a float in (0, 1] "
-                    "(fraction of an epoch) or None (end of each epoch)."
-                )
-            if isinstance(val_check_interval, float) and not 0.0 < val_check_interval <= 1.0:
-                raise MisconfigurationError(flags.invalid_limit("val_check_interval", val_check_interval))
-            if isinstance(val_check_interval, int) and val_check_interval < 1:
-                raise MisconfigurationError(f"val_check_interval={val_check_interval} must be >= 1 as an int.")
-        if check_val_every_n_epoch is not None:
-            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
-        for name, value in (
-            ("limit_train_batches", limit_train_batches),
-            ("limit_val_batches", limit_val_batches),
-            ("limit_test_batches", limit_test_batches),
-            ("limit_predict_batches", limit_predict_batches),
-        ):
-            _check_limit(name, value)
-        _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
-        _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
-
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
-        self.seed = seed
-        if seed is not None:
-            seed_everything(seed)
-        self._loggers = self._build_loggers(loggers)
-        self._num_nodes = num_nodes
-        self._precision_flag = precision if precision is not None else "32-true"
+    def _init_run_state(self) -> None:
+        """The state of a run (progress, metrics, the set-up objects), empty until an entry point fills it."""
+        self._profiling = not isinstance(self.profiler, PassThroughProfiler)  # checked in every step: a bool
+        self._given_callbacks = list(self.callbacks)  # configure_callbacks() replaces kinds among these per run
         self._ckpt_path: str | None = None
         self._eval_loaders: dict[str, list[Any]] = {}
         self._eval_limits: dict[str, list[float]] = {}
-        self._fabric = _TrainerFabric(
-            accelerator=accelerator,
-            strategy=strategy,
-            devices=devices,
-            num_nodes=num_nodes,
-            precision=precision,  # type: ignore[arg-type]  # Lightning's ints and strings; checked there
-            plugins=plugins,
-            loggers=self._loggers,
-            grad_accum_steps=grad_accum_steps,
-            compile=compile,
-        )
-        launcher = self._fabric.strategy.launcher
-        # Processes started by the Trainer itself (spawn/fork) send their results back to this one.
-        self._spawns = bool(launcher is not None and getattr(launcher, "requires_function", False))
-
-        self.max_epochs = max_epochs
-        self.max_steps = max_steps
-        self.gradient_clip_val = gradient_clip_val
-        self.gradient_clip_algorithm = gradient_clip_algorithm
-        self.val_check_interval = val_check_interval
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.limit_train_batches = limit_train_batches
-        self.limit_val_batches = limit_val_batches
-        self.limit_test_batches = limit_test_batches
-        self.limit_predict_batches = limit_predict_batches
-        self.num_sanity_val_steps = num_sanity_val_steps
-        self.log_every_n_steps = log_every_n_steps
-        self.callbacks = self._build_callbacks(
-            callbacks, enable_progress_bar, enable_model_summary, enable_checkpointing
-        )
-
         # progress (owned by the loops; trainer.progress is public)
         self.progress = Progress()
         self.should_stop = False
@@ -317,7 +221,6 @@ class Trainer:
         self._val_warned = True
         self._val_built = False
         self._batch_processor: Any = None
-        self._given_callbacks = list(self.callbacks)
         self.num_training_batches: float = 0
         self._train_results = ResultCollection("train", training=True)
         self._val_results = ResultCollection("validate", training=False)
@@ -338,19 +241,20 @@ class Trainer:
             return [CSVLogger(self.default_root_dir)]
         return list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
 
-    def _build_callbacks(self, callbacks: Any, progress_bar: bool, summary: bool, checkpointing: bool) -> list[Any]:
+    def _build_callbacks(self, config: TrainerConfig) -> list[Any]:
         from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
         from fabricx.train.callbacks.model_summary import RichModelSummary
         from fabricx.train.callbacks.progress_bar import RichProgressBar
         from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
+        callbacks = config.callbacks
         given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         extra: list[Any] = []
-        if progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
+        if config.enable_progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
             extra.append(RichProgressBar())
-        if summary and not any(isinstance(cb, RichModelSummary) for cb in given):
+        if config.enable_model_summary and not any(isinstance(cb, RichModelSummary) for cb in given):
             extra.append(RichModelSummary())
-        if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+        if config.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
             default = ModelCheckpoint(save_last=True, save_top_k=0)
             default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
             extra.append(default)
@@ -457,11 +361,11 @@ class Trainer:
     @property
     def num_devices(self) -> int:
         """Processes per node."""
-        return max(1, self._fabric.world_size // max(1, self._num_nodes))
+        return max(1, self._fabric.world_size // max(1, self.config.num_nodes))
 
     @property
     def num_nodes(self) -> int:
-        return self._num_nodes
+        return self.config.num_nodes
 
     @property
     def strategy(self) -> Any:
@@ -475,7 +379,7 @@ class Trainer:
     def precision(self) -> str:
         """The precision setting, e.g. ``"32-true"``."""
         plugin = self._fabric.strategy.precision
-        return str(getattr(plugin, "precision", self._precision_flag))
+        return str(getattr(plugin, "precision", self.config.precision or "32-true"))
 
     @property
     def device_ids(self) -> list[int]:
@@ -1697,20 +1601,6 @@ def _check_module(module: Any, where: str) -> None:
         raise FabricxError(
             f"{type(module).__name__}.__init__ did not call super().__init__(); add it as the first line."
         )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MisconfigurationError(f"{name}={value!r}; it must be an int >= {minimum}.")
-
-
-def _check_limit(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MisconfigurationError(flags.invalid_limit(name, repr(value)))
-    if (isinstance(value, float) and not 0.0 <= value <= 1.0) or (isinstance(value, int) and value < 0):
-        raise MisconfigurationError(flags.invalid_limit(name, value))
 
 
 def _limited_length(loader: Any, limit: int | float | None) -> float:
