@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from fabricx.loggers.dummy import DummyLogger
 from fabricx.train import flags
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.profilers import Profiler, resolve_profiler
-from fabricx.utilities.rank_zero import rank_zero_info
+from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info
 from fabricx.utilities.seed import seed_everything
+
+log = logging.getLogger(__name__)
 
 # The flags the Trainer keeps as its own public attributes (``trainer.max_epochs``, ...), as Lightning does.
 TRAINER_ATTRIBUTES = (
@@ -43,6 +48,7 @@ TRAINER_ATTRIBUTES = (
     "num_sanity_val_steps",
     "log_every_n_steps",
     "profiler",
+    "val_check_seconds",
 )
 
 
@@ -84,7 +90,7 @@ class TrainerConfig:
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str | None = None
     # Validation and batch limits.
-    val_check_interval: int | float | None = None
+    val_check_interval: int | float | str | datetime.timedelta | dict[str, Any] | None = None
     check_val_every_n_epoch: int | None = 1
     limit_train_batches: int | float | None = None
     limit_val_batches: int | float | None = None
@@ -115,6 +121,10 @@ class TrainerConfig:
     enable_autolog_hparams: bool = True
     model_registry: str | None = None
     seed: int | None = None
+    # Derived: a time-based ``val_check_interval`` in seconds (``None``: batch-based), and whether
+    # ``max_epochs`` is Lightning's 1000 because nothing else bounds the fit (warned about in ``fit``).
+    val_check_seconds: float | None = dataclasses.field(default=None, init=False)
+    max_epochs_defaulted: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self) -> None:
         # The order is the Trainer's: the first wrong flag is the one reported.
@@ -141,6 +151,7 @@ class TrainerConfig:
         self.barebones = bool(self.barebones)
         self._fill_defaults()
         self._check_numbers()
+        self._explain_unit_values()
         self.default_root_dir = os.fspath(root) if root is not None else os.getcwd()
 
     def apply_process_settings(self) -> None:
@@ -191,9 +202,13 @@ class TrainerConfig:
         self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
         self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = self.limit_predict_batches = n
         self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
-        self.loggers = self.logger = False
+        # As Lightning: given loggers are replaced by one that records nothing (code using it still runs).
+        self.loggers = self.logger = [DummyLogger()] if self.loggers is not False else False
         self.enable_checkpointing = False
-        rank_zero_info(f"Running in fast_dev_run mode: {n} batch(es) per loop; logging and checkpointing are off.")
+        rank_zero_info(
+            f"Running in `fast_dev_run` mode: will run the requested loop using {n} batch(es). "
+            "Logging and checkpointing is suppressed."
+        )
 
     def _fill_defaults(self) -> None:
         self.num_sanity_val_steps = 2 if self.num_sanity_val_steps is None else self.num_sanity_val_steps
@@ -211,6 +226,7 @@ class TrainerConfig:
             check_int("max_epochs", self.max_epochs, minimum=-1)
         elif self.max_steps == -1 and self.max_time is None:
             self.max_epochs = 1000
+            self.max_epochs_defaulted = True
         for name in ("min_epochs", "min_steps"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), minimum=0)
@@ -231,17 +247,53 @@ class TrainerConfig:
 
     def _check_val_check_interval(self) -> None:
         interval = self.val_check_interval
+        if isinstance(interval, (str, dict, datetime.timedelta)):
+            # Time-based, as in Lightning: validate whenever this much wall-clock time passed since the last one.
+            self.val_check_seconds = flags.interval_seconds("val_check_interval", interval)
+            return
+        if self.check_val_every_n_epoch is None and isinstance(interval, float):
+            raise MisconfigurationError(
+                "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+                "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. "
+                f"Got val_check_interval={interval}: without epochs to take a fraction of, give a number of "
+                "training batches."
+            )
         if interval is None:
             return
         if isinstance(interval, bool) or not isinstance(interval, (int, float)):
             raise MisconfigurationError(
                 f"val_check_interval={interval!r}; give an int (batches), a float in (0, 1] "
-                "(fraction of an epoch) or None (end of each epoch)."
+                "(fraction of an epoch), a duration ('DD:HH:MM:SS', a timedelta or a dict of its arguments) "
+                "or None (end of each epoch)."
             )
         if isinstance(interval, float) and not 0.0 < interval <= 1.0:
             raise MisconfigurationError(flags.invalid_limit("val_check_interval", interval))
         if isinstance(interval, int) and interval < 1:
             raise MisconfigurationError(f"val_check_interval={interval} must be >= 1 as an int.")
+
+    def _explain_unit_values(self) -> None:
+        """Lightning's note on a flag set to ``1`` or ``1.0``, which mean different things (a batch, all batches)."""
+        names = ["overfit_batches"]
+        if not self.fast_dev_run:
+            names += ["limit_test_batches", "limit_predict_batches", "val_check_interval"]
+            if not self.overfit_batches:
+                names[1:1] = ["limit_train_batches", "limit_val_batches"]
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or value != 1:
+                continue
+            if isinstance(value, int):
+                what = {
+                    "limit_train_batches": "1 batch per epoch will be used",
+                    "val_check_interval": ("validation will run after every batch"),
+                }.get(name, "1 batch will be used")
+                rank_zero_log_info(log, f"`Trainer({name}=1)` was configured so {what}.")
+            elif isinstance(value, float):
+                what = {
+                    "limit_train_batches": "100% of the batches per epoch will be used",
+                    "val_check_interval": "validation will run at the end of the training epoch",
+                }.get(name, "100% of the batches will be used")
+                rank_zero_log_info(log, f"`Trainer({name}=1.0)` was configured so {what}.")
 
 
 def check_int(name: str, value: Any, minimum: int) -> None:

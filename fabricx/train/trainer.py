@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import math
 import os
 import sys
@@ -33,14 +34,17 @@ from fabricx.train.progress import Progress
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
-from fabricx.utilities.rank_zero import rank_zero_info
+from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
+from fabricx.utilities.warnings import PossibleUserWarning
 from fabricx.wrappers import unwrap
 from fabricx.wrappers.step_methods import step_caller
 
 if TYPE_CHECKING:
     from fabricx.wrappers import FabricModule
+
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -119,6 +123,7 @@ class Trainer:
     num_sanity_val_steps: int
     log_every_n_steps: int
     profiler: Profiler
+    val_check_seconds: float | None
 
     def __init__(
         self,
@@ -218,6 +223,11 @@ class Trainer:
         self._val_source: Any = None
         self._val_limits: list[float] = []
         self._val_check_batch: float = 0
+        self._val_enabled = False
+        self._stop_postponed_said = False  # the min_epochs/min_steps note is given once, as in Lightning
+        self._last_val_time = 0.0  # when the last validation ended (time-based val_check_interval)
+        self._train_reload_epoch: float = -math.inf
+        self._val_reload_epoch: float = -math.inf
         self._val_warned = True
         self._val_built = False
         self._batch_processor: Any = None
@@ -868,7 +878,9 @@ class Trainer:
             if path is not None:
                 self._restore(path)
             self._log_hyperparams()
-            self._fit_started_at = time.monotonic()
+            # Read only for max_time: a time-based val_check_interval counts the clock's reads, as Lightning's does.
+            self._fit_started_at = time.monotonic() if self.max_time is not None else None
+            self._warn_default_max_epochs()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
             with anomaly:
                 hooks.call("on_train_start")
@@ -979,6 +991,8 @@ class Trainer:
         self._val_loaders, self._val_limits, self._val_built = [], [], False
         self.num_training_batches = 0
         self._val_check_batch = 0
+        self._val_enabled = self._may_validate()
+        self._train_reload_epoch = self._val_reload_epoch = -math.inf
         optimizers, self._scheduler_configs = parse_optimizers(
             module.configure_optimizers(), manual=not self._automatic
         )
@@ -1033,20 +1047,39 @@ class Trainer:
             module.train()
 
     def _setup_fit_data(self) -> None:
-        """The training loader (unless built already) and the validation loaders, then the validation interval."""
+        """The training loader (unless built already) and the validation interval; the validation loaders now
+        when the first epoch validates (as Lightning, for the progress bar), else when validation first runs."""
         self._ensure_train_loader()
-        self._ensure_val_loaders()
+        self._val_enabled = self._may_validate()
+        if not self._val_warned:
+            self._val_warned = True
+            module = self._module
+            has_data = self._val_source is not None or data.defines_loader(self._datamodule, module, "validate")
+            warn_val_mismatch(module, has_data)
+        if self._should_validate_this_epoch():
+            self._ensure_val_loaders()
         self._compute_val_check_batch()
 
     def _ensure_train_loader(self) -> None:
         if self._train_loader is None:
             self._train_loader = self._build_train_loader(self._train_source[0])
             self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
+            self._train_reload_epoch = self.current_epoch
 
     def _ensure_val_loaders(self) -> None:
-        if not self._val_built:
-            self._val_built = True
+        """Build the validation loaders on first use, and again every ``reload_dataloaders_every_n_epochs``."""
+        every = self.reload_dataloaders_every_n_epochs
+        due = bool(every) and self.current_epoch - self._val_reload_epoch >= every
+        if self._val_built and not due:
+            return
+        if not self._may_validate():
+            return
+        # As Lightning: a sanity check in an epoch that does not validate does not count as this epoch's load.
+        if not self.sanity_checking or self._should_validate_this_epoch():
+            self._val_reload_epoch = self.current_epoch
+        if not self._val_built or self._val_source is None:
             self._build_val_loaders(self._val_source)
+        self._val_built = True
 
     def _may_validate(self) -> bool:
         """Whether fit has validation at all: a validation_step, validation data and a non-zero limit."""
@@ -1059,7 +1092,7 @@ class Trainer:
 
         raw = data.request_loaders("train", given, self._datamodule, self._module, required=True)
         if self.overfit_batches:
-            raw = _without_shuffle(raw)
+            raw = _without_shuffle(raw, "train")
         elif self._fabric.world_size > 1 and self.use_distributed_sampler:
             # As Lightning's Trainer: training data given to several processes is always shuffled
             # (each rank's DistributedSampler draws its share of one seeded permutation per epoch).
@@ -1079,42 +1112,59 @@ class Trainer:
     def _build_val_loaders(self, given: Any) -> None:
         module = self._module
         raw = None
-        has_step = defines_step(module, "validation_step")
-        if has_step:
+        if defines_step(module, "validation_step"):
             raw = data.request_loaders("validate", given, self._datamodule, module, required=False)
-        if not self._val_warned:
-            self._val_warned = True
-            has_data = given is not None or data.defines_loader(self._datamodule, module, "validate")
-            warn_val_mismatch(module, has_data)
+        if raw is not None and self.overfit_batches:
+            raw = _without_shuffle(raw, "val")
         self._val_loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(val_dataloaders)") if raw else []
         self._val_limits = [_limited_length(loader, self.limit_val_batches) for loader in self._val_loaders]
 
     def _compute_val_check_batch(self) -> None:
-        if not any(limit > 0 for limit in self._val_limits):
-            self._val_check_batch = 0
-        elif self.val_check_interval is None or self.val_check_interval == 1.0:
-            self._val_check_batch = self.num_training_batches if not math.isinf(self.num_training_batches) else 0
-        elif isinstance(self.val_check_interval, float):
-            if math.isinf(self.num_training_batches):
-                raise MisconfigurationError(
-                    f"val_check_interval={self.val_check_interval} is a fraction of an epoch, but the training "
-                    "loader has no length. Give an int (every N batches) instead."
+        """Validate every N batches (``inf``: at the end of an epoch of unknown length), as Lightning counts."""
+        interval, batches = self.val_check_interval, self.num_training_batches
+        if self.val_check_seconds is not None:
+            # Time-based: the clock starts now and again after every validation.
+            self._val_check_batch = math.inf
+            self._last_val_time = time.monotonic()
+        elif isinstance(interval, int) and not isinstance(interval, bool):
+            self._val_check_batch = interval
+            if 0 < batches < interval and self.check_val_every_n_epoch is not None and self.limit_val_batches != 0:
+                raise ValueError(
+                    f" `val_check_interval` ({interval}) must be less than or equal"
+                    f" to the number of the training batches ({batches})."
+                    " If you want to disable validation set `limit_val_batches` to 0.0 instead."
+                    " If you want to validate based on the total training batches, set `check_val_every_n_epoch=None`."
                 )
-            self._val_check_batch = max(1, int(self.num_training_batches * self.val_check_interval))
+        elif math.isinf(batches):
+            if interval not in (None, 1.0):
+                raise MisconfigurationError(
+                    "When using an IterableDataset for `train_dataloader`, `Trainer(val_check_interval)` must be "
+                    f"time based, `1.0` or an int. An int k specifies checking validation every k training batches. "
+                    f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no "
+                    "length: give an int (every N batches) instead."
+                )
+            self._val_check_batch = math.inf
         else:
-            self._val_check_batch = int(self.val_check_interval)
+            self._val_check_batch = max(1, int(batches * (1.0 if interval is None else interval)))
 
     def _maybe_reload_train_loader(self) -> None:
         every = self.reload_dataloaders_every_n_epochs
-        if not every or self.current_epoch == 0 or self.current_epoch % every != 0:
+        if not every or self.current_epoch - self._train_reload_epoch < every:
             return
         given, _, _ = self._train_source
         if given is None:
             self._train_loader = self._build_train_loader(None)
             self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
-        if self._val_source is None and self._val_loaders:
-            self._build_val_loaders(None)
+        self._train_reload_epoch = self.current_epoch
         self._compute_val_check_batch()
+
+    def _warn_default_max_epochs(self) -> None:
+        if self.config.max_epochs_defaulted and self.max_epochs == 1000 and self.max_steps == -1:
+            rank_zero_warn(
+                "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit,"
+                " set `max_epochs=-1`.",
+                category=PossibleUserWarning,
+            )
 
     def _setup_module_only(self, module: TrainModule) -> None:
         wrapped = self._wrapped.get(id(module))
@@ -1138,7 +1188,8 @@ class Trainer:
         return list(set_up) if isinstance(set_up, tuple) else [set_up]
 
     def _validation_enabled(self) -> bool:
-        return bool(self._val_loaders) and bool(self._val_check_batch)
+        """Lightning's ``enable_validation``: validation data, a validation_step and a non-zero limit (per fit)."""
+        return self._val_enabled
 
     def _make_step_functions(self) -> None:
         self._step_fns = {}
@@ -1313,7 +1364,20 @@ class Trainer:
         if self._time_is_up():
             self.should_stop = True
             return True
-        return self.should_stop and self._can_stop_early()
+        if not self.should_stop:
+            return False
+        if self._can_stop_early():
+            return True
+        if not self._stop_postponed_said:
+            self._stop_postponed_said = True
+            # Lightning names its parsed min_epochs: 1 when only min_steps is set, else 0.
+            min_epochs = self.min_epochs if self.min_epochs is not None else (1 if self.min_steps is not None else 0)
+            rank_zero_log_info(
+                log,
+                f"Trainer was signaled to stop but the required `min_epochs={min_epochs!r}` or"
+                f" `min_steps={self.min_steps!r}` has not been met. Training will continue...",
+            )
+        return False
 
     def _should_validate_this_epoch(self) -> bool:
         every = self.check_val_every_n_epoch
@@ -1322,9 +1386,16 @@ class Trainer:
     def _run_validation_in_fit(self) -> None:
         self.state.stage = RunningStage.VALIDATING
         try:
+            # As Lightning: the loaders are built (or reloaded) when a validation runs.
+            self._ensure_val_loaders()
             run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
+            self._validation_ended(self._val_limits)
         finally:
             self.state.stage = RunningStage.TRAINING
+
+    def _validation_ended(self, limits: list[float]) -> None:
+        if any(limit > 0 for limit in limits):
+            self._last_val_time = time.monotonic()  # the clock of a time-based val_check_interval restarts
 
     def _run_sanity_check(self) -> None:
         steps = self.num_sanity_val_steps
@@ -1336,6 +1407,7 @@ class Trainer:
             self._ensure_val_loaders()
             limits = [limit if steps < 0 else min(limit, steps) for limit in self._val_limits]
             run_evaluation(self, "validate", self._val_results, self._val_loaders, limits, sanity=True)
+            self._validation_ended(limits)
             self._hooks.call("on_sanity_check_end", module=False)
         finally:
             self.state.stage = RunningStage.TRAINING
@@ -1568,30 +1640,28 @@ def _rebuilt(loader: Any, sampler: Any) -> Any:
     )
 
 
-def _without_shuffle(raw: Any) -> Any:
-    """``overfit_batches``: the same first batches every epoch (a shuffled loader is rebuilt in order)."""
-    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+def _without_shuffle(raw: Any, prefix: str) -> Any:
+    """``overfit_batches``: the same first batches every epoch (a loader not in order is rebuilt in order)."""
+    from torch.utils.data import DataLoader, SequentialSampler
+
+    def in_order(loader: Any) -> bool:
+        return not isinstance(loader, DataLoader) or isinstance(loader.sampler, SequentialSampler)
+
+    loaders = list(raw.values()) if isinstance(raw, dict) else list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    if all(in_order(loader) for loader in loaders):
+        return raw
+    rank_zero_warn(
+        f"You requested to overfit but enabled {prefix} dataloader shuffling."
+        f" We are turning off the {prefix} dataloader shuffling for you."
+    )
 
     def rebuild(loader: Any) -> Any:
-        if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
+        # A loader with its own batch sampler keeps it: only the sampler of automatic batching can be swapped.
+        if in_order(loader) or loader.batch_size is None:
             return loader
-        rank_zero_info("overfit_batches: the training loader's shuffling is turned off.")
-        return DataLoader(
-            loader.dataset,
-            batch_size=loader.batch_size,
-            sampler=SequentialSampler(cast(Sized, loader.dataset)),
-            num_workers=loader.num_workers,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-            drop_last=loader.drop_last,
-            worker_init_fn=loader.worker_init_fn,
-        )
+        return _rebuilt(loader, SequentialSampler(cast(Sized, loader.dataset)))
 
-    if isinstance(raw, dict):
-        return {k: rebuild(v) for k, v in raw.items()}
-    if isinstance(raw, (list, tuple)):
-        return [rebuild(v) for v in raw]
-    return rebuild(raw)
+    return _map_loaders(raw, rebuild)
 
 
 def _check_module(module: Any, where: str) -> None:
