@@ -26,6 +26,7 @@ resumed from it finishes that batch (validation included) before the next one.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +109,7 @@ def run_train_epoch(trainer: Trainer) -> None:
             break
         batch_idx = loader.batches_consumed - 1
         progress.batch_idx = batch_idx
+        progress.total_batch_idx += 1
         progress.batch_finished = False
         progress.is_last_batch = batch_idx + 1 >= limit
         if process is not None:
@@ -152,6 +154,8 @@ def run_train_epoch(trainer: Trainer) -> None:
     if (
         not progress.validated_at_epoch_end
         and math.isinf(limit)
+        and math.isinf(trainer._val_check_batch)
+        and trainer.val_check_seconds is None
         and trainer._validation_enabled()
         and trainer._should_validate_this_epoch()
     ):
@@ -185,18 +189,22 @@ def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -
 
 
 def _validation_due(trainer: Trainer) -> bool:
+    """Lightning's rule: in a validating epoch, when stopping, when the time interval passed, or every N batches
+    (counted within the epoch, or over all epochs with ``check_val_every_n_epoch=None``)."""
     if not trainer._validation_enabled() or not trainer._should_validate_this_epoch():
         return False
     progress = trainer.progress
     if trainer.should_stop and trainer._can_stop_early():
         return True
+    seconds = trainer.val_check_seconds
+    if seconds is not None:
+        return time.monotonic() - trainer._last_val_time >= seconds
     interval = trainer._val_check_batch
-    if not interval:
-        return False
-    done = progress.batch_idx + 1
     if math.isinf(interval):
+        # An epoch of unknown length: validated once its end is known (after the loop).
         return False
-    return done % interval == 0 or (progress.is_last_batch and interval >= trainer.num_training_batches)
+    done = (progress.total_batch_idx if trainer.check_val_every_n_epoch is None else progress.batch_idx) + 1
+    return done % interval == 0
 
 
 def finish_train_epoch(trainer: Trainer) -> None:

@@ -40,25 +40,40 @@ def max_time_seconds(max_time: Any) -> float | None:
     """``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of ``timedelta`` arguments, as seconds."""
     if max_time is None:
         return None
-    if isinstance(max_time, datetime.timedelta):
-        return max_time.total_seconds()
-    if isinstance(max_time, dict):
-        return datetime.timedelta(**max_time).total_seconds()
-    if isinstance(max_time, str):
-        parts = max_time.split(":")
+    return interval_seconds("max_time", max_time)
+
+
+def interval_seconds(name: str, value: Any) -> float:
+    """A duration flag (``max_time``, a time-based ``val_check_interval``) as seconds."""
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        try:
+            return datetime.timedelta(**value).total_seconds()
+        except TypeError as error:
+            raise MisconfigurationError(
+                f"{name}={value!r}: {error}. Give timedelta arguments such as {{'hours': 12}}."
+            ) from error
+    if isinstance(value, str):
+        parts = value.split(":")
         if len(parts) == 4 and all(p.strip().isdigit() for p in parts):
             days, hours, minutes, seconds = (int(p) for p in parts)
             return datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds).total_seconds()
     raise MisconfigurationError(
-        f"max_time={max_time!r}; give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a datetime.timedelta, or a dict such "
+        f"{name}={value!r}; give 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a datetime.timedelta, or a dict such "
         "as {'hours': 12}."
     )
 
 
-def apply_determinism(deterministic: Any, benchmark: bool | None) -> None:
-    """``deterministic=True|"warn"`` -> ``torch.use_deterministic_algorithms``; ``benchmark`` -> cuDNN."""
+def check_determinism(deterministic: Any) -> None:
+    """Refuse a ``deterministic`` flag other than ``None``, ``True``, ``False`` and ``"warn"``."""
     if deterministic not in (None, True, False, "warn"):
         raise MisconfigurationError(f"deterministic={deterministic!r}; allowed are None, True, False and 'warn'.")
+
+
+def apply_determinism(deterministic: Any, benchmark: bool | None) -> None:
+    """``deterministic=True|"warn"`` -> ``torch.use_deterministic_algorithms``; ``benchmark`` -> cuDNN."""
+    check_determinism(deterministic)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
         # cuBLAS needs a fixed workspace to be deterministic.
@@ -110,9 +125,11 @@ def check_overfit(value: Any) -> int | float:
 
 __all__ = [
     "apply_determinism",
+    "check_determinism",
     "check_overfit",
     "check_reload_every",
     "fast_dev_run_batches",
+    "interval_seconds",
     "max_time_seconds",
     "merge_alias",
     "refuse_unsupported",

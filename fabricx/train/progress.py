@@ -18,6 +18,7 @@ class Progress:
         current_epoch: The epoch being trained, from 0.
         batches_that_stepped: Training batches that ended an accumulation window; the step loggers see.
         batch_idx: Index of the current training batch within its epoch (``-1`` before the first).
+        total_batch_idx: Index of the current training batch counted over all epochs (``-1`` before the first).
         is_last_batch: Whether the current training batch is the epoch's last.
         stepped: Whether the current training batch ended with an optimizer step.
         accumulating: The current training batch is inside a gradient-accumulation window.
@@ -42,6 +43,7 @@ class Progress:
     current_epoch: int = 0
     batches_that_stepped: int = 0
     batch_idx: int = -1
+    total_batch_idx: int = -1
     is_last_batch: bool = False
     stepped: bool = False
     accumulating: bool = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import math
 import os
 import sys
@@ -18,8 +19,8 @@ from torch import Tensor
 from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
 from fabricx.train import data_connector as data
-from fabricx.train import flags
 from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.config import TrainerConfig
 from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_idx
 from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
@@ -32,15 +33,18 @@ from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.progress import Progress
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
-from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled, resolve_profiler
-from fabricx.utilities.rank_zero import rank_zero_info
+from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
+from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
+from fabricx.utilities.warnings import PossibleUserWarning
 from fabricx.wrappers import unwrap
 from fabricx.wrappers.step_methods import step_caller
 
 if TYPE_CHECKING:
     from fabricx.wrappers import FabricModule
+
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -89,6 +93,37 @@ class Trainer:
         trainer.fit(MyModule(), train_loader, val_loader, ckpt_path="last")  # resumes exactly
         ```
     """
+
+    # The checked flags, set from `TrainerConfig` in __init__ (plain attributes, assignable as in Lightning).
+    fast_dev_run: int
+    overfit_batches: int | float
+    max_time: float | None
+    reload_dataloaders_every_n_epochs: int
+    deterministic: bool | str | None
+    inference_mode: bool
+    use_distributed_sampler: bool
+    detect_anomaly: bool
+    sync_batchnorm: bool
+    enable_autolog_hparams: bool
+    barebones: bool
+    min_epochs: int | None
+    min_steps: int | None
+    default_root_dir: str
+    seed: int | None
+    max_epochs: int | None
+    max_steps: int
+    gradient_clip_val: float | None
+    gradient_clip_algorithm: str | None
+    val_check_interval: int | float | None
+    check_val_every_n_epoch: int | None
+    limit_train_batches: int | float | None
+    limit_val_batches: int | float | None
+    limit_test_batches: int | float | None
+    limit_predict_batches: int | float | None
+    num_sanity_val_steps: int
+    log_every_n_steps: int
+    profiler: Profiler
+    val_check_seconds: float | None
 
     def __init__(
         self,
@@ -139,150 +174,24 @@ class Trainer:
         seed: int | None = None,
         compile: bool | str | dict[str, Any] | None = None,
     ) -> None:
-        self.profiler = resolve_profiler(profiler, root_dir=default_root_dir if default_root_dir else os.getcwd())
-        self._profiling = not isinstance(self.profiler, PassThroughProfiler)
-        flags.refuse_unsupported(model_registry=model_registry)
-        grad_accum_steps = flags.merge_alias(
-            "grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches", accumulate_grad_batches, 1
-        )
-        if loggers is not None and logger is not None and loggers is not logger:
-            raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
-        loggers = logger if logger is not None else loggers
-        if barebones:
-            enabled = [
-                name
-                for name, value in (
-                    ("enable_progress_bar", enable_progress_bar),
-                    ("enable_model_summary", enable_model_summary),
-                    ("enable_checkpointing", enable_checkpointing),
-                )
-                if value
-            ]
-            if loggers not in (None, False):
-                enabled.append("logger")
-            if enabled:
-                given = {"logger": loggers, "enable_progress_bar": enable_progress_bar}
-                given.update(enable_model_summary=enable_model_summary, enable_checkpointing=enable_checkpointing)
-                name = enabled[0]
-                raise MisconfigurationError(
-                    f"`Trainer(barebones=True, {name}={given[name]!r})` was passed. barebones=True runs without "
-                    f"progress bar, summary, checkpointing and loggers (it measures raw speed), but {enabled} were "
-                    "enabled. Drop those arguments or barebones=True."
-                )
-            enable_progress_bar = enable_model_summary = enable_checkpointing = False
-            loggers = False
-        self.fast_dev_run = flags.fast_dev_run_batches(fast_dev_run)
-        if self.fast_dev_run:
-            n = self.fast_dev_run
-            max_steps, max_epochs, num_sanity_val_steps = n, 1, 0
-            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = n
-            val_check_interval, check_val_every_n_epoch = 1.0, 1
-            loggers, enable_checkpointing = False, False
-            rank_zero_info(f"Running in fast_dev_run mode: {n} batch(es) per loop; logging and checkpointing are off.")
-        self.overfit_batches = flags.check_overfit(overfit_batches)
-        if self.overfit_batches:
-            limit_train_batches = limit_val_batches = self.overfit_batches
-        self.max_time = flags.max_time_seconds(max_time)
-        self.reload_dataloaders_every_n_epochs = flags.check_reload_every(reload_dataloaders_every_n_epochs)
-        flags.apply_determinism(deterministic, benchmark)
-        self.deterministic = deterministic
-        self.inference_mode = bool(inference_mode)
-        self.use_distributed_sampler = bool(use_distributed_sampler)
-        self.detect_anomaly = bool(detect_anomaly)
-        self.sync_batchnorm = bool(sync_batchnorm)
-        self.enable_autolog_hparams = bool(enable_autolog_hparams)
-        self.barebones = bool(barebones)
-        num_sanity_val_steps = 2 if num_sanity_val_steps is None else num_sanity_val_steps
-        log_every_n_steps = 50 if log_every_n_steps is None else log_every_n_steps
-        enable_progress_bar = True if enable_progress_bar is None else enable_progress_bar
-        enable_model_summary = True if enable_model_summary is None else enable_model_summary
-        enable_checkpointing = True if enable_checkpointing is None else enable_checkpointing
-        # None stays None, as in Lightning (clipping then uses "norm").
-        gradient_clip_algorithm = gradient_clip_algorithm.lower() if gradient_clip_algorithm else None
+        # Every flag is checked (and Lightning's modes applied) by the config; the Trainer keeps the results.
+        config = self.config = TrainerConfig(**{name: value for name, value in locals().items() if name != "self"})
+        vars(self).update(config.trainer_attributes())
+        config.apply_process_settings()
+        self._loggers = self._build_loggers(config.loggers)
+        self._fabric = _TrainerFabric(**config.fabric_flags(), loggers=self._loggers)
+        # Processes started by the Trainer itself (spawn/fork) send their results back to this one.
+        self._spawns = bool(getattr(self._fabric.strategy.launcher, "requires_function", False))
+        self.callbacks = self._build_callbacks(config)
+        self._init_run_state()
 
-        _check_int("max_steps", max_steps, minimum=-1)
-        if max_epochs is not None:
-            _check_int("max_epochs", max_epochs, minimum=-1)
-        elif max_steps == -1 and self.max_time is None:
-            max_epochs = 1000
-        for name, value in (("min_epochs", min_epochs), ("min_steps", min_steps)):
-            if value is not None:
-                _check_int(name, value, minimum=0)
-        self.min_epochs = min_epochs
-        self.min_steps = min_steps
-        if gradient_clip_val is not None and (
-            isinstance(gradient_clip_val, bool)
-            or not isinstance(gradient_clip_val, (int, float))
-            or gradient_clip_val < 0
-        ):
-            raise MisconfigurationError(f"gradient_clip_val={gradient_clip_val!r}; give a number >= 0 or None.")
-        if gradient_clip_algorithm not in (None, "norm", "value"):
-            raise MisconfigurationError(
-                f"gradient_clip_algorithm={gradient_clip_algorithm!r}; allowed are 'norm' and 'value'."
-            )
-        if val_check_interval is not None:
-            if isinstance(val_check_interval, bool) or not isinstance(val_check_interval, (int, float)):
-                raise MisconfigurationError(
-                    f"val_check_interval={val_check_interval!r}; give an int (batches), a float in (0, 1] "
-                    "(fraction of an epoch) or None (end of each epoch)."
-                )
-            if isinstance(val_check_interval, float) and not 0.0 < val_check_interval <= 1.0:
-                raise MisconfigurationError(flags.invalid_limit("val_check_interval", val_check_interval))
-            if isinstance(val_check_interval, int) and val_check_interval < 1:
-                raise MisconfigurationError(f"val_check_interval={val_check_interval} must be >= 1 as an int.")
-        if check_val_every_n_epoch is not None:
-            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
-        for name, value in (
-            ("limit_train_batches", limit_train_batches),
-            ("limit_val_batches", limit_val_batches),
-            ("limit_test_batches", limit_test_batches),
-            ("limit_predict_batches", limit_predict_batches),
-        ):
-            _check_limit(name, value)
-        _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
-        _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
-
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
-        self.seed = seed
-        if seed is not None:
-            seed_everything(seed)
-        self._loggers = self._build_loggers(loggers)
-        self._num_nodes = num_nodes
-        self._precision_flag = precision if precision is not None else "32-true"
+    def _init_run_state(self) -> None:
+        """The state of a run (progress, metrics, the set-up objects), empty until an entry point fills it."""
+        self._profiling = not isinstance(self.profiler, PassThroughProfiler)  # checked in every step: a bool
+        self._given_callbacks = list(self.callbacks)  # configure_callbacks() replaces kinds among these per run
         self._ckpt_path: str | None = None
         self._eval_loaders: dict[str, list[Any]] = {}
         self._eval_limits: dict[str, list[float]] = {}
-        self._fabric = _TrainerFabric(
-            accelerator=accelerator,
-            strategy=strategy,
-            devices=devices,
-            num_nodes=num_nodes,
-            precision=precision,  # type: ignore[arg-type]  # Lightning's ints and strings; checked there
-            plugins=plugins,
-            loggers=self._loggers,
-            grad_accum_steps=grad_accum_steps,
-            compile=compile,
-        )
-        launcher = self._fabric.strategy.launcher
-        # Processes started by the Trainer itself (spawn/fork) send their results back to this one.
-        self._spawns = bool(launcher is not None and getattr(launcher, "requires_function", False))
-
-        self.max_epochs = max_epochs
-        self.max_steps = max_steps
-        self.gradient_clip_val = gradient_clip_val
-        self.gradient_clip_algorithm = gradient_clip_algorithm
-        self.val_check_interval = val_check_interval
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.limit_train_batches = limit_train_batches
-        self.limit_val_batches = limit_val_batches
-        self.limit_test_batches = limit_test_batches
-        self.limit_predict_batches = limit_predict_batches
-        self.num_sanity_val_steps = num_sanity_val_steps
-        self.log_every_n_steps = log_every_n_steps
-        self.callbacks = self._build_callbacks(
-            callbacks, enable_progress_bar, enable_model_summary, enable_checkpointing
-        )
-
         # progress (owned by the loops; trainer.progress is public)
         self.progress = Progress()
         self.should_stop = False
@@ -314,10 +223,14 @@ class Trainer:
         self._val_source: Any = None
         self._val_limits: list[float] = []
         self._val_check_batch: float = 0
+        self._val_enabled = False
+        self._stop_postponed_said = False  # the min_epochs/min_steps note is given once, as in Lightning
+        self._last_val_time = 0.0  # when the last validation ended (time-based val_check_interval)
+        self._train_reload_epoch: float = -math.inf
+        self._val_reload_epoch: float = -math.inf
         self._val_warned = True
         self._val_built = False
         self._batch_processor: Any = None
-        self._given_callbacks = list(self.callbacks)
         self.num_training_batches: float = 0
         self._train_results = ResultCollection("train", training=True)
         self._val_results = ResultCollection("validate", training=False)
@@ -338,19 +251,20 @@ class Trainer:
             return [CSVLogger(self.default_root_dir)]
         return list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
 
-    def _build_callbacks(self, callbacks: Any, progress_bar: bool, summary: bool, checkpointing: bool) -> list[Any]:
+    def _build_callbacks(self, config: TrainerConfig) -> list[Any]:
         from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
         from fabricx.train.callbacks.model_summary import RichModelSummary
         from fabricx.train.callbacks.progress_bar import RichProgressBar
         from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
+        callbacks = config.callbacks
         given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         extra: list[Any] = []
-        if progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
+        if config.enable_progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
             extra.append(RichProgressBar())
-        if summary and not any(isinstance(cb, RichModelSummary) for cb in given):
+        if config.enable_model_summary and not any(isinstance(cb, RichModelSummary) for cb in given):
             extra.append(RichModelSummary())
-        if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+        if config.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
             default = ModelCheckpoint(save_last=True, save_top_k=0)
             default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
             extra.append(default)
@@ -457,11 +371,11 @@ class Trainer:
     @property
     def num_devices(self) -> int:
         """Processes per node."""
-        return max(1, self._fabric.world_size // max(1, self._num_nodes))
+        return max(1, self._fabric.world_size // max(1, self.config.num_nodes))
 
     @property
     def num_nodes(self) -> int:
-        return self._num_nodes
+        return self.config.num_nodes
 
     @property
     def strategy(self) -> Any:
@@ -475,7 +389,7 @@ class Trainer:
     def precision(self) -> str:
         """The precision setting, e.g. ``"32-true"``."""
         plugin = self._fabric.strategy.precision
-        return str(getattr(plugin, "precision", self._precision_flag))
+        return str(getattr(plugin, "precision", self.config.precision or "32-true"))
 
     @property
     def device_ids(self) -> list[int]:
@@ -964,7 +878,9 @@ class Trainer:
             if path is not None:
                 self._restore(path)
             self._log_hyperparams()
-            self._fit_started_at = time.monotonic()
+            # Read only for max_time: a time-based val_check_interval counts the clock's reads, as Lightning's does.
+            self._fit_started_at = time.monotonic() if self.max_time is not None else None
+            self._warn_default_max_epochs()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
             with anomaly:
                 hooks.call("on_train_start")
@@ -1075,6 +991,8 @@ class Trainer:
         self._val_loaders, self._val_limits, self._val_built = [], [], False
         self.num_training_batches = 0
         self._val_check_batch = 0
+        self._val_enabled = self._may_validate()
+        self._train_reload_epoch = self._val_reload_epoch = -math.inf
         optimizers, self._scheduler_configs = parse_optimizers(
             module.configure_optimizers(), manual=not self._automatic
         )
@@ -1129,20 +1047,39 @@ class Trainer:
             module.train()
 
     def _setup_fit_data(self) -> None:
-        """The training loader (unless built already) and the validation loaders, then the validation interval."""
+        """The training loader (unless built already) and the validation interval; the validation loaders now
+        when the first epoch validates (as Lightning, for the progress bar), else when validation first runs."""
         self._ensure_train_loader()
-        self._ensure_val_loaders()
+        self._val_enabled = self._may_validate()
+        if not self._val_warned:
+            self._val_warned = True
+            module = self._module
+            has_data = self._val_source is not None or data.defines_loader(self._datamodule, module, "validate")
+            warn_val_mismatch(module, has_data)
+        if self._should_validate_this_epoch():
+            self._ensure_val_loaders()
         self._compute_val_check_batch()
 
     def _ensure_train_loader(self) -> None:
         if self._train_loader is None:
             self._train_loader = self._build_train_loader(self._train_source[0])
             self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
+            self._train_reload_epoch = self.current_epoch
 
     def _ensure_val_loaders(self) -> None:
-        if not self._val_built:
-            self._val_built = True
+        """Build the validation loaders on first use, and again every ``reload_dataloaders_every_n_epochs``."""
+        every = self.reload_dataloaders_every_n_epochs
+        due = bool(every) and self.current_epoch - self._val_reload_epoch >= every
+        if self._val_built and not due:
+            return
+        if not self._may_validate():
+            return
+        # As Lightning: a sanity check in an epoch that does not validate does not count as this epoch's load.
+        if not self.sanity_checking or self._should_validate_this_epoch():
+            self._val_reload_epoch = self.current_epoch
+        if not self._val_built or self._val_source is None:
             self._build_val_loaders(self._val_source)
+        self._val_built = True
 
     def _may_validate(self) -> bool:
         """Whether fit has validation at all: a validation_step, validation data and a non-zero limit."""
@@ -1155,7 +1092,7 @@ class Trainer:
 
         raw = data.request_loaders("train", given, self._datamodule, self._module, required=True)
         if self.overfit_batches:
-            raw = _without_shuffle(raw)
+            raw = _without_shuffle(raw, "train")
         elif self._fabric.world_size > 1 and self.use_distributed_sampler:
             # As Lightning's Trainer: training data given to several processes is always shuffled
             # (each rank's DistributedSampler draws its share of one seeded permutation per epoch).
@@ -1175,42 +1112,59 @@ class Trainer:
     def _build_val_loaders(self, given: Any) -> None:
         module = self._module
         raw = None
-        has_step = defines_step(module, "validation_step")
-        if has_step:
+        if defines_step(module, "validation_step"):
             raw = data.request_loaders("validate", given, self._datamodule, module, required=False)
-        if not self._val_warned:
-            self._val_warned = True
-            has_data = given is not None or data.defines_loader(self._datamodule, module, "validate")
-            warn_val_mismatch(module, has_data)
+        if raw is not None and self.overfit_batches:
+            raw = _without_shuffle(raw, "val")
         self._val_loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(val_dataloaders)") if raw else []
         self._val_limits = [_limited_length(loader, self.limit_val_batches) for loader in self._val_loaders]
 
     def _compute_val_check_batch(self) -> None:
-        if not any(limit > 0 for limit in self._val_limits):
-            self._val_check_batch = 0
-        elif self.val_check_interval is None or self.val_check_interval == 1.0:
-            self._val_check_batch = self.num_training_batches if not math.isinf(self.num_training_batches) else 0
-        elif isinstance(self.val_check_interval, float):
-            if math.isinf(self.num_training_batches):
-                raise MisconfigurationError(
-                    f"val_check_interval={self.val_check_interval} is a fraction of an epoch, but the training "
-                    "loader has no length. Give an int (every N batches) instead."
+        """Validate every N batches (``inf``: at the end of an epoch of unknown length), as Lightning counts."""
+        interval, batches = self.val_check_interval, self.num_training_batches
+        if self.val_check_seconds is not None:
+            # Time-based: the clock starts now and again after every validation.
+            self._val_check_batch = math.inf
+            self._last_val_time = time.monotonic()
+        elif isinstance(interval, int) and not isinstance(interval, bool):
+            self._val_check_batch = interval
+            if 0 < batches < interval and self.check_val_every_n_epoch is not None and self.limit_val_batches != 0:
+                raise ValueError(
+                    f" `val_check_interval` ({interval}) must be less than or equal"
+                    f" to the number of the training batches ({batches})."
+                    " If you want to disable validation set `limit_val_batches` to 0.0 instead."
+                    " If you want to validate based on the total training batches, set `check_val_every_n_epoch=None`."
                 )
-            self._val_check_batch = max(1, int(self.num_training_batches * self.val_check_interval))
+        elif math.isinf(batches):
+            if interval not in (None, 1.0):
+                raise MisconfigurationError(
+                    "When using an IterableDataset for `train_dataloader`, `Trainer(val_check_interval)` must be "
+                    f"time based, `1.0` or an int. An int k specifies checking validation every k training batches. "
+                    f"val_check_interval={interval} is a fraction of an epoch, but the training loader has no "
+                    "length: give an int (every N batches) instead."
+                )
+            self._val_check_batch = math.inf
         else:
-            self._val_check_batch = int(self.val_check_interval)
+            self._val_check_batch = max(1, int(batches * (1.0 if interval is None else interval)))
 
     def _maybe_reload_train_loader(self) -> None:
         every = self.reload_dataloaders_every_n_epochs
-        if not every or self.current_epoch == 0 or self.current_epoch % every != 0:
+        if not every or self.current_epoch - self._train_reload_epoch < every:
             return
         given, _, _ = self._train_source
         if given is None:
             self._train_loader = self._build_train_loader(None)
             self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
-        if self._val_source is None and self._val_loaders:
-            self._build_val_loaders(None)
+        self._train_reload_epoch = self.current_epoch
         self._compute_val_check_batch()
+
+    def _warn_default_max_epochs(self) -> None:
+        if self.config.max_epochs_defaulted and self.max_epochs == 1000 and self.max_steps == -1:
+            rank_zero_warn(
+                "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit,"
+                " set `max_epochs=-1`.",
+                category=PossibleUserWarning,
+            )
 
     def _setup_module_only(self, module: TrainModule) -> None:
         wrapped = self._wrapped.get(id(module))
@@ -1234,7 +1188,8 @@ class Trainer:
         return list(set_up) if isinstance(set_up, tuple) else [set_up]
 
     def _validation_enabled(self) -> bool:
-        return bool(self._val_loaders) and bool(self._val_check_batch)
+        """Lightning's ``enable_validation``: validation data, a validation_step and a non-zero limit (per fit)."""
+        return self._val_enabled
 
     def _make_step_functions(self) -> None:
         self._step_fns = {}
@@ -1409,7 +1364,20 @@ class Trainer:
         if self._time_is_up():
             self.should_stop = True
             return True
-        return self.should_stop and self._can_stop_early()
+        if not self.should_stop:
+            return False
+        if self._can_stop_early():
+            return True
+        if not self._stop_postponed_said:
+            self._stop_postponed_said = True
+            # Lightning names its parsed min_epochs: 1 when only min_steps is set, else 0.
+            min_epochs = self.min_epochs if self.min_epochs is not None else (1 if self.min_steps is not None else 0)
+            rank_zero_log_info(
+                log,
+                f"Trainer was signaled to stop but the required `min_epochs={min_epochs!r}` or"
+                f" `min_steps={self.min_steps!r}` has not been met. Training will continue...",
+            )
+        return False
 
     def _should_validate_this_epoch(self) -> bool:
         every = self.check_val_every_n_epoch
@@ -1418,9 +1386,16 @@ class Trainer:
     def _run_validation_in_fit(self) -> None:
         self.state.stage = RunningStage.VALIDATING
         try:
+            # As Lightning: the loaders are built (or reloaded) when a validation runs.
+            self._ensure_val_loaders()
             run_evaluation(self, "validate", self._val_results, self._val_loaders, self._val_limits)
+            self._validation_ended(self._val_limits)
         finally:
             self.state.stage = RunningStage.TRAINING
+
+    def _validation_ended(self, limits: list[float]) -> None:
+        if any(limit > 0 for limit in limits):
+            self._last_val_time = time.monotonic()  # the clock of a time-based val_check_interval restarts
 
     def _run_sanity_check(self) -> None:
         steps = self.num_sanity_val_steps
@@ -1432,6 +1407,7 @@ class Trainer:
             self._ensure_val_loaders()
             limits = [limit if steps < 0 else min(limit, steps) for limit in self._val_limits]
             run_evaluation(self, "validate", self._val_results, self._val_loaders, limits, sanity=True)
+            self._validation_ended(limits)
             self._hooks.call("on_sanity_check_end", module=False)
         finally:
             self.state.stage = RunningStage.TRAINING
@@ -1664,30 +1640,28 @@ def _rebuilt(loader: Any, sampler: Any) -> Any:
     )
 
 
-def _without_shuffle(raw: Any) -> Any:
-    """``overfit_batches``: the same first batches every epoch (a shuffled loader is rebuilt in order)."""
-    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+def _without_shuffle(raw: Any, prefix: str) -> Any:
+    """``overfit_batches``: the same first batches every epoch (a loader not in order is rebuilt in order)."""
+    from torch.utils.data import DataLoader, SequentialSampler
+
+    def in_order(loader: Any) -> bool:
+        return not isinstance(loader, DataLoader) or isinstance(loader.sampler, SequentialSampler)
+
+    loaders = list(raw.values()) if isinstance(raw, dict) else list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    if all(in_order(loader) for loader in loaders):
+        return raw
+    rank_zero_warn(
+        f"You requested to overfit but enabled {prefix} dataloader shuffling."
+        f" We are turning off the {prefix} dataloader shuffling for you."
+    )
 
     def rebuild(loader: Any) -> Any:
-        if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler):
+        # A loader with its own batch sampler keeps it: only the sampler of automatic batching can be swapped.
+        if in_order(loader) or loader.batch_size is None:
             return loader
-        rank_zero_info("overfit_batches: the training loader's shuffling is turned off.")
-        return DataLoader(
-            loader.dataset,
-            batch_size=loader.batch_size,
-            sampler=SequentialSampler(cast(Sized, loader.dataset)),
-            num_workers=loader.num_workers,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-            drop_last=loader.drop_last,
-            worker_init_fn=loader.worker_init_fn,
-        )
+        return _rebuilt(loader, SequentialSampler(cast(Sized, loader.dataset)))
 
-    if isinstance(raw, dict):
-        return {k: rebuild(v) for k, v in raw.items()}
-    if isinstance(raw, (list, tuple)):
-        return [rebuild(v) for v in raw]
-    return rebuild(raw)
+    return _map_loaders(raw, rebuild)
 
 
 def _check_module(module: Any, where: str) -> None:
@@ -1697,20 +1671,6 @@ def _check_module(module: Any, where: str) -> None:
         raise FabricxError(
             f"{type(module).__name__}.__init__ did not call super().__init__(); add it as the first line."
         )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MisconfigurationError(f"{name}={value!r}; it must be an int >= {minimum}.")
-
-
-def _check_limit(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MisconfigurationError(flags.invalid_limit(name, repr(value)))
-    if (isinstance(value, float) and not 0.0 <= value <= 1.0) or (isinstance(value, int) and value < 0):
-        raise MisconfigurationError(flags.invalid_limit(name, value))
 
 
 def _limited_length(loader: Any, limit: int | float | None) -> float:

@@ -12,6 +12,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from fabricx.train.callbacks._trainer_state import total_val_batches
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.imports import lazy_import
@@ -52,6 +53,7 @@ class RichProgressBar(Callback):
         self.refresh_rate = refresh_rate
         self.leave = leave
         self.console_kwargs = console_kwargs or {}
+        self._trainer: Trainer | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -72,9 +74,26 @@ class RichProgressBar(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_console", "_progress", "_train_task", "_eval_task"):
+        for key in ("_console", "_progress", "_train_task", "_eval_task", "_trainer"):
             state[key] = None
         return state
+
+    @property
+    def trainer(self) -> Trainer:
+        """The Trainer this bar shows (set in ``setup``)."""
+        if self._trainer is None:
+            raise TypeError(f"The `{type(self).__name__}._trainer` reference has not been set yet.")
+        return self._trainer
+
+    @property
+    def total_train_batches(self) -> int | float:
+        """The training batches of an epoch (``inf`` for a loader without a length)."""
+        return self.trainer.num_training_batches
+
+    @property
+    def total_val_batches(self) -> int | float:
+        """The validation batches of the current epoch, over all loaders (0 in an epoch that does not validate)."""
+        return total_val_batches(self.trainer)
 
     @property
     def is_terminal(self) -> bool:
@@ -83,6 +102,7 @@ class RichProgressBar(Callback):
     # -- set-up -------------------------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._reset()
+        self._trainer = trainer
         self._enabled = trainer.is_global_zero and self.refresh_rate > 0
         if not self._enabled:
             return

@@ -6,6 +6,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fabricx.train.callbacks._trainer_state import total_val_batches
 from fabricx.train.callbacks.base import Callback
 from fabricx.utilities.rank_zero import rank_zero_warn
 
@@ -109,9 +110,7 @@ class TQDMProgressBar(Callback):
     @property
     def total_val_batches(self) -> int | float:
         # The epoch bar counts the validation runs of the epoch when validation runs at its end.
-        if not getattr(self.trainer, "enable_validation", True):
-            return 0
-        return sum(self.trainer.num_val_batches)
+        return total_val_batches(self.trainer)
 
     def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
         """``v_num`` (the logger's version) and the ``prog_bar`` metrics; override to change what is shown."""

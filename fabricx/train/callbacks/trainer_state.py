@@ -39,6 +39,19 @@ def validates_every_epoch_end(trainer: Any) -> bool:
     return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) in (None, 1)
 
 
+def validates_this_epoch(trainer: Any) -> bool:
+    """Whether fit validates in the current epoch (validation set up, and ``check_val_every_n_epoch`` allows it)."""
+    if not getattr(trainer, "enable_validation", True):
+        return False
+    every = getattr(trainer, "check_val_every_n_epoch", 1)
+    return every is None or (trainer.current_epoch + 1) % every == 0
+
+
+def total_val_batches(trainer: Any) -> int | float:
+    """Lightning's ``ProgressBar.total_val_batches``: this epoch's validation batches (0 if it does not validate)."""
+    return sum(trainer.num_val_batches) if validates_this_epoch(trainer) else 0
+
+
 def batches_that_stepped(trainer: Any) -> int:
     """The step number Lightning logs step metrics at (optimizer steps taken, counted per batch)."""
     return trainer.progress.batches_that_stepped

@@ -1,0 +1,317 @@
+"""``TrainerConfig``: every Trainer flag, checked once, with Lightning's defaults and modes applied."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from fabricx.loggers.dummy import DummyLogger
+from fabricx.train import flags
+from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.profilers import Profiler, resolve_profiler
+from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info
+from fabricx.utilities.seed import seed_everything
+
+log = logging.getLogger(__name__)
+
+# The flags the Trainer keeps as its own public attributes (``trainer.max_epochs``, ...), as Lightning does.
+TRAINER_ATTRIBUTES = (
+    "fast_dev_run",
+    "overfit_batches",
+    "max_time",
+    "reload_dataloaders_every_n_epochs",
+    "deterministic",
+    "inference_mode",
+    "use_distributed_sampler",
+    "detect_anomaly",
+    "sync_batchnorm",
+    "enable_autolog_hparams",
+    "barebones",
+    "min_epochs",
+    "min_steps",
+    "default_root_dir",
+    "seed",
+    "max_epochs",
+    "max_steps",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "num_sanity_val_steps",
+    "log_every_n_steps",
+    "profiler",
+    "val_check_seconds",
+)
+
+
+@dataclass
+class TrainerConfig:
+    """The `fabricx.train.Trainer` flags, checked in ``__post_init__`` (the same names and defaults).
+
+    Checking rewrites the flags the way Lightning's connectors do: ``accumulate_grad_batches`` and
+    ``logger`` merge into ``grad_accum_steps`` and ``loggers``; ``barebones`` turns the extras off;
+    ``fast_dev_run`` and ``overfit_batches`` set the batch limits; ``None`` becomes Lightning's default
+    (2 sanity batches, logging every 50 steps, 1000 epochs when nothing else stops the fit);
+    ``max_time`` becomes seconds and ``profiler`` a profiler object. A flag that cannot work raises
+    `fabricx.utilities.exceptions.MisconfigurationError` naming what was given and what is allowed.
+
+    Example:
+        ```python
+        config = TrainerConfig(fast_dev_run=2, max_time="00:01:00:00")
+        assert config.limit_train_batches == 2 and config.max_time == 3600.0
+        ```
+    """
+
+    # Fabric's flags: handed to `fabricx.Fabric`, whose connector checks them.
+    accelerator: Any = "auto"
+    strategy: Any = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+    precision: str | int | None = None
+    plugins: Any = None
+    compile: bool | str | dict[str, Any] | None = None
+    # When the fit stops.
+    max_epochs: int | None = None
+    min_epochs: int | None = None
+    max_steps: int = -1
+    min_steps: int | None = None
+    max_time: Any = None  # "DD:HH:MM:SS", a timedelta or a dict of its arguments; seconds once checked
+    # The optimizer step.
+    grad_accum_steps: int = 1
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str | None = None
+    # Validation and batch limits.
+    val_check_interval: int | float | str | datetime.timedelta | dict[str, Any] | None = None
+    check_val_every_n_epoch: int | None = 1
+    limit_train_batches: int | float | None = None
+    limit_val_batches: int | float | None = None
+    limit_test_batches: int | float | None = None
+    limit_predict_batches: int | float | None = None
+    overfit_batches: int | float = 0.0
+    num_sanity_val_steps: int | None = None
+    log_every_n_steps: int | None = None
+    reload_dataloaders_every_n_epochs: int = 0
+    # Callbacks, loggers and where they write.
+    callbacks: Any = None
+    loggers: Any = None
+    logger: Any = None
+    default_root_dir: str | os.PathLike | None = None
+    enable_progress_bar: bool | None = None
+    enable_model_summary: bool | None = None
+    enable_checkpointing: bool | None = None
+    # Modes and process-wide settings.
+    fast_dev_run: int | bool = False
+    deterministic: bool | str | None = None
+    benchmark: bool | None = None
+    inference_mode: bool = True
+    use_distributed_sampler: bool = True
+    profiler: Profiler | str | None = None
+    detect_anomaly: bool = False
+    barebones: bool = False
+    sync_batchnorm: bool = False
+    enable_autolog_hparams: bool = True
+    model_registry: str | None = None
+    seed: int | None = None
+    # Derived: a time-based ``val_check_interval`` in seconds (``None``: batch-based), and whether
+    # ``max_epochs`` is Lightning's 1000 because nothing else bounds the fit (warned about in ``fit``).
+    val_check_seconds: float | None = dataclasses.field(default=None, init=False)
+    max_epochs_defaulted: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        # The order is the Trainer's: the first wrong flag is the one reported.
+        root = self.default_root_dir
+        self.profiler = resolve_profiler(self.profiler, root_dir=root if root else os.getcwd())
+        flags.refuse_unsupported(model_registry=self.model_registry)
+        self.grad_accum_steps = flags.merge_alias(
+            "grad_accum_steps", self.grad_accum_steps, 1, "accumulate_grad_batches", self.accumulate_grad_batches, 1
+        )
+        self.accumulate_grad_batches = self.grad_accum_steps
+        self._merge_loggers()
+        if self.barebones:
+            self._apply_barebones()
+        self._apply_fast_dev_run()
+        self.overfit_batches = flags.check_overfit(self.overfit_batches)
+        if self.overfit_batches:
+            self.limit_train_batches = self.limit_val_batches = self.overfit_batches
+        self.max_time = flags.max_time_seconds(self.max_time)
+        self.reload_dataloaders_every_n_epochs = flags.check_reload_every(self.reload_dataloaders_every_n_epochs)
+        flags.check_determinism(self.deterministic)
+        for name in ("inference_mode", "use_distributed_sampler", "detect_anomaly", "sync_batchnorm"):
+            setattr(self, name, bool(getattr(self, name)))
+        self.enable_autolog_hparams = bool(self.enable_autolog_hparams)
+        self.barebones = bool(self.barebones)
+        self._fill_defaults()
+        self._check_numbers()
+        self._explain_unit_values()
+        self.default_root_dir = os.fspath(root) if root is not None else os.getcwd()
+
+    def apply_process_settings(self) -> None:
+        """Set what the flags change for the whole process: deterministic algorithms, cuDNN benchmark, the seed."""
+        flags.apply_determinism(self.deterministic, self.benchmark)
+        if self.seed is not None:
+            seed_everything(self.seed)
+
+    def fabric_flags(self) -> dict[str, Any]:
+        """The arguments of the `fabricx.Fabric` the Trainer runs on (loggers are added by the Trainer)."""
+        names = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins", "grad_accum_steps")
+        return {name: getattr(self, name) for name in (*names, "compile")}
+
+    def trainer_attributes(self) -> dict[str, Any]:
+        """The checked flags the Trainer exposes as attributes of the same names."""
+        return {name: getattr(self, name) for name in TRAINER_ATTRIBUTES}
+
+    def _merge_loggers(self) -> None:
+        if self.loggers is not None and self.logger is not None and self.loggers is not self.logger:
+            raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
+        self.loggers = self.logger if self.logger is not None else self.loggers
+        self.logger = self.loggers
+
+    def _apply_barebones(self) -> None:
+        switches = {
+            "enable_progress_bar": self.enable_progress_bar,
+            "enable_model_summary": self.enable_model_summary,
+            "enable_checkpointing": self.enable_checkpointing,
+        }
+        enabled = [name for name, value in switches.items() if value]
+        if self.loggers not in (None, False):
+            enabled.append("logger")
+        if enabled:
+            given = {"logger": self.loggers, **switches}
+            name = enabled[0]
+            raise MisconfigurationError(
+                f"`Trainer(barebones=True, {name}={given[name]!r})` was passed. barebones=True runs without "
+                f"progress bar, summary, checkpointing and loggers (it measures raw speed), but {enabled} were "
+                "enabled. Drop those arguments or barebones=True."
+            )
+        self.enable_progress_bar = self.enable_model_summary = self.enable_checkpointing = False
+        self.loggers = self.logger = False
+
+    def _apply_fast_dev_run(self) -> None:
+        n = self.fast_dev_run = flags.fast_dev_run_batches(self.fast_dev_run)
+        if not n:
+            return
+        self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0
+        self.limit_train_batches = self.limit_val_batches = self.limit_test_batches = self.limit_predict_batches = n
+        self.val_check_interval, self.check_val_every_n_epoch = 1.0, 1
+        # As Lightning: given loggers are replaced by one that records nothing (code using it still runs).
+        self.loggers = self.logger = [DummyLogger()] if self.loggers is not False else False
+        self.enable_checkpointing = False
+        rank_zero_info(
+            f"Running in `fast_dev_run` mode: will run the requested loop using {n} batch(es). "
+            "Logging and checkpointing is suppressed."
+        )
+
+    def _fill_defaults(self) -> None:
+        self.num_sanity_val_steps = 2 if self.num_sanity_val_steps is None else self.num_sanity_val_steps
+        self.log_every_n_steps = 50 if self.log_every_n_steps is None else self.log_every_n_steps
+        self.enable_progress_bar = True if self.enable_progress_bar is None else self.enable_progress_bar
+        self.enable_model_summary = True if self.enable_model_summary is None else self.enable_model_summary
+        self.enable_checkpointing = True if self.enable_checkpointing is None else self.enable_checkpointing
+        # None stays None, as in Lightning (clipping then uses "norm").
+        algorithm = self.gradient_clip_algorithm
+        self.gradient_clip_algorithm = algorithm.lower() if algorithm else None
+
+    def _check_numbers(self) -> None:
+        check_int("max_steps", self.max_steps, minimum=-1)
+        if self.max_epochs is not None:
+            check_int("max_epochs", self.max_epochs, minimum=-1)
+        elif self.max_steps == -1 and self.max_time is None:
+            self.max_epochs = 1000
+            self.max_epochs_defaulted = True
+        for name in ("min_epochs", "min_steps"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), minimum=0)
+        clip = self.gradient_clip_val
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip < 0):
+            raise MisconfigurationError(f"gradient_clip_val={clip!r}; give a number >= 0 or None.")
+        if self.gradient_clip_algorithm not in (None, "norm", "value"):
+            raise MisconfigurationError(
+                f"gradient_clip_algorithm={self.gradient_clip_algorithm!r}; allowed are 'norm' and 'value'."
+            )
+        self._check_val_check_interval()
+        if self.check_val_every_n_epoch is not None:
+            check_int("check_val_every_n_epoch", self.check_val_every_n_epoch, minimum=1)
+        for stage in ("train", "val", "test", "predict"):
+            check_limit(f"limit_{stage}_batches", getattr(self, f"limit_{stage}_batches"))
+        check_int("num_sanity_val_steps", self.num_sanity_val_steps, minimum=-1)
+        check_int("log_every_n_steps", self.log_every_n_steps, minimum=1)
+
+    def _check_val_check_interval(self) -> None:
+        interval = self.val_check_interval
+        if isinstance(interval, (str, dict, datetime.timedelta)):
+            # Time-based, as in Lightning: validate whenever this much wall-clock time passed since the last one.
+            self.val_check_seconds = flags.interval_seconds("val_check_interval", interval)
+            return
+        if self.check_val_every_n_epoch is None and isinstance(interval, float):
+            raise MisconfigurationError(
+                "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+                "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. "
+                f"Got val_check_interval={interval}: without epochs to take a fraction of, give a number of "
+                "training batches."
+            )
+        if interval is None:
+            return
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise MisconfigurationError(
+                f"val_check_interval={interval!r}; give an int (batches), a float in (0, 1] "
+                "(fraction of an epoch), a duration ('DD:HH:MM:SS', a timedelta or a dict of its arguments) "
+                "or None (end of each epoch)."
+            )
+        if isinstance(interval, float) and not 0.0 < interval <= 1.0:
+            raise MisconfigurationError(flags.invalid_limit("val_check_interval", interval))
+        if isinstance(interval, int) and interval < 1:
+            raise MisconfigurationError(f"val_check_interval={interval} must be >= 1 as an int.")
+
+    def _explain_unit_values(self) -> None:
+        """Lightning's note on a flag set to ``1`` or ``1.0``, which mean different things (a batch, all batches)."""
+        names = ["overfit_batches"]
+        if not self.fast_dev_run:
+            names += ["limit_test_batches", "limit_predict_batches", "val_check_interval"]
+            if not self.overfit_batches:
+                names[1:1] = ["limit_train_batches", "limit_val_batches"]
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or value != 1:
+                continue
+            if isinstance(value, int):
+                what = {
+                    "limit_train_batches": "1 batch per epoch will be used",
+                    "val_check_interval": ("validation will run after every batch"),
+                }.get(name, "1 batch will be used")
+                rank_zero_log_info(log, f"`Trainer({name}=1)` was configured so {what}.")
+            elif isinstance(value, float):
+                what = {
+                    "limit_train_batches": "100% of the batches per epoch will be used",
+                    "val_check_interval": "validation will run at the end of the training epoch",
+                }.get(name, "100% of the batches will be used")
+                rank_zero_log_info(log, f"`Trainer({name}=1.0)` was configured so {what}.")
+
+
+def check_int(name: str, value: Any, minimum: int) -> None:
+    """Refuse ``value`` unless it is an int (not a bool) ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise MisconfigurationError(f"{name}={value!r}; it must be an int >= {minimum}.")
+
+
+def check_limit(name: str, value: Any) -> None:
+    """Refuse a batch limit that is neither ``None``, an int ``>= 0`` nor a float in ``[0, 1]``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MisconfigurationError(flags.invalid_limit(name, repr(value)))
+    if (isinstance(value, float) and not 0.0 <= value <= 1.0) or (isinstance(value, int) and value < 0):
+        raise MisconfigurationError(flags.invalid_limit(name, value))
+
+
+CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(TrainerConfig))
+
+__all__ = ["CONFIG_FIELDS", "TRAINER_ATTRIBUTES", "TrainerConfig", "check_int", "check_limit"]
