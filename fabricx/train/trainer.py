@@ -19,7 +19,10 @@ from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
 from fabricx.train import data_connector as data
 from fabricx.train import flags
+from fabricx.train.barebones import barebones_flags
 from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.ckpt_path import select_ckpt_path
+from fabricx.train.env_defaults import defaults_from_env_vars
 from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_idx
 from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
@@ -90,6 +93,7 @@ class Trainer:
         ```
     """
 
+    @defaults_from_env_vars
     def __init__(
         self,
         *,
@@ -139,8 +143,6 @@ class Trainer:
         seed: int | None = None,
         compile: bool | str | dict[str, Any] | None = None,
     ) -> None:
-        self.profiler = resolve_profiler(profiler, root_dir=default_root_dir if default_root_dir else os.getcwd())
-        self._profiling = not isinstance(self.profiler, PassThroughProfiler)
         flags.refuse_unsupported(model_registry=model_registry)
         grad_accum_steps = flags.merge_alias(
             "grad_accum_steps", grad_accum_steps, 1, "accumulate_grad_batches", accumulate_grad_batches, 1
@@ -149,28 +151,22 @@ class Trainer:
             raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
         loggers = logger if logger is not None else loggers
         if barebones:
-            enabled = [
-                name
-                for name, value in (
-                    ("enable_progress_bar", enable_progress_bar),
-                    ("enable_model_summary", enable_model_summary),
-                    ("enable_checkpointing", enable_checkpointing),
-                )
-                if value
-            ]
-            if loggers not in (None, False):
-                enabled.append("logger")
-            if enabled:
-                given = {"logger": loggers, "enable_progress_bar": enable_progress_bar}
-                given.update(enable_model_summary=enable_model_summary, enable_checkpointing=enable_checkpointing)
-                name = enabled[0]
-                raise MisconfigurationError(
-                    f"`Trainer(barebones=True, {name}={given[name]!r})` was passed. barebones=True runs without "
-                    f"progress bar, summary, checkpointing and loggers (it measures raw speed), but {enabled} were "
-                    "enabled. Drop those arguments or barebones=True."
-                )
-            enable_progress_bar = enable_model_summary = enable_checkpointing = False
-            loggers = False
+            off = barebones_flags(
+                enable_checkpointing=enable_checkpointing,
+                logger=loggers,
+                enable_progress_bar=enable_progress_bar,
+                log_every_n_steps=log_every_n_steps,
+                enable_model_summary=enable_model_summary,
+                num_sanity_val_steps=num_sanity_val_steps,
+                fast_dev_run=fast_dev_run,
+                detect_anomaly=detect_anomaly,
+                profiler=profiler,
+            )
+            enable_checkpointing, loggers = off["enable_checkpointing"], off["logger"]
+            enable_progress_bar, enable_model_summary = off["enable_progress_bar"], off["enable_model_summary"]
+            num_sanity_val_steps = off["num_sanity_val_steps"]
+        self.profiler = resolve_profiler(profiler, root_dir=default_root_dir if default_root_dir else os.getcwd())
+        self._profiling = not isinstance(self.profiler, PassThroughProfiler)
         self.fast_dev_run = flags.fast_dev_run_batches(fast_dev_run)
         if self.fast_dev_run:
             n = self.fast_dev_run
@@ -200,26 +196,15 @@ class Trainer:
         # None stays None, as in Lightning (clipping then uses "norm").
         gradient_clip_algorithm = gradient_clip_algorithm.lower() if gradient_clip_algorithm else None
 
-        _check_int("max_steps", max_steps, minimum=-1)
-        if max_epochs is not None:
-            _check_int("max_epochs", max_epochs, minimum=-1)
-        elif max_steps == -1 and self.max_time is None:
-            max_epochs = 1000
+        flags.check_loop_limit("max_steps", max_steps)
+        if max_epochs is not None:  # None stays None until fit resolves it, as in Lightning
+            flags.check_loop_limit("max_epochs", max_epochs)
         for name, value in (("min_epochs", min_epochs), ("min_steps", min_steps)):
             if value is not None:
                 _check_int(name, value, minimum=0)
         self.min_epochs = min_epochs
         self.min_steps = min_steps
-        if gradient_clip_val is not None and (
-            isinstance(gradient_clip_val, bool)
-            or not isinstance(gradient_clip_val, (int, float))
-            or gradient_clip_val < 0
-        ):
-            raise MisconfigurationError(f"gradient_clip_val={gradient_clip_val!r}; give a number >= 0 or None.")
-        if gradient_clip_algorithm not in (None, "norm", "value"):
-            raise MisconfigurationError(
-                f"gradient_clip_algorithm={gradient_clip_algorithm!r}; allowed are 'norm' and 'value'."
-            )
+        flags.check_gradient_clipping(gradient_clip_val, gradient_clip_algorithm)
         if val_check_interval is not None:
             if isinstance(val_check_interval, bool) or not isinstance(val_check_interval, (int, float)):
                 raise MisconfigurationError(
@@ -230,8 +215,7 @@ class Trainer:
                 raise MisconfigurationError(flags.invalid_limit("val_check_interval", val_check_interval))
             if isinstance(val_check_interval, int) and val_check_interval < 1:
                 raise MisconfigurationError(f"val_check_interval={val_check_interval} must be >= 1 as an int.")
-        if check_val_every_n_epoch is not None:
-            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
+        flags.check_val_every_n_epoch(check_val_every_n_epoch)
         for name, value in (
             ("limit_train_batches", limit_train_batches),
             ("limit_val_batches", limit_val_batches),
@@ -242,7 +226,8 @@ class Trainer:
         _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
         _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
 
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        root = os.path.expanduser(os.fspath(default_root_dir)) if default_root_dir is not None else os.getcwd()
+        self.default_root_dir = root
         self.seed = seed
         if seed is not None:
             seed_everything(seed)
@@ -725,6 +710,7 @@ class Trainer:
         """
         _check_module(model, "fit")
         train_dataloaders, datamodule = data.check_fit_arguments(train_dataloaders, val_dataloaders, datamodule)
+        self.max_epochs = flags.fit_max_epochs(self.max_epochs, self.max_steps, self.max_time, self.callbacks)
         self._launch(self._fit_in_process, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(
@@ -800,20 +786,16 @@ class Trainer:
             # test(dataloaders) / test(dm) given positionally without a model
             model, dataloaders = None, model if dataloaders is None else dataloaders
         dataloaders, datamodule = data.check_eval_arguments(stage, dataloaders, datamodule)
+        given = model is not None
         if model is None:
             model = self._module
             if model is None:
-                raise MisconfigurationError(
-                    f"Trainer.{stage}() got no model and this trainer has not fitted one. Pass "
-                    f"trainer.{stage}(model, ...)."
+                raise TypeError(
+                    f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run: "
+                    f"this trainer got no model and has not fitted one. Pass trainer.{stage}(model, ...)."
                 )
-            if (
-                ckpt_path is None
-                and self.checkpoint_callback is not None
-                and getattr(self.checkpoint_callback, "best_model_path", "")
-            ):
-                ckpt_path = "best"
         _check_module(model, stage)
+        ckpt_path = select_ckpt_path(self, ckpt_path, stage, model_provided=given)
         if datamodule is None and dataloaders is None and self._datamodule is not None and model is self._module:
             datamodule = self._datamodule
         return model, dataloaders, datamodule, ckpt_path
@@ -841,7 +823,11 @@ class Trainer:
             ```
         """
         if self._model is None:
-            raise FabricxError("save_checkpoint() needs a module set up by fit/validate/test first.")
+            raise AttributeError(
+                "Saving a checkpoint is only possible if a model is attached to the Trainer. Did you call "
+                "`Trainer.save_checkpoint()` before calling `Trainer.{fit,validate,test,predict}`? save_checkpoint() "
+                "needs a module set up by fit/validate/test first."
+            )
         if storage_options is not None:
             raise MisconfigurationError(
                 "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
@@ -878,6 +864,7 @@ class Trainer:
         self.state.status = TrainerStatus.RUNNING
         self.state.stage = _ENTRY_STAGES[stage]
         self.should_stop = False
+        self._reset_metrics()
         module.__dict__["_trainer"] = self
         self._module = module
         self._datamodule = datamodule
@@ -890,6 +877,14 @@ class Trainer:
         self._batch_processor = batch_processor(module, datamodule, self._fabric.device)
         check_loop_configuration(self, module, stage)
         self._prepare_data(module, datamodule)
+
+    def _reset_metrics(self) -> None:
+        """As Lightning: each fit/validate/test/predict starts with no callback, logged or progress-bar metrics."""
+        self._epoch_metrics, self._epoch_prog_bar, self._logged_metrics = {}, {}, {}
+        self._step_snapshot, self._logged_snapshot = {}, {}
+        self._train_step_live = False
+        self._train_results = ResultCollection("train", training=True)
+        self._results = self._train_results
 
     def _merge_module_callbacks(self, module: TrainModule) -> list[Any]:
         """``configure_callbacks()`` results replace the Trainer's callbacks of the same types."""
@@ -1691,8 +1686,15 @@ def _without_shuffle(raw: Any) -> Any:
 
 
 def _check_module(module: Any, where: str) -> None:
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"Trainer.{where} expects a TrainModule, got {type(module).__name__}.")
+    # A module that is not a TrainModule is accepted when it has a training_step (a LightningModule from
+    # another package that follows the same protocol); anything else is refused as Lightning refuses it.
+    if not isinstance(module, TrainModule) and not (
+        isinstance(module, torch.nn.Module) and callable(getattr(module, "training_step", None))
+    ):
+        raise TypeError(
+            f"`model` must be a `LightningModule` (a fabricx.train.TrainModule), got `{type(module).__qualname__}`: "
+            f"Trainer.{where}() runs a module that defines training_step/validation_step/...; subclass TrainModule."
+        )
     if isinstance(module, TrainModule) and "_trainer" not in module.__dict__:
         raise FabricxError(
             f"{type(module).__name__}.__init__ did not call super().__init__(); add it as the first line."
