@@ -90,6 +90,13 @@ class CallbackStates:
         return states
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        missing = sorted(set(state_dict) - {_state_key(callback) for callback in self.callbacks})
+        if missing:
+            rank_zero_warn(
+                "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided "
+                f"during `Trainer` instantiation. Please add the following callbacks: {missing}. Their saved "
+                "states are not restored."
+            )
         for callback in self.callbacks:
             key = _state_key(callback)
             if key in state_dict and callable(getattr(callback, "load_state_dict", None)):
@@ -316,33 +323,7 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | os.PathLike | None, stage: str = "fit") -> str | None:
-    """``None``, a given path, ``"last"`` (the newest last checkpoint) or ``"best"`` (the ModelCheckpoint's best)."""
-    if ckpt_path is None:
-        return None
-    if ckpt_path == "last":
-        found = find_last_checkpoint(trainer)
-        if found is None:
-            rank_zero_warn(
-                f'{stage}(ckpt_path="last") found no last checkpoint (looked in the ModelCheckpoint folders and '
-                f"{os.path.join(trainer.default_root_dir, 'checkpoints')}); "
-                + ("training starts from scratch." if stage == "fit" else "the module's current weights are used.")
-            )
-        return found
-    if ckpt_path == "best":
-        callback = trainer.checkpoint_callback
-        best = getattr(callback, "best_model_path", "") if callback is not None else ""
-        if not best:
-            from fabricx.utilities.exceptions import MisconfigurationError
+    """``None``, a given path, ``"last"`` or ``"best"`` as a path (`fabricx.train.ckpt_path.select_ckpt_path`)."""
+    from fabricx.train.ckpt_path import select_ckpt_path
 
-            raise MisconfigurationError(
-                f'{stage}(ckpt_path="best") needs a ModelCheckpoint that saved a best checkpoint (one with '
-                'monitor= and save_top_k >= 1), but none did. Pass ckpt_path="last" or a path.'
-            )
-        return os.fspath(best)
-    if ckpt_path == "hpc":
-        from fabricx.utilities.exceptions import MisconfigurationError
-
-        raise MisconfigurationError(
-            'ckpt_path="hpc" (Lightning\'s SLURM auto-requeue file) is not supported; pass "last".'
-        )
-    return os.fspath(ckpt_path)
+    return select_ckpt_path(trainer, ckpt_path, stage, model_provided=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from fabricx.loggers.dummy import DummyLogger
 from fabricx.train import flags
+from fabricx.train.barebones import barebones_flags
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.profilers import Profiler, resolve_profiler
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info
@@ -121,14 +122,15 @@ class TrainerConfig:
     enable_autolog_hparams: bool = True
     model_registry: str | None = None
     seed: int | None = None
-    # Derived: a time-based ``val_check_interval`` in seconds (``None``: batch-based), and whether
-    # ``max_epochs`` is Lightning's 1000 because nothing else bounds the fit (warned about in ``fit``).
+    # Derived: a time-based ``val_check_interval`` in seconds (``None``: batch-based), and
+    # the profiler flag as given (``profiler`` becomes the profiler object).
     val_check_seconds: float | None = dataclasses.field(default=None, init=False)
-    max_epochs_defaulted: bool = dataclasses.field(default=False, init=False)
+    profiler_flag: Any = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         # The order is the Trainer's: the first wrong flag is the one reported.
         root = self.default_root_dir
+        self.profiler_flag = self.profiler
         self.profiler = resolve_profiler(self.profiler, root_dir=root if root else os.getcwd())
         flags.refuse_unsupported(model_registry=self.model_registry)
         self.grad_accum_steps = flags.merge_alias(
@@ -152,7 +154,7 @@ class TrainerConfig:
         self._fill_defaults()
         self._check_numbers()
         self._explain_unit_values()
-        self.default_root_dir = os.fspath(root) if root is not None else os.getcwd()
+        self.default_root_dir = os.path.expanduser(os.fspath(root)) if root is not None else os.getcwd()
 
     def apply_process_settings(self) -> None:
         """Set what the flags change for the whole process: deterministic algorithms, cuDNN benchmark, the seed."""
@@ -176,24 +178,21 @@ class TrainerConfig:
         self.logger = self.loggers
 
     def _apply_barebones(self) -> None:
-        switches = {
-            "enable_progress_bar": self.enable_progress_bar,
-            "enable_model_summary": self.enable_model_summary,
-            "enable_checkpointing": self.enable_checkpointing,
-        }
-        enabled = [name for name, value in switches.items() if value]
-        if self.loggers not in (None, False):
-            enabled.append("logger")
-        if enabled:
-            given = {"logger": self.loggers, **switches}
-            name = enabled[0]
-            raise MisconfigurationError(
-                f"`Trainer(barebones=True, {name}={given[name]!r})` was passed. barebones=True runs without "
-                f"progress bar, summary, checkpointing and loggers (it measures raw speed), but {enabled} were "
-                "enabled. Drop those arguments or barebones=True."
-            )
-        self.enable_progress_bar = self.enable_model_summary = self.enable_checkpointing = False
-        self.loggers = self.logger = False
+        off = barebones_flags(
+            enable_checkpointing=self.enable_checkpointing,
+            logger=self.loggers,
+            enable_progress_bar=self.enable_progress_bar,
+            log_every_n_steps=self.log_every_n_steps,
+            enable_model_summary=self.enable_model_summary,
+            num_sanity_val_steps=self.num_sanity_val_steps,
+            fast_dev_run=self.fast_dev_run,
+            detect_anomaly=self.detect_anomaly,
+            profiler=self.profiler_flag,
+        )
+        self.enable_checkpointing, self.loggers = off["enable_checkpointing"], off["logger"]
+        self.logger = self.loggers
+        self.enable_progress_bar, self.enable_model_summary = off["enable_progress_bar"], off["enable_model_summary"]
+        self.num_sanity_val_steps = off["num_sanity_val_steps"]
 
     def _apply_fast_dev_run(self) -> None:
         n = self.fast_dev_run = flags.fast_dev_run_batches(self.fast_dev_run)
@@ -221,25 +220,15 @@ class TrainerConfig:
         self.gradient_clip_algorithm = algorithm.lower() if algorithm else None
 
     def _check_numbers(self) -> None:
-        check_int("max_steps", self.max_steps, minimum=-1)
-        if self.max_epochs is not None:
-            check_int("max_epochs", self.max_epochs, minimum=-1)
-        elif self.max_steps == -1 and self.max_time is None:
-            self.max_epochs = 1000
-            self.max_epochs_defaulted = True
+        flags.check_loop_limit("max_steps", self.max_steps)
+        if self.max_epochs is not None:  # None stays None until fit resolves it, as in Lightning
+            flags.check_loop_limit("max_epochs", self.max_epochs)
         for name in ("min_epochs", "min_steps"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), minimum=0)
-        clip = self.gradient_clip_val
-        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip < 0):
-            raise MisconfigurationError(f"gradient_clip_val={clip!r}; give a number >= 0 or None.")
-        if self.gradient_clip_algorithm not in (None, "norm", "value"):
-            raise MisconfigurationError(
-                f"gradient_clip_algorithm={self.gradient_clip_algorithm!r}; allowed are 'norm' and 'value'."
-            )
+        flags.check_gradient_clipping(self.gradient_clip_val, self.gradient_clip_algorithm)
         self._check_val_check_interval()
-        if self.check_val_every_n_epoch is not None:
-            check_int("check_val_every_n_epoch", self.check_val_every_n_epoch, minimum=1)
+        flags.check_val_every_n_epoch(self.check_val_every_n_epoch)
         for stage in ("train", "val", "test", "predict"):
             check_limit(f"limit_{stage}_batches", getattr(self, f"limit_{stage}_batches"))
         check_int("num_sanity_val_steps", self.num_sanity_val_steps, minimum=-1)

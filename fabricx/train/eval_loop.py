@@ -71,11 +71,13 @@ def _eval_context(trainer: Trainer, prefix: str) -> Generator[None, None, None]:
     module = trainer._module
     assert module is not None, "evaluation runs on a set-up module"
     eval_hook, train_hook = _model_mode_hooks(trainer, prefix)
-    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    # The set-up model (its wrappers too) as Lightning's trainer.model: hooks read trainer.model.training.
+    root = trainer.model if trainer.model is not None else module
+    modes = [(submodule, submodule.training) for submodule in root.modules()]
     if eval_hook is not None:
         eval_hook()
     else:
-        module.eval()
+        root.eval()
     grad_context = torch.inference_mode() if getattr(trainer, "inference_mode", False) else torch.no_grad()
     try:
         with grad_context:

@@ -115,6 +115,59 @@ def invalid_limit(name: str, value: Any) -> str:
     return _invalid_limit(name, value)
 
 
+def check_loop_limit(name: str, value: Any) -> None:
+    """``max_epochs``/``max_steps``: an int >= -1 (``-1``: no limit), as Lightning requires."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise MisconfigurationError(
+            f"`{name}` must be a non-negative integer or -1. You passed in {value!r} (-1 means no limit)."
+        )
+
+
+def fit_max_epochs(max_epochs: int | None, max_steps: int, max_time: float | None, callbacks: list[Any]) -> int:
+    """The epoch limit ``fit`` runs with: ``max_epochs``, else 1000 (with Lightning's warning) when nothing
+    else ends training, else ``-1`` (``max_steps``, ``max_time`` or a ``Timer`` callback ends it)."""
+    if max_epochs is not None:
+        return max_epochs
+    from fabricx.train.callbacks.timer import Timer
+
+    timer = any(isinstance(callback, Timer) for callback in callbacks)
+    if max_steps == -1 and max_time is None and not timer:
+        from fabricx.utilities.rank_zero import rank_zero_warn
+        from fabricx.utilities.warnings import PossibleUserWarning
+
+        rank_zero_warn(
+            "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
+            "`max_epochs=-1`.",
+            category=PossibleUserWarning,
+        )
+        return 1000
+    return -1
+
+
+def check_val_every_n_epoch(value: Any) -> None:
+    """``None`` (validate only at ``val_check_interval``) or an int >= 1."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MisconfigurationError(
+            f"`check_val_every_n_epoch` should be an integer, found {value!r}. Give an int >= 1 or None."
+        )
+    if value < 1:
+        raise MisconfigurationError(f"`check_val_every_n_epoch` should be an integer >= 1, found {value!r}.")
+
+
+def check_gradient_clipping(value: Any, algorithm: str | None) -> None:
+    """A clip value that is a number >= 0 (or ``None``) and an algorithm ``"norm"``/``"value"`` (or ``None``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TypeError(f"`gradient_clip_val` should be an int or a float. Got {value!r}; give a number >= 0 or None.")
+    if value is not None and value < 0:
+        raise MisconfigurationError(f"`gradient_clip_val`={value!r}; give a number >= 0 or None.")
+    if algorithm is not None and algorithm.lower() not in ("norm", "value"):
+        raise MisconfigurationError(
+            f"`gradient_clip_algorithm` {algorithm} is invalid. Allowed algorithms: ['value', 'norm']."
+        )
+
+
 def check_overfit(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise MisconfigurationError(_invalid_limit("overfit_batches", value))
@@ -126,9 +179,13 @@ def check_overfit(value: Any) -> int | float:
 __all__ = [
     "apply_determinism",
     "check_determinism",
+    "check_gradient_clipping",
+    "check_loop_limit",
     "check_overfit",
     "check_reload_every",
+    "check_val_every_n_epoch",
     "fast_dev_run_batches",
+    "fit_max_epochs",
     "interval_seconds",
     "max_time_seconds",
     "merge_alias",

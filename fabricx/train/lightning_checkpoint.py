@@ -172,6 +172,12 @@ def load_module_from_checkpoint(
 
 
 def _read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
+    if not Path(path).exists():
+        # As Lightning: a missing file adds nothing (the checkpoint's own hyper-parameters are used), with a warning.
+        from fabricx.utilities.rank_zero import rank_zero_warn
+
+        rank_zero_warn(f"Missing Tags: {os.fspath(path)}. hparams_file= names no file; it adds no hyper-parameters.")
+        return {}
     text = Path(path).read_text()
     if str(path).endswith((".yaml", ".yml")):
         import yaml

@@ -7,7 +7,7 @@ import copy
 import inspect
 import os
 from collections.abc import Generator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -17,6 +17,8 @@ from fabricx.train.hparams import AttributeDict, collect_init_arguments
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
+
+_Module = TypeVar("_Module", bound="TrainModule")
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -404,17 +406,28 @@ class TrainModule(nn.Module):
     def example_input_array(self, value: Any) -> None:
         self.__dict__["_example_input_array"] = value
 
-    def freeze(self) -> None:
-        """No parameter requires grad, and the module is in eval mode."""
+    def freeze(self: _Module) -> _Module:
+        """No parameter requires grad, and the module is in eval mode; returns the module (as Lightning).
+
+        Example:
+            ```python
+            frozen = model.freeze()  # frozen is model
+            ```
+        """
         for param in self.parameters():
             param.requires_grad = False
-        self.eval()
+        return self.eval()
 
-    def unfreeze(self) -> None:
-        """Every parameter requires grad, and the module is in train mode."""
+    def unfreeze(self: _Module) -> _Module:
+        """Every parameter requires grad, and the module is in train mode; returns the module."""
         for param in self.parameters():
             param.requires_grad = True
-        self.train()
+        return self.train()
+
+    #: The checkpoint keys of the saved hyper-parameters, under Lightning's names.
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
 
     #: Whether ``load_state_dict`` on checkpoint load is strict (Lightning's ``strict_loading``).
     strict_loading: bool = True
@@ -508,6 +521,11 @@ class TrainModule(nn.Module):
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
             _warn_not_attached(name)
+            return
+        if trainer.barebones:
+            from fabricx.train.barebones import LOG_WARNING
+
+            rank_zero_warn(LOG_WARNING)
             return
         trainer._results.log(
             name,
@@ -697,26 +715,32 @@ class TrainModule(nn.Module):
         """Change a batch after it was moved to the device."""
         return batch
 
+    def _run_model(self) -> nn.Module:
+        """What Lightning's mode hooks switch: the Trainer's set-up model (wrapper included), else this module."""
+        trainer = self.__dict__.get("_trainer")
+        model = trainer.model if trainer is not None else None
+        return model if model is not None else self
+
     def on_validation_model_eval(self) -> None:
-        """Put the module in eval mode for validation."""
-        self.eval()
+        """Put the model (``trainer.model``, this module inside it) in eval mode for validation."""
+        self._run_model().eval()
 
     def on_validation_model_train(self) -> None:
-        """Put the module back in train mode after validation inside fit."""
-        self.train()
+        """Put the model back in train mode after validation inside fit."""
+        self._run_model().train()
 
     def on_validation_model_zero_grad(self) -> None:
         """Drop gradients before validation inside fit (frees their memory)."""
         self.zero_grad()  # set_to_none=True, torch's default
 
     def on_test_model_eval(self) -> None:
-        self.eval()
+        self._run_model().eval()
 
     def on_test_model_train(self) -> None:
-        self.train()
+        self._run_model().train()
 
     def on_predict_model_eval(self) -> None:
-        self.eval()
+        self._run_model().eval()
 
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...

@@ -48,6 +48,15 @@ def parse_optimizers(returned: Any, manual: bool = False) -> tuple[list[Optimize
     """
     optimizers: list[Any]
     raw_schedulers: list[tuple[Any, str | None]] = []
+    if returned is None:
+        from fabricx.train.no_optimizer import NoOptimizer
+        from fabricx.utilities.rank_zero import rank_zero_warn
+
+        rank_zero_warn(
+            "`LightningModule.configure_optimizers` returned `None`, this fit will run with no optimizer: the "
+            "steps run, the weights do not change. Return an optimizer to train."
+        )
+        return [NoOptimizer()], []
     if isinstance(returned, Optimizer):
         optimizers = [returned]
     elif isinstance(returned, Mapping):

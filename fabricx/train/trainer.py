@@ -19,8 +19,11 @@ from torch import Tensor
 from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
 from fabricx.train import data_connector as data
+from fabricx.train import flags
 from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.ckpt_path import select_ckpt_path
 from fabricx.train.config import TrainerConfig
+from fabricx.train.env_defaults import defaults_from_env_vars
 from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_idx
 from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
@@ -37,7 +40,6 @@ from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
-from fabricx.utilities.warnings import PossibleUserWarning
 from fabricx.wrappers import unwrap
 from fabricx.wrappers.step_methods import step_caller
 
@@ -125,6 +127,7 @@ class Trainer:
     profiler: Profiler
     val_check_seconds: float | None
 
+    @defaults_from_env_vars
     def __init__(
         self,
         *,
@@ -639,6 +642,7 @@ class Trainer:
         """
         _check_module(model, "fit")
         train_dataloaders, datamodule = data.check_fit_arguments(train_dataloaders, val_dataloaders, datamodule)
+        self.max_epochs = flags.fit_max_epochs(self.max_epochs, self.max_steps, self.max_time, self.callbacks)
         self._launch(self._fit_in_process, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(
@@ -714,20 +718,16 @@ class Trainer:
             # test(dataloaders) / test(dm) given positionally without a model
             model, dataloaders = None, model if dataloaders is None else dataloaders
         dataloaders, datamodule = data.check_eval_arguments(stage, dataloaders, datamodule)
+        given = model is not None
         if model is None:
             model = self._module
             if model is None:
-                raise MisconfigurationError(
-                    f"Trainer.{stage}() got no model and this trainer has not fitted one. Pass "
-                    f"trainer.{stage}(model, ...)."
+                raise TypeError(
+                    f"`Trainer.{stage}()` requires a `LightningModule` when it hasn't been passed in a previous run: "
+                    f"this trainer got no model and has not fitted one. Pass trainer.{stage}(model, ...)."
                 )
-            if (
-                ckpt_path is None
-                and self.checkpoint_callback is not None
-                and getattr(self.checkpoint_callback, "best_model_path", "")
-            ):
-                ckpt_path = "best"
         _check_module(model, stage)
+        ckpt_path = select_ckpt_path(self, ckpt_path, stage, model_provided=given)
         if datamodule is None and dataloaders is None and self._datamodule is not None and model is self._module:
             datamodule = self._datamodule
         return model, dataloaders, datamodule, ckpt_path
@@ -755,7 +755,11 @@ class Trainer:
             ```
         """
         if self._model is None:
-            raise FabricxError("save_checkpoint() needs a module set up by fit/validate/test first.")
+            raise AttributeError(
+                "Saving a checkpoint is only possible if a model is attached to the Trainer. Did you call "
+                "`Trainer.save_checkpoint()` before calling `Trainer.{fit,validate,test,predict}`? save_checkpoint() "
+                "needs a module set up by fit/validate/test first."
+            )
         if storage_options is not None:
             raise MisconfigurationError(
                 "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
@@ -792,6 +796,7 @@ class Trainer:
         self.state.status = TrainerStatus.RUNNING
         self.state.stage = _ENTRY_STAGES[stage]
         self.should_stop = False
+        self._reset_metrics()
         module.__dict__["_trainer"] = self
         self._module = module
         self._datamodule = datamodule
@@ -804,6 +809,14 @@ class Trainer:
         self._batch_processor = batch_processor(module, datamodule, self._fabric.device)
         check_loop_configuration(self, module, stage)
         self._prepare_data(module, datamodule)
+
+    def _reset_metrics(self) -> None:
+        """As Lightning: each fit/validate/test/predict starts with no callback, logged or progress-bar metrics."""
+        self._epoch_metrics, self._epoch_prog_bar, self._logged_metrics = {}, {}, {}
+        self._step_snapshot, self._logged_snapshot = {}, {}
+        self._train_step_live = False
+        self._train_results = ResultCollection("train", training=True)
+        self._results = self._train_results
 
     def _merge_module_callbacks(self, module: TrainModule) -> list[Any]:
         """``configure_callbacks()`` results replace the Trainer's callbacks of the same types."""
@@ -880,7 +893,6 @@ class Trainer:
             self._log_hyperparams()
             # Read only for max_time: a time-based val_check_interval counts the clock's reads, as Lightning's does.
             self._fit_started_at = time.monotonic() if self.max_time is not None else None
-            self._warn_default_max_epochs()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
             with anomaly:
                 hooks.call("on_train_start")
@@ -1157,14 +1169,6 @@ class Trainer:
             self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
         self._train_reload_epoch = self.current_epoch
         self._compute_val_check_batch()
-
-    def _warn_default_max_epochs(self) -> None:
-        if self.config.max_epochs_defaulted and self.max_epochs == 1000 and self.max_steps == -1:
-            rank_zero_warn(
-                "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit,"
-                " set `max_epochs=-1`.",
-                category=PossibleUserWarning,
-            )
 
     def _setup_module_only(self, module: TrainModule) -> None:
         wrapped = self._wrapped.get(id(module))
@@ -1665,8 +1669,15 @@ def _without_shuffle(raw: Any, prefix: str) -> Any:
 
 
 def _check_module(module: Any, where: str) -> None:
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"Trainer.{where} expects a TrainModule, got {type(module).__name__}.")
+    # A module that is not a TrainModule is accepted when it has a training_step (a LightningModule from
+    # another package that follows the same protocol); anything else is refused as Lightning refuses it.
+    if not isinstance(module, TrainModule) and not (
+        isinstance(module, torch.nn.Module) and callable(getattr(module, "training_step", None))
+    ):
+        raise TypeError(
+            f"`model` must be a `LightningModule` (a fabricx.train.TrainModule), got `{type(module).__qualname__}`: "
+            f"Trainer.{where}() runs a module that defines training_step/validation_step/...; subclass TrainModule."
+        )
     if isinstance(module, TrainModule) and "_trainer" not in module.__dict__:
         raise FabricxError(
             f"{type(module).__name__}.__init__ did not call super().__init__(); add it as the first line."

@@ -65,7 +65,6 @@ def test_every_configure_optimizers_form_parses():
 @pytest.mark.parametrize(
     ("returned", "message"),
     [
-        (None, "it is a NoneType"),
         ("sgd", "it is a str"),
         ([], "it is empty"),
         ({"lr_scheduler": None}, "no 'optimizer' key"),
@@ -94,15 +93,6 @@ def test_wrong_configure_optimizers_returns_are_clear_errors(returned, message):
     with pytest.raises(MisconfigurationError, match="configure_optimizers") as info:
         parse_optimizers(returned)
     assert message in str(info.value)
-
-
-def test_wrong_configure_optimizers_in_fit_names_the_hook(tmp_path):
-    class NoOptimizer(Regressor):
-        def configure_optimizers(self):
-            return None
-
-    with pytest.raises(MisconfigurationError, match="configure_optimizers returned None"):
-        _trainer(tmp_path).fit(NoOptimizer(), loader(regression_data(32)))
 
 
 def test_reduce_on_plateau_steps_with_monitored_metric(tmp_path):

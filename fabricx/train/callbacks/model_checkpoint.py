@@ -393,6 +393,10 @@ class ModelCheckpoint(Callback):
                 filepath = self.format_checkpoint_name(candidates, self.CHECKPOINT_NAME_LAST, ver=version)
                 version += 1
         previous, self.last_model_path = self.last_model_path, filepath
+        if self._last_at_every_trigger and self.monitor is None and self.save_top_k == 0:
+            # The Trainer's default keeps only last.ckpt; Lightning's default ModelCheckpoint() makes its newest
+            # checkpoint its best, so ckpt_path="best" (and test() after fit) find this one.
+            self.best_model_path = filepath
         if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
             self._link_checkpoint(trainer, self._last_checkpoint_saved, filepath)
         else:

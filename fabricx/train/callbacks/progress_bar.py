@@ -12,8 +12,8 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.callbacks._trainer_state import total_val_batches
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.trainer_state import total_val_batches
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.imports import lazy_import
 

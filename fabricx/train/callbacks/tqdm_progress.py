@@ -6,8 +6,8 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.callbacks._trainer_state import total_val_batches
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.trainer_state import total_val_batches
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:

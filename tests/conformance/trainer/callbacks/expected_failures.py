@@ -37,10 +37,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_pl_csv.py::test_manual_versioning_file_exists": (
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
     ),
-    "test_pl_tensorboard.py::test_tensorboard_hparams_reload": (
-        "TRAINER GAP (issue 28, theme 3): the test reads `lightning_logs/version_0/checkpoints/*.ckpt`; "
-        "ModelCheckpoint writes folders (and not under the logger's version folder yet)"
-    ),
     "test_pl_tensorboard.py::test_tensorboard_log_graph[example_input_array1]": (
         "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
         "Lightning's LightningModule answers None while TorchScript/tracing inspects it"

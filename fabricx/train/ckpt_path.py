@@ -1,0 +1,107 @@
+"""Which checkpoint ``fit``/``validate``/``test``/``predict`` load for their ``ckpt_path`` argument.
+
+Lightning's rules, with its warnings and errors:
+
+* ``None`` with a module passed in: no checkpoint, the module as it is.
+* ``None`` without a module (the one of the previous ``fit``): the best checkpoint of that fit, with a warning
+  (when that fit saved none, fabricx keeps the fitted module's current weights).
+* ``"best"``: the first ModelCheckpoint's ``best_model_path``; an error when there is no ModelCheckpoint
+  or it saved no best (``monitor`` without ``save_top_k >= 1``). A ModelCheckpoint without ``monitor``
+  has its newest checkpoint as its best, as in Lightning.
+* ``"last"``: the newest ``last*.ckpt`` (see `fabricx.train.checkpointing.find_last_checkpoint`); a warning,
+  and no checkpoint, when there is none, so that it can be passed before the first run.
+* a path: that checkpoint; ``FileNotFoundError`` when nothing is there.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from fabricx.train.trainer import Trainer
+
+
+def _best_model_path(trainer: Trainer, fn: str) -> str:
+    callbacks = trainer.checkpoint_callbacks
+    if len(callbacks) > 1:
+        rank_zero_warn(
+            f'`.{fn}(ckpt_path="best")` is called with Trainer configured with multiple `ModelCheckpoint` callbacks. '
+            "It will use the best checkpoint path from first checkpoint callback."
+        )
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        raise MisconfigurationError(
+            f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured. Add a '
+            f"ModelCheckpoint(monitor=...) callback (or keep enable_checkpointing=True), or pass "
+            f'`.{fn}(ckpt_path="last")` or a path.'
+        )
+    best = getattr(callback, "best_model_path", "")
+    if not best:
+        if trainer.fast_dev_run:
+            raise MisconfigurationError(
+                f'You cannot execute `.{fn}(ckpt_path="best")` with `fast_dev_run=True`: it saves no checkpoint. '
+                f"Please pass an exact checkpoint path to `.{fn}(ckpt_path=...)`."
+            )
+        raise MisconfigurationError(
+            f'`.{fn}(ckpt_path="best")` is set but `ModelCheckpoint` is not configured to save the best model: '
+            f"it saved none (give it monitor= with save_top_k >= 1, or no monitor). Pass "
+            f'`.{fn}(ckpt_path="last")` or a path instead.'
+        )
+    return os.fspath(best)
+
+
+def select_ckpt_path(
+    trainer: Trainer, ckpt_path: str | os.PathLike | None, fn: str, model_provided: bool
+) -> str | None:
+    """The checkpoint ``trainer.<fn>(ckpt_path=...)`` loads, or ``None`` for none (rules in the module docstring).
+
+    Example:
+        ```python
+        select_ckpt_path(trainer, "best", "test", model_provided=False)  # ".../epoch=3-step=40.ckpt"
+        ```
+    """
+    if ckpt_path is None:
+        if model_provided:
+            return None
+        callback = trainer.checkpoint_callback
+        if not getattr(callback, "best_model_path", ""):
+            return None  # fabricx: the fitted module's current weights (Lightning raises here)
+        rank_zero_warn(
+            f"`.{fn}(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will be "
+            f"used. You can pass `.{fn}(ckpt_path='best')` to use the best model or `.{fn}(ckpt_path='last')` to "
+            "use the last model. If you pass a value, this warning will be silenced."
+        )
+        ckpt_path = "best"
+    if ckpt_path == "best":
+        return _best_model_path(trainer, fn)
+    if ckpt_path == "last":
+        from fabricx.train.checkpointing import find_last_checkpoint
+
+        found = find_last_checkpoint(trainer)
+        if found is None:
+            then = "training starts from scratch" if fn == "fit" else "the module's current weights are used"
+            rank_zero_warn(
+                f'.{fn}(ckpt_path="last") is set, but there is no last checkpoint available. No checkpoint will be '
+                f"loaded: {fn}() found no last checkpoint in the ModelCheckpoint folders or "
+                f"{os.path.join(trainer.default_root_dir, 'checkpoints')}, so {then}. HINT: Set "
+                "`ModelCheckpoint(..., save_last=True)`."
+            )
+        return found
+    if ckpt_path == "hpc":
+        raise MisconfigurationError(
+            'ckpt_path="hpc" (Lightning\'s SLURM auto-requeue file) is not supported; pass "last".'
+        )
+    path = os.fspath(ckpt_path)
+    if "://" not in path and not os.path.exists(path):  # remote (fsspec) paths are checked when read
+        raise FileNotFoundError(
+            f"Checkpoint file not found: {path}. Pass {fn}(ckpt_path=...) an existing checkpoint file or folder, "
+            '"best" or "last".'
+        )
+    return path
+
+
+__all__ = ["select_ckpt_path"]
