@@ -29,17 +29,9 @@ EXPECTED_FAILURES: dict[str, str] = {
         "DIFF: `trainer.optimizers` holds fabricx's optimizer wrappers; the test's `type(optimizer) is Adam` "
         "is False for them (`isinstance` holds), so its callback never adds the Adam param group"
     ),
-    "test_pl_lr_monitor.py::test_lr_monitor_update_callback_metrics": (
-        "TRAINER GAP (issue 28, theme 5): `trainer.callback_metrics` is rebuilt on every read, so what "
-        "LearningRateMonitor puts into it (as Lightning's does) is not kept"
-    ),
     # -- loggers --------------------------------------------------------------------------------------
     "test_pl_csv.py::test_manual_versioning_file_exists": (
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
-    ),
-    "test_pl_tensorboard.py::test_tensorboard_hparams_reload": (
-        "TRAINER GAP (issue 28, theme 3): the test reads `lightning_logs/version_0/checkpoints/*.ckpt`; "
-        "ModelCheckpoint writes folders (and not under the logger's version folder yet)"
     ),
     "test_pl_tensorboard.py::test_tensorboard_log_graph[example_input_array1]": (
         "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
