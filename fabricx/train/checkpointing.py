@@ -37,8 +37,8 @@ class ProgressState:
             "current_epoch": progress.current_epoch,
             "epoch_done": progress.epoch_done,
             "progress": progress.state_dict(),
-            "epoch_metrics": {k: _detached(v) for k, v in trainer._epoch_metrics.items()},
-            "epoch_prog_bar": {k: _detached(v) for k, v in trainer._epoch_prog_bar.items()},
+            "epoch_metrics": {k: _detached(v) for k, v in trainer._logger_connector.callback.items()},
+            "epoch_prog_bar": {k: _detached(v) for k, v in trainer._logger_connector.pbar.items()},
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -50,8 +50,8 @@ class ProgressState:
         progress.epoch_done = bool(state_dict.get("epoch_done", False))
         if "progress" not in state_dict:
             progress.batches_that_stepped = progress.global_step
-        trainer._epoch_metrics = dict(state_dict.get("epoch_metrics", {}))
-        trainer._epoch_prog_bar = dict(state_dict.get("epoch_prog_bar", {}))
+        trainer._logger_connector.callback = dict(state_dict.get("epoch_metrics", {}))
+        trainer._logger_connector.pbar = dict(state_dict.get("epoch_prog_bar", {}))
         self.loaded = True
 
 

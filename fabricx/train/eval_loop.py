@@ -107,10 +107,12 @@ def run_evaluation(
     step = trainer._step_function(step_name)
     with_batch_idx = takes_batch_idx(getattr(trainer._module, step_name))
     process = trainer._batch_processor
-    previous = trainer._results
+    connector = trainer._logger_connector
+    previous, previous_iter = trainer._results, connector.first_loop_iter
     trainer._results = results
+    connector.first_loop_iter = None
     multiple = len(loaders) > 1
-    computed: dict[str, Any] = {}
+    outputs: list[dict[str, Any]] = []
     try:
         with _eval_context(trainer, prefix):
             results.in_step = False
@@ -122,30 +124,45 @@ def run_evaluation(
             batch_start = f"on_{prefix}_batch_start"
             batch_end = f"on_{prefix}_batch_end"
             for dataloader_idx, loader in enumerate(loaders):
-                results.suffix = f"/dataloader_idx_{dataloader_idx}" if multiple else ""
                 extra = (dataloader_idx,) if multiple else ()
                 for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
                     if process is not None:
                         batch = process(batch, dataloader_idx)
-                    results.new_batch(batch)
+                    connector.on_batch_start(results, batch, dataloader_idx if multiple else None)
                     hooks.call(batch_start, batch, batch_idx, *extra)
-                    outputs = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
-                    hooks.call(batch_end, outputs, batch, batch_idx, *extra)
-            results.suffix = ""
+                    step_outputs = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
+                    hooks.call(batch_end, step_outputs, batch, batch_idx, *extra)
+                    connector.on_batch_end()
+                    if not sanity:
+                        connector.update_eval_step_metrics(batch_idx)
+                # Each loader's epoch values (its entries only, when several run).
+                connector.epoch_end_reached()
+                results.dataloader_idx = dataloader_idx if multiple else None
+                outputs.append(connector.update_eval_epoch_metrics())
+            connector.epoch_end_reached()
+            results.dataloader_idx = None
             results.in_step = False
             results.hook = f"on_{prefix}_epoch_end"
             hooks.call(f"on_{prefix}_epoch_end")
-            if sanity:
-                results.reset()
-            else:
-                computed = trainer._finish_epoch_metrics(results)
+            connector.on_epoch_end()
+            epoch_end = connector.update_eval_epoch_metrics()
+            everything: dict[str, Any] = {}
+            for loader_outputs in outputs:
+                everything.update(loader_outputs)
+                loader_outputs.update(epoch_end)
+            everything.update(epoch_end)
+            connector.log_eval_end_metrics(everything)
             hooks.call(f"on_{prefix}_end")
+            connector.reset_results()
     finally:
-        results.suffix = ""
+        results.dataloader_idx = None
         results.in_step = True
         results.hook = f"{prefix}_step"
         trainer._results = previous
-    return _per_loader({k: to_float(v) for k, v in computed.items()}, len(loaders))
+        connector.first_loop_iter = previous_iter
+    if sanity:
+        return []
+    return [{k: to_float(v) for k, v in loader_outputs.items()} for loader_outputs in outputs]
 
 
 def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[float]) -> list[Any]:
@@ -188,18 +205,3 @@ def _limited(loader: Any, limit: float) -> Generator[tuple[int, Any], None, None
             return
         yield batch_idx, batch
         batch_idx += 1
-
-
-def _per_loader(metrics: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    if count <= 1:
-        return [metrics]
-    out: list[dict[str, Any]] = [{} for _ in range(count)]
-    for name, value in metrics.items():
-        for index in range(count):
-            if name.endswith(f"/dataloader_idx_{index}"):
-                out[index][name] = value
-                break
-        else:
-            for entry in out:
-                entry[name] = value
-    return out

@@ -72,7 +72,6 @@ def run_train_epoch(trainer: Trainer) -> None:
         progress.batch_idx = -1
         progress.validated_at_epoch_end = False
         hooks.call("on_train_epoch_start")
-    trainer._train_step_live = True
 
     limit = trainer.num_training_batches
     limited = _is_limited(loader, limit)
@@ -98,7 +97,7 @@ def run_train_epoch(trainer: Trainer) -> None:
     epoch_schedulers = bool(trainer._epoch_schedulers_cache) and automatic
     automatic_step = trainer._automatic_step
     manual_step = trainer._manual_step
-    new_batch = results.new_batch
+    connector = trainer._logger_connector
 
     while True:
         if limited and loader.batches_consumed >= limit:
@@ -114,7 +113,7 @@ def run_train_epoch(trainer: Trainer) -> None:
         progress.is_last_batch = batch_idx + 1 >= limit
         if process is not None:
             batch = process(batch, 0)
-        new_batch(batch)
+        connector.on_batch_start(results, batch)
         for method in batch_start_callbacks:
             method(trainer, module, batch, batch_idx)
         if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
@@ -146,6 +145,7 @@ def run_train_epoch(trainer: Trainer) -> None:
             batch_end_module(outputs, batch, batch_idx)
         for method in batch_end_monitoring:
             method(trainer, module, outputs, batch, batch_idx)
+        connector.on_batch_end()
         finish_batch(trainer, progress.val_pending, accumulating=not stepped)
         if trainer._should_end_epoch():
             # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
@@ -167,12 +167,10 @@ def run_train_epoch(trainer: Trainer) -> None:
 def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -> None:
     """What follows ``on_train_batch_end``: step metrics, validation when due, plateau schedulers, counters."""
     progress = trainer.progress
-    if (
-        not accumulating
-        and trainer.loggers
-        and ((progress.batches_that_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop)
-    ):
-        trainer._log_step_metrics()
+    if not accumulating and trainer.loggers:
+        every = trainer.log_every_n_steps
+        due = every > 0 and (progress.batches_that_stepped + 1) % every == 0
+        trainer._logger_connector.update_train_step_metrics(due or trainer.should_stop or bool(trainer.fast_dev_run))
     if validate:
         progress.val_pending = False
         if not accumulating:
@@ -217,18 +215,12 @@ def finish_train_epoch(trainer: Trainer) -> None:
     trainer._cut_metric_state = results.state_dict() if progress.epoch_cut else None
     results.in_step = False
     results.hook = "on_train_epoch_end"
-    if trainer._train_step_live:
-        trainer._step_snapshot.update(results.step_metrics(naming="both"))
-        trainer._logged_snapshot.update(results.step_metrics(for_logger=True))
-        trainer._train_step_live = False
+    connector = trainer._logger_connector
+    connector.results = results
+    # Outside the batch loop, reads of the metrics give the epoch aggregates (to every on_train_epoch_end hook).
+    connector.epoch_end_reached()
     try:
-        # Aggregates of what the steps logged are visible to every on_train_epoch_end hook; what the
-        # hooks themselves log is reduced after them.
-        # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
-        last_step = max(0, trainer.progress.batches_that_stepped - 1)
-        trainer._finish_epoch_metrics(results, step=last_step)
         hooks.call("on_train_epoch_end", monitoring=False)
-        trainer._finish_epoch_metrics(results, step=last_step)
     finally:
         results.in_step = True
         results.hook = "training_step"
@@ -239,7 +231,16 @@ def finish_train_epoch(trainer: Trainer) -> None:
             trainer._step_schedulers("epoch", plateau=False)
         trainer._step_schedulers("epoch", plateau=True)
     progress.epoch_done = not progress.epoch_cut
-    hooks.call("on_train_epoch_end", monitoring=True, module=False)
+    results.in_step = False
+    results.hook = "on_train_epoch_end"
+    try:
+        hooks.call("on_train_epoch_end", monitoring=True, module=False)
+    finally:
+        results.in_step = True
+        results.hook = "training_step"
+    connector.on_epoch_end()
+    # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
+    connector.update_train_epoch_metrics(step=max(0, progress.batches_that_stepped - 1))
     progress.current_epoch += 1
     progress.epoch_done = False
     progress.epoch_cut = False

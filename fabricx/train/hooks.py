@@ -32,6 +32,11 @@ class Hooks:
         self.callbacks = list(callbacks)
         self._callback_cache: dict[tuple[str, bool | None], tuple[Callable[..., Any], ...]] = {}
         self._module_cache: dict[str, Callable[..., Any] | None] = {}
+        if isinstance(module, TrainModule):
+            # As Lightning: `self.log` inside a callback hook logs through the module.
+            for callback in self.callbacks:
+                callback.log = module.log
+                callback.log_dict = module.log_dict
 
     def callback_hooks(self, name: str, monitoring: bool | None = None) -> tuple[Callable[..., Any], ...]:
         """Bound ``name`` methods of the callbacks that define it; ``monitoring`` filters by kind."""

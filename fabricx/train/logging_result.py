@@ -1,40 +1,58 @@
 """What ``self.log`` records: step values, epoch aggregates and torchmetrics ``Metric`` objects.
 
-One `ResultCollection` exists per stage (training, validation, test). The per-step path only
-stores a reference (and, for epoch aggregates, adds into a running tensor); nothing is converted to
-a Python number or synchronised until values are read at a logging step or at epoch end.
+One `ResultCollection` exists per loop (training, validation, test). An entry is one name logged in one hook
+(and one evaluation loader), as in Lightning: ``"loss"`` logged in ``training_step`` and in
+``on_train_epoch_end`` are two entries. The per-step path stores the value and, for epoch aggregates, adds
+it into a running tensor; nothing is converted to a Python number until it is read.
+
+`ResultCollection.metrics` gives the three views the Trainer keeps (Lightning's names):
+``log`` (``name_step``/``name_epoch`` when logged with both ``on_step`` and ``on_epoch``), ``callback`` (also
+the plain name; step values only in training) and ``pbar`` (``prog_bar=True`` entries, forked names).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
 
 _REDUCE_NAMES = ("mean", "sum", "max", "min")
+_SUFFIX = "/dataloader_idx_{}"
 
 
-def _reduce_name(reduce_fx: Any, name: str, hook: str) -> str:
-    if isinstance(reduce_fx, str) and reduce_fx in _REDUCE_NAMES:
-        return reduce_fx
-    aliases = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
-    if reduce_fx in aliases:
-        return aliases[reduce_fx]
-    raise MisconfigurationError(
-        f"self.log({name!r}, reduce_fx={reduce_fx!r}) in {hook}: reduce_fx must be one of {list(_REDUCE_NAMES)} "
-        "(or torch.mean/sum/max/min). For another reduction, log a torchmetrics Metric instead."
+def reduce_name(reduce_fx: Any) -> str:
+    """``"mean"``, ``"sum"``, ``"max"`` or ``"min"`` for what ``self.log(reduce_fx=...)`` accepts.
+
+    Strings in any case (and ``"avg"``), the torch functions and Python's ``sum``/``max``/``min`` are
+    accepted, as in Lightning; anything else raises `MisconfigurationException`.
+    """
+    if isinstance(reduce_fx, str):
+        name = reduce_fx.lower()
+        name = "mean" if name == "avg" else name
+        if name in _REDUCE_NAMES:
+            return name
+    else:
+        aliases = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max"}
+        aliases.update({torch.min: "min", min: "min"})
+        for function, name in aliases.items():
+            if reduce_fx is function:
+                return name
+    raise MisconfigurationException(
+        "Only `self.log(..., reduce_fx={min,max,mean,sum})` are supported. If you need a custom reduction, "
+        f"please log a `torchmetrics.Metric` instance instead. Found: {reduce_fx}"
     )
 
 
-def _is_metric(value: Any) -> bool:
+def is_metric(value: Any) -> bool:
+    """Whether ``value`` is a torchmetrics ``Metric`` (without importing torchmetrics)."""
     torchmetrics = sys.modules.get("torchmetrics")  # a Metric can only exist if torchmetrics was imported
     return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
 
@@ -51,72 +69,169 @@ def _batch_size(batch: Any) -> int:
     return 1
 
 
+def _float_dtype() -> torch.dtype:
+    """The default dtype, but no lower than float32 (aggregates keep their precision)."""
+    dtype = torch.get_default_dtype()
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+class Metrics(NamedTuple):
+    """The three views of a collection: for callbacks, for the loggers, for the progress bar."""
+
+    callback: dict[str, Any]
+    log: dict[str, Any]
+    pbar: dict[str, Any]
+
+
 class _Entry:
-    """One logged name: its options, its latest step value and its running epoch aggregate."""
+    """One name logged in one hook: its options, its latest step value and its running epoch aggregate."""
 
     __slots__ = (
+        "add_dataloader_idx",
+        "computed",
+        "dataloader_idx",
+        "fabric",
+        "fx",
+        "has_reset",
         "logger",
         "metric",
-        "metric_path",
+        "metric_attribute",
         "name",
         "on_epoch",
         "on_step",
         "prog_bar",
         "reduce",
-        "seen",
-        "stamp",
         "step_value",
         "sync_dist",
         "total",
         "weight",
     )
 
-    def __init__(
-        self, name: str, prog_bar: bool, logger: bool, on_step: bool, on_epoch: bool, reduce: str, sync_dist: bool
-    ) -> None:
+    def __init__(self, fx: str, name: str, options: tuple[Any, ...]) -> None:
+        self.fx = fx
         self.name = name
-        self.prog_bar = prog_bar
-        self.logger = logger
-        self.on_step = on_step
-        self.on_epoch = on_epoch
-        self.reduce = reduce
-        self.sync_dist = sync_dist
+        (
+            self.prog_bar,
+            self.logger,
+            self.on_step,
+            self.on_epoch,
+            self.reduce,
+            self.sync_dist,
+            self.add_dataloader_idx,
+            self.dataloader_idx,
+            self.metric_attribute,
+        ) = options
         self.metric: Any = None
-        self.metric_path: str | None = None
+        self.fabric: Fabric | None = None
         self.step_value: Any = None
-        self.stamp = -1
         self.total: Any = None
         self.weight: Any = 0
-        self.seen = False
+        self.computed: Any = None
+        self.has_reset = False
 
-    @property
-    def step_name(self) -> str:
-        return f"{self.name}_step" if self.on_epoch else self.name
+    def options(self) -> tuple[Any, ...]:
+        return (
+            self.prog_bar,
+            self.logger,
+            self.on_step,
+            self.on_epoch,
+            self.reduce,
+            self.sync_dist,
+            self.add_dataloader_idx,
+            self.dataloader_idx,
+            self.metric_attribute,
+        )
 
-    @property
-    def epoch_name(self) -> str:
-        return f"{self.name}_epoch" if self.on_step else self.name
+    def names(self, on_step: bool) -> tuple[str, str]:
+        """``(name, forked name)``: ``name_step``/``name_epoch`` when logged with both, plus the loader suffix."""
+        name = self.name
+        forked = f"{name}_{'step' if on_step else 'epoch'}" if self.on_step and self.on_epoch else name
+        if self.add_dataloader_idx and self.dataloader_idx is not None:
+            suffix = _SUFFIX.format(self.dataloader_idx)
+            return name + suffix, forked + suffix
+        return name, forked
 
-    def options(self) -> dict[str, Any]:
-        return {
-            "prog_bar": self.prog_bar,
-            "logger": self.logger,
-            "on_step": self.on_step,
-            "on_epoch": self.on_epoch,
-            "reduce": self.reduce,
-            "sync_dist": self.sync_dist,
-        }
+    def update(self, value: Any, size: int) -> None:
+        self.has_reset = False
+        self.computed = None
+        if self.metric is not None:
+            self.metric = value
+            return
+        if self.on_step:
+            self.step_value = value
+            if self.sync_dist and self.fabric is not None:
+                # A copy: all_reduce works in place, and the logged tensor may be the user's own.
+                self.step_value = self.fabric.all_reduce(value.clone(), reduce_op=self.reduce)
+        if not self.on_epoch:
+            return
+        reduce = self.reduce
+        total = self.total
+        if reduce == "mean":
+            self.total = value * size if total is None else total + value * size
+            self.weight += size
+        elif total is None:
+            self.total = value
+        elif reduce == "sum":
+            self.total = total + value
+        elif reduce == "max":
+            self.total = torch.maximum(total, value)
+        else:
+            self.total = torch.minimum(total, value)
+
+    def value(self, on_step: bool) -> Any:
+        """The step value (``on_step``) or the epoch value, ``None`` where this entry has none."""
+        if on_step:
+            if not self.on_step:
+                return None
+            if self.metric is not None:
+                return getattr(self.metric, "_forward_cache", None)
+            return self.step_value
+        if not self.on_epoch:
+            return None
+        if self.computed is None:
+            self.computed = self._compute()
+        return self.computed
+
+    def _compute(self) -> Any:
+        if self.metric is not None:
+            value = self.metric.compute()
+            if not isinstance(value, Tensor):
+                raise ValueError(
+                    f"The `.compute()` return of the metric logged as {self.name!r} must be a tensor. Found {value}"
+                )
+            return value
+        total, fabric = self.total, self.fabric if self.sync_dist else None
+        if total is None:
+            return None
+        if self.reduce == "mean":
+            if fabric is not None:
+                pair = torch.stack([total.to(torch.float64), torch.as_tensor(self.weight, dtype=torch.float64)])
+                pair = fabric.all_reduce(pair.to(fabric.device), reduce_op="sum")
+                return (pair[0] / pair[1]).to(total.dtype)
+            return total / self.weight
+        if fabric is not None:
+            return fabric.all_reduce(total.clone(), reduce_op=self.reduce)
+        return total
+
+    def reset(self) -> None:
+        if self.metric is not None and not self.has_reset:
+            self.metric.reset()
+        self.step_value = None
+        self.total = None
+        self.weight = 0
+        self.computed = None
+        self.has_reset = True
 
 
 class ResultCollection:
-    """The values logged during one stage (``"train"``, ``"validate"``, ``"test"``).
+    """The values logged during one loop (``"train"``, ``"validate"``, ``"test"``).
 
     Example:
         ```python
         results = ResultCollection("train", training=True)
         results.new_batch(batch)
-        results.log("loss", loss, False, True, None, None, "mean", False, None)
-        results.step_metrics()  # {"loss": tensor(...)}
+        results.log("training_step", "loss", loss, on_step=True, on_epoch=True)
+        results.metrics(on_step=True).log  # {"loss_step": tensor(...)}
         ```
     """
 
@@ -127,118 +242,177 @@ class ResultCollection:
         self.entries: dict[str, _Entry] = {}
         #: True inside steps and batch hooks, False inside epoch-level hooks.
         self.in_step = True
+        #: The hook a ``self.log`` call is attributed to when the module does not say.
         self.hook = "training_step" if training else f"{stage}_step"
-        #: Appended to names when several evaluation loaders are in use ("/dataloader_idx_1").
-        self.suffix = ""
-        self.stamp = 0
+        #: The evaluation loader running now, when there are several (``None`` otherwise).
+        self.dataloader_idx: int | None = None
         self._batch: Any = None
         self._batch_size: int | None = None
 
     # -- per step ----------------------------------------------------------------------------------------
     def new_batch(self, batch: Any) -> None:
-        self.stamp += 1
         self._batch = batch
+        self._batch_size = None
+
+    def end_batch(self) -> None:
+        """Drop the batch: what the epoch-level hooks log counts once, not once per sample."""
+        self._batch = None
         self._batch_size = None
 
     def log(
         self,
+        fx: str,
         name: str,
         value: Any,
-        prog_bar: bool,
-        logger: bool,
-        on_step: bool | None,
-        on_epoch: bool | None,
-        reduce_fx: Any,
-        sync_dist: bool,
-        batch_size: int | None,
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool = False,
+        on_epoch: bool = True,
+        reduce_fx: Any = "mean",
+        sync: Fabric | None = None,
+        batch_size: int | None = None,
+        add_dataloader_idx: bool = True,
+        metric_attribute: str | None = None,
     ) -> None:
-        key = name + self.suffix if self.suffix else name
+        """Record ``value`` (a one-element tensor or a ``Metric``) for ``name`` logged in hook ``fx``.
+
+        ``sync`` is the Fabric to reduce ``sync_dist`` values across processes with (``None``: one process).
+        """
+        if not on_step and not on_epoch:
+            raise MisconfigurationException(
+                f"`self.log(on_step=False, on_epoch=False)` is not useful: self.log({name!r}) in {fx} would never "
+                "be recorded. Set at least one of them to True."
+            )
+        dataloader_idx = self.dataloader_idx
+        key = f"{fx}.{name}"
+        if add_dataloader_idx and dataloader_idx is not None:
+            key = f"{key}.{dataloader_idx}"
+        options = (
+            bool(prog_bar),
+            bool(logger),
+            bool(on_step),
+            bool(on_epoch),
+            reduce_name(reduce_fx),
+            sync is not None,
+            bool(add_dataloader_idx),
+            dataloader_idx,
+            metric_attribute,
+        )
         entry = self.entries.get(key)
         if entry is None:
-            entry = self._create(key, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
-        entry.seen = True
-        if entry.metric_path is not None or entry.metric is not None:
-            if not _is_metric(value):
-                raise MisconfigurationError(
-                    f"self.log({name!r}) in {self.hook} was first given a torchmetrics Metric and now a "
-                    f"{type(value).__name__}. Log a Metric under one name and plain values under another."
-                )
+            entry = self.entries[key] = _Entry(fx, name, options)
+            entry.fabric = sync
+        elif entry.options() != options:
+            raise MisconfigurationException(
+                f"You called `self.log({name}, ...)` twice in `{fx}` with different arguments. This is not "
+                f"allowed: log it with the same arguments each time (now {self._describe(options)}, before "
+                f"{self._describe(entry.options())}), or under another name."
+            )
+        if is_metric(value):
             entry.metric = value
-            entry.stamp = self.stamp
+            entry.update(value, 1)
             return
-        if isinstance(value, Tensor):
-            value = value.detach()
-        elif not isinstance(value, (int, float)):
-            raise _bad_value(name, value, self.hook)
-        if entry.on_step:
-            entry.step_value = value
-            entry.stamp = self.stamp
-        if entry.on_epoch:
-            reduce = entry.reduce
-            if reduce == "mean":
-                if not self.in_step:
-                    size = 1
-                elif batch_size is not None:
-                    size = batch_size
-                else:
-                    size = self._batch_size
-                    if size is None:
-                        size = self._batch_size = _batch_size(self._batch)
-                entry.total = value * size if entry.total is None else entry.total + value * size
-                entry.weight += size
-            elif entry.total is None:
-                entry.total = value
-            elif reduce == "sum":
-                entry.total = entry.total + value
-            elif reduce == "max":
-                entry.total = torch.maximum(torch.as_tensor(entry.total), torch.as_tensor(value))
-            else:
-                entry.total = torch.minimum(torch.as_tensor(entry.total), torch.as_tensor(value))
+        if entry.metric is not None:
+            raise MisconfigurationException(
+                f"self.log({name!r}) in {fx} was first given a torchmetrics Metric and now a "
+                f"{type(value).__name__}. Log a Metric under one name and plain values under another."
+            )
+        if value.dtype not in (torch.float32, torch.float64):
+            value = value.to(_float_dtype())
+        size = 1
+        if on_epoch and options[4] == "mean":
+            if batch_size is not None:
+                size = batch_size
+            elif self._batch is not None:
+                size = self._batch_size
+                if size is None:
+                    size = self._batch_size = _batch_size(self._batch)
+        entry.update(value, size)
 
-    def _create(
-        self,
-        key: str,
-        value: Any,
-        prog_bar: bool,
-        logger: bool,
-        on_step: bool | None,
-        on_epoch: bool | None,
-        reduce_fx: Any,
-        sync_dist: bool,
-    ) -> _Entry:
-        if not isinstance(key, str) or not key:
-            raise MisconfigurationError(f"self.log() in {self.hook} needs a non-empty string name, got {key!r}.")
-        reduce = _reduce_name(reduce_fx, key, self.hook)
-        if not self.in_step:
-            if on_step:
-                raise MisconfigurationError(
-                    f"self.log({key!r}, on_step=True) in {self.hook}: there is no step in an epoch-level hook. "
-                    "Log it with on_epoch=True (the default there), or log it from a *_step hook."
-                )
-            on_step, on_epoch = False, True
-        else:
-            if on_step is None:
-                on_step = self.training
-            if on_epoch is None:
-                on_epoch = not self.training
-        if not on_step and not on_epoch:
-            raise MisconfigurationError(
-                f"self.log({key!r}) in {self.hook} has on_step=False and on_epoch=False, so it would never be "
-                "recorded. Set at least one of them to True."
-            )
-        entry = _Entry(key, bool(prog_bar), bool(logger), bool(on_step), bool(on_epoch), reduce, bool(sync_dist))
-        if _is_metric(value):
-            entry.metric = value
-            entry.metric_path = self._metric_path(value)
-        elif isinstance(value, Tensor) and value.numel() != 1:
-            raise MisconfigurationError(
-                f"self.log({key!r}) in {self.hook} got a tensor of shape {tuple(value.shape)}; only single "
-                "values can be logged. Reduce it first (e.g. .mean()) or log a torchmetrics Metric."
-            )
-        elif not isinstance(value, (Tensor, int, float)):
-            raise _bad_value(key, value, self.hook)
-        self.entries[key] = entry
-        return entry
+    @staticmethod
+    def _describe(options: tuple[Any, ...]) -> str:
+        names = ("prog_bar", "logger", "on_step", "on_epoch", "reduce_fx", "sync_dist", "add_dataloader_idx")
+        return ", ".join(f"{key}={value!r}" for key, value in zip(names, options, strict=False))
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def metrics(self, on_step: bool) -> Metrics:
+        """The step values (``on_step``) or the epoch values of the entries logged since the last reset
+        (of the current evaluation loader, when several run)."""
+        out = Metrics({}, {}, {})
+        callback, log, pbar = out
+        training = self.training
+        dataloader_idx = self.dataloader_idx
+        for entry in self.entries.values():
+            if entry.has_reset or entry.dataloader_idx != dataloader_idx:
+                continue
+            value = entry.value(on_step)
+            if not isinstance(value, Tensor):
+                continue
+            value = value.detach()
+            name, forked = entry.names(on_step)
+            if entry.logger:
+                log[forked] = value
+            # Evaluation step values are for the loggers only: monitoring one would compare single batches.
+            if training or (entry.on_epoch and not on_step):
+                callback[name] = value
+                callback[forked] = value
+            if entry.prog_bar:
+                pbar[forked] = value
+        return out
+
+    def names(self) -> set[str]:
+        """Every key this collection's entries can appear under (plain, ``_step``, ``_epoch``)."""
+        found: set[str] = set()
+        for entry in self.entries.values():
+            found.update(entry.names(True))
+            found.update(entry.names(False))
+        return found
+
+    def reset(self, metrics: bool | None = None, fx: str | None = None) -> None:
+        """Forget the aggregates (``metrics=True``: only Metric entries, ``False``: only tensors) of ``fx``."""
+        for entry in self.entries.values():
+            if metrics is not None and metrics != (entry.metric is not None):
+                continue
+            if fx is None or entry.fx == fx:
+                entry.reset()
+
+    # -- checkpoints --------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        entries = {}
+        for key, entry in self.entries.items():
+            item: dict[str, Any] = {"fx": entry.fx, "name": entry.name, "options": list(entry.options())}
+            item["has_reset"] = entry.has_reset
+            if entry.metric is not None:
+                path = self._metric_path(entry.metric)
+                if path is None:
+                    continue  # a Metric outside the module cannot be found again after a restart
+                item["metric_path"] = path
+                item["metric_state"] = {name: _plain(value) for name, value in entry.metric.metric_state.items()}
+                item["update_count"] = int(entry.metric._update_count)
+            else:
+                item["total"] = entry.total
+                item["weight"] = entry.weight
+                item["step_value"] = entry.step_value
+            entries[key] = item
+        return {"entries": entries}
+
+    def load_state_dict(self, state_dict: dict[str, Any], device: torch.device | None = None) -> None:
+        self.entries = {}
+        for key, item in state_dict.get("entries", {}).items():
+            if "fx" not in item:
+                continue  # written by an older fabricx, whose entries were not per hook
+            entry = _Entry(str(item["fx"]), str(item["name"]), tuple(item["options"]))
+            entry.has_reset = bool(item.get("has_reset", False))
+            if "metric_path" in item:
+                entry.metric = self._find_metric(str(item["metric_path"]))
+                if entry.metric is None:
+                    continue
+                _restore_metric(entry.metric, item["metric_state"], int(item.get("update_count", 0)))
+            else:
+                entry.total = _to(item.get("total"), device)
+                entry.weight = item.get("weight", 0)
+                entry.step_value = _to(item.get("step_value"), device)
+            self.entries[key] = entry
 
     def _metric_path(self, metric: Any) -> str | None:
         if self.module is None:
@@ -247,128 +421,6 @@ class ResultCollection:
             if submodule is metric:
                 return path
         return None
-
-    # -- reading ------------------------------------------------------------------------------------------
-    def step_metrics(
-        self, for_logger: bool = False, prog_bar_only: bool = False, naming: str = "step", sync: Fabric | None = None
-    ) -> dict[str, Any]:
-        """The values logged at the current step.
-
-        ``naming="step"`` names them ``name_step`` where the name is also aggregated per epoch,
-        ``"base"`` uses the plain name, ``"both"`` gives both. With ``sync`` (a Fabric with several
-        processes), ``sync_dist`` values are averaged across processes (every process must call this).
-        """
-        out: dict[str, Any] = {}
-        stamp = self.stamp
-        for entry in self.entries.values():
-            if not entry.on_step or entry.stamp != stamp:
-                continue
-            if (for_logger and not entry.logger) or (prog_bar_only and not entry.prog_bar):
-                continue
-            if entry.metric is not None:
-                value = getattr(entry.metric, "_forward_cache", None)
-                if value is None:
-                    continue
-            else:
-                value = entry.step_value
-                if sync is not None and entry.sync_dist:
-                    # A copy: all_reduce works in place, and the logged tensor may be the user's own.
-                    copy = value.clone() if isinstance(value, Tensor) else value
-                    value = sync.all_reduce(copy, reduce_op="mean" if entry.reduce == "mean" else entry.reduce)
-            if naming != "base":
-                out[entry.step_name] = value
-            if naming != "step":
-                out[entry.name] = value
-        return out
-
-    def compute_epoch(self, fabric: Fabric | None) -> dict[str, tuple[Any, _Entry]]:
-        """Reduce every epoch aggregate (across processes where asked) and reset the collection.
-
-        Returns ``{epoch_name: (value, entry)}``; entries keep their options for the next epoch.
-        """
-        out: dict[str, tuple[Any, _Entry]] = {}
-        distributed = fabric is not None and fabric.world_size > 1
-        for entry in self.entries.values():
-            if entry.metric is not None:
-                if entry.seen and entry.on_epoch:
-                    out[entry.epoch_name] = (entry.metric.compute(), entry)
-                if entry.seen:
-                    entry.metric.reset()
-            elif entry.on_epoch and entry.total is not None:
-                total = entry.total
-                if entry.reduce == "mean":
-                    weight = entry.weight
-                    if entry.sync_dist and distributed:
-                        assert fabric is not None  # distributed implies a Fabric
-                        device = fabric.device
-                        pair = torch.stack(
-                            [
-                                torch.as_tensor(total, dtype=torch.float64, device=device).reshape(()),
-                                torch.as_tensor(weight, dtype=torch.float64, device=device).reshape(()),
-                            ]
-                        )
-                        pair = fabric.all_reduce(pair, reduce_op="sum")
-                        value = (pair[0] / pair[1]).to(_dtype_of(total))
-                    else:
-                        value = total / weight
-                elif entry.sync_dist and distributed:
-                    assert fabric is not None
-                    value = fabric.all_reduce(torch.as_tensor(total, device=fabric.device), reduce_op=entry.reduce)
-                else:
-                    value = total
-                out[entry.epoch_name] = (value, entry)
-            entry.total = None
-            entry.weight = 0
-            entry.seen = False
-        return out
-
-    def reset(self) -> None:
-        """Forget this stage's aggregates (and reset its metrics) without computing them."""
-        for entry in self.entries.values():
-            if entry.metric is not None and entry.seen:
-                entry.metric.reset()
-            entry.total = None
-            entry.weight = 0
-            entry.seen = False
-            entry.stamp = -1
-
-    # -- checkpoints --------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        entries = {}
-        for key, entry in self.entries.items():
-            item: dict[str, Any] = {"options": entry.options(), "seen": entry.seen}
-            if entry.metric is not None or entry.metric_path is not None:
-                if entry.metric_path is None:
-                    continue  # a Metric outside the module cannot be found again after a restart
-                item["metric_path"] = entry.metric_path
-                metric = entry.metric
-                if metric is not None:
-                    item["metric_state"] = {name: _plain(value) for name, value in metric.metric_state.items()}
-                    item["update_count"] = int(metric._update_count)
-            else:
-                item["total"] = entry.total
-                item["weight"] = entry.weight
-            entries[key] = item
-        return {"entries": entries}
-
-    def load_state_dict(self, state_dict: dict[str, Any], device: torch.device | None = None) -> None:
-        self.entries = {}
-        for key, item in state_dict.get("entries", {}).items():
-            options = item["options"]
-            entry = _Entry(key, **options)
-            entry.seen = bool(item.get("seen", False))
-            if "metric_path" in item:
-                entry.metric_path = str(item["metric_path"])
-                entry.metric = self._find_metric(entry.metric_path)
-                if entry.metric is not None and "metric_state" in item:
-                    _restore_metric(entry.metric, item["metric_state"], int(item.get("update_count", 0)))
-            else:
-                total = item.get("total")
-                if isinstance(total, Tensor) and device is not None:
-                    total = total.to(device)
-                entry.total = total
-                entry.weight = item.get("weight", 0)
-            self.entries[key] = entry
 
     def _find_metric(self, path: str) -> Any:
         if self.module is None:
@@ -379,8 +431,8 @@ class ResultCollection:
             return None
 
 
-def _dtype_of(value: Any) -> torch.dtype:
-    return value.dtype if isinstance(value, Tensor) and value.is_floating_point() else torch.get_default_dtype()
+def _to(value: Any, device: torch.device | None) -> Any:
+    return value.to(device) if isinstance(value, Tensor) and device is not None else value
 
 
 def _plain(value: Any) -> Any:
@@ -401,13 +453,6 @@ def _restore_metric(metric: Any, state: dict[str, Any], update_count: int) -> No
     metric._computed = None
 
 
-def _bad_value(name: str, value: Any, hook: str) -> MisconfigurationError:
-    return MisconfigurationError(
-        f"self.log({name!r}, ...) in {hook} got a {type(value).__name__}; allowed are a tensor with one "
-        "element, an int or float, or a torchmetrics Metric."
-    )
-
-
 def to_float(value: Any) -> Any:
     """A Python number from a one-element tensor (other values unchanged)."""
     if isinstance(value, Tensor) and value.numel() == 1:
@@ -415,4 +460,4 @@ def to_float(value: Any) -> Any:
     return value
 
 
-__all__ = ["ResultCollection", "to_float"]
+__all__ = ["Metrics", "ResultCollection", "is_metric", "reduce_name", "to_float"]

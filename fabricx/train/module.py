@@ -14,9 +14,9 @@ from torch import nn
 
 from fabricx.train.hook_messages import missing_loader_hook
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
+from fabricx.train.module_logging import is_metric_collection, record
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
-from fabricx.utilities.rank_zero import rank_zero_warn
 
 _Module = TypeVar("_Module", bound="TrainModule")
 
@@ -519,24 +519,20 @@ class TrainModule(nn.Module):
                 fabric.log(name, value)
             return
         trainer = self.__dict__.get("_trainer")
-        if trainer is None:
-            _warn_not_attached(name)
-            return
-        if trainer.barebones:
-            from fabricx.train.barebones import LOG_WARNING
-
-            rank_zero_warn(LOG_WARNING)
-            return
-        trainer._results.log(
+        record(
+            self,
+            trainer,
             name,
             value,
-            prog_bar,
-            True if logger is None else logger,
-            on_step,
-            on_epoch,
-            reduce_fx,
-            sync_dist,
-            batch_size,
+            prog_bar=prog_bar,
+            logger=logger,
+            on_step=on_step,
+            on_epoch=on_epoch,
+            reduce_fx=reduce_fx,
+            sync_dist=sync_dist,
+            add_dataloader_idx=add_dataloader_idx,
+            batch_size=batch_size,
+            metric_attribute=metric_attribute,
         )
 
     def log_dict(
@@ -566,9 +562,28 @@ class TrainModule(nn.Module):
             if logger is not False:
                 fabric.log_dict(dict(dictionary))
             return
-        for name, value in dictionary.items():
+        items: Any = dictionary.items()
+        if is_metric_collection(dictionary):
+            # As Lightning: the collection's own names, without copying the states of its compute groups.
+            kwargs: dict[str, bool] = {"keep_base": False}
+            if getattr(dictionary, "_enable_compute_groups", False):
+                kwargs["copy_state"] = False
+            items = dictionary.items(**kwargs)  # type: ignore[call-arg]
+        for name, value in items:
             self.log(
-                name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist=sync_dist, batch_size=batch_size
+                name,
+                value,
+                prog_bar,
+                logger,
+                on_step,
+                on_epoch,
+                reduce_fx,
+                enable_graph,
+                sync_dist,
+                sync_dist_group,
+                add_dataloader_idx,
+                batch_size,
+                rank_zero_only=rank_zero_only,
             )
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
@@ -751,15 +766,3 @@ class TrainModule(nn.Module):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read back what `on_save_checkpoint()` added."""
-
-
-_warned_not_attached: set[str] = set()
-
-
-def _warn_not_attached(name: str) -> None:
-    if name not in _warned_not_attached:
-        _warned_not_attached.add(name)
-        rank_zero_warn(
-            f"self.log({name!r}, ...) was called outside a Trainer run; the value is dropped. "
-            "Logging works inside the hooks Trainer.fit/validate/test call."
-        )

@@ -28,6 +28,7 @@ from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_
 from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
 from fabricx.train.lightning_checkpoint import HParamsState
+from fabricx.train.logger_connector import LoggerConnector
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.loop_checks import check_loop_configuration, defines_step, warn_val_mismatch
 from fabricx.train.module import TrainModule
@@ -199,12 +200,7 @@ class Trainer:
         self.progress = Progress()
         self.should_stop = False
         self.state = TrainerState()
-        self._epoch_metrics: dict[str, Any] = {}
-        self._epoch_prog_bar: dict[str, Any] = {}
-        self._logged_metrics: dict[str, Any] = {}
-        self._step_snapshot: dict[str, Any] = {}
-        self._logged_snapshot: dict[str, Any] = {}
-        self._train_step_live = False
+        self._logger_connector = LoggerConnector(self)
         self._cut_metric_state: dict[str, Any] | None = None
         self._last_loss: Tensor | None = None
         self._fit_started_at: float | None = None
@@ -456,33 +452,34 @@ class Trainer:
         """Metrics callbacks can monitor: the latest value of every name, as in Lightning.
 
         A metric logged with ``on_step=True, on_epoch=True`` appears as ``name_step``, ``name_epoch``
-        and ``name``: the step value during the epoch, the epoch value once the epoch ended."""
-        metrics = dict(self._step_snapshot)
-        metrics.update(self._epoch_metrics)
-        if self._train_step_live:
-            metrics.update(self._train_results.step_metrics(naming="both"))
-        return metrics
+        and ``name``: the step value during the epoch, the epoch value once the epoch ended. Validation and
+        test step values are not here (only in `logged_metrics`)."""
+        return self._logger_connector.callback_metrics()
 
     @property
     def logged_metrics(self) -> dict[str, Any]:
         """The latest value of every metric meant for the loggers (without ``epoch``), as in Lightning."""
-        metrics = dict(self._logged_snapshot)
-        metrics.update(self._logged_metrics)
-        if self._train_step_live:
-            metrics.update(self._train_results.step_metrics(for_logger=True))
-        return metrics
+        return self._logger_connector.logged_metrics()
 
     @property
     def progress_bar_metrics(self) -> dict[str, Any]:
-        """Metrics logged with ``prog_bar=True`` (latest values)."""
-        metrics = dict(self._epoch_prog_bar)
-        metrics.update(self._train_results.step_metrics(prog_bar_only=True, naming="base"))
-        return metrics
+        """Metrics logged with ``prog_bar=True`` (latest values, as numbers; ``name_step``/``name_epoch``)."""
+        return self._logger_connector.progress_bar_metrics()
 
     @property
     def stage_metric_names(self) -> set[str]:
         """Names logged so far in the stage that runs now (training, validation, test)."""
-        return set(self._results.entries)
+        results = self._results
+        return results.names() if results is not None else set()
+
+    @property
+    def _results(self) -> ResultCollection | None:
+        """The collection ``self.log`` writes to: the running loop's."""
+        return self._logger_connector.results
+
+    @_results.setter
+    def _results(self, results: ResultCollection | None) -> None:
+        self._logger_connector.results = results
 
     @property
     def num_val_batches(self) -> list[float]:
@@ -932,10 +929,7 @@ class Trainer:
             if stage == "validate":
                 self._val_limits = limits
                 self._val_loaders = loaders
-            self._epoch_metrics = {}
-            self._step_snapshot = {}
-            self._logged_snapshot = {}
-            self._train_step_live = False
+            self._logger_connector.reset_metrics()
             metrics = run_evaluation(self, stage, results, loaders, limits)
             self._finalize_loggers("success")
         except BaseException as exception:
@@ -1048,11 +1042,7 @@ class Trainer:
         self._train_results = ResultCollection("train", training=True, module=module)
         self._results = self._train_results
         self.progress.reset()
-        self._epoch_metrics = {}
-        self._epoch_prog_bar = {}
-        self._logged_metrics = {}
-        self._step_snapshot = {}
-        self._logged_snapshot = {}
+        self._logger_connector.reset_metrics()
         if not module.training:
             # A module handed over in eval mode (e.g. after testing) trains in train mode; submodules
             # the user put in eval mode inside a training module stay as they are.
@@ -1413,43 +1403,12 @@ class Trainer:
             run_evaluation(self, "validate", self._val_results, self._val_loaders, limits, sanity=True)
             self._validation_ended(limits)
             self._hooks.call("on_sanity_check_end", module=False)
+            self._logger_connector.reset_metrics()  # as Lightning: nothing logged in the check is kept
         finally:
             self.state.stage = RunningStage.TRAINING
             restore_rng_states(rng)
 
     # -- metrics -------------------------------------------------------------------------------------------------
-    def _finish_epoch_metrics(
-        self, results: ResultCollection, log: bool = True, step: int | None = None
-    ) -> dict[str, Any]:
-        computed = results.compute_epoch(self._fabric)
-        to_log: dict[str, Any] = {}
-        out: dict[str, Any] = {}
-        for name, (value, entry) in computed.items():
-            out[name] = value
-            self._epoch_metrics[name] = value
-            if name != entry.name:
-                self._epoch_metrics[entry.name] = value
-            if entry.prog_bar:
-                self._epoch_prog_bar[entry.name] = value
-            if entry.logger:
-                to_log[name] = value
-        if to_log:
-            self._send_to_loggers(to_log, step)
-        return out
-
-    def _send_to_loggers(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        self._logged_metrics.update(metrics)
-        if self._loggers and self._fabric.is_global_zero:
-            metrics = dict(metrics)
-            metrics.setdefault("epoch", self.current_epoch)
-            self._fabric.log_dict(metrics, step=self.progress.batches_that_stepped if step is None else step)
-
-    def _log_step_metrics(self) -> None:
-        results = self._train_results
-        metrics = results.step_metrics(for_logger=True, sync=self._fabric if self.world_size > 1 else None)
-        if metrics:
-            self._send_to_loggers(metrics)
-
     def _log_hyperparams(self) -> None:
         module = self._module
         if not self.enable_autolog_hparams or not isinstance(module, TrainModule):
@@ -1545,7 +1504,7 @@ class Trainer:
             "global_step": self.global_step,
             "current_epoch": self.current_epoch,
             "callback_metrics": {k: _cpu(v) for k, v in self.callback_metrics.items()},
-            "logged_metrics": {k: _cpu(v) for k, v in self._logged_metrics.items()},
+            "logged_metrics": {k: _cpu(v) for k, v in self._logger_connector.logged.items()},
             "progress": self.progress.state_dict(),
             "callbacks": ckpt.CallbackStates(self.callbacks).state_dict(),
         }
@@ -1554,9 +1513,8 @@ class Trainer:
         if returned["state_dict"] is not None:
             module.load_state_dict(returned["state_dict"])
         self.progress.load_state_dict(returned["progress"])
-        self._epoch_metrics = returned["callback_metrics"]
-        self._logged_metrics = returned["logged_metrics"]
-        self._step_snapshot, self._logged_snapshot, self._train_step_live = {}, {}, False
+        self._logger_connector.callback = returned["callback_metrics"]
+        self._logger_connector.logged = returned["logged_metrics"]
         ckpt.CallbackStates(self.callbacks).load_state_dict(returned["callbacks"])
         module.__dict__["_trainer"] = self
         self._module = module

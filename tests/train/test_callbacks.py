@@ -140,7 +140,8 @@ def test_progress_bar_renders_on_a_terminal(tmp_path):
     trainer.fit(Regressor(), loader(regression_data(64)), loader(regression_data(16), shuffle=False))
     text = buffer.getvalue()
     assert "Epoch 1/1" in text and "8/8" in text
-    assert "train_loss=" in text and "val_loss=" in text
+    # Logged with on_step and on_epoch, the loss shows as Lightning's bar shows it: name_step and name_epoch.
+    assert "train_loss_step=" in text and "val_loss=" in text
     assert "it/s" in text
     assert "\x1b[" in text  # drawn with terminal control codes
 

@@ -29,10 +29,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "DIFF: `trainer.optimizers` holds fabricx's optimizer wrappers; the test's `type(optimizer) is Adam` "
         "is False for them (`isinstance` holds), so its callback never adds the Adam param group"
     ),
-    "test_pl_lr_monitor.py::test_lr_monitor_update_callback_metrics": (
-        "TRAINER GAP (issue 28, theme 5): `trainer.callback_metrics` is rebuilt on every read, so what "
-        "LearningRateMonitor puts into it (as Lightning's does) is not kept"
-    ),
     # -- loggers --------------------------------------------------------------------------------------
     "test_pl_csv.py::test_manual_versioning_file_exists": (
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"

@@ -1,0 +1,162 @@
+"""``trainer.callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics``, kept as Lightning keeps them.
+
+The three dicts are updated from the running loop's `ResultCollection` at the end of every batch (step
+values) and of every epoch (epoch aggregates), and read live in between: inside a batch a read sees the step
+values logged so far, between batches (epoch-end hooks) the epoch aggregates. What goes to the loggers is
+sent from here too: training step values every ``log_every_n_steps`` optimizer steps, epoch aggregates at
+the step of the epoch's last batch, evaluation step values at every batch (at the loader's batch count),
+evaluation epoch values once per pass.
+
+Example:
+    ```python
+    connector = LoggerConnector(trainer)
+    connector.on_batch_start(results, batch)
+    ...  # the step logs
+    connector.on_batch_end()
+    trainer.callback_metrics  # connector.callback_metrics()
+    ```
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from fabricx.train.logging_result import Metrics, ResultCollection, to_float
+
+if TYPE_CHECKING:
+    from fabricx.train.trainer import Trainer
+
+
+class LoggerConnector:
+    """The Trainer's metric dicts and the loop events that fill them (one per Trainer)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.callback: dict[str, Any] = {}
+        self.logged: dict[str, Any] = {}
+        self.pbar: dict[str, Any] = {}
+        #: The collection of the loop that runs now (``None`` outside loops: reads give the kept values).
+        self.results: ResultCollection | None = None
+        #: ``None`` outside a batch loop, ``True`` in its first batch, ``False`` in the later ones.
+        self.first_loop_iter: bool | None = None
+
+    # -- reset -------------------------------------------------------------------------------------------
+    def reset_metrics(self) -> None:
+        self.callback = {}
+        self.logged = {}
+        self.pbar = {}
+
+    def reset_results(self) -> None:
+        if self.results is not None:
+            self.results.reset()
+        self.first_loop_iter = None
+
+    # -- loop events -------------------------------------------------------------------------------------
+    def on_batch_start(self, results: ResultCollection, batch: Any, dataloader_idx: int | None = None) -> None:
+        self.results = results
+        self.first_loop_iter = self.first_loop_iter is None
+        results.new_batch(batch)
+        results.dataloader_idx = dataloader_idx
+
+    def on_batch_end(self) -> None:
+        self._update(self.metrics())
+        if self.results is not None:
+            self.results.end_batch()
+
+    def epoch_end_reached(self) -> None:
+        self.first_loop_iter = None
+
+    def on_epoch_end(self) -> None:
+        self._update(self.metrics())
+
+    def _update(self, metrics: Metrics | None) -> None:
+        if metrics is None:
+            return
+        self.callback.update(metrics.callback)
+        self.logged.update(metrics.log)
+        self.pbar.update(metrics.pbar)
+
+    def metrics(self) -> Metrics | None:
+        """Step values inside a batch loop, epoch values outside it (``None`` when no loop runs)."""
+        if self.results is None:
+            return None
+        return self.results.metrics(self.first_loop_iter is not None)
+
+    # -- to the loggers ----------------------------------------------------------------------------------
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Send ``metrics`` to the loggers at ``step`` (default: optimizer steps so far, with ``epoch`` added)."""
+        trainer = self.trainer
+        if not trainer.loggers or not metrics:
+            return
+        self.logged.update(metrics)
+        if not trainer.is_global_zero:
+            return
+        scalars = {name: to_float(value) for name, value in metrics.items()}
+        if step is None:
+            logged_step = scalars.pop("step", None)
+            if logged_step is not None:
+                step = int(logged_step)
+            else:
+                scalars.setdefault("epoch", trainer.current_epoch)
+                step = trainer.progress.batches_that_stepped
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=step)
+            logger.save()
+
+    def update_train_step_metrics(self, due: bool) -> None:
+        """After a training batch: its step values to the loggers when ``due`` (every ``log_every_n_steps``)."""
+        if due:
+            metrics = self.metrics()
+            if metrics is not None:
+                self.log_metrics(metrics.log)
+
+    def update_train_epoch_metrics(self, step: int) -> None:
+        """After the epoch-end hooks: the epoch values to the loggers at ``step``; the collection is reset."""
+        metrics = self.metrics()
+        if metrics is not None:
+            self.log_metrics(metrics.log, step=step)
+        self.reset_results()
+
+    def update_eval_step_metrics(self, step: int) -> None:
+        metrics = self.metrics()
+        if metrics is not None:
+            self.log_metrics(metrics.log, step=step)
+
+    def update_eval_epoch_metrics(self) -> dict[str, Any]:
+        """The epoch values of the evaluation loader that ran (or of the epoch-end hooks), kept in the dicts."""
+        if self.trainer.sanity_checking:
+            return {}
+        metrics = self.metrics()
+        if metrics is None:
+            return {}
+        self._update(metrics)
+        return metrics.log
+
+    def log_eval_end_metrics(self, metrics: dict[str, Any]) -> None:
+        if not self.trainer.sanity_checking:
+            self.log_metrics(metrics)
+
+    # -- what the Trainer's properties return -------------------------------------------------------------
+    def callback_metrics(self) -> dict[str, Any]:
+        metrics = self.metrics()
+        if metrics is not None:
+            self.callback.update(metrics.callback)
+        return self.callback
+
+    def logged_metrics(self) -> dict[str, Any]:
+        metrics = self.metrics()
+        if metrics is not None:
+            self.logged.update(metrics.log)
+        return self.logged
+
+    def progress_bar_metrics(self) -> dict[str, Any]:
+        metrics = self.metrics()
+        if metrics is not None:
+            self.pbar.update(metrics.pbar)
+        # Numbers only when read: converting every batch would wait for the device each step.
+        return {name: to_float(value) if isinstance(value, Tensor) else value for name, value in self.pbar.items()}
+
+
+__all__ = ["LoggerConnector"]

@@ -1,0 +1,142 @@
+"""``self.log`` inside a Trainer run: the value checks, the hook's levels, then the loop's collection.
+
+Example:
+    ```python
+    record(module, trainer, "loss", loss, on_step=None, on_epoch=None)  # what TrainModule.log calls
+    ```
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fabricx.train.log_hooks import logging_levels
+from fabricx.train.logging_result import is_metric
+from fabricx.utilities.exceptions import MisconfigurationException
+from fabricx.utilities.rank_zero import rank_zero_warn
+
+
+def is_metric_collection(value: Any) -> bool:
+    """Whether ``value`` is a torchmetrics ``MetricCollection`` (without importing torchmetrics)."""
+    import sys
+
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.MetricCollection)
+
+
+def checked_value(name: str, value: Any, device: torch.device) -> Any:
+    """A Metric as given; a number or one-element tensor as a detached 0-d tensor; else `ValueError`."""
+    if isinstance(value, Mapping) and any(isinstance(item, Mapping) for item in value.values()):
+        raise ValueError(f"`self.log({name}, {value})` was called, but nested dictionaries cannot be logged")
+    if is_metric(value):
+        return value
+    if not isinstance(value, (Tensor, numbers.Number)):
+        raise ValueError(
+            f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged: "
+            "log a number, a one-element tensor or a torchmetrics Metric (log_dict for several values)."
+        )
+    if isinstance(value, Tensor):
+        tensor = torch.Tensor.detach(value).clone()
+    else:
+        dtype = torch.get_default_dtype()
+        tensor = torch.tensor(value, device=device, dtype=dtype if dtype in (torch.float32, torch.float64) else None)
+    if tensor.numel() != 1:
+        raise ValueError(
+            f"`self.log({name}, {value})` was called, but the tensor must have a single element. You can try "
+            f"doing `self.log({name}, {value}.mean())`"
+        )
+    return tensor.squeeze()
+
+
+def find_metric_attribute(module: torch.nn.Module, name: str, metric: Any) -> str:
+    """The attribute path of a logged ``Metric`` in ``module`` (how a restart finds it again)."""
+    found = {id(sub): path for path, sub in module.named_modules() if is_metric(sub)}
+    path = found.get(id(metric))
+    if path is not None:
+        return path
+    if not found:
+        raise MisconfigurationException(
+            "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged. You can fix "
+            f"this by setting an attribute for the metric in your `LightningModule` (self.log({name!r}) was "
+            "given a Metric the module does not hold, e.g. `self.accuracy = Accuracy(...)` in __init__)."
+        )
+    raise MisconfigurationException(
+        "Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged. You can fix this "
+        f"by calling `self.log({name}, ..., metric_attribute=name)` where `name` is one of {list(found.values())}"
+    )
+
+
+def record(
+    module: Any,
+    trainer: Any,
+    name: str,
+    value: Any,
+    prog_bar: bool,
+    logger: bool | None,
+    on_step: bool | None,
+    on_epoch: bool | None,
+    reduce_fx: Any,
+    sync_dist: bool,
+    add_dataloader_idx: bool,
+    batch_size: int | None,
+    metric_attribute: str | None,
+) -> None:
+    """What ``module.log(name, value, ...)`` does with the module attached to ``trainer`` (or to none)."""
+    device = module.device
+    value = checked_value(name, value, device)
+    if trainer is None:
+        rank_zero_warn(
+            "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet. "
+            f"This is most likely because the model hasn't been passed to the `Trainer`: self.log({name!r}) "
+            "records nothing outside Trainer.fit/validate/test."
+        )
+        return
+    if trainer.barebones:
+        from fabricx.train.barebones import LOG_WARNING
+
+        rank_zero_warn(LOG_WARNING)
+        return
+    results = trainer._results
+    if results is None or trainer.predicting:
+        raise MisconfigurationException(
+            f"You are trying to `self.log({name!r})` but the loop's result collection is not registered yet. "
+            "This is most likely because you are trying to log in a `predict` hook, but it doesn't support "
+            "logging: return what you want to keep from predict_step instead."
+        )
+    fx = module.__dict__.get("_current_fx_name") or results.hook
+    on_step, on_epoch = logging_levels(fx, on_step, on_epoch)
+    if add_dataloader_idx and "/dataloader_idx_" in name:
+        raise MisconfigurationException(
+            f"You called `self.log` with the key `{name}` but it should not contain information about "
+            "`dataloader_idx` when `add_dataloader_idx=True`: the suffix is added when several loaders run. "
+            "Drop it from the name, or pass add_dataloader_idx=False."
+        )
+    if is_metric(value) and metric_attribute is None:
+        metric_attribute = find_metric_attribute(module, name, value)
+    if logger and not trainer.loggers:
+        rank_zero_warn(
+            f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured. You can enable one "
+            "by doing `Trainer(logger=ALogger(...))`; the value is still in trainer.logged_metrics."
+        )
+    results.log(
+        fx,
+        name,
+        value,
+        prog_bar=prog_bar,
+        logger=True if logger is None else logger,
+        on_step=on_step,
+        on_epoch=on_epoch,
+        reduce_fx=reduce_fx,
+        sync=trainer.fabric if sync_dist and trainer.world_size > 1 else None,
+        batch_size=batch_size,
+        add_dataloader_idx=add_dataloader_idx,
+        metric_attribute=metric_attribute,
+    )
+
+
+__all__ = ["checked_value", "find_metric_attribute", "is_metric_collection", "record"]
