@@ -85,8 +85,9 @@ class LoggerConnector:
         return self.results.metrics(self.first_loop_iter is not None)
 
     # -- to the loggers ----------------------------------------------------------------------------------
-    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        """Send ``metrics`` to the loggers at ``step`` (default: optimizer steps so far, with ``epoch`` added)."""
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None, default_step: int | None = None) -> None:
+        """Send ``metrics`` to the loggers at ``step``; without one, at a logged ``step`` value, else with
+        ``epoch`` added at ``default_step`` (default: optimizer steps so far), as Lightning's connector does."""
         trainer = self.trainer
         if not trainer.loggers or not metrics:
             return
@@ -100,7 +101,7 @@ class LoggerConnector:
                 step = int(logged_step)
             else:
                 scalars.setdefault("epoch", trainer.current_epoch)
-                step = trainer.progress.batches_that_stepped
+                step = trainer.progress.batches_that_stepped if default_step is None else default_step
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=step)
             logger.save()
@@ -113,10 +114,11 @@ class LoggerConnector:
                 self.log_metrics(metrics.log)
 
     def update_train_epoch_metrics(self, step: int) -> None:
-        """After the epoch-end hooks: the epoch values to the loggers at ``step``; the collection is reset."""
+        """After the epoch-end hooks: the epoch values (with ``epoch``) to the loggers at ``step`` (Lightning
+        logs them at the step of the epoch's last batch); the collection is reset."""
         metrics = self.metrics()
         if metrics is not None:
-            self.log_metrics(metrics.log, step=step)
+            self.log_metrics(metrics.log, default_step=step)
         self.reset_results()
 
     def update_eval_step_metrics(self, step: int) -> None:

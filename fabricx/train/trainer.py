@@ -809,9 +809,7 @@ class Trainer:
 
     def _reset_metrics(self) -> None:
         """As Lightning: each fit/validate/test/predict starts with no callback, logged or progress-bar metrics."""
-        self._epoch_metrics, self._epoch_prog_bar, self._logged_metrics = {}, {}, {}
-        self._step_snapshot, self._logged_snapshot = {}, {}
-        self._train_step_live = False
+        self._logger_connector.reset_metrics()
         self._train_results = ResultCollection("train", training=True)
         self._results = self._train_results
 

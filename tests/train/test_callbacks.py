@@ -152,7 +152,7 @@ def test_progress_bar_prints_plain_lines_when_not_a_terminal(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     epoch_lines = [line for line in lines if line.startswith("Epoch")]
     assert len(epoch_lines) == 2
-    assert epoch_lines[1].startswith("Epoch 1/1: 8/8 ") and "train_loss=" in epoch_lines[1]
+    assert epoch_lines[1].startswith("Epoch 1/1: 8/8 ") and "train_loss_step=" in epoch_lines[1]
     assert "it/s" in epoch_lines[1]
     assert sum(line.startswith("Validation: 2/2 val_loss=") for line in lines) == 2
     assert not any("\x1b[" in line for line in lines)

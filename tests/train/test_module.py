@@ -12,7 +12,7 @@ from _train_helpers import Regressor, loader, regression_data
 from fabricx.callbacks import EarlyStopping, ModelCheckpoint
 from fabricx.train import Trainer, TrainModule
 from fabricx.train.optimizers import parse_optimizers
-from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.exceptions import MisconfigurationError, MisconfigurationException
 from fabricx.wrappers import unwrap
 
 
@@ -171,7 +171,7 @@ def test_log_with_on_step_in_epoch_hook_is_an_error(tmp_path):
         def on_train_epoch_end(self):
             self.log("x", 1.0, on_step=True)
 
-    with pytest.raises(MisconfigurationError, match="on_train_epoch_end"):
+    with pytest.raises(MisconfigurationException, match="on_train_epoch_end"):  # Lightning's type
         _trainer(tmp_path).fit(Bad(), loader(regression_data(32)))
 
 

@@ -16,6 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.checkpoint.storage import is_url
 from fabricx.train.callbacks.base import Callback
@@ -120,7 +122,7 @@ class ModelCheckpoint(Callback):
         self._enable_version_counter = enable_version_counter
         self.async_save = async_save
         self._handle: Any = None
-        self.current_score: float | None = None
+        self.current_score: torch.Tensor | None = None
         self.best_k_models: dict[str, float] = {}
         self.best_model_path = ""
         self.best_model_score: float | None = None
@@ -364,7 +366,13 @@ class ModelCheckpoint(Callback):
         if math.isnan(current):  # a NaN score ranks last
             current = math.inf if self.mode == "min" else -math.inf
         filepath = self._versioned_path(candidates, trainer, replaced)
-        self.current_score = current
+        # A tensor, as Lightning's (so it compares as the logged value's dtype does: 0.3 in float32 == 0.3).
+        logged = candidates.get(self.monitor)
+        self.current_score = (
+            logged.detach().clone()
+            if isinstance(logged, torch.Tensor) and not math.isinf(current)
+            else torch.tensor(current)
+        )
         self.best_k_models[filepath] = current
         scores = self.best_k_models
         if len(scores) == k:
