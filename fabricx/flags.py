@@ -45,7 +45,5 @@ PrecisionName = Literal[
     "bf16-mixed",
     "16-true",
     "bf16-true",
-    16,
-    32,
-    64,
+    16, 32, 64,
 ]

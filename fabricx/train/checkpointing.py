@@ -9,7 +9,6 @@ The top-level keys are Lightning's (see `fabricx.train.lightning_checkpoint`).
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,41 +235,6 @@ def progress_from_lightning(trainer: Trainer, loops: dict[str, Any] | None, epoc
         )
 
 
-_OPTIONAL = ("loops", "callbacks", "lr_schedulers")  # absent from files written by other tools
-
-
-def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
-    """Restore a checkpoint with Lightning's keys (fabricx's or Lightning's own file) into the trainer.
-
-    Returns the checkpoint's other entries (what ``on_save_checkpoint`` added, ``epoch``, ``global_step``,
-    ...) for the ``on_load_checkpoint`` hooks. A Lightning-written file has no fabricx progress entry: the
-    progress then comes from its ``epoch``, ``global_step`` and ``loops``.
-    """
-    from fabricx.checkpoint.fabric_state import CheckpointKeyError
-    from fabricx.train.lightning_checkpoint import PROGRESS_KEY, checkpoint_state
-
-    state = checkpoint_state(trainer, {})
-    for key in ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters"):
-        state.pop(key, None)  # not restored: they come back to the hooks as they are in the file
-    progress, loops = state[PROGRESS_KEY], state["loops"]
-    try:
-        remainder = trainer.fabric.load(path, state)
-    except CheckpointKeyError as error:
-        if "optimizer_states" in str(error) and trainer.optimizers:
-            raise KeyError(
-                "Trying to restore optimizer state but checkpoint contains only the model. This is probably due "
-                "to `ModelCheckpoint.save_weights_only` being set to `True`."
-            ) from error
-        if not any(key in str(error) for key in _OPTIONAL):
-            raise
-        missing = [key for key in _OPTIONAL if key in str(error)]
-        state = {key: value for key, value in state.items() if key not in missing}
-        remainder = trainer.fabric.load(path, state)
-    if not progress.loaded:
-        progress_from_lightning(trainer, loops.loaded, int(state["epoch"]), int(state["global_step"]))
-    return {**remainder, "epoch": state["epoch"], "global_step": state["global_step"]}
-
-
 def is_legacy_folder(path: str | os.PathLike) -> bool:
     """A checkpoint folder of an earlier fabricx Trainer (keys ``module``, ``trainer``, ...)."""
     from fabricx.checkpoint.format import read_meta
@@ -292,38 +256,3 @@ def _state_key(callback: Any) -> str:
 
 def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, Tensor) else value
-
-
-def find_last_checkpoint(trainer: Trainer) -> str | None:
-    """The newest ``last`` checkpoint among the ModelCheckpoint callbacks' folders, or ``None``."""
-    from fabricx.checkpoint.format import is_checkpoint
-    from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
-
-    candidates: list[Path] = []
-    folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
-    folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
-    logger = trainer.loggers[0] if trainer.loggers else None
-    if logger is not None and getattr(logger, "name", None) is not None:
-        # Checkpoints of earlier runs sit in the logger's earlier versions: <save_dir>/<name>/version_*/checkpoints
-        save_dir = getattr(logger, "save_dir", None) or getattr(logger, "root_dir", None) or trainer.default_root_dir
-        root = os.path.join(save_dir, str(logger.name))
-        folders += sorted(str(p) for p in Path(root).glob("*/checkpoints"))
-    # last.ckpt, last-v1.ckpt, ... (and a fabricx checkpoint folder named "last", as earlier versions wrote)
-    pattern = re.compile(rf"^{re.escape(ModelCheckpoint.CHECKPOINT_NAME_LAST)}(-v?\d+)?(\.ckpt)?$")
-    for folder in dict.fromkeys(os.fspath(f) for f in folders):
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            continue
-        found = [Path(folder, name) for name in names if pattern.match(name)]
-        candidates += [path for path in found if is_checkpoint(path)]
-    if not candidates:
-        return None
-    return os.fspath(max(candidates, key=lambda p: p.stat().st_mtime))  # a last.ckpt link: its target's time
-
-
-def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | os.PathLike | None, stage: str = "fit") -> str | None:
-    """``None``, a given path, ``"last"`` or ``"best"`` as a path (`fabricx.train.ckpt_path.select_ckpt_path`)."""
-    from fabricx.train.ckpt_path import select_ckpt_path
-
-    return select_ckpt_path(trainer, ckpt_path, stage, model_provided=True)

@@ -8,7 +8,7 @@ Lightning's rules, with its warnings and errors:
 * ``"best"``: the first ModelCheckpoint's ``best_model_path``; an error when there is no ModelCheckpoint
   or it saved no best (``monitor`` without ``save_top_k >= 1``). A ModelCheckpoint without ``monitor``
   has its newest checkpoint as its best, as in Lightning.
-* ``"last"``: the newest ``last*.ckpt`` (see `fabricx.train.checkpointing.find_last_checkpoint`); a warning,
+* ``"last"``: the newest ``last*.ckpt`` (see `find_last_checkpoint`); a warning,
   and no checkpoint, when there is none, so that it can be passed before the first run.
 * a path: that checkpoint; ``FileNotFoundError`` when nothing is there.
 """
@@ -16,6 +16,8 @@ Lightning's rules, with its warnings and errors:
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabricx.utilities.exceptions import MisconfigurationError
@@ -79,8 +81,6 @@ def select_ckpt_path(
     if ckpt_path == "best":
         return _best_model_path(trainer, fn)
     if ckpt_path == "last":
-        from fabricx.train.checkpointing import find_last_checkpoint
-
         found = find_last_checkpoint(trainer)
         if found is None:
             then = "training starts from scratch" if fn == "fit" else "the module's current weights are used"
@@ -102,6 +102,34 @@ def select_ckpt_path(
             '"best" or "last".'
         )
     return path
+
+
+def find_last_checkpoint(trainer: Trainer) -> str | None:
+    """The newest ``last`` checkpoint among the ModelCheckpoint callbacks' folders, or ``None``."""
+    from fabricx.checkpoint.format import is_checkpoint
+    from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+
+    candidates: list[Path] = []
+    folders = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+    folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if logger is not None and getattr(logger, "name", None) is not None:
+        # Checkpoints of earlier runs sit in the logger's earlier versions: <save_dir>/<name>/version_*/checkpoints
+        save_dir = getattr(logger, "save_dir", None) or getattr(logger, "root_dir", None) or trainer.default_root_dir
+        root = os.path.join(save_dir, str(logger.name))
+        folders += sorted(str(p) for p in Path(root).glob("*/checkpoints"))
+    # last.ckpt, last-v1.ckpt, ... (and a fabricx checkpoint folder named "last", as earlier versions wrote)
+    pattern = re.compile(rf"^{re.escape(ModelCheckpoint.CHECKPOINT_NAME_LAST)}(-v?\d+)?(\.ckpt)?$")
+    for folder in dict.fromkeys(os.fspath(f) for f in folders):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        found = [Path(folder, name) for name in names if pattern.match(name)]
+        candidates += [path for path in found if is_checkpoint(path)]
+    if not candidates:
+        return None
+    return os.fspath(max(candidates, key=lambda p: p.stat().st_mtime))  # a last.ckpt link: its target's time
 
 
 __all__ = ["select_ckpt_path"]

@@ -201,4 +201,40 @@ class HParamsState:
         """Nothing to restore: the module was built by the user."""
 
 
+#: Keys a Lightning-format file may lack (files written by other tools).
+OPTIONAL_KEYS = ("loops", "callbacks", "lr_schedulers")
+
+
+def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
+    """Restore a checkpoint with Lightning's keys (fabricx's or Lightning's own file) into the trainer.
+
+    Returns the checkpoint's other entries (what ``on_save_checkpoint`` added, ``epoch``, ``global_step``,
+    ...) for the ``on_load_checkpoint`` hooks. A Lightning-written file has no fabricx progress entry: the
+    progress then comes from its ``epoch``, ``global_step`` and ``loops``.
+    """
+    from fabricx.checkpoint.fabric_state import CheckpointKeyError
+    from fabricx.train import checkpointing as ckpt
+
+    state = checkpoint_state(trainer, {})
+    for key in ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters"):
+        state.pop(key, None)  # not restored: they come back to the hooks as they are in the file
+    progress, loops = state[PROGRESS_KEY], state["loops"]
+    try:
+        remainder = trainer.fabric.load(path, state)
+    except CheckpointKeyError as error:
+        if "optimizer_states" in str(error) and trainer.optimizers:
+            raise KeyError(
+                "Trying to restore optimizer state but checkpoint contains only the model. This is probably due "
+                "to `ModelCheckpoint.save_weights_only` being set to `True`."
+            ) from error
+        if not any(key in str(error) for key in OPTIONAL_KEYS):
+            raise
+        missing = [key for key in OPTIONAL_KEYS if key in str(error)]
+        state = {key: value for key, value in state.items() if key not in missing}
+        remainder = trainer.fabric.load(path, state)
+    if not progress.loaded:
+        ckpt.progress_from_lightning(trainer, loops.loaded, int(state["epoch"]), int(state["global_step"]))
+    return {**remainder, "epoch": state["epoch"], "global_step": state["global_step"]}
+
+
 __all__ = ["checkpoint_state", "is_lightning_file", "load_lightning_weights", "load_module_from_checkpoint"]

@@ -27,7 +27,7 @@ from fabricx.train.env_defaults import defaults_from_env_vars
 from fabricx.train.eval_loop import run_evaluation, run_prediction, takes_batch_idx
 from fabricx.train.fit_loop import run_fit_loop, training_output
 from fabricx.train.hooks import Hooks
-from fabricx.train.lightning_checkpoint import HParamsState
+from fabricx.train.lightning_checkpoint import HParamsState, restore_lightning_keys
 from fabricx.train.logger_connector import LoggerConnector
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.loop_checks import check_loop_configuration, defines_step, warn_val_mismatch
@@ -872,7 +872,7 @@ class Trainer:
         try:
             self._call_setup("fit")
             self._setup_fit(module, train_dataloaders, val_dataloaders)
-            path = ckpt.resolve_ckpt_path(self, ckpt_path, "fit") if fabric.is_global_zero else None
+            path = select_ckpt_path(self, ckpt_path, "fit", model_provided=True) if fabric.is_global_zero else None
             if fabric.world_size > 1:
                 path = fabric.broadcast(path)
             self._ckpt_path = path
@@ -965,7 +965,7 @@ class Trainer:
         if ckpt_path is None:
             self._ckpt_path = None
             return
-        path = ckpt.resolve_ckpt_path(self, ckpt_path, stage)
+        path = select_ckpt_path(self, ckpt_path, stage, model_provided=True)
         self._ckpt_path = path
         if path is None:
             return
@@ -1463,7 +1463,7 @@ class Trainer:
         if ckpt.is_legacy_folder(path):
             self._fabric.load(path, self._legacy_checkpoint_state(extras))
         else:
-            extras.values = ckpt.restore_lightning_keys(self, path)
+            extras.values = restore_lightning_keys(self, path)
         for optimizer in self._optimizers:
             # Optimizer.load_state_dict rebinds param_groups/state on the user's optimizer; the wrapper
             # copied the old references at setup and must see the loaded ones.

@@ -367,7 +367,7 @@ class ModelCheckpoint(Callback):
             current = math.inf if self.mode == "min" else -math.inf
         filepath = self._versioned_path(candidates, trainer, replaced)
         # A tensor, as Lightning's (so it compares as the logged value's dtype does: 0.3 in float32 == 0.3).
-        logged = candidates.get(self.monitor)
+        logged = candidates.get(self.monitor) if self.monitor is not None else None
         self.current_score = (
             logged.detach().clone()
             if isinstance(logged, torch.Tensor) and not math.isinf(current)
