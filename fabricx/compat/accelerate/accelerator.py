@@ -138,6 +138,7 @@ def prepare_data_loader(
     use_seedable_sampler: bool = False,
     data_seed: int | None = None,
     non_blocking: bool = False,
+    use_stateful_dataloader: bool = False,
     **kwargs: Any,
 ) -> AcceleratedDataLoader:
     """Accelerate's ``prepare_data_loader``: this process's share of ``dataloader`` (see
@@ -159,6 +160,7 @@ def prepare_data_loader(
         use_seedable_sampler=use_seedable_sampler,
         data_seed=data_seed,
         non_blocking=non_blocking,
+        iterator_at_prepare=use_stateful_dataloader,
     )
     if dispatch_batches and not put_on_device:
         raise ValueError("dispatch_batches=True needs put_on_device=True (the batches are sent to the device).")
@@ -595,6 +597,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,
+            iterator_at_prepare=config.use_stateful_dataloader,
         )
         prepared = AcceleratedDataLoader(loader, options, self.gradient_state)
         accumulation = self._fabric.accumulation_state

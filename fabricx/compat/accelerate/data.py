@@ -87,6 +87,9 @@ class LoaderOptions:
     use_seedable_sampler: bool = False
     data_seed: int | None = None
     non_blocking: bool = False
+    #: ``use_stateful_dataloader=True``: the first pass's iterator is built at ``prepare`` time, as
+    #: torchdata's StatefulDataLoader builds it there for its first ``state_dict()``.
+    iterator_at_prepare: bool = False
 
 
 class _PlannedBatches:
@@ -99,6 +102,7 @@ class _PlannedBatches:
         self.skip = 0
         self.on_planned: Callable[[], None] | None = None
         self.replan: Callable[[], list[Any]] | None = None
+        self.plans_drawn = 0
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -106,6 +110,7 @@ class _PlannedBatches:
     def __iter__(self) -> Iterator[Any]:
         replan, self.replan = self.replan, None
         plan = list(self.batch_sampler) if replan is None else replan()
+        self.plans_drawn += 1
         skip, self.skip = self.skip, 0
         hook, self.on_planned = self.on_planned, None
         if hook is not None:
@@ -217,6 +222,9 @@ class AcceleratedDataLoader:
         # A pass continued from another number of processes: samples consumed, and steps counted, before it.
         self._consumed_base = 0
         self._yielded_base = 0
+        self._prebuilt: tuple[Iterator[Any], dict[str, Any], int] | None = None
+        if options.iterator_at_prepare:
+            self._build_first_iterator()
 
     # -- building the per-process loader ---------------------------------------------------------
     def _build_map_style(self, loader: DataLoader, kwargs: dict[str, Any]) -> DataLoader:
@@ -298,6 +306,15 @@ class AcceleratedDataLoader:
             if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
                 found.append(generator)
         return found
+
+    def _build_first_iterator(self) -> None:
+        """Accelerate's stateful loader asks torchdata's StatefulDataLoader for a ``state_dict()`` when it is
+        built, which builds the first pass's iterator then (drawing the loader's base seed from the global
+        generator, and with workers the whole order) and hands it out at the first ``iter()``. Doing the same
+        keeps the global generator's draws where Accelerate's are, so later loaders and user draws match."""
+        before = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
+        plans = self._planned.plans_drawn if self._planned is not None else 0
+        self._prebuilt = (iter(self._inner), before, plans)
 
     # -- what the user's loader had ----------------------------------------------------------------
     @property
@@ -406,9 +423,19 @@ class AcceleratedDataLoader:
         if resume is None:
             self._yielded = 0
             self._consumed_base = self._yielded_base = 0
-            self._pass_start = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
             self._in_pass = True
-            return iter(self._inner)
+            now = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
+            prebuilt, self._prebuilt = self._prebuilt, None
+            if prebuilt is None:
+                self._pass_start = now
+                return iter(self._inner)
+            iterator, built_from, plans = prebuilt
+            # Replayed as: the state the iterator was built from, then (unless building it drew the order
+            # already, as workers do) the state the pass began reading from.
+            self._pass_start = dict(built_from)
+            if self._planned is None or self._planned.plans_drawn == plans:
+                self._pass_start["reading"] = now
+            return iterator
         now_rng = _capture_rng()
         now_generators = [g.get_state() for g in self._generators]
         start = resume["pass_start"]
@@ -425,6 +452,13 @@ class AcceleratedDataLoader:
             for generator, state in zip(self._generators, now_generators, strict=True):
                 generator.set_state(state)
 
+        def to_reading() -> None:
+            reading = start.get("reading")
+            if reading is not None:  # the pass's iterator was built at prepare time (see _build_first_iterator)
+                _restore_rng(reading["rng"])
+                for generator, state in zip(self._generators, reading["generators"], strict=True):
+                    generator.set_state(state)
+
         # Dispatched batches are read again and not handed out (the padding of the last round needs the
         # pass's first samples); the others skip the indices (map-style) or read again (iterable).
         inner_skip = 0 if self._dispatch else skip
@@ -435,6 +469,7 @@ class AcceleratedDataLoader:
             self._planned.skip = inner_skip
             self._planned.on_planned = back_to_now
             iterator = iter(self._inner)
+            to_reading()
             if not read:
                 self._planned.on_planned = None
                 self._planned.skip = 0
@@ -443,6 +478,7 @@ class AcceleratedDataLoader:
             # already now when workers prefetch.
             return iterator
         iterator = iter(self._inner)
+        to_reading()
         if not read:
             back_to_now()
             return iterator
@@ -544,6 +580,7 @@ class AcceleratedDataLoader:
                 f"This is not an Accelerate-adapter loader state (keys: {sorted(state_dict)}). Pass what the "
                 "prepared loader's state_dict() returned, or load the checkpoint with accelerator.load_state()."
             )
+        self._prebuilt = None  # as torchdata drops its iterator: the next pass starts from the loaded state
         saved = list(state_dict["generators"])
         resized = bool(state_dict["in_pass"]) and self._resized(state_dict)
         if resized:

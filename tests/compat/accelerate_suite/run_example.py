@@ -24,6 +24,7 @@ import sys
 import types
 import zlib
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,8 +40,17 @@ class _Dataset:
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, index: int | str) -> Any:
+        if isinstance(index, str):  # a column, as datasets gives it
+            return self.columns[index]
         return {name: values[index] for name, values in self.columns.items()}
+
+    @property
+    def num_rows(self) -> int:
+        return len(self)
+
+    def select(self, indices) -> _Dataset:
+        return _Dataset({name: [values[int(i)] for i in indices] for name, values in self.columns.items()})
 
     def map(self, function, batched=True, remove_columns=()):
         added = dict(function(self.columns))
@@ -82,7 +92,9 @@ class _Metric:
         self.predictions += torch.as_tensor(predictions).tolist()
         self.references += torch.as_tensor(references).tolist()
 
-    def compute(self) -> dict:
+    def compute(self, predictions=None, references=None) -> dict:
+        if predictions is not None:  # evaluate's one-call form
+            self.add_batch(predictions=predictions, references=references)
         pairs = list(zip(self.predictions, self.references, strict=True))
         self.predictions, self.references = [], []
         tp = sum(p == r == 1 for p, r in pairs)
@@ -134,6 +146,7 @@ def _install_stand_ins() -> None:
 
     datasets = types.ModuleType("datasets")
     datasets.load_dataset = _load_dataset  # type: ignore[attr-defined]
+    datasets.DatasetDict = _DatasetDict  # type: ignore[attr-defined]
     evaluate = types.ModuleType("evaluate")
     evaluate.load = lambda *args, **kwargs: _Metric()  # type: ignore[attr-defined]
     sys.modules["datasets"], sys.modules["evaluate"] = datasets, evaluate
@@ -167,13 +180,66 @@ def _swap_accelerator_names() -> None:
     accelerate.local_sgd.LocalSGD = fx.LocalSGD  # type: ignore[misc]
 
 
+#: Accelerate's examples this runner knows (copies in ``examples/``), with the arguments they run with;
+#: ``{work}`` is a folder of that example's own.
+EXAMPLES: dict[str, list[str]] = {
+    "nlp_example": ["--cpu"],
+    "complete_nlp_example": ["--cpu", "--checkpointing_steps", "epoch", "--output_dir", "{work}"],
+    "by_feature/automatic_gradient_accumulation": ["--cpu"],
+    "by_feature/checkpointing": ["--cpu", "--checkpointing_steps", "epoch", "--output_dir", "{work}"],
+    "by_feature/cross_validation": ["--cpu", "--num_folds", "2"],
+    "by_feature/ddp_comm_hook": ["--cpu", "--ddp_comm_hook", "fp16"],
+    "by_feature/early_stopping": ["--cpu"],
+    "by_feature/gradient_accumulation": ["--cpu", "--gradient_accumulation_steps", "2"],
+    "by_feature/local_sgd": ["--cpu", "--local_sgd_steps", "2", "--gradient_accumulation_steps", "1"],
+    "by_feature/memory": ["--cpu"],
+    "by_feature/multi_process_metrics": ["--cpu"],
+    "by_feature/profiler": ["--cpu", "--output_trace_dir", "{work}"],
+    "by_feature/tracking": ["--cpu", "--with_tracking", "--project_dir", "{work}"],
+}
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+
+
+def _reset_peer_state() -> None:
+    """Accelerate keeps its state in singletons: each example starts from a fresh one, as in its own process."""
+    if PEER:
+        from accelerate.state import AcceleratorState, GradientState
+
+        AcceleratorState._reset_state()
+        GradientState._reset_state()
+
+
+def run_one(example: str, args: list[str], prepared: list) -> dict:
+    """Run one example script as ``__main__``; its outcome, the lines it printed that start with "epoch" or
+    "Average", and a digest of the final parameters of every model it prepared."""
+    prepared.clear()
+    _reset_peer_state()
+    printed = io.StringIO()
+    sys.argv = [example, *args]
+    outcome = "passed"
+    try:
+        with contextlib.redirect_stdout(printed):
+            runpy.run_path(example, run_name="__main__")
+    except Exception as error:  # recorded: the differential test compares outcomes too
+        outcome = f"failed: {type(error).__name__}: {str(error)[:300]}"
+    digests = []
+    for accelerator, model in prepared:
+        flat = torch.cat([p.detach().double().flatten() for p in accelerator.unwrap_model(model).parameters()])
+        digests.append(hashlib.sha256(flat.numpy().tobytes()).hexdigest())
+    lines = [line for line in printed.getvalue().splitlines() if line.startswith(("epoch", "Average"))]
+    return {"outcome": outcome, "printed": lines, "parameters": digests}
+
+
 def main() -> None:
-    out_dir, example, *args = sys.argv[1:]
+    """``run_example.py OUT_DIR EXAMPLE.py [args]`` runs one script; ``run_example.py OUT_DIR --names N1 N2 ...``
+    runs the named `EXAMPLES` in sequence in this process (``OUT_DIR/rank_<r>.json`` maps name to its record)."""
+    out_dir, *rest = sys.argv[1:]
     torch.set_num_threads(1)
     _install_stand_ins()
     if not PEER:
         _swap_accelerator_names()
     import accelerate
+    import torch.distributed as dist
 
     prepared: list = []
     cls = accelerate.Accelerator
@@ -186,19 +252,34 @@ def main() -> None:
         return result
 
     cls.prepare = prepare  # type: ignore[method-assign]
-    printed = io.StringIO()
-    sys.argv = [example, *args]
-    with contextlib.redirect_stdout(printed):
-        runpy.run_path(example, run_name="__main__")
-    digest = None
-    if prepared:
-        accelerator, model = prepared[0]
-        flat = torch.cat([p.detach().double().flatten() for p in accelerator.unwrap_model(model).parameters()])
-        digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     rank = os.environ.get("RANK", "0")
-    lines = [line for line in printed.getvalue().splitlines() if line.startswith("epoch")]
-    (Path(out_dir) / f"rank_{rank}.json").write_text(json.dumps({"printed": lines, "parameters": digest}))
+    # tracking.py logs with every installed tracker: offline, inside OUT_DIR
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_DIR", str(Path(out_dir).resolve()))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", (Path(out_dir).resolve() / f"mlruns-{rank}").as_uri())
+    real_destroy = dist.destroy_process_group
+    dist.destroy_process_group = lambda group=None: None  # once, after the last example
+    try:
+        if rest[0] == "--names":
+            records = {}
+            for name in rest[1:]:
+                work = Path(out_dir).resolve() / f"work-{rank}" / name.replace("/", "-")
+                work.mkdir(parents=True, exist_ok=True)
+                args = [a.replace("{work}", str(work)) for a in EXAMPLES[name]]
+                print(f"[example {rank}] {name}", file=sys.stderr, flush=True)
+                records[name] = run_one(str(EXAMPLES_DIR / f"{name}.py"), args, prepared)
+                if dist.is_initialized():
+                    dist.barrier()
+        else:
+            records = run_one(rest[0], rest[1:], prepared)
+            records["parameters"] = records["parameters"][0] if records["parameters"] else None
+    finally:
+        dist.destroy_process_group = real_destroy
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / f"rank_{rank}.json").write_text(json.dumps(records, indent=1))
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -101,7 +101,8 @@ def test_ported_scripts_give_accelerates_outcomes_and_numbers(adapter_runs, tmp_
             assert same == {key: value for key, value in peer.items() if key not in resumed}, rank
         if processes == 2:  # the split/dispatch/sync_each_batch grid ran, and the DDP and loader checks
             assert sum("test_gradient_accumulation(" in case for case in ours) == 8, sorted(ours)
-            assert {"ddp_model", "stateful_shuffled", "stateful_iterable", "ddp_kwargs_power_sgd", "local_sgd"} <= set(
+            assert {"ddp_model", "stateful_shuffled", "stateful_iterable", "ddp_kwargs_power_sgd", "local_sgd",
+                    "model_two_loaders_stateful_True"} <= set(
                 our_values[0]
             )
             assert any("fabric_ddp_comm_hook_check" in case for case in ours)
