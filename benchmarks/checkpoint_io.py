@@ -89,10 +89,9 @@ def _peak_rss(result: dict[str, int], interval: float = 0.002) -> Iterator[None]
 
 
 def _pooled_bytes() -> int:
-    from fabricx.checkpoint.background import _pool
+    from fabricx.checkpoint.background import staging_buffers
 
-    with _pool._lock:
-        return sum(buffer.numel() for buffers in _pool._free.values() for buffer in buffers)
+    return staging_buffers.held_bytes()
 
 
 def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, float]:

@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     val_loader = DataLoader(val_set, batch_size=256)
     model = DigitsClassifier(lr=args.lr)
 
-    if args.resume and not any((Path(cb.dirpath) / "last").exists() for cb in checkpoints):
+    last_files = [Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}" for cb in checkpoints]
+    if args.resume and not any(path.exists() for path in last_files):
         trainer.print(f"--resume: no 'last' checkpoint under {root / 'checkpoints'} yet; starting fresh.")
     trainer.fit(model, train_loader, val_loader, ckpt_path="last" if args.resume else None)
 

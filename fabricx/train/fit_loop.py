@@ -42,7 +42,11 @@ def run_fit_loop(trainer: Trainer) -> None:
     """Train epochs until ``max_epochs``/``max_steps``/``max_time`` or ``trainer.should_stop``."""
     progress = trainer.progress
     if progress.resumed_mid_epoch and progress.batch_idx >= 0 and not progress.batch_finished:
-        # Restored from a checkpoint written in on_train_batch_end: finish that batch first.
+        # Restored from a checkpoint written in on_train_batch_end: finish that batch first, logging its
+        # restored step values (inside the batch loop) as the interrupted run would have.
+        connector = trainer._logger_connector
+        connector.results = trainer._train_results
+        connector.first_loop_iter = False
         finish_batch(trainer, progress.val_pending)
     while not trainer._fit_is_done():
         if trainer.should_stop and trainer._can_stop_early():

@@ -127,6 +127,8 @@ class Trainer:
     log_every_n_steps: int
     profiler: Profiler
     val_check_seconds: float | None
+    should_stop: bool
+    """Set it to `True` (from a callback or the module) to end `fit` once `min_epochs`/`min_steps` allow."""
 
     @defaults_from_env_vars
     def __init__(

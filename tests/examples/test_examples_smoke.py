@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -87,10 +88,22 @@ def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
     assert "__fabricx_train_loader__" in last["__fabricx_ranks__"]["1"]  # rank 1's own loader position
     resumed = _run([*common, "--max-steps", "23", "--resume"])
     assert "step 23" in resumed, resumed[-2000:]
-    # The second run continued from step 15: it logged no step at or before it.
-    rows = (tmp_path / "lightning_logs" / "version_1" / "metrics.csv").read_text().splitlines()[1:]
-    steps = [int(row.split(",")[0]) for row in rows]
-    assert steps and min(steps) > 15, steps
+    assert "starting fresh" not in resumed, resumed[-2000:]
+    # Rows carry Lightning's 0-based logger step (optimizer steps done before the batch). The first run saved
+    # inside batch 15's on_train_batch_end (logger step 14); the second run finished that batch, logging
+    # its restored train_loss at step 14 exactly as the first run did, and re-ran no earlier batch.
+    first_rows = _csv_rows(tmp_path / "lightning_logs" / "version_0" / "metrics.csv")
+    rows = _csv_rows(tmp_path / "lightning_logs" / "version_1" / "metrics.csv")
+    steps = [int(row["step"]) for row in rows]
+    assert steps and min(steps) == 14, steps
+    step_loss = [row["train_loss"] for row in rows if row["step"] == "14" and row["train_loss"]]
+    assert step_loss == [row["train_loss"] for row in first_rows if row["step"] == "14" and row["train_loss"]]
+    assert any(int(row["step"]) > 15 and row["train_loss"] for row in rows), rows
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 # -- char_gpt.py ---------------------------------------------------------------------------------------------
