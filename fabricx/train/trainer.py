@@ -45,6 +45,15 @@ from fabricx.wrappers import unwrap
 from fabricx.wrappers.step_methods import step_caller
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import timedelta
+
+    from fabricx.accelerators.accelerator import Accelerator
+    from fabricx.capabilities import LoggerLike
+    from fabricx.connector import Plugin
+    from fabricx.flags import AcceleratorName, StrategyName
+    from fabricx.strategies.strategy import Strategy
+    from fabricx.train.callbacks.base import Callback
     from fabricx.wrappers import FabricModule
 
 log = logging.getLogger(__name__)
@@ -134,17 +143,17 @@ class Trainer:
     def __init__(
         self,
         *,
-        accelerator: Any = "auto",
-        strategy: Any = "auto",
-        devices: Any = "auto",
+        accelerator: AcceleratorName | Accelerator = "auto",
+        strategy: StrategyName | Strategy = "auto",
+        devices: list[int] | str | int = "auto",
         num_nodes: int = 1,
         precision: str | int | None = None,
-        plugins: Any = None,
+        plugins: Plugin | Sequence[Plugin] | None = None,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
         max_steps: int = -1,
         min_steps: int | None = None,
-        max_time: Any = None,
+        max_time: str | timedelta | dict[str, int] | None = None,
         grad_accum_steps: int = 1,
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
@@ -158,9 +167,9 @@ class Trainer:
         overfit_batches: int | float = 0.0,
         num_sanity_val_steps: int | None = None,
         log_every_n_steps: int | None = None,
-        callbacks: Any = None,
-        loggers: Any = None,
-        logger: Any = None,
+        callbacks: Callback | Sequence[Callback] | None = None,
+        loggers: LoggerLike | Sequence[LoggerLike] | bool | None = None,
+        logger: LoggerLike | Sequence[LoggerLike] | bool | None = None,
         default_root_dir: str | os.PathLike | None = None,
         enable_progress_bar: bool | None = None,
         enable_model_summary: bool | None = None,
