@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fabricx.checkpoint.manager import CheckpointManager
+from fabricx.checkpoint.manager import CheckpointManager, reserve_on_rank_zero
 from fabricx.checkpoint.storage import is_url
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -176,18 +176,7 @@ def save_checkpoint(
     # Rank 0 claims the name atomically, so other jobs saving into the same directory never share it.
     # The claim lives until the save has committed or failed (for an asynchronous save, until its
     # background write ends), so no other job's clean-up takes its temporary copy for a dead one.
-    reserved, refused = None, None
-    if fabric.is_global_zero:
-        try:
-            reserved = manager.reserve(index)
-        except CheckpointError as error:
-            refused = error
-    if fabric.world_size > 1:  # every rank learns that rank 0 could not claim a name, and raises too
-        reason = fabric.broadcast(str(refused) if refused is not None else None, src=0)
-        if reason is not None and refused is None:
-            refused = CheckpointError(reason)
-    if refused is not None:
-        raise refused
+    reserved = reserve_on_rank_zero(fabric, lambda: manager.reserve(index))
     try:
         path = _rank_zero_value(fabric, reserved)
         if path is None:  # rank 0 always sends a path; this is for type checkers

@@ -13,9 +13,10 @@ import os
 import re
 import stat
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from fabricx.checkpoint.atomic import discard_all
 from fabricx.checkpoint.format import default_io, is_complete, write_failure
@@ -28,9 +29,10 @@ try:  # advisory locks tell a live writer's reservation from one a killed writer
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CheckpointManager", "remove_checkpoint"]
+__all__ = ["CheckpointManager", "PathClaim", "claim_path", "remove_checkpoint", "reserve_on_rank_zero"]
 
 _RESERVED = "reserved"
+_T = TypeVar("_T")
 
 
 def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = None) -> None:
@@ -42,6 +44,112 @@ def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = No
         ```
     """
     (io or default_io()).remove(path)
+
+
+class RankHost(Protocol):
+    """What `reserve_on_rank_zero` needs from Fabric: its rank and a broadcast."""
+
+    @property
+    def is_global_zero(self) -> bool: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any: ...
+
+
+def reserve_on_rank_zero(host: RankHost, reserve: Callable[[], _T]) -> _T | None:
+    """Run ``reserve`` on rank 0 and return its claim there (``None`` on the other ranks); if rank 0's
+    reservation raised `CheckpointError`, every rank raises it, so no rank goes on into a collective save.
+
+    Example:
+        ```python
+        claim = reserve_on_rank_zero(fabric, lambda: claim_path("checkpoints/last.ckpt"))
+        ```
+    """
+    claim, refused = None, None
+    if host.is_global_zero:
+        try:
+            claim = reserve()
+        except CheckpointError as error:
+            refused = error
+    if host.world_size > 1:
+        reason = host.broadcast(str(refused) if refused is not None else None, src=0)
+        if reason is not None and refused is None:
+            refused = CheckpointError(reason)
+    if refused is not None:
+        raise refused
+    return claim
+
+
+class PathClaim:
+    """One writer's claim on a checkpoint name (see `claim_path`); `release()` it after the commit."""
+
+    def __init__(self, marker: Path, fd: int) -> None:
+        self.marker = marker
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Give the name up: the marker goes first, then the lock (idempotent)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.marker.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> PathClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def claim_path(path: str | os.PathLike[str]) -> PathClaim | None:
+    """Claim the right to write the checkpoint at ``path``: one writer per name across processes and jobs.
+
+    The claim is ``<path>.reserved``, locked while this process lives, as `CheckpointManager.reserve`
+    claims a numbered name; unlike that, a name that exists may be written again (``last.ckpt`` is
+    replaced every epoch). A claim a killed writer left is taken over; one a running writer holds raises
+    `CheckpointError` and nothing is written. An object-store URL returns ``None`` (no locks there).
+
+    Example:
+        ```python
+        with claim_path("checkpoints/last.ckpt"):
+            trainer.save_checkpoint("checkpoints/last.ckpt")
+        ```
+    """
+    if is_url(path):
+        return None
+    marker = Path(f"{os.fspath(path)}.{_RESERVED}")
+    for _ in range(8):  # the marker can be replaced between our open and our lock: then lock the new one
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(marker, os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as error:
+            raise write_failure(path, error) from error
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CheckpointError(f"{marker} is not a reservation file; remove it to save {path}.")
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointError(
+                f"Checkpoint {path} is being written by another running job (it holds {marker}). Save under "
+                "another name or directory, or wait for that job."
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(marker).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return PathClaim(marker, fd)
+        os.close(fd)
+    raise CheckpointError(f"Could not claim {path}: its reservation {marker} keeps being replaced.")
 
 
 @dataclass(frozen=True)

@@ -772,18 +772,35 @@ class Trainer:
             raise MisconfigurationError(
                 "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
             )
+        from fabricx.checkpoint.background import wait_for_pending_save
+        from fabricx.checkpoint.manager import claim_path, reserve_on_rank_zero
         from fabricx.train.lightning_checkpoint import checkpoint_state
 
-        extras = ckpt.Extras()
-        hook = self._hooks.module_hook("on_save_checkpoint")
-        if hook is not None:
-            hook(extras.values)
-        for method in self._hooks.callback_hooks("on_save_checkpoint"):
-            method(self, self._module, extras.values)
-        state = checkpoint_state(self, extras.values, weights_only)
-        storage = self._fabric.strategy.checkpoint_storage()
-        layout = "directory" if storage is not None and not storage.full_state_in_one_file else None
-        return self._fabric.save(filepath, state, async_save=async_save, layout=layout)
+        # Rank 0 claims the name until the save has committed (or failed): two jobs never write one file,
+        # and a job killed in between leaves the previous file as it was.
+        wait_for_pending_save()  # one save at a time (as Fabric.save does): the last one's claim is released
+        claim = reserve_on_rank_zero(self._fabric, lambda: claim_path(filepath))
+        try:
+            extras = ckpt.Extras()
+            hook = self._hooks.module_hook("on_save_checkpoint")
+            if hook is not None:
+                hook(extras.values)
+            for method in self._hooks.callback_hooks("on_save_checkpoint"):
+                method(self, self._module, extras.values)
+            state = checkpoint_state(self, extras.values, weights_only)
+            storage = self._fabric.strategy.checkpoint_storage()
+            layout = "directory" if storage is not None and not storage.full_state_in_one_file else None
+            handle = self._fabric.save(filepath, state, async_save=async_save, layout=layout)
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
+        if claim is not None:
+            if handle is not None:
+                handle.add_done_callback(claim.release)
+            else:
+                claim.release()
+        return handle
 
     # -- running in each process ------------------------------------------------------------------------------
     def _launch(self, function: Any, *args: Any) -> Any:
