@@ -127,7 +127,7 @@ def claim_path(path: str | os.PathLike[str]) -> PathClaim | None:
             marker.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(marker, os.O_CREAT | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as error:
-            raise write_failure(path, error) from error
+            raise write_failure(Path(path), error) from error
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise CheckpointError(f"{marker} is not a reservation file; remove it to save {path}.")
