@@ -58,6 +58,8 @@ def test_convert_loop_runs_both_loops_and_both_learn() -> None:
 
 
 # -- digits_trainer.py -------------------------------------------------------------------------------------
+# Slow (84 s on 2 cores): `make demo` runs this example, and the two-process test below covers resumption.
+@pytest.mark.slow
 def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Path) -> None:
     common = ["examples/digits_trainer.py", "--accelerator", "cpu", "--limit", "400", "--batch-size", "32",
               "--root-dir", str(tmp_path), "--no-progress"]
@@ -192,6 +194,8 @@ def test_multinode_script_under_srun_variables() -> None:
     _agreeing_checksums(outputs[0])
 
 
+# Slow (about a minute each): FSDP2 and DeepSpeed stop/resume run in tests/checkpoint/test_ckpt_pipeline_strategies.py.
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     "strategy", ["fsdp", pytest.param("deepspeed_stage_2", marks=pytest.mark.deepspeed)]
