@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fabricx.train.loaders import lightning_loader_states, load_lightning_loader_states
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 
@@ -131,6 +132,36 @@ class Extras:
         self.values = dict(state_dict)
 
 
+#: Entries the ``on_save_checkpoint`` hooks see as plain values (cheap to make: small state dicts).
+_PLAIN_FOR_HOOKS = ("loops", "callbacks", "lr_schedulers")
+
+
+def hook_view(state: dict[str, Any], with_weights: bool) -> dict[str, Any]:
+    """The checkpoint as Lightning's ``on_save_checkpoint`` hooks get it: Lightning's entries (fabricx's own
+    exact-resume entries left out), ``loops``/``callbacks``/``lr_schedulers`` as plain values, and
+    ``state_dict`` as the module's state dict when ``with_weights`` (one file holds the whole module).
+
+    Example:
+        ```python
+        checkpoint = hook_view(state, with_weights=True)
+        module.on_save_checkpoint(checkpoint)
+        fabric.save(path, with_hook_changes(state, checkpoint))
+        ```
+    """
+    view = {key: value for key, value in state.items() if not key.startswith("__fabricx_")}
+    for key in _PLAIN_FOR_HOOKS:
+        if key in view:
+            view[key] = view[key].state_dict()
+    if with_weights and "state_dict" in view:
+        view["state_dict"] = unwrap(view["state_dict"]).state_dict()
+    return view
+
+
+def with_hook_changes(state: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+    """`state` with what the hooks changed, added or removed in `view` (fabricx's own entries kept)."""
+    return {**view, **{key: value for key, value in state.items() if key.startswith("__fabricx_")}}
+
+
 class OptimizerStates:
     """``optimizer_states``: the list of every optimizer's state dict, as Lightning stores it."""
 
@@ -194,8 +225,9 @@ class LoopStates:
         epoch.update(processed=epochs_done, completed=epochs_done)
         empty = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
         automatic = self.trainer.lightning_module is None or self.trainer.lightning_module.automatic_optimization
+        loader_states = lightning_loader_states(self.trainer._train_loader)
         fit = {
-            "state_dict": {},
+            "state_dict": {"combined_loader": loader_states} if loader_states else {},
             "epoch_loop.state_dict": {"_batches_that_stepped": progress.batches_that_stepped},
             "epoch_loop.batch_progress": {**_counts(batch, batch), "is_last_batch": progress.is_last_batch},
             "epoch_loop.automatic_optimization.optim_progress": {
@@ -228,6 +260,9 @@ def progress_from_lightning(trainer: Trainer, loops: dict[str, Any] | None, epoc
     progress.epoch_done = bool(batch_progress.get("is_last_batch", True))
     stepped = (fit.get("epoch_loop.state_dict") or {}).get("_batches_that_stepped", global_step)
     progress.batches_that_stepped = int(stepped)
+    loader_states = (fit.get("state_dict") or {}).get("combined_loader")
+    if loader_states:
+        load_lightning_loader_states(trainer._train_loader, loader_states)
     if not progress.epoch_done:
         rank_zero_warn(
             "This Lightning checkpoint was saved inside an epoch and holds no data-loader position; the epoch "

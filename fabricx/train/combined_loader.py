@@ -1,99 +1,243 @@
-"""``CombinedLoader``: several training loaders yielding one combined batch per step."""
+"""``CombinedLoader``: several iterables sampled together in one of four modes, as Lightning's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
 
-_MODES = ("max_size_cycle", "min_size")
+from fabricx.train.loader_tree import TreeSpec, flatten, sized_length, unflatten
+
+Mode = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
+MODES: tuple[str, ...] = ("min_size", "max_size_cycle", "max_size", "sequential")
+# How each mode counts its batches from the lengths of the iterables (sequential: one after the other).
+LENGTH_OF_MODE = {"min_size": min, "max_size_cycle": max, "max_size": max, "sequential": sum}
 
 
-class CombinedLoader:
-    """Iterate a dict or list of loaders together; each batch is a dict/list with one batch per loader.
+class CombinedLoader(Iterable):
+    """Combine iterables (a single one, or a dict/list/tuple of them, nested) under a sampling mode.
 
-    ``mode="max_size_cycle"`` (Lightning's default for training) runs until the longest loader is
-    exhausted, restarting shorter ones; ``"min_size"`` stops with the shortest. The trainer builds
-    one from ``train_dataloaders={"a": loader_a, "b": loader_b}`` (or a list); its position is saved
-    in checkpoints like a single loader's.
+    Iterating yields `(batch, batch_idx, dataloader_idx)`, as Lightning's `CombinedLoader` does:
+
+    * `"min_size"` (the default): stops with the shortest iterable;
+    * `"max_size_cycle"`: stops with the longest, restarting the shorter ones;
+    * `"max_size"`: stops with the longest, giving `None` for the exhausted ones;
+    * `"sequential"`: each iterable to its end in turn; the batch is that iterable's own, and
+      `dataloader_idx` says which one it came from.
+
+    Give one to `Trainer.fit(train_dataloaders=...)` (any mode but `"sequential"`) or to
+    `validate`/`test`/`predict`; a plain dict or list of training loaders is combined in
+    `"max_size_cycle"` mode. A container of plain values (`[0, 1, 2]`) is one iterable, not several.
 
     Example:
         ```python
-        loader = CombinedLoader({"a": loader_a, "b": loader_b})
-        for batch in loader:
+        loaders = {"a": DataLoader(range(6), batch_size=4), "b": DataLoader(range(15), batch_size=5)}
+        combined = CombinedLoader(loaders, "max_size_cycle")
+        for batch, batch_idx, dataloader_idx in combined:
             batch["a"], batch["b"]
         ```
     """
 
-    def __init__(self, loaders: Mapping[str, Any] | Sequence[Any], mode: str = "max_size_cycle") -> None:
-        if mode not in _MODES:
-            raise ValueError(f"CombinedLoader(mode={mode!r}); allowed are {list(_MODES)}.")
-        if isinstance(loaders, Mapping):
-            self._keys: list[Any] | None = list(loaders)
-            self.loaders: list[Any] = list(loaders.values())
-        else:
-            self._keys = None
-            self.loaders = list(loaders)
-        if not self.loaders:
-            raise ValueError("CombinedLoader needs at least one loader.")
-        self.mode = mode
-        self.batches_consumed = 0
-        self._epoch = 0
-        self._iterators: list[Iterator[Any] | None] = []
-        self._started = False
+    def __init__(self, iterables: Any, mode: Mode = "min_size") -> None:
+        if mode not in MODES:
+            raise ValueError(f"Unsupported mode {mode!r}, please select one of: {list(MODES)}.")
+        self._iterables = iterables
+        self._flattened, self._spec = flatten(iterables)
+        self._mode: str = mode
+        self._iterator: _ModeIterator | None = None
+        self._limits: list[float] | None = None
+
+    @property
+    def iterables(self) -> Any:
+        """The collection of iterables as it was given."""
+        return self._iterables
+
+    @property
+    def mode(self) -> str:
+        """The sampling mode (`"min_size"`, `"max_size_cycle"`, `"max_size"` or `"sequential"`)."""
+        return self._mode
+
+    @property
+    def spec(self) -> TreeSpec:
+        """The shape of the collection: `unflatten(values, spec)` builds a batch of the same shape."""
+        return self._spec
 
     @property
     def flattened(self) -> list[Any]:
-        """The loaders, in order."""
-        return list(self.loaders)
+        """The iterables, in the collection's order."""
+        return self._flattened
+
+    @flattened.setter
+    def flattened(self, flattened: list[Any]) -> None:
+        if len(flattened) != len(self._flattened):
+            raise ValueError(
+                f"Mismatch in flattened length ({len(flattened)}) and existing length ({len(self._flattened)})"
+            )
+        self._iterables = unflatten(flattened, self._spec)
+        self._flattened = list(flattened)
+
+    @property
+    def limits(self) -> list[float] | None:
+        """How many batches to take from each iterable at most (`None`: all)."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: float | list[float] | None) -> None:
+        if isinstance(limits, (int, float)):
+            same: list[float] = [limits] * len(self._flattened)
+            self._limits = same
+            return
+        if isinstance(limits, list) and len(limits) != len(self._flattened):
+            raise ValueError(
+                f"Mismatch in number of limits ({len(limits)}) and number of iterables ({len(self._flattened)})"
+            )
+        self._limits = limits
+
+    @property
+    def sampler(self) -> Any:
+        """The iterables' samplers, in the collection's shape (`None` for an iterable without one)."""
+        return unflatten([getattr(item, "sampler", None) for item in self._flattened], self._spec)
+
+    @property
+    def batch_sampler(self) -> Any:
+        """The iterables' batch samplers, in the collection's shape (`None` for an iterable without one)."""
+        return unflatten([getattr(item, "batch_sampler", None) for item in self._flattened], self._spec)
+
+    def __iter__(self) -> CombinedLoader:
+        self._iterator = _ITERATORS[self._mode](self._flattened, self._limits)
+        return self
+
+    def __next__(self) -> tuple[Any, int, int]:
+        if self._iterator is None:
+            iter(self)
+        assert self._iterator is not None
+        values, batch_idx, dataloader_idx = self._iterator.next()
+        if self._mode == "sequential":
+            return values, batch_idx, dataloader_idx
+        return unflatten(values, self._spec), batch_idx, dataloader_idx
 
     def __len__(self) -> int:
-        lengths = [len(loader) for loader in self.loaders]
-        return max(lengths) if self.mode == "max_size_cycle" else min(lengths)
+        """The number of batches of a pass (call `iter()` first, as with Lightning's)."""
+        if self._iterator is None:
+            raise RuntimeError("Please call `iter(combined_loader)` first.")
+        return int(combined_length(self._flattened, self._mode, self._limits))
 
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch = epoch
-        for loader in self.loaders:
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
+    def reset(self) -> None:
+        """Forget the current pass (the next `iter()` starts from the beginning)."""
+        self._iterator = None
 
-    def __iter__(self) -> Iterator[Any]:
-        if not self._resuming:
-            self.batches_consumed = 0
-        self._resuming = False
-        self._started = True
-        self._iterators = [iter(loader) for loader in self.loaders]
-        length = len(self)
-        while self.batches_consumed < length:
-            parts = []
-            for index, loader in enumerate(self.loaders):
-                iterator = self._iterators[index]
-                assert iterator is not None  # every loader's iterator was created at the start of this pass
+    def state_dict(self) -> list[dict[str, Any]]:
+        """The states of the iterables that have one (`state_dict()`), in order."""
+        return [item.state_dict() for item in self._flattened if _is_stateful(item)]
+
+    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
+        """Give each stateful iterable its state from `state_dict()`, in order."""
+        stateful = [item for item in self._flattened if _is_stateful(item)]
+        if states and len(stateful) != len(states):
+            raise RuntimeError(
+                f"The CombinedLoader has {len(stateful)} stateful loaders, but found {len(states)} states in the "
+                "checkpoint. Please make sure you define the same dataloaders that were used when saving the "
+                "checkpoint."
+            )
+        for item, state in zip(stateful, states, strict=False):
+            item.load_state_dict(state)
+
+
+def combined_length(iterables: list[Any], mode: str, limits: list[float] | None = None) -> float:
+    """Batches in a pass of `iterables` combined in `mode` (`inf` when one that decides has no length)."""
+    lengths = [sized_length(item) for item in iterables]
+    if limits is not None:
+        lengths = [min(length, limit) for length, limit in zip(lengths, limits, strict=True)]
+    return LENGTH_OF_MODE[mode](lengths) if lengths else 0
+
+
+def _is_stateful(item: Any) -> bool:
+    return callable(getattr(item, "state_dict", None)) and callable(getattr(item, "load_state_dict", None))
+
+
+class _ModeIterator:
+    """One pass over the flattened iterables; `next()` gives `(values, batch_idx, dataloader_idx)`.
+
+    As in Lightning, limits shorten `len()` (the loops stop there), and only the sequential mode stops at them.
+    """
+
+    def __init__(self, iterables: list[Any], limits: list[float] | None) -> None:
+        self.iterables = iterables
+        self.limits = limits
+        self.iterators: list[Iterator[Any]] = [iter(item) for item in iterables]
+        self.index = 0
+
+    def next(self) -> tuple[Any, int, int]:
+        raise NotImplementedError
+
+    def _advance(self) -> int:
+        index = self.index
+        self.index += 1
+        return index
+
+
+class _MinSize(_ModeIterator):
+    def next(self) -> tuple[Any, int, int]:
+        values = [next(iterator) for iterator in self.iterators]
+        return values, self._advance(), 0
+
+
+class _MaxSizeCycle(_ModeIterator):
+    def __init__(self, iterables: list[Any], limits: list[float] | None) -> None:
+        super().__init__(iterables, limits)
+        self.consumed = [False] * len(iterables)
+
+    def next(self) -> tuple[Any, int, int]:
+        values = []
+        for i, iterator in enumerate(self.iterators):
+            try:
+                values.append(next(iterator))
+            except StopIteration:
+                self.consumed[i] = True
+                if all(self.consumed):
+                    raise
+                self.iterators[i] = iter(self.iterables[i])
+                values.append(next(self.iterators[i]))
+        return values, self._advance(), 0
+
+
+class _MaxSize(_ModeIterator):
+    def next(self) -> tuple[Any, int, int]:
+        values: list[Any] = [None] * len(self.iterators)
+        exhausted = True
+        for i, iterator in enumerate(self.iterators):
+            with contextlib.suppress(StopIteration):
+                values[i] = next(iterator)
+                exhausted = False
+        if exhausted:
+            raise StopIteration
+        return values, self._advance(), 0
+
+
+class _Sequential(_ModeIterator):
+    def __init__(self, iterables: list[Any], limits: list[float] | None) -> None:
+        self.iterables, self.limits, self.index = iterables, limits, 0
+        self.current = 0
+        self.iterators = [iter(iterables[0])] if iterables else []
+
+    def next(self) -> tuple[Any, int, int]:
+        while self.current < len(self.iterables):
+            if self.limits is None or self.index < self.limits[self.current]:
                 try:
-                    parts.append(next(iterator))
+                    return next(self.iterators[0]), self._advance(), self.current
                 except StopIteration:
-                    if self.mode == "min_size":
-                        return
-                    self._iterators[index] = iterator = iter(loader)
-                    parts.append(next(iterator))
-            self.batches_consumed += 1
-            yield dict(zip(self._keys, parts, strict=True)) if self._keys is not None else parts
-
-    _resuming = False
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "batches_consumed": self.batches_consumed,
-            "started": self._started and self.batches_consumed > 0,
-            "finished": self.batches_consumed >= len(self),
-            "loaders": [loader.state_dict() for loader in self.loaders],
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.batches_consumed = int(state_dict["batches_consumed"])
-        for loader, state in zip(self.loaders, state_dict["loaders"], strict=True):
-            loader.load_state_dict(state)
-        self._resuming = self.batches_consumed > 0
-        self._started = self._resuming
+                    pass
+            self.current += 1
+            self.index = 0
+            self.iterators = [iter(self.iterables[self.current])] if self.current < len(self.iterables) else []
+        raise StopIteration
 
 
-__all__ = ["CombinedLoader"]
+_ITERATORS: dict[str, type[_ModeIterator]] = {
+    "min_size": _MinSize,
+    "max_size_cycle": _MaxSizeCycle,
+    "max_size": _MaxSize,
+    "sequential": _Sequential,
+}
+
+__all__ = ["MODES", "CombinedLoader", "Mode", "combined_length"]

@@ -107,6 +107,50 @@ class DataModule:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what `state_dict()` returned."""
 
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> DataModule:
+        """A DataModule whose loaders are `DataLoader`s of the given datasets (or dicts/lists of datasets).
+
+        Training loaders shuffle (not over an iterable dataset); `batch_size` and `num_workers` also go to
+        `__init__` where it takes them, as in Lightning.
+
+        Example:
+            ```python
+            dm = DataModule.from_datasets(train_set, val_set, batch_size=32)
+            trainer.fit(model, datamodule=dm)
+            ```
+        """
+        from fabricx.train.datamodule_datasets import init_arguments, loader_method
+
+        datamodule = cls(**datamodule_kwargs, **init_arguments(cls, batch_size=batch_size, num_workers=num_workers))
+        given = {"train": train_dataset, "val": val_dataset, "test": test_dataset, "predict": predict_dataset}
+        for kind, datasets in given.items():
+            if datasets is not None:
+                method = loader_method(datasets, batch_size, num_workers, shuffle=kind == "train")
+                setattr(datamodule, f"{kind}_dataloader", method)
+        return datamodule
+
+    def __str__(self) -> str:
+        """The sizes of the datasets behind each loader method, as Lightning prints them.
+
+        Example:
+            ```python
+            print(dm)  # {Train dataloader: size=64}\n{Validation dataloader: None}...
+            ```
+        """
+        from fabricx.train.datamodule_datasets import describe_loaders
+
+        return describe_loaders(self)
+
 
 def defines(obj: Any, name: str, base: type) -> bool:
     """Whether ``obj``'s class overrides ``name`` of ``base`` (a loader method the user wrote)."""

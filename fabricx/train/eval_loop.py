@@ -48,6 +48,42 @@ def takes_batch_idx(method: Any) -> bool:
     return "batch_idx" in args or spec.varargs is not None or len(args) >= 2
 
 
+_LOADER_PREFIX = {"validate": "val", "test": "test", "predict": "predict"}
+
+
+def check_dataloader_idx(module: Any, stage: str, hook_names: Sequence[str], multiple: bool) -> None:
+    """As Lightning: with one loader a hook's ``dataloader_idx`` needs a default; with several it must exist.
+
+    Example:
+        ```python
+        check_dataloader_idx(module, "validate", ["validation_step"], multiple=False)
+        ```
+    """
+    for name in hook_names:
+        method = getattr(module, name, None)
+        if method is None:
+            continue
+        function = getattr(method, "__wrapped__", method)
+        try:
+            spec = inspect.getfullargspec(function)
+        except TypeError:
+            continue
+        owner, prefix = type(module).__name__, _LOADER_PREFIX[stage]
+        if not multiple:
+            parameter = inspect.signature(function).parameters.get("dataloader_idx")
+            if parameter is not None and parameter.default is inspect.Parameter.empty:
+                raise RuntimeError(
+                    f"You provided only a single `{prefix}_dataloader`, but have included `dataloader_idx` in "
+                    f"`{owner}.{name}()`. Either remove the argument or give it a default value i.e. "
+                    "`dataloader_idx=0`."
+                )
+        elif "dataloader_idx" not in spec.args[1:] and spec.varargs is None:
+            raise RuntimeError(
+                f"You provided multiple `{prefix}_dataloader`, but no `dataloader_idx` argument in "
+                f"`{owner}.{name}()`. Try adding `dataloader_idx=0` to its signature."
+            )
+
+
 def _model_mode_hooks(trainer: Trainer, prefix: str) -> tuple[Any, Any]:
     from fabricx.train.datamodule import defines
     from fabricx.train.module import TrainModule
@@ -112,6 +148,8 @@ def run_evaluation(
     trainer._results = results
     connector.first_loop_iter = None
     multiple = len(loaders) > 1
+    check_dataloader_idx(trainer._module, stage, [step_name], multiple)
+    check_dataloader_idx(trainer._module, stage, [f"on_{prefix}_batch_start", f"on_{prefix}_batch_end"], multiple)
     outputs: list[dict[str, Any]] = []
     try:
         with _eval_context(trainer, prefix):
@@ -125,6 +163,7 @@ def run_evaluation(
             batch_end = f"on_{prefix}_batch_end"
             for dataloader_idx, loader in enumerate(loaders):
                 extra = (dataloader_idx,) if multiple else ()
+                _set_epoch(loader, trainer.current_epoch)
                 for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
                     if process is not None:
                         batch = process(batch, dataloader_idx)
@@ -173,6 +212,8 @@ def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[fl
     with_batch_idx = takes_batch_idx(trainer._module.predict_step)
     process = trainer._batch_processor
     multiple = len(loaders) > 1
+    check_dataloader_idx(trainer._module, "predict", ["predict_step", "on_predict_batch_start", "on_predict_batch_end"],
+                         multiple)
     outputs: list[list[Any]] = []
     with _eval_context(trainer, "predict"):
         hooks.call("on_predict_start")
@@ -191,6 +232,13 @@ def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[fl
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
     return outputs if multiple else outputs[0]
+
+
+def _set_epoch(loader: Any, epoch: int) -> None:
+    # As Lightning: an evaluation pass draws its order for the fit's current epoch (sanity check: 0).
+    set_epoch = getattr(loader, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
 
 
 def _limited(loader: Any, limit: float) -> Generator[tuple[int, Any], None, None]:

@@ -104,8 +104,8 @@ def checkpoint_state(trainer: Trainer, extras: dict[str, Any], weights_only: boo
     for key, value in extras.items():
         state.setdefault(key, value)
     state[PROGRESS_KEY] = ckpt.ProgressState(trainer)
-    if trainer.train_dataloader is not None and not weights_only:
-        state[LOADER_KEY] = trainer.train_dataloader
+    if trainer._train_loader is not None and not weights_only:
+        state[LOADER_KEY] = trainer._train_loader
     state[METRICS_KEY] = ckpt.MetricStates(trainer)
     state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)
     return state

@@ -20,6 +20,7 @@ from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
 from fabricx.train import data_connector as data
 from fabricx.train import flags
+from fabricx.train import loaders as setup
 from fabricx.train.batch_transfer import batch_processor
 from fabricx.train.ckpt_path import select_ckpt_path
 from fabricx.train.config import TrainerConfig
@@ -232,6 +233,7 @@ class Trainer:
         self._val_loaders: list[Any] = []
         self._val_source: Any = None
         self._val_limits: list[float] = []
+        self._val_limits_of_fit = False
         self._val_check_batch: float = 0
         self._val_enabled = False
         self._stop_postponed_said = False  # the min_epochs/min_steps note is given once, as in Lightning
@@ -494,20 +496,17 @@ class Trainer:
 
     @property
     def num_val_batches(self) -> list[float]:
-        return list(self._val_limits)
+        return _per_iterable(self._val_loaders, self._val_limits, self.limit_val_batches)
 
     @property
     def train_dataloader(self) -> Any:
-        """The set-up training loader of the current fit."""
-        return self._train_loader
+        """The training loader(s) of the current fit as they were given (a dict/list for several), as Lightning's."""
+        return None if self._train_loader is None else setup.user_loader(self._train_loader)
 
     @property
     def val_dataloaders(self) -> Any:
         """The set-up validation loader (a list when there are several)."""
-        loaders = self._val_loaders
-        if not loaders:
-            return None
-        return loaders[0] if len(loaders) == 1 else list(loaders)
+        return _user_view(self._val_loaders)
 
     @property
     def estimated_stepping_batches(self) -> float:
@@ -579,25 +578,27 @@ class Trainer:
     @property
     def num_sanity_val_batches(self) -> list[float]:
         steps = self.num_sanity_val_steps
-        return [limit if steps < 0 else min(limit, steps) for limit in self._val_limits]
+        if not self._val_limits_of_fit:
+            return []  # as Lightning: fit's figure (validate() alone has no sanity check)
+        return [limit if steps < 0 else min(limit, steps) for limit in self.num_val_batches]
 
     @property
     def num_test_batches(self) -> list[float]:
-        return list(self._eval_limits.get("test", []))
+        return _per_iterable(self._eval_loaders.get("test"), self._eval_limits.get("test", []), self.limit_test_batches)
 
     @property
     def num_predict_batches(self) -> list[float]:
-        return list(self._eval_limits.get("predict", []))
+        return _per_iterable(
+            self._eval_loaders.get("predict"), self._eval_limits.get("predict", []), self.limit_predict_batches
+        )
 
     @property
     def test_dataloaders(self) -> Any:
-        loaders = self._eval_loaders.get("test")
-        return None if not loaders else loaders[0] if len(loaders) == 1 else list(loaders)
+        return _user_view(self._eval_loaders.get("test"))
 
     @property
     def predict_dataloaders(self) -> Any:
-        loaders = self._eval_loaders.get("predict")
-        return None if not loaders else loaders[0] if len(loaders) == 1 else list(loaders)
+        return _user_view(self._eval_loaders.get("predict"))
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
@@ -781,16 +782,20 @@ class Trainer:
         wait_for_pending_save()  # one save at a time (as Fabric.save does): the last one's claim is released
         claim = reserve_on_rank_zero(self._fabric, lambda: claim_path(filepath))
         try:
-            extras = ckpt.Extras()
-            hook = self._hooks.module_hook("on_save_checkpoint")
-            if hook is not None:
-                hook(extras.values)
-            for method in self._hooks.callback_hooks("on_save_checkpoint"):
-                method(self, self._module, extras.values)
-            state = checkpoint_state(self, extras.values, weights_only)
             storage = self._fabric.strategy.checkpoint_storage()
             layout = "directory" if storage is not None and not storage.full_state_in_one_file else None
-            handle = self._fabric.save(filepath, state, async_save=async_save, layout=layout)
+            state = checkpoint_state(self, {}, weights_only)
+            # As Lightning: the hooks see the checkpoint itself (its light entries as plain values, the
+            # weights too where one file holds them) and may change, add or remove entries.
+            checkpoint = ckpt.hook_view(state, with_weights=layout is None)
+            if not weights_only:
+                for method in self._hooks.callback_hooks("on_save_checkpoint"):
+                    method(self, self._module, checkpoint)
+            hook = self._hooks.module_hook("on_save_checkpoint")
+            if hook is not None:
+                hook(checkpoint)
+            handle = self._fabric.save(filepath, ckpt.with_hook_changes(state, checkpoint), async_save=async_save,
+                                       layout=layout)
         except BaseException:
             if claim is not None:
                 claim.release()
@@ -948,13 +953,14 @@ class Trainer:
             loaders: list[Any] = []
             if limit != 0:  # as Lightning: a zero limit skips the loop without asking for its data
                 raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True)
-                loaders = self._setup_loaders(data.as_list(raw), f"Trainer.{stage}")
+                loaders = self._setup_eval_loaders(raw, f"Trainer.{stage}")
             limits = [_limited_length(loader, limit) for loader in loaders]
             results = ResultCollection(stage, training=False, module=module)
             self._eval_loaders[stage], self._eval_limits[stage] = loaders, limits
             if stage == "validate":
                 self._val_limits = limits
                 self._val_loaders = loaders
+                self._val_limits_of_fit = False
             self._logger_connector.reset_metrics()
             metrics = run_evaluation(self, stage, results, loaders, limits)
             self._finalize_loggers("success")
@@ -976,7 +982,7 @@ class Trainer:
             self._setup_module_only(module)
             self._load_weights_for("predict", ckpt_path)
             raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True)
-            loaders = self._setup_loaders(data.as_list(raw), "Trainer.predict")
+            loaders = self._setup_eval_loaders(raw, "Trainer.predict")
             limits = [_limited_length(loader, self.limit_predict_batches) for loader in loaders]
             self._eval_loaders["predict"], self._eval_limits["predict"] = loaders, limits
             predictions = run_prediction(self, loaders, limits)
@@ -1116,36 +1122,37 @@ class Trainer:
         return self._val_source is not None or data.defines_loader(self._datamodule, self._module, "validate")
 
     def _build_train_loader(self, given: Any) -> Any:
-        from fabricx.train.combined_loader import CombinedLoader
-
+        """The training data as the fit loop runs it: one set-up loader, or a `LoaderGroup` for a collection."""
         raw = data.request_loaders("train", given, self._datamodule, self._module, required=True)
+        flat, spec, mode, source = setup.flatten_loaders(raw)
+        if mode == "sequential":
+            raise ValueError(
+                "`FitLoop` does not support the `CombinedLoader(mode='sequential')` mode. The available modes are: "
+                "['min_size', 'max_size_cycle', 'max_size']. Give the training iterables in one of those modes."
+            )
         if self.overfit_batches:
-            raw = _without_shuffle(raw, "train")
+            changed = _without_shuffle(flat, "train")
         elif self._fabric.world_size > 1 and self.use_distributed_sampler:
             # As Lightning's Trainer: training data given to several processes is always shuffled
             # (each rank's DistributedSampler draws its share of one seeded permutation per epoch).
-            raw = _map_loaders(raw, _shuffled)
-        if isinstance(raw, CombinedLoader):
-            mode = raw.mode
-            raw = dict(zip(raw._keys, raw.loaders, strict=True)) if raw._keys is not None else list(raw.loaders)
+            changed = [_shuffled(loader) for loader in flat]
         else:
-            mode = "max_size_cycle"
-        if isinstance(raw, (dict, list, tuple)):
-            keys = list(raw) if isinstance(raw, dict) else None
-            loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(train_dataloaders)")
-            return CombinedLoader(dict(zip(keys, loaders, strict=True)) if keys is not None else loaders, mode=mode)
-        [loader] = self._setup_loaders([raw], "Trainer.fit(train_dataloaders)", single=True)
-        return loader
+            changed = flat
+        if any(new is not old for new, old in zip(changed, flat, strict=True)):
+            source = None  # the group reports the rebuilt loaders
+        loaders = self._setup_loaders(changed, "Trainer.fit(train_dataloaders)")
+        if spec.kind == "leaf" and source is None:
+            return loaders[0]
+        return setup.LoaderGroup(loaders, spec, mode or "max_size_cycle", source)
 
     def _build_val_loaders(self, given: Any) -> None:
         module = self._module
         raw = None
         if defines_step(module, "validation_step"):
             raw = data.request_loaders("validate", given, self._datamodule, module, required=False)
-        if raw is not None and self.overfit_batches:
-            raw = _without_shuffle(raw, "val")
-        self._val_loaders = self._setup_loaders(data.as_list(raw), "Trainer.fit(val_dataloaders)") if raw else []
+        self._val_loaders = self._setup_eval_loaders(raw, "Trainer.fit(val_dataloaders)", "val") if raw else []
         self._val_limits = [_limited_length(loader, self.limit_val_batches) for loader in self._val_loaders]
+        self._val_limits_of_fit = True
 
     def _compute_val_check_batch(self) -> None:
         """Validate every N batches (``inf``: at the end of an epoch of unknown length), as Lightning counts."""
@@ -1194,18 +1201,29 @@ class Trainer:
         self._model = wrapped
         self._step_fns = {}
 
-    def _setup_loaders(self, dataloaders: Any, where: str, single: bool = False) -> list[Any]:
-        given = list(dataloaders) if isinstance(dataloaders, (list, tuple)) else [dataloaders]
-        if single and len(given) != 1:
-            raise MisconfigurationError(f"{where} takes one DataLoader, got {len(given)}.")
-        if not given:
+    def _setup_loaders(self, flat: list[Any], where: str) -> list[Any]:
+        """Each of `flat` set up: a DataLoader on the Fabric, any other iterable as an `IterableLoader`."""
+        if not flat:
             raise MisconfigurationError(f"{where} got an empty list of DataLoaders.")
-        set_up = self._fabric.setup_dataloaders(
-            *given,
-            use_distributed_sampler=self.use_distributed_sampler,
-            move_to_device=self._batch_processor is None,
-        )
-        return list(set_up) if isinstance(set_up, tuple) else [set_up]
+        fabric, move = self._fabric, self._batch_processor is None
+
+        def setup_dataloader(loader: Any) -> Any:
+            return fabric.setup_dataloaders(
+                loader, use_distributed_sampler=self.use_distributed_sampler, move_to_device=move
+            )
+
+        return [setup.setup_one(loader, setup_dataloader, fabric.to_device if move else None, where) for loader in flat]
+
+    def _setup_eval_loaders(self, raw: Any, where: str, overfit_prefix: str | None = None) -> list[Any]:
+        """One entry per `dataloader_idx`: each loader of a collection (or of a sequential `CombinedLoader`), or
+        one `LoaderGroup` for a `CombinedLoader` in another mode (its batches combined, `dataloader_idx` 0)."""
+        flat, spec, mode, source = setup.flatten_loaders(raw)
+        if overfit_prefix is not None and self.overfit_batches:
+            flat = _without_shuffle(flat, overfit_prefix)
+        loaders = self._setup_loaders(flat, where)
+        if mode is not None and mode != "sequential":
+            return [setup.LoaderGroup(loaders, spec, mode, source)]
+        return loaders
 
     def _validation_enabled(self) -> bool:
         """Lightning's ``enable_validation``: validation data, a validation_step and a non-zero limit (per fit)."""
@@ -1519,6 +1537,8 @@ class Trainer:
             # Inside an epoch (also one cut by max_steps/max_time, whose end hooks ran before the save).
             progress.epoch_cut = False
             progress.resumed_mid_epoch = bool(loader.state_dict()["started"])
+            if progress.resumed_mid_epoch:
+                setup.warn_if_not_resumable(loader)
 
     # -- spawned processes -----------------------------------------------------------------------------------------
     def _spawn_result(self, result: Any) -> dict[str, Any]:
@@ -1587,20 +1607,29 @@ def _cpu(value: Any) -> Any:
 
 
 def _drop_rest_of_epoch(loader: Any) -> None:
-    from fabricx.train.combined_loader import CombinedLoader
-
-    for inner in loader.loaders if isinstance(loader, CombinedLoader) else [loader]:
+    for inner in loader.loaders if isinstance(loader, setup.LoaderGroup) else [loader]:
         state = inner.state_dict()
-        if state["started"] and not state["finished"]:
+        if state["started"] and not state["finished"] and isinstance(inner.loader, torch.utils.data.DataLoader):
             iter(inner.loader)
 
 
-def _map_loaders(raw: Any, function: Any) -> Any:
-    if isinstance(raw, dict):
-        return {k: function(v) for k, v in raw.items()}
-    if isinstance(raw, (list, tuple)):
-        return [function(v) for v in raw]
-    return function(raw)
+def _per_iterable(loaders: list[Any] | None, limits: list[float], limit: int | float | None) -> list[float]:
+    """Lightning's ``num_*_batches``: one figure per iterable (those of a combined loader each counted)."""
+    figures: list[float] = []
+    for loader, run_limit in zip(loaders or [], limits, strict=False):
+        if isinstance(loader, setup.LoaderGroup):
+            figures.extend(_limited_length(inner, limit) for inner in loader.loaders)
+        else:
+            figures.append(run_limit)
+    return figures
+
+
+def _user_view(loaders: list[Any] | None) -> Any:
+    """Lightning's `trainer.val_dataloaders` (and test/predict): the user's loader, or a list of several."""
+    if not loaders:
+        return None
+    views = [setup.user_loader(loader) for loader in loaders]
+    return views[0] if len(views) == 1 else views
 
 
 def _shuffled(loader: Any) -> Any:
@@ -1628,16 +1657,15 @@ def _rebuilt(loader: Any, sampler: Any) -> Any:
     )
 
 
-def _without_shuffle(raw: Any, prefix: str) -> Any:
+def _without_shuffle(loaders: list[Any], prefix: str) -> list[Any]:
     """``overfit_batches``: the same first batches every epoch (a loader not in order is rebuilt in order)."""
     from torch.utils.data import DataLoader, SequentialSampler
 
     def in_order(loader: Any) -> bool:
         return not isinstance(loader, DataLoader) or isinstance(loader.sampler, SequentialSampler)
 
-    loaders = list(raw.values()) if isinstance(raw, dict) else list(raw) if isinstance(raw, (list, tuple)) else [raw]
     if all(in_order(loader) for loader in loaders):
-        return raw
+        return loaders
     rank_zero_warn(
         f"You requested to overfit but enabled {prefix} dataloader shuffling."
         f" We are turning off the {prefix} dataloader shuffling for you."
@@ -1649,7 +1677,7 @@ def _without_shuffle(raw: Any, prefix: str) -> Any:
             return loader
         return _rebuilt(loader, SequentialSampler(cast(Sized, loader.dataset)))
 
-    return _map_loaders(raw, rebuild)
+    return [rebuild(loader) for loader in loaders]
 
 
 def _check_module(module: Any, where: str) -> None:

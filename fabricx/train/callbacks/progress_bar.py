@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
-from fabricx.train.callbacks.trainer_state import total_val_batches
+from fabricx.train.callbacks.trainer_state import shown_metrics, total_val_batches
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.imports import lazy_import
 
@@ -189,6 +189,16 @@ class RichProgressBar(Callback):
         if elapsed <= 0 or done <= 0:
             return ""
         return f"{done / elapsed:.2f} it/s"
+
+    def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
+        """``v_num`` (the logger's version) and the ``prog_bar`` metrics, as Lightning's progress bars give them.
+
+        Example:
+            ```python
+            trainer.progress_bar_callback.get_metrics(trainer, model)["train_loss"]
+            ```
+        """
+        return shown_metrics(trainer)
 
     def _metrics_text(self, trainer: Trainer, with_loss: bool, only: Any = None) -> str:
         shown: dict[str, str] = {}

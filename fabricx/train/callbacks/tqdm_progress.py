@@ -7,8 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
-from fabricx.train.callbacks.trainer_state import total_val_batches
-from fabricx.utilities.rank_zero import rank_zero_warn
+from fabricx.train.callbacks.trainer_state import shown_metrics, total_val_batches
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
@@ -114,20 +113,7 @@ class TQDMProgressBar(Callback):
 
     def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
         """``v_num`` (the logger's version) and the ``prog_bar`` metrics; override to change what is shown."""
-        standard: dict[str, Any] = {}
-        logger = trainer.logger
-        version = getattr(logger, "version", None) if logger is not None else None
-        if version is not None:
-            standard["v_num"] = version[-4:] if isinstance(version, str) else version
-        bar_metrics = {k: _plain(v) for k, v in trainer.progress_bar_metrics.items()}
-        duplicates = sorted(standard.keys() & bar_metrics.keys())
-        if duplicates:
-            rank_zero_warn(
-                f"The progress bar already tracks a metric with the name(s) '{', '.join(duplicates)}' and"
-                f" `self.log('{duplicates[0]}', ..., prog_bar=True)` will overwrite this value. "
-                " If this is undesired, change the name or override `get_metrics()` in the progress bar callback.",
-            )
-        return {**standard, **bar_metrics}
+        return shown_metrics(trainer)
 
     # -- bars --------------------------------------------------------------------------------------------
     def _new_bar(self, key: str, description: str, total: float, position: int, leave: bool) -> Any:
@@ -248,11 +234,3 @@ class TQDMProgressBar(Callback):
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         for key in list(self._bars):
             self._close(key)
-
-
-def _plain(value: Any) -> Any:
-    # One-element tensors are shown as numbers.
-    item = getattr(value, "item", None)
-    if item is not None and getattr(value, "numel", lambda: 0)() == 1:
-        return item()
-    return value

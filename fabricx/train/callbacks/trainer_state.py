@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from fabricx.utilities.rank_zero import rank_zero_warn
+
 
 def _value(item: Any) -> str:
     return str(getattr(item, "value", item))
@@ -61,3 +63,29 @@ def logs_this_step(trainer: Any) -> bool:
     """Lightning's rule for step logging: every ``log_every_n_steps`` stepped batches, and when stopping."""
     every = getattr(trainer, "log_every_n_steps", None) or 50
     return (batches_that_stepped(trainer) + 1) % every == 0 or bool(trainer.should_stop)
+
+
+def shown_metrics(trainer: Any) -> dict[str, Any]:
+    """What a progress bar's ``get_metrics`` shows: ``v_num`` (the logger's version) and the ``prog_bar`` metrics."""
+    standard: dict[str, Any] = {}
+    logger = trainer.logger
+    version = getattr(logger, "version", None) if logger is not None else None
+    if version is not None:
+        standard["v_num"] = version[-4:] if isinstance(version, str) else version
+    bar_metrics = {k: _number(v) for k, v in trainer.progress_bar_metrics.items()}
+    duplicates = sorted(standard.keys() & bar_metrics.keys())
+    if duplicates:
+        rank_zero_warn(
+            f"The progress bar already tracks a metric with the name(s) '{', '.join(duplicates)}' and"
+            f" `self.log('{duplicates[0]}', ..., prog_bar=True)` will overwrite this value. "
+            " If this is undesired, change the name or override `get_metrics()` in the progress bar callback.",
+        )
+    return {**standard, **bar_metrics}
+
+
+def _number(value: Any) -> Any:
+    # One-element tensors are shown as numbers.
+    item = getattr(value, "item", None)
+    if item is not None and getattr(value, "numel", lambda: 0)() == 1:
+        return item()
+    return value
