@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from fabricx.train.loaders import lightning_loader_states, load_lightning_loader_states
+from fabricx.train.loaders import load_lightning_loader_states
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 
@@ -199,15 +199,12 @@ class SchedulerStates:
             config.scheduler.load_state_dict(state)
 
 
-def _counts(total: dict[str, int], current: dict[str, int]) -> dict[str, dict[str, int]]:
-    return {"total": dict(total), "current": dict(current)}
-
-
 class LoopStates:
-    """``loops``: Lightning's loop counters, made from the trainer's progress.
+    """``loops``: the counters of Lightning's loop objects (``trainer.fit_loop``, ``validate_loop``, ...).
 
-    fabricx resumes from its own progress entry; a Lightning-written file has only this one, from which
-    `progress_from_lightning()` takes the epoch, whether it was done, and the batches that stepped.
+    fabricx resumes from its own progress entry; the loop counters are restored too, so that they go on
+    counting. A Lightning-written file has only this entry, from which `progress_from_lightning()` takes the
+    epoch, whether it was done, and the batches that stepped.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -215,39 +212,22 @@ class LoopStates:
         self.loaded: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        progress = self.trainer.progress
-        batches = progress.batch_idx + 1
-        steps = progress.global_step
-        epochs_done = progress.current_epoch + int(progress.epoch_done)
-        batch = {"ready": batches, "started": batches, "processed": batches, "completed": batches}
-        step = {"ready": steps, "completed": steps}
-        epoch = {"ready": progress.current_epoch + 1, "started": progress.current_epoch + 1}
-        epoch.update(processed=epochs_done, completed=epochs_done)
-        empty = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
-        automatic = self.trainer.lightning_module is None or self.trainer.lightning_module.automatic_optimization
-        loader_states = lightning_loader_states(self.trainer._train_loader)
-        fit = {
-            "state_dict": {"combined_loader": loader_states} if loader_states else {},
-            "epoch_loop.state_dict": {"_batches_that_stepped": progress.batches_that_stepped},
-            "epoch_loop.batch_progress": {**_counts(batch, batch), "is_last_batch": progress.is_last_batch},
-            "epoch_loop.automatic_optimization.optim_progress": {
-                "optimizer": {"step": _counts(step if automatic else {"ready": 0, "completed": 0}, step)}
-            },
-            "epoch_loop.manual_optimization.optim_step_progress": _counts(
-                step if not automatic else {"ready": 0, "completed": 0}, step
-            ),
-            "epoch_progress": _counts(epoch, epoch),
-        }
-        evaluation = {"state_dict": {}, "batch_progress": {**_counts(empty, empty), "is_last_batch": False}}
+        trainer = self.trainer
         return {
-            "fit_loop": fit,
-            "validate_loop": dict(evaluation),
-            "test_loop": dict(evaluation),
-            "predict_loop": dict(evaluation),
+            "fit_loop": trainer.fit_loop.state_dict(),
+            "validate_loop": trainer.validate_loop.state_dict(),
+            "test_loop": trainer.test_loop.state_dict(),
+            "predict_loop": trainer.predict_loop.state_dict(),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.loaded = dict(state_dict)
+        trainer = self.trainer
+        loops = {"fit_loop": trainer.fit_loop, "validate_loop": trainer.validate_loop,
+                 "test_loop": trainer.test_loop, "predict_loop": trainer.predict_loop}
+        for name, loop in loops.items():
+            if isinstance(state_dict.get(name), dict):
+                loop.load_state_dict(state_dict[name])
 
 
 def progress_from_lightning(trainer: Trainer, loops: dict[str, Any] | None, epoch: int, global_step: int) -> None:

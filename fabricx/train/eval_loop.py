@@ -148,6 +148,8 @@ def run_evaluation(
     trainer._results = results
     connector.first_loop_iter = None
     multiple = len(loaders) > 1
+    counts = _loop_of(trainer, stage).batch_progress
+    counts.reset_on_run()
     check_dataloader_idx(trainer._module, stage, [step_name], multiple)
     check_dataloader_idx(trainer._module, stage, [f"on_{prefix}_batch_start", f"on_{prefix}_batch_end"], multiple)
     outputs: list[dict[str, Any]] = []
@@ -164,14 +166,20 @@ def run_evaluation(
             for dataloader_idx, loader in enumerate(loaders):
                 extra = (dataloader_idx,) if multiple else ()
                 _set_epoch(loader, trainer.current_epoch)
-                for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
+                limit = limits[dataloader_idx]
+                for batch_idx, batch in _limited(loader, limit):
                     if process is not None:
                         batch = process(batch, dataloader_idx)
+                    counts.is_last_batch = batch_idx + 1 >= limit
+                    counts.increment_ready()
                     connector.on_batch_start(results, batch, dataloader_idx if multiple else None)
                     hooks.call(batch_start, batch, batch_idx, *extra)
+                    counts.increment_started()
                     step_outputs = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
+                    counts.increment_processed()
                     hooks.call(batch_end, step_outputs, batch, batch_idx, *extra)
                     connector.on_batch_end()
+                    counts.increment_completed()
                     if not sanity:
                         connector.update_eval_step_metrics(batch_idx)
                 # Each loader's epoch values (its entries only, when several run).
@@ -232,6 +240,16 @@ def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[fl
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
     return outputs if multiple else outputs[0]
+
+
+def _loop_of(trainer: Trainer, stage: str) -> Any:
+    """The loop object whose counters a pass increments (validation inside fit: the fit loop's)."""
+    from fabricx.train.states import TrainerFn
+
+    if stage == "validate":
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        return trainer.fit_loop.epoch_loop.val_loop if fitting else trainer.validate_loop
+    return trainer.test_loop if stage == "test" else trainer.predict_loop
 
 
 def _set_epoch(loader: Any, epoch: int) -> None:

@@ -69,13 +69,21 @@ def run_train_epoch(trainer: Trainer) -> None:
     results.in_step = True
     results.hook = "training_step"
     resumed = progress.resumed_mid_epoch
+    fit_loop = trainer.fit_loop
+    epoch_loop = fit_loop.epoch_loop
     if resumed:
         progress.resumed_mid_epoch = False
     else:
         loader.set_epoch(trainer.current_epoch)
         progress.batch_idx = -1
         progress.validated_at_epoch_end = False
+        fit_loop.reset()
+        fit_loop.epoch_progress.increment_ready()
         hooks.call("on_train_epoch_start")
+        fit_loop.epoch_progress.increment_started()
+    epoch_loop.reset()
+    fit_loop.restarting = False  # the restored counts are set; from here on they count this run
+    counts = epoch_loop.batch_progress
 
     limit = trainer.num_training_batches
     limited = _is_limited(loader, limit)
@@ -117,11 +125,19 @@ def run_train_epoch(trainer: Trainer) -> None:
         progress.is_last_batch = batch_idx + 1 >= limit
         if process is not None:
             batch = process(batch, 0)
+        counts.is_last_batch = progress.is_last_batch
+        counts.increment_ready()
         connector.on_batch_start(results, batch)
         for method in batch_start_callbacks:
             method(trainer, module, batch, batch_idx)
         if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
+            counts.increment_by(0, is_last_batch=True)
+            counts.increment_processed()
+            progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
+            if epoch_schedulers:
+                trainer._step_schedulers("epoch", plateau=False)
             break
+        counts.increment_started()
         if automatic:
             if accumulate:
                 with fabric.accumulate(model, epoch_length=epoch_length):
@@ -141,6 +157,7 @@ def run_train_epoch(trainer: Trainer) -> None:
             trainer._step_schedulers("step", plateau=False)
         if epoch_schedulers and progress.is_last_batch:
             trainer._step_schedulers("epoch", plateau=False)
+        counts.increment_processed()
         progress.val_pending = _validation_due(trainer)
         progress.accumulating = not stepped
         for method in batch_end_callbacks:
@@ -150,6 +167,7 @@ def run_train_epoch(trainer: Trainer) -> None:
         for method in batch_end_monitoring:
             method(trainer, module, outputs, batch, batch_idx)
         connector.on_batch_end()
+        counts.increment_completed()
         finish_batch(trainer, progress.val_pending, accumulating=not stepped)
         if trainer._should_end_epoch():
             # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
@@ -164,7 +182,7 @@ def run_train_epoch(trainer: Trainer) -> None:
         and trainer._should_validate_this_epoch()
     ):
         # A loader without a length: the end of the epoch is only known now.
-        trainer._run_validation_in_fit()
+        trainer.fit_loop.epoch_loop.val_loop.run()
         progress.validated_at_epoch_end = True
 
 
@@ -179,7 +197,7 @@ def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -
         progress.val_pending = False
         if not accumulating:
             trainer._call_module_hook("on_validation_model_zero_grad")
-        trainer._run_validation_in_fit()
+        trainer.fit_loop.epoch_loop.val_loop.run()
         if progress.is_last_batch:
             progress.validated_at_epoch_end = True
     if not accumulating:
@@ -223,6 +241,8 @@ def finish_train_epoch(trainer: Trainer) -> None:
     connector.results = results
     # Outside the batch loop, reads of the metrics give the epoch aggregates (to every on_train_epoch_end hook).
     connector.epoch_end_reached()
+    # As Lightning: `processed` before the epoch-end hooks (where checkpoints are written), `completed` after.
+    trainer.fit_loop.epoch_progress.increment_processed()
     try:
         hooks.call("on_train_epoch_end", monitoring=False)
     finally:
@@ -245,6 +265,7 @@ def finish_train_epoch(trainer: Trainer) -> None:
     connector.on_epoch_end()
     # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
     connector.update_train_epoch_metrics(step=max(0, progress.batches_that_stepped - 1))
+    trainer.fit_loop.epoch_progress.increment_completed()
     progress.current_epoch += 1
     progress.epoch_done = False
     progress.epoch_cut = False

@@ -231,9 +231,11 @@ def load_lightning_loader_states(loader: Any, states: list[dict[str, Any]]) -> N
 
 
 def warn_if_not_resumable(loader: Any) -> None:
-    """After restoring a checkpoint written inside a pass: warn where the loader cannot continue it."""
-    if not getattr(loader, "resumable", True):
-        rank_zero_warn(_NOT_RESUMABLE, category=PossibleUserWarning)
+    """After restoring a checkpoint written inside a pass: warn where the loader cannot continue it (a pass
+    whose last batch was consumed has nothing to continue)."""
+    if getattr(loader, "resumable", True) or loader.batches_consumed >= sized_length(loader):
+        return
+    rank_zero_warn(_NOT_RESUMABLE, category=PossibleUserWarning)
 
 
 def setup_one(
@@ -272,6 +274,7 @@ __all__ = [
     "load_lightning_loader_states",
     "set_sampler_epoch",
     "setup_one",
+    "sized_length",
     "user_loader",
     "warn_if_not_resumable",
 ]

@@ -76,9 +76,14 @@ class LightningOptimizer:
             self._fabric_optimizer.step(**kwargs)
             return result
         trainer._before_optimizer_step(self)
+        if trainer._automatic:
+            self._fabric_optimizer.step(**kwargs)
+            return result
+        counts = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        counts.increment_ready()
         self._fabric_optimizer.step(**kwargs)
-        if not trainer._automatic:
-            trainer.progress.global_step += 1
+        counts.increment_completed()
+        trainer.progress.global_step += 1
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:

@@ -32,6 +32,7 @@ from fabricx.train.lightning_checkpoint import HParamsState, restore_lightning_k
 from fabricx.train.logger_connector import LoggerConnector
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.loop_checks import check_loop_configuration, defines_step, warn_val_mismatch
+from fabricx.train.loop_objects import EvaluationLoop, FitLoop
 from fabricx.train.module import TrainModule
 from fabricx.train.optimizer_proxy import TrainerOptimizer
 from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
@@ -42,6 +43,7 @@ from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import seed_everything
+from fabricx.utilities.warnings import PossibleUserWarning
 from fabricx.wrappers import unwrap
 from fabricx.wrappers.step_methods import step_caller
 
@@ -210,6 +212,12 @@ class Trainer:
         self._eval_limits: dict[str, list[float]] = {}
         # progress (owned by the loops; trainer.progress is public)
         self.progress = Progress()
+        # Lightning's loop objects: their progress counters (checkpointed under `loops`), and the
+        # validation fit runs (fit_loop.epoch_loop.val_loop.run()).
+        self.fit_loop = FitLoop(self, self._run_validation_in_fit)
+        self.validate_loop = EvaluationLoop()
+        self.test_loop = EvaluationLoop()
+        self.predict_loop = EvaluationLoop()
         self.should_stop = False
         self.state = TrainerState()
         self._logger_connector = LoggerConnector(self)
@@ -954,7 +962,8 @@ class Trainer:
             if limit != 0:  # as Lightning: a zero limit skips the loop without asking for its data
                 raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True)
                 loaders = self._setup_eval_loaders(raw, f"Trainer.{stage}")
-            limits = [_limited_length(loader, limit) for loader in loaders]
+            flag = "limit_test_batches" if kind == "test" else "limit_val_batches"
+            limits = [_limited_length(loader, limit, flag) for loader in loaders]
             results = ResultCollection(stage, training=False, module=module)
             self._eval_loaders[stage], self._eval_limits[stage] = loaders, limits
             if stage == "validate":
@@ -983,7 +992,8 @@ class Trainer:
             self._load_weights_for("predict", ckpt_path)
             raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True)
             loaders = self._setup_eval_loaders(raw, "Trainer.predict")
-            limits = [_limited_length(loader, self.limit_predict_batches) for loader in loaders]
+            limit = self.limit_predict_batches
+            limits = [_limited_length(loader, limit, "limit_predict_batches") for loader in loaders]
             self._eval_loaders["predict"], self._eval_limits["predict"] = loaders, limits
             predictions = run_prediction(self, loaders, limits)
         except BaseException as exception:
@@ -1074,6 +1084,7 @@ class Trainer:
         self._train_results = ResultCollection("train", training=True, module=module)
         self._results = self._train_results
         self.progress.reset()
+        self.fit_loop.reset_progress()
         self._logger_connector.reset_metrics()
         if not module.training:
             # A module handed over in eval mode (e.g. after testing) trains in train mode; submodules
@@ -1093,12 +1104,22 @@ class Trainer:
         if self._should_validate_this_epoch():
             self._ensure_val_loaders()
         self._compute_val_check_batch()
+        if self.loggers and self.num_training_batches < self.log_every_n_steps and not self.fast_dev_run:
+            rank_zero_warn(
+                f"The number of training batches ({self.num_training_batches}) is smaller than the logging interval"
+                f" Trainer(log_every_n_steps={self.log_every_n_steps}). Set a lower value for log_every_n_steps if"
+                " you want to see logs for the training epoch.",
+                category=PossibleUserWarning,
+            )
 
     def _ensure_train_loader(self) -> None:
         if self._train_loader is None:
             self._train_loader = self._build_train_loader(self._train_source[0])
-            self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
+            self.num_training_batches = self._train_batches()
             self._train_reload_epoch = self.current_epoch
+
+    def _train_batches(self) -> float:
+        return _limited_length(self._train_loader, self.limit_train_batches, "limit_train_batches")
 
     def _ensure_val_loaders(self) -> None:
         """Build the validation loaders on first use, and again every ``reload_dataloaders_every_n_epochs``."""
@@ -1150,8 +1171,12 @@ class Trainer:
         raw = None
         if defines_step(module, "validation_step"):
             raw = data.request_loaders("validate", given, self._datamodule, module, required=False)
-        self._val_loaders = self._setup_eval_loaders(raw, "Trainer.fit(val_dataloaders)", "val") if raw else []
-        self._val_limits = [_limited_length(loader, self.limit_val_batches) for loader in self._val_loaders]
+        # Not `if raw`: the truth value of a loader is its len(), which an iterable dataset does not have.
+        empty = raw is None or (isinstance(raw, (list, tuple, dict)) and not raw)
+        self._val_loaders = [] if empty else self._setup_eval_loaders(raw, "Trainer.fit(val_dataloaders)", "val")
+        self._val_limits = [
+            _limited_length(loader, self.limit_val_batches, "limit_val_batches") for loader in self._val_loaders
+        ]
         self._val_limits_of_fit = True
 
     def _compute_val_check_batch(self) -> None:
@@ -1189,7 +1214,7 @@ class Trainer:
         given, _, _ = self._train_source
         if given is None:
             self._train_loader = self._build_train_loader(None)
-            self.num_training_batches = _limited_length(self._train_loader, self.limit_train_batches)
+            self.num_training_batches = self._train_batches()
         self._train_reload_epoch = self.current_epoch
         self._compute_val_check_batch()
 
@@ -1260,6 +1285,8 @@ class Trainer:
         optimizer = self._module_optimizers[0]
         backward = self._backward
         progress = self.progress
+        counts = self.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer
+        step_counts, zero_grad_counts = counts.step, counts.zero_grad
 
         def automatic_step(batch: Any, batch_idx: int, boundary: bool) -> Any:
             reported: dict[str, Any] = {}
@@ -1272,16 +1299,21 @@ class Trainer:
                     return None
                 trainer._last_loss = found["loss"]
                 if batch_idx % scale == 0:
+                    zero_grad_counts.increment_ready()
                     for method in before_zero:
                         method(trainer, module, optimizer)
                     if before_zero_module is not None:
                         before_zero_module(optimizer)
+                    zero_grad_counts.increment_started()
                     zero_grad_hook(trainer.current_epoch, batch_idx, optimizer)
+                    zero_grad_counts.increment_completed()
                 backward(loss)
                 return found["loss"]
 
             if boundary:
+                step_counts.increment_ready()
                 optimizer_step_hook(trainer.current_epoch, batch_idx, optimizer, closure)
+                step_counts.increment_completed()
                 progress.global_step += 1
             else:
                 closure()
@@ -1354,6 +1386,7 @@ class Trainer:
         counter = self.global_step if interval == "step" else self.current_epoch + 1
         assert self._module is not None
         hook = self._module.lr_scheduler_step
+        counts = self.fit_loop.epoch_loop.scheduler_progress
         for config in self._scheduler_configs:
             if config.interval != interval or counter % config.frequency != 0:
                 continue
@@ -1371,12 +1404,17 @@ class Trainer:
                         f"logged before the {interval}-interval scheduler step. Logged metrics: "
                         f"{sorted(metrics)}. Log it with self.log({config.monitor!r}, ...) or change monitor."
                     )
+                counts.increment_ready()
                 hook(config.scheduler, metrics[config.monitor])
             else:
+                counts.increment_ready()
                 hook(config.scheduler, None)
+            counts.increment_completed()
 
     # -- validation inside fit ---------------------------------------------------------------------------------
     def _fit_is_done(self) -> bool:
+        if self._train_loader is not None and self.num_training_batches == 0:
+            return True  # as Lightning: no training batches, nothing to loop over
         if self.max_steps >= 0 and self.global_step >= self.max_steps:
             return True
         if self._time_is_up():
@@ -1448,6 +1486,7 @@ class Trainer:
             self._validation_ended(limits)
             self._hooks.call("on_sanity_check_end", module=False)
             self._logger_connector.reset_metrics()  # as Lightning: nothing logged in the check is kept
+            self.fit_loop.epoch_loop.val_loop.reset_progress()  # nor counted
         finally:
             self.state.stage = RunningStage.TRAINING
             restore_rng_states(rng)
@@ -1618,7 +1657,7 @@ def _per_iterable(loaders: list[Any] | None, limits: list[float], limit: int | f
     figures: list[float] = []
     for loader, run_limit in zip(loaders or [], limits, strict=False):
         if isinstance(loader, setup.LoaderGroup):
-            figures.extend(_limited_length(inner, limit) for inner in loader.loaders)
+            figures.extend(_limited_length(inner, limit, "") for inner in loader.loaders)
         else:
             figures.append(run_limit)
     return figures
@@ -1696,11 +1735,9 @@ def _check_module(module: Any, where: str) -> None:
         )
 
 
-def _limited_length(loader: Any, limit: int | float | None) -> float:
-    try:
-        length: float = len(loader)
-    except TypeError:
-        length = math.inf
+def _limited_length(loader: Any, limit: int | float | None, flag: str) -> float:
+    """Batches of a pass under the ``limit_*_batches`` flag ``flag`` (``inf`` for a loader without a length)."""
+    length = setup.sized_length(loader)
     if limit is None:
         return length
     if isinstance(limit, float):
@@ -1708,7 +1745,8 @@ def _limited_length(loader: Any, limit: int | float | None) -> float:
             if limit in (0.0, 1.0):
                 return 0 if limit == 0.0 else length
             raise MisconfigurationError(
-                f"A fractional batch limit ({limit}) needs a loader with a length; give an int limit instead."
+                f"When using an `IterableDataset`, `Trainer({flag})` must be `1.0` or an int (got {limit}): a "
+                "fraction needs a loader with a length. An int specifies the number of batches to use."
             )
         return int(length * limit) if limit < 1.0 else length
     return min(length, limit)

@@ -8,6 +8,7 @@ from fabricx.train.callbacks.finetuning import BackboneFinetuning, BaseFinetunin
 from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 from fabricx.train.callbacks.model_summary import RichModelSummary
+from fabricx.train.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from fabricx.train.callbacks.progress_bar import RichProgressBar
 from fabricx.train.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from fabricx.train.callbacks.throughput import ThroughputMonitor
@@ -22,6 +23,7 @@ __all__ = [
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "OnExceptionCheckpoint",
     "RichModelSummary",
     "RichProgressBar",
     "StochasticWeightAveraging",

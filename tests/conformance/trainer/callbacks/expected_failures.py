@@ -14,7 +14,8 @@ _THROWAWAY = (
     "afterwards (`trainer.train_dataloader` / `trainer.datamodule` stay None until the next fit)"
 )
 _FIT_LOOP = (
-    "TRAINER GAP (issue 28, loops): reads `trainer.fit_loop` / `trainer.<stage>_loop`, which fabricx's Trainer lacks"
+    "TRAINER GAP (issue 28, strategy): the Tuner's reset check calls `trainer.strategy.setup_optimizers`, which "
+    "fabricx's strategies lack (the Trainer sets optimizers up through its Fabric)"
 )
 
 EXPECTED_FAILURES: dict[str, str] = {
@@ -37,12 +38,8 @@ EXPECTED_FAILURES: dict[str, str] = {
         "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
         "Lightning's LightningModule answers None while TorchScript/tracing inspects it"
     ),
-    # -- StochasticWeightAveraging --------------------------------------------------------------------
-    "test_pl_stochastic_weight_avg.py::test_swa_with_infinite_epochs_and_batchnorm": _FIT_LOOP,
     # -- Tuner ----------------------------------------------------------------------------------------
     "test_pl_lr_finder.py::test_trainer_reset_correctly": _FIT_LOOP,
-    "test_pl_scale_batch_size.py::test_trainer_reset_correctly": _FIT_LOOP,
-    "test_pl_scale_batch_size.py::test_tuner_with_evaluation_methods": _FIT_LOOP,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]": _THROWAWAY,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2-2]": _THROWAWAY,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[None-2]": _THROWAWAY,

@@ -1,0 +1,206 @@
+"""Lightning's loop progress counters: how many batches, epochs, steps were ready, started, processed, completed.
+
+Each `Progress` holds a `total` (over the whole fit) and a `current` (this epoch, or this evaluation pass)
+tracker; their state dicts are the ones under `loops` in a Lightning checkpoint, so a Lightning file and a
+fabricx file read the same. `reset_on_restart()` sets what was counted as begun back to what completed, as
+Lightning does when a run restarts from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ReadyCompletedTracker:
+    """`ready` (about to begin) and `completed` (done) counts."""
+
+    ready: int = 0
+    completed: int = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self.__dict__.update(state_dict)
+
+    def reset(self) -> None:
+        for name in self.__dict__:
+            setattr(self, name, 0)
+
+    def reset_on_restart(self) -> None:
+        for name in self.__dict__:
+            if name != "completed":
+                setattr(self, name, self.completed)
+
+    def increment_by(self, n: int) -> None:
+        for name in self.__dict__:
+            setattr(self, name, getattr(self, name) + n)
+
+
+@dataclass
+class StartedTracker(ReadyCompletedTracker):
+    """Adds `started` (between ready and completed)."""
+
+    started: int = 0
+
+
+@dataclass
+class ProcessedTracker(StartedTracker):
+    """Adds `processed` (the work is done; the hooks after it may still run)."""
+
+    processed: int = 0
+
+
+@dataclass
+class Progress:
+    """`total` and `current` trackers, incremented together.
+
+    Example:
+        ```python
+        trainer.fit_loop.epoch_progress.current.completed  # epochs done
+        ```
+    """
+
+    total: ReadyCompletedTracker = field(default_factory=ProcessedTracker)
+    current: ReadyCompletedTracker = field(default_factory=ProcessedTracker)
+
+    # Called several times per training batch: plain attribute arithmetic, no lookups by name.
+    def increment_ready(self) -> None:
+        self.total.ready += 1
+        self.current.ready += 1
+
+    def increment_started(self) -> None:
+        self.total.started += 1  # type: ignore[attr-defined]
+        self.current.started += 1  # type: ignore[attr-defined]
+
+    def increment_processed(self) -> None:
+        self.total.processed += 1  # type: ignore[attr-defined]
+        self.current.processed += 1  # type: ignore[attr-defined]
+
+    def increment_completed(self) -> None:
+        self.total.completed += 1
+        self.current.completed += 1
+
+    def increment_by(self, n: int) -> None:
+        self.total.increment_by(n)
+        self.current.increment_by(n)
+
+    def reset(self) -> None:
+        self.total.reset()
+        self.current.reset()
+
+    def reset_on_run(self) -> None:
+        self.current.reset()
+
+    def reset_on_restart(self) -> None:
+        self.current.reset_on_restart()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"total": self.total.state_dict(), "current": self.current.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.total.load_state_dict(state_dict["total"])
+        self.current.load_state_dict(state_dict["current"])
+
+
+@dataclass
+class BatchProgress(Progress):
+    """Batch counters and whether the current batch is the last of its pass."""
+
+    is_last_batch: bool = False
+
+    def reset(self) -> None:
+        super().reset()
+        self.is_last_batch = False
+
+    def reset_on_run(self) -> None:
+        super().reset_on_run()
+        self.is_last_batch = False
+
+    def increment_by(self, n: int, is_last_batch: bool = False) -> None:
+        super().increment_by(n)
+        self.is_last_batch = is_last_batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "is_last_batch": self.is_last_batch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.is_last_batch = bool(state_dict.get("is_last_batch", False))  # Lightning's predict loop has none
+
+
+@dataclass
+class SchedulerProgress(Progress):
+    """Learning-rate scheduler steps (ready and completed only)."""
+
+    total: ReadyCompletedTracker = field(default_factory=ReadyCompletedTracker)
+    current: ReadyCompletedTracker = field(default_factory=ReadyCompletedTracker)
+
+
+@dataclass
+class OptimizerProgress:
+    """`step` (ready, completed) and `zero_grad` (ready, started, completed) counts of the optimizer."""
+
+    step: Progress = field(default_factory=lambda: SchedulerProgress())
+    zero_grad: Progress = field(
+        default_factory=lambda: Progress(total=StartedTracker(), current=StartedTracker())
+    )
+
+    def reset(self) -> None:
+        self.step.reset()
+        self.zero_grad.reset()
+
+    def reset_on_run(self) -> None:
+        self.step.reset_on_run()
+        self.zero_grad.reset_on_run()
+
+    def reset_on_restart(self) -> None:
+        self.step.reset_on_restart()
+        self.zero_grad.reset_on_restart()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step.state_dict(), "zero_grad": self.zero_grad.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.step.load_state_dict(state_dict["step"])
+        self.zero_grad.load_state_dict(state_dict["zero_grad"])
+
+
+@dataclass
+class OptimizationProgress:
+    """The automatic optimization's counters (`optimizer_steps`: optimizer steps over the fit)."""
+
+    optimizer: OptimizerProgress = field(default_factory=OptimizerProgress)
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.optimizer.step.total.completed
+
+    def reset(self) -> None:
+        self.optimizer.reset()
+
+    def reset_on_run(self) -> None:
+        self.optimizer.reset_on_run()
+
+    def reset_on_restart(self) -> None:
+        self.optimizer.reset_on_restart()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+
+
+__all__ = [
+    "BatchProgress",
+    "OptimizationProgress",
+    "OptimizerProgress",
+    "ProcessedTracker",
+    "Progress",
+    "ReadyCompletedTracker",
+    "SchedulerProgress",
+    "StartedTracker",
+]
