@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
-from fabricx.train.loader_tree import TreeSpec, flatten, sized_length, unflatten
+from fabricx.train.loader_tree import TreeSpec, flatten, is_stateful, sized_length, unflatten
 
 Mode = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
 MODES: tuple[str, ...] = ("min_size", "max_size_cycle", "max_size", "sequential")
@@ -128,11 +128,11 @@ class CombinedLoader(Iterable):
 
     def state_dict(self) -> list[dict[str, Any]]:
         """The states of the iterables that have one (`state_dict()`), in order."""
-        return [item.state_dict() for item in self._flattened if _is_stateful(item)]
+        return [item.state_dict() for item in self._flattened if is_stateful(item)]
 
     def load_state_dict(self, states: list[dict[str, Any]]) -> None:
         """Give each stateful iterable its state from `state_dict()`, in order."""
-        stateful = [item for item in self._flattened if _is_stateful(item)]
+        stateful = [item for item in self._flattened if is_stateful(item)]
         if states and len(stateful) != len(states):
             raise RuntimeError(
                 f"The CombinedLoader has {len(stateful)} stateful loaders, but found {len(states)} states in the "
@@ -149,10 +149,6 @@ def combined_length(iterables: list[Any], mode: str, limits: list[float] | None 
     if limits is not None:
         lengths = [min(length, limit) for length, limit in zip(lengths, limits, strict=True)]
     return LENGTH_OF_MODE[mode](lengths) if lengths else 0
-
-
-def _is_stateful(item: Any) -> bool:
-    return callable(getattr(item, "state_dict", None)) and callable(getattr(item, "load_state_dict", None))
 
 
 class _ModeIterator:

@@ -195,7 +195,9 @@ class TrainerConfig:
         self.num_sanity_val_steps = off["num_sanity_val_steps"]
 
     def _apply_fast_dev_run(self) -> None:
-        n = self.fast_dev_run = flags.fast_dev_run_batches(self.fast_dev_run)
+        n = flags.fast_dev_run_batches(self.fast_dev_run)
+        if n == 1:
+            self.fast_dev_run = True  # as Lightning: one batch is `True`, other counts stay as given
         if not n:
             return
         self.max_steps, self.max_epochs, self.num_sanity_val_steps = n, 1, 0

@@ -79,6 +79,11 @@ def unflatten(values: list[Any], spec: TreeSpec) -> Any:
     return build(spec)
 
 
+def is_stateful(obj: Any) -> bool:
+    """Whether `obj` has `state_dict()` and `load_state_dict()` (Lightning's `_Stateful`)."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
 def sized_length(iterable: Any) -> float:
     """`len(iterable)`, or `inf` for one without a length (an iterable dataset, a generator)."""
     try:
@@ -87,4 +92,4 @@ def sized_length(iterable: Any) -> float:
         return math.inf
 
 
-__all__ = ["TreeSpec", "flatten", "sized_length", "unflatten"]
+__all__ = ["TreeSpec", "flatten", "is_stateful", "sized_length", "unflatten"]

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from fabricx.data.loader import FabricDataLoader
 from fabricx.train.combined_loader import CombinedLoader, combined_length
-from fabricx.train.loader_tree import TreeSpec, flatten, sized_length, unflatten
+from fabricx.train.loader_tree import TreeSpec, flatten, is_stateful, sized_length, unflatten
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.utilities.warnings import PossibleUserWarning
 
@@ -28,11 +28,6 @@ _NOT_RESUMABLE = (
 
 
 _USER_LOADER = "_fabricx_user_loader"
-
-
-def is_stateful(obj: Any) -> bool:
-    """Whether `obj` has `state_dict()` and `load_state_dict()` (Lightning's `_Stateful`)."""
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 def set_sampler_epoch(iterable: Any, epoch: int) -> None:

@@ -93,6 +93,10 @@ class TrainingEpochLoop:
     def max_steps(self) -> int:
         return self._trainer.max_steps
 
+    @max_steps.setter
+    def max_steps(self, max_steps: int) -> None:
+        self._trainer.max_steps = max_steps
+
     @property
     def global_step(self) -> int:
         return self._trainer.global_step

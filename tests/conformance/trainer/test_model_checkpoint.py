@@ -1243,7 +1243,6 @@ def test_expand_home():
     assert checkpoint.dirpath == str(Path.cwd() / "~" / "checkpoints")
 
 
-@pytest.mark.xfail(strict=True, reason='not done: the Trainer needs a sized training loader (an IterableDataset without __len__ is theme 4 of the Trainer issue)')
 def test_load_with_inf_data_loader(tmp_path):
     """Test loading from a checkpoint with a dataloader that does not have a length."""
     # Test for https://github.com/Lightning-AI/pytorch-lightning/issues/20565
