@@ -211,21 +211,17 @@ class LoopStates:
         self.trainer = trainer
         self.loaded: dict[str, Any] | None = None
 
-    def state_dict(self) -> dict[str, Any]:
+    def _loops(self) -> dict[str, Any]:
         trainer = self.trainer
-        return {
-            "fit_loop": trainer.fit_loop.state_dict(),
-            "validate_loop": trainer.validate_loop.state_dict(),
-            "test_loop": trainer.test_loop.state_dict(),
-            "predict_loop": trainer.predict_loop.state_dict(),
-        }
+        return {"fit_loop": trainer.fit_loop, "validate_loop": trainer.validate_loop,
+                "test_loop": trainer.test_loop, "predict_loop": trainer.predict_loop}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: loop.state_dict() for name, loop in self._loops().items()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.loaded = dict(state_dict)
-        trainer = self.trainer
-        loops = {"fit_loop": trainer.fit_loop, "validate_loop": trainer.validate_loop,
-                 "test_loop": trainer.test_loop, "predict_loop": trainer.predict_loop}
-        for name, loop in loops.items():
+        for name, loop in self._loops().items():
             if isinstance(state_dict.get(name), dict):
                 loop.load_state_dict(state_dict[name])
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
-from fabricx.train.loader_tree import TreeSpec, flatten, is_stateful, sized_length, unflatten
+from fabricx.train.loader_tree import TreeSpec, flatten, sized_length, unflatten
 
 Mode = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
 MODES: tuple[str, ...] = ("min_size", "max_size_cycle", "max_size", "sequential")
 # How each mode counts its batches from the lengths of the iterables (sequential: one after the other).
 LENGTH_OF_MODE = {"min_size": min, "max_size_cycle": max, "max_size": max, "sequential": sum}
+_EXHAUSTED = object()  # what next(iterator, default) gives at the end (a batch may itself be None)
 
 
 class CombinedLoader(Iterable):
@@ -126,22 +128,6 @@ class CombinedLoader(Iterable):
         """Forget the current pass (the next `iter()` starts from the beginning)."""
         self._iterator = None
 
-    def state_dict(self) -> list[dict[str, Any]]:
-        """The states of the iterables that have one (`state_dict()`), in order."""
-        return [item.state_dict() for item in self._flattened if is_stateful(item)]
-
-    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
-        """Give each stateful iterable its state from `state_dict()`, in order."""
-        stateful = [item for item in self._flattened if is_stateful(item)]
-        if states and len(stateful) != len(states):
-            raise RuntimeError(
-                f"The CombinedLoader has {len(stateful)} stateful loaders, but found {len(states)} states in the "
-                "checkpoint. Please make sure you define the same dataloaders that were used when saving the "
-                "checkpoint."
-            )
-        for item, state in zip(stateful, states, strict=False):
-            item.load_state_dict(state)
-
 
 def combined_length(iterables: list[Any], mode: str, limits: list[float] | None = None) -> float:
     """Batches in a pass of `iterables` combined in `mode` (`inf` when one that decides has no length)."""
@@ -151,7 +137,7 @@ def combined_length(iterables: list[Any], mode: str, limits: list[float] | None 
     return LENGTH_OF_MODE[mode](lengths) if lengths else 0
 
 
-class _ModeIterator:
+class _ModeIterator(ABC):
     """One pass over the flattened iterables; `next()` gives `(values, batch_idx, dataloader_idx)`.
 
     As in Lightning, limits shorten `len()` (the loops stop there), and only the sequential mode stops at them.
@@ -163,8 +149,8 @@ class _ModeIterator:
         self.iterators: list[Iterator[Any]] = [iter(item) for item in iterables]
         self.index = 0
 
-    def next(self) -> tuple[Any, int, int]:
-        raise NotImplementedError
+    @abstractmethod
+    def next(self) -> tuple[Any, int, int]: ...
 
     def _advance(self) -> int:
         index = self.index
@@ -218,11 +204,10 @@ class _Sequential(_ModeIterator):
 
     def next(self) -> tuple[Any, int, int]:
         while self.current < len(self.iterables):
-            if self.limits is None or self.index < self.limits[self.current]:
-                try:
-                    return next(self.iterators[0]), self._advance(), self.current
-                except StopIteration:
-                    pass
+            within_limit = self.limits is None or self.index < self.limits[self.current]
+            value = next(self.iterators[0], _EXHAUSTED) if within_limit else _EXHAUSTED
+            if value is not _EXHAUSTED:
+                return value, self._advance(), self.current
             self.current += 1
             self.index = 0
             self.iterators = [iter(self.iterables[self.current])] if self.current < len(self.iterables) else []

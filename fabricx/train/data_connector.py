@@ -78,15 +78,6 @@ def request_loaders(kind: str, given: Any, datamodule: Any, module: Any, require
     return None
 
 
-def as_list(loaders: Any) -> list[Any]:
-    """One loader, a list/tuple of them, or a dict of them (its values, in order) as a list."""
-    if isinstance(loaders, Mapping):
-        return list(loaders.values())
-    if isinstance(loaders, (list, tuple)):
-        return list(loaders)
-    return [loaders]
-
-
 def check_fit_arguments(train_dataloaders: Any, val_dataloaders: Any, datamodule: Any) -> tuple[Any, Any]:
     """``fit(model, dm)`` positionally becomes ``datamodule=dm``; loaders and a datamodule together are refused."""
     if train_dataloaders is not None and is_datamodule(train_dataloaders):
@@ -116,7 +107,6 @@ def check_eval_arguments(where: str, dataloaders: Any, datamodule: Any) -> tuple
 
 
 __all__ = [
-    "as_list",
     "check_eval_arguments",
     "check_fit_arguments",
     "defines_loader",

@@ -131,7 +131,7 @@ def run_train_epoch(trainer: Trainer) -> None:
         for method in batch_start_callbacks:
             method(trainer, module, batch, batch_idx)
         if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
-            counts.increment_by(0, is_last_batch=True)
+            counts.is_last_batch = True
             counts.increment_processed()
             progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
             if epoch_schedulers:

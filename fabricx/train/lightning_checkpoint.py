@@ -65,18 +65,18 @@ METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
 
 
-def checkpoint_state(trainer: Trainer, extras: dict[str, Any], weights_only: bool = False) -> dict[str, Any]:
+def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
     """What ``trainer.save_checkpoint`` hands to ``fabric.save``: Lightning's top-level keys plus fabricx's.
 
     ``epoch``, ``global_step``, ``pytorch-lightning_version``, ``state_dict`` (the module), ``loops``,
     ``callbacks``, ``optimizer_states``, ``lr_schedulers`` (not with ``weights_only``), ``hparams_name`` and
-    ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``, and what the
-    ``on_save_checkpoint`` hooks added; fabricx's exact-resume entries under reserved keys.
+    ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``; fabricx's exact-resume entries
+    under reserved keys. The ``on_save_checkpoint`` hooks change it through `checkpointing.hook_view()`.
 
     Example:
 
     ```python
-    fabric.save("epoch=0-step=5.ckpt", checkpoint_state(trainer, {}))
+    fabric.save("epoch=0-step=5.ckpt", checkpoint_state(trainer))
     ```
     """
     from fabricx.train import checkpointing as ckpt
@@ -101,8 +101,6 @@ def checkpoint_state(trainer: Trainer, extras: dict[str, Any], weights_only: boo
     datamodule_hparams = getattr(trainer.datamodule, "hparams", None) if trainer.datamodule is not None else None
     if datamodule_hparams:
         state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
-    for key, value in extras.items():
-        state.setdefault(key, value)
     state[PROGRESS_KEY] = ckpt.ProgressState(trainer)
     if trainer._train_loader is not None and not weights_only:
         state[LOADER_KEY] = trainer._train_loader
@@ -215,7 +213,7 @@ def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
     from fabricx.checkpoint.fabric_state import CheckpointKeyError
     from fabricx.train import checkpointing as ckpt
 
-    state = checkpoint_state(trainer, {})
+    state = checkpoint_state(trainer)
     for key in ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters"):
         state.pop(key, None)  # not restored: they come back to the hooks as they are in the file
     progress, loops = state[PROGRESS_KEY], state["loops"]

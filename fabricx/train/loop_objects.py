@@ -17,8 +17,8 @@ from fabricx.train.progress_trackers import (
     OptimizationProgress,
     ProcessedTracker,
     Progress,
-    ReadyCompletedTracker,
     SchedulerProgress,
+    ready_completed_progress,
 )
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class ManualOptimization:
     """The manual optimization's counters: `optim_step_progress` (each `optimizer.step()`)."""
 
     def __init__(self) -> None:
-        self.optim_step_progress = Progress(total=ReadyCompletedTracker(), current=ReadyCompletedTracker())
+        self.optim_step_progress = ready_completed_progress()
         self.restarting = False
 
 

@@ -139,11 +139,16 @@ class SchedulerProgress(Progress):
     current: ReadyCompletedTracker = field(default_factory=ReadyCompletedTracker)
 
 
+def ready_completed_progress() -> Progress:
+    """Counts of something that is only begun and done (an optimizer step)."""
+    return Progress(total=ReadyCompletedTracker(), current=ReadyCompletedTracker())
+
+
 @dataclass
 class OptimizerProgress:
     """`step` (ready, completed) and `zero_grad` (ready, started, completed) counts of the optimizer."""
 
-    step: Progress = field(default_factory=lambda: SchedulerProgress())
+    step: Progress = field(default_factory=ready_completed_progress)
     zero_grad: Progress = field(
         default_factory=lambda: Progress(total=StartedTracker(), current=StartedTracker())
     )
@@ -203,4 +208,5 @@ __all__ = [
     "ReadyCompletedTracker",
     "SchedulerProgress",
     "StartedTracker",
+    "ready_completed_progress",
 ]

@@ -504,7 +504,7 @@ class Trainer:
 
     @property
     def num_val_batches(self) -> list[float]:
-        return _per_iterable(self._val_loaders, self._val_limits, self.limit_val_batches)
+        return _per_iterable(self._val_loaders, self._val_limits, self.limit_val_batches, "limit_val_batches")
 
     @property
     def train_dataloader(self) -> Any:
@@ -592,13 +592,13 @@ class Trainer:
 
     @property
     def num_test_batches(self) -> list[float]:
-        return _per_iterable(self._eval_loaders.get("test"), self._eval_limits.get("test", []), self.limit_test_batches)
+        loaders, limits = self._eval_loaders.get("test"), self._eval_limits.get("test", [])
+        return _per_iterable(loaders, limits, self.limit_test_batches, "limit_test_batches")
 
     @property
     def num_predict_batches(self) -> list[float]:
-        return _per_iterable(
-            self._eval_loaders.get("predict"), self._eval_limits.get("predict", []), self.limit_predict_batches
-        )
+        loaders, limits = self._eval_loaders.get("predict"), self._eval_limits.get("predict", [])
+        return _per_iterable(loaders, limits, self.limit_predict_batches, "limit_predict_batches")
 
     @property
     def test_dataloaders(self) -> Any:
@@ -792,18 +792,19 @@ class Trainer:
         try:
             storage = self._fabric.strategy.checkpoint_storage()
             layout = "directory" if storage is not None and not storage.full_state_in_one_file else None
-            state = checkpoint_state(self, {}, weights_only)
-            # As Lightning: the hooks see the checkpoint itself (its light entries as plain values, the
-            # weights too where one file holds them) and may change, add or remove entries.
-            checkpoint = ckpt.hook_view(state, with_weights=layout is None)
-            if not weights_only:
-                for method in self._hooks.callback_hooks("on_save_checkpoint"):
+            state = checkpoint_state(self, weights_only)
+            callback_hooks = () if weights_only else self._hooks.callback_hooks("on_save_checkpoint")
+            module_hook = self._hooks.module_hook("on_save_checkpoint")
+            if callback_hooks or module_hook is not None:
+                # As Lightning: the hooks see the checkpoint itself (its light entries as plain values, the
+                # weights too where one file holds them) and may change, add or remove entries.
+                checkpoint = ckpt.hook_view(state, with_weights=layout is None)
+                for method in callback_hooks:
                     method(self, self._module, checkpoint)
-            hook = self._hooks.module_hook("on_save_checkpoint")
-            if hook is not None:
-                hook(checkpoint)
-            handle = self._fabric.save(filepath, ckpt.with_hook_changes(state, checkpoint), async_save=async_save,
-                                       layout=layout)
+                if module_hook is not None:
+                    module_hook(checkpoint)
+                state = ckpt.with_hook_changes(state, checkpoint)
+            handle = self._fabric.save(filepath, state, async_save=async_save, layout=layout)
         except BaseException:
             if claim is not None:
                 claim.release()
@@ -1652,12 +1653,12 @@ def _drop_rest_of_epoch(loader: Any) -> None:
             iter(inner.loader)
 
 
-def _per_iterable(loaders: list[Any] | None, limits: list[float], limit: int | float | None) -> list[float]:
+def _per_iterable(loaders: list[Any] | None, limits: list[float], limit: int | float | None, flag: str) -> list[float]:
     """Lightning's ``num_*_batches``: one figure per iterable (those of a combined loader each counted)."""
     figures: list[float] = []
     for loader, run_limit in zip(loaders or [], limits, strict=False):
         if isinstance(loader, setup.LoaderGroup):
-            figures.extend(_limited_length(inner, limit, "") for inner in loader.loaders)
+            figures.extend(_limited_length(inner, limit, flag) for inner in loader.loaders)
         else:
             figures.append(run_limit)
     return figures

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.train.callbacks.base import Callback
 
 if TYPE_CHECKING:
@@ -13,9 +14,10 @@ if TYPE_CHECKING:
 
 
 class OnExceptionCheckpoint(Callback):
-    """Save `dirpath/filename.ckpt` when training raises (a crash, a `KeyboardInterrupt`), as Lightning's.
+    """Save `dirpath/filename.ckpt` when a run raises (a crash, a `KeyboardInterrupt`), as Lightning's does.
 
-    Resume with `trainer.fit(model, ckpt_path=".../on_exception.ckpt")`.
+    A run that ends without an exception removes that file, so that what is left is always from the last
+    failure. Resume with `trainer.fit(model, ckpt_path=callback.ckpt_path)`.
 
     Example:
         ```python
@@ -27,19 +29,26 @@ class OnExceptionCheckpoint(Callback):
 
     def __init__(self, dirpath: str | os.PathLike[str], filename: str = "on_exception") -> None:
         super().__init__()
-        self.dirpath = os.fspath(dirpath)
+        if not filename:
+            raise ValueError("The filename cannot be empty")
+        self.dirpath = dirpath
         self.filename = filename
+        self._raised = False
 
     @property
     def ckpt_path(self) -> str:
         """Where the checkpoint is written."""
-        return os.path.join(os.path.expanduser(self.dirpath), self.filename + self.FILE_EXTENSION)
+        return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
+        self._raised = True
         trainer.save_checkpoint(self.ckpt_path)
 
     def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
-        """Nothing to clean up: the checkpoint stays for the resume."""
+        # fabricx calls teardown after on_exception too; Lightning's teardown (which removes) runs only on success.
+        raised, self._raised = self._raised, False
+        if not raised and trainer.is_global_zero and os.path.lexists(self.ckpt_path):
+            remove_checkpoint(self.ckpt_path, trainer.fabric.strategy.checkpoint_io)
 
 
 __all__ = ["OnExceptionCheckpoint"]

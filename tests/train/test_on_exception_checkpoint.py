@@ -1,0 +1,65 @@
+"""`OnExceptionCheckpoint` behaves as Lightning's: the same runs through both leave the same files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class _Crash(Exception):
+    pass
+
+
+def _runs(trainer_class: type, module_class: type, callback_class: type, folder) -> list[bool]:
+    """Crash in epoch 1, then a run that ends well: whether the file exists after each."""
+
+    class Module(module_class):  # type: ignore[misc, valid-type]
+        def __init__(self, crash: bool) -> None:
+            super().__init__()
+            self.layer, self.crash = torch.nn.Linear(4, 1), crash
+
+        def training_step(self, batch, batch_idx):
+            if self.crash and self.current_epoch == 1:
+                raise _Crash
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+    callback = callback_class(folder)
+    seen = []
+    for crash in (True, False):
+        trainer = trainer_class(default_root_dir=folder, max_epochs=2, logger=False, enable_progress_bar=False,
+                                enable_model_summary=False, callbacks=[callback])
+        if crash:
+            with pytest.raises(_Crash):
+                trainer.fit(Module(crash), data)
+        else:
+            trainer.fit(Module(crash), data)
+        seen.append((folder / "on_exception.ckpt").is_file())
+    return seen
+
+
+def test_written_on_a_crash_and_removed_by_a_run_that_ends_well_as_in_lightning(tmp_path):
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import OnExceptionCheckpoint as LightningOnException
+
+    import fabricx.train as fx
+    from fabricx.callbacks import OnExceptionCheckpoint
+
+    theirs = _runs(pl.Trainer, pl.LightningModule, LightningOnException, tmp_path / "lightning")
+    ours = _runs(fx.Trainer, fx.TrainModule, OnExceptionCheckpoint, tmp_path / "fabricx")
+    assert ours == theirs == [True, False]
+
+
+def test_an_empty_filename_is_refused_as_lightning_refuses_it():
+    from lightning.pytorch.callbacks import OnExceptionCheckpoint as LightningOnException
+
+    from fabricx.callbacks import OnExceptionCheckpoint
+
+    for callback_class in (LightningOnException, OnExceptionCheckpoint):
+        with pytest.raises(ValueError, match="The filename cannot be empty"):
+            callback_class("here", filename="")
+    assert OnExceptionCheckpoint("here").ckpt_path == LightningOnException("here").ckpt_path
