@@ -19,6 +19,7 @@ from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
+    from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
 
 
@@ -37,8 +38,8 @@ class ProgressState:
             "current_epoch": progress.current_epoch,
             "epoch_done": progress.epoch_done,
             "progress": progress.state_dict(),
-            "epoch_metrics": {k: _detached(v) for k, v in trainer._logger_connector.callback.items()},
-            "epoch_prog_bar": {k: _detached(v) for k, v in trainer._logger_connector.pbar.items()},
+            "epoch_metrics": {k: _detached(v) for k, v in trainer.run_context.logger_connector.callback.items()},
+            "epoch_prog_bar": {k: _detached(v) for k, v in trainer.run_context.logger_connector.pbar.items()},
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -50,8 +51,9 @@ class ProgressState:
         progress.epoch_done = bool(state_dict.get("epoch_done", False))
         if "progress" not in state_dict:
             progress.batches_that_stepped = progress.global_step
-        trainer._logger_connector.callback = dict(state_dict.get("epoch_metrics", {}))
-        trainer._logger_connector.pbar = dict(state_dict.get("epoch_prog_bar", {}))
+        connector = trainer.run_context.logger_connector
+        connector.callback = dict(state_dict.get("epoch_metrics", {}))
+        connector.pbar = dict(state_dict.get("epoch_prog_bar", {}))
         self.loaded = True
 
 
@@ -108,15 +110,15 @@ class MetricStates:
 
     _fabricx_per_rank = True
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
 
     def state_dict(self) -> dict[str, Any]:
-        cut = getattr(self.trainer, "_cut_metric_state", None)
-        return {"train": cut if cut is not None else self.trainer._train_results.state_dict()}
+        cut = self.run.cut_metric_state
+        return {"train": cut if cut is not None else self.run.train_results.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.trainer._train_results.load_state_dict(state_dict.get("train", {}), device=self.trainer.fabric.device)
+        self.run.train_results.load_state_dict(state_dict.get("train", {}), device=self.run.fabric.device)
 
 
 class Extras:
@@ -238,7 +240,7 @@ def progress_from_lightning(trainer: Trainer, loops: dict[str, Any] | None, epoc
     progress.batches_that_stepped = int(stepped)
     loader_states = (fit.get("state_dict") or {}).get("combined_loader")
     if loader_states:
-        load_lightning_loader_states(trainer._train_loader, loader_states)
+        load_lightning_loader_states(trainer.fit_loop.data.train_loader, loader_states)
     if not progress.epoch_done:
         rank_zero_warn(
             "This Lightning checkpoint was saved inside an epoch and holds no data-loader position; the epoch "
@@ -267,3 +269,4 @@ def _state_key(callback: Any) -> str:
 
 def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, Tensor) else value
+

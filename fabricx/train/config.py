@@ -167,6 +167,18 @@ class TrainerConfig:
         names = ("accelerator", "strategy", "devices", "num_nodes", "precision", "plugins", "grad_accum_steps")
         return {name: getattr(self, name) for name in (*names, "compile")}
 
+    def logger_objects(self) -> list[Any]:
+        """The loggers the flags ask for: the given ones, none for ``False``, a CSVLogger under
+        ``default_root_dir`` for ``None``/``True``."""
+        loggers = self.loggers
+        if loggers is False:
+            return []
+        if loggers is None or loggers is True:
+            from fabricx.loggers import CSVLogger
+
+            return [CSVLogger(self.default_root_dir)]
+        return list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
+
     def trainer_attributes(self) -> dict[str, Any]:
         """The checked flags the Trainer exposes as attributes of the same names."""
         return {name: getattr(self, name) for name in TRAINER_ATTRIBUTES}

@@ -12,6 +12,7 @@ import torch
 from fabricx.train.logging_result import ResultCollection, to_float
 
 if TYPE_CHECKING:
+    from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
 
 _HOOK_PREFIX = {"validate": "validation", "test": "test", "predict": "predict"}
@@ -84,11 +85,10 @@ def check_dataloader_idx(module: Any, stage: str, hook_names: Sequence[str], mul
             )
 
 
-def _model_mode_hooks(trainer: Trainer, prefix: str) -> tuple[Any, Any]:
+def _model_mode_hooks(module: Any, prefix: str) -> tuple[Any, Any]:
     from fabricx.train.datamodule import defines
     from fabricx.train.module import TrainModule
 
-    module = trainer._module
     eval_hook = getattr(module, f"on_{prefix}_model_eval", None) if isinstance(module, TrainModule) else None
     train_name = f"on_{prefix}_model_train"
     train_hook = None
@@ -102,11 +102,11 @@ def _model_mode_hooks(trainer: Trainer, prefix: str) -> tuple[Any, Any]:
 
 
 @contextlib.contextmanager
-def _eval_context(trainer: Trainer, prefix: str) -> Generator[None, None, None]:
+def _eval_context(trainer: Trainer, run: RunContext, prefix: str) -> Generator[None, None, None]:
     """``on_*_model_eval`` (default: eval mode), no gradients, then ``on_*_model_train`` or the modes restored."""
-    module = trainer._module
+    module = run.module
     assert module is not None, "evaluation runs on a set-up module"
-    eval_hook, train_hook = _model_mode_hooks(trainer, prefix)
+    eval_hook, train_hook = _model_mode_hooks(module, prefix)
     # The set-up model (its wrappers too) as Lightning's trainer.model: hooks read trainer.model.training.
     root = trainer.model if trainer.model is not None else module
     modes = [(submodule, submodule.training) for submodule in root.modules()]
@@ -128,6 +128,7 @@ def _eval_context(trainer: Trainer, prefix: str) -> Generator[None, None, None]:
 
 def run_evaluation(
     trainer: Trainer,
+    run: RunContext,
     stage: str,
     results: ResultCollection,
     loaders: Sequence[Any],
@@ -138,23 +139,23 @@ def run_evaluation(
     if not any(limit > 0 for limit in limits):
         return []  # as Lightning: no batches to run, no hooks, no metrics
     prefix = _HOOK_PREFIX[stage]
-    hooks = trainer._hooks
+    hooks = run.hooks
     step_name = f"{prefix}_step" if stage != "validate" else "validation_step"
-    step = trainer._step_function(step_name)
-    with_batch_idx = takes_batch_idx(getattr(trainer._module, step_name))
-    process = trainer._batch_processor
-    connector = trainer._logger_connector
-    previous, previous_iter = trainer._results, connector.first_loop_iter
-    trainer._results = results
+    step = run.step_function(step_name)
+    with_batch_idx = takes_batch_idx(getattr(run.module, step_name))
+    process = run.batch_processor
+    connector = run.logger_connector
+    previous, previous_iter = connector.results, connector.first_loop_iter
+    connector.results = results
     connector.first_loop_iter = None
     multiple = len(loaders) > 1
     counts = _loop_of(trainer, stage).batch_progress
     counts.reset_on_run()
-    check_dataloader_idx(trainer._module, stage, [step_name], multiple)
-    check_dataloader_idx(trainer._module, stage, [f"on_{prefix}_batch_start", f"on_{prefix}_batch_end"], multiple)
+    check_dataloader_idx(run.module, stage, [step_name], multiple)
+    check_dataloader_idx(run.module, stage, [f"on_{prefix}_batch_start", f"on_{prefix}_batch_end"], multiple)
     outputs: list[dict[str, Any]] = []
     try:
-        with _eval_context(trainer, prefix):
+        with _eval_context(trainer, run, prefix):
             results.in_step = False
             results.hook = f"on_{prefix}_epoch_start"
             hooks.call(f"on_{prefix}_start")
@@ -205,25 +206,25 @@ def run_evaluation(
         results.dataloader_idx = None
         results.in_step = True
         results.hook = f"{prefix}_step"
-        trainer._results = previous
+        connector.results = previous
         connector.first_loop_iter = previous_iter
     if sanity:
         return []
     return [{k: to_float(v) for k, v in loader_outputs.items()} for loader_outputs in outputs]
 
 
-def run_prediction(trainer: Trainer, loaders: Sequence[Any], limits: Sequence[float]) -> list[Any]:
+def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], limits: Sequence[float]) -> list[Any]:
     """Collect ``predict_step`` outputs (one list per loader when several are given)."""
-    hooks = trainer._hooks
-    step = trainer._step_function("predict_step")
-    assert trainer._module is not None, "prediction runs on a set-up module"
-    with_batch_idx = takes_batch_idx(trainer._module.predict_step)
-    process = trainer._batch_processor
+    hooks = run.hooks
+    step = run.step_function("predict_step")
+    assert run.module is not None, "prediction runs on a set-up module"
+    with_batch_idx = takes_batch_idx(run.module.predict_step)
+    process = run.batch_processor
     multiple = len(loaders) > 1
-    check_dataloader_idx(trainer._module, "predict", ["predict_step", "on_predict_batch_start", "on_predict_batch_end"],
+    check_dataloader_idx(run.module, "predict", ["predict_step", "on_predict_batch_start", "on_predict_batch_end"],
                          multiple)
     outputs: list[list[Any]] = []
-    with _eval_context(trainer, "predict"):
+    with _eval_context(trainer, run, "predict"):
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         for dataloader_idx, loader in enumerate(loaders):

@@ -25,317 +25,462 @@ resumed from it finishes that batch (validation included) before the next one.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from torch import Tensor
-
-from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.train.eval_loop import run_evaluation
+from fabricx.train.fit_data import FitData
+from fabricx.train.loop_objects import TrainingEpochLoop, processed_counts
+from fabricx.train.progress_trackers import ProcessedTracker, Progress
+from fabricx.train.states import RunningStage
+from fabricx.utilities.rank_zero import rank_zero_log_info
+from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 
 if TYPE_CHECKING:
+    from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
+    from fabricx.train.training_steps import TrainingSteps
+
+log = logging.getLogger(__name__)
 
 
-def run_fit_loop(trainer: Trainer) -> None:
-    """Train epochs until ``max_epochs``/``max_steps``/``max_time`` or ``trainer.should_stop``."""
-    progress = trainer.progress
-    if progress.resumed_mid_epoch and progress.batch_idx >= 0 and not progress.batch_finished:
-        # Restored from a checkpoint written in on_train_batch_end: finish that batch first, logging its
-        # restored step values (inside the batch loop) as the interrupted run would have.
-        connector = trainer._logger_connector
-        connector.results = trainer._train_results
-        connector.first_loop_iter = False
-        finish_batch(trainer, progress.val_pending)
-    while not trainer._fit_is_done():
-        if trainer.should_stop and trainer._can_stop_early():
-            break  # asked to stop before this epoch began (e.g. a Timer with no time left), as in Lightning
-        trainer._maybe_reload_train_loader()
-        run_train_epoch(trainer)
-        finish_train_epoch(trainer)
-        if trainer.should_stop and trainer._can_stop_early():
-            break
+class FitLoop:
+    """Lightning's `trainer.fit_loop`: runs fit's epochs and owns their counters (`epoch_progress`, `epoch_loop`),
+    the fit's data (`data`) and its stop conditions (`done`).
 
+    Example:
+        ```python
+        trainer.fit(model)
+        trainer.fit_loop.epoch_progress.current.completed  # epochs done
+        trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer_steps
+        ```
+    """
 
-def run_train_epoch(trainer: Trainer) -> None:
-    """One pass over the training data (or the rest of it, after a mid-epoch resume)."""
-    fabric = trainer.fabric
-    loader = trainer._train_loader
-    hooks = trainer._hooks
-    results = trainer._train_results
-    progress = trainer.progress
-    trainer._results = results
-    results.in_step = True
-    results.hook = "training_step"
-    resumed = progress.resumed_mid_epoch
-    fit_loop = trainer.fit_loop
-    epoch_loop = fit_loop.epoch_loop
-    if resumed:
-        progress.resumed_mid_epoch = False
-    else:
-        loader.set_epoch(trainer.current_epoch)
-        progress.batch_idx = -1
-        progress.validated_at_epoch_end = False
-        fit_loop.reset()
-        fit_loop.epoch_progress.increment_ready()
-        hooks.call("on_train_epoch_start")
-        fit_loop.epoch_progress.increment_started()
-    epoch_loop.reset()
-    fit_loop.restarting = False  # the restored counts are set; from here on they count this run
-    counts = epoch_loop.batch_progress
+    def __init__(self, trainer: Trainer, run: RunContext, steps: TrainingSteps) -> None:
+        self._trainer = trainer
+        self._run = run
+        self._steps = steps
+        self.data = FitData(trainer, run)
+        self.epoch_progress = Progress()
+        self.epoch_loop = TrainingEpochLoop(trainer, self.run_validation)
+        self._restarting = False
+        self._loaded = False  # restored from a checkpoint, not reset since
+        self._started_at: float | None = None  # read only for max_time
+        self._stop_postponed_said = False  # the min_epochs/min_steps note is given once, as in Lightning
 
-    limit = trainer.num_training_batches
-    limited = _is_limited(loader, limit)
-    if resumed and limited and loader.batches_consumed >= limit:
-        return
-    iterator = iter(loader)
-    # The last window of a limited epoch ends at the limit, not at the loader's end.
-    epoch_length = int(limit) if limited else None
+    @property
+    def max_epochs(self) -> int | None:
+        return self._trainer.max_epochs
 
-    # Everything the per-batch path touches, looked up once.
-    batch_start_callbacks = hooks.callback_hooks("on_train_batch_start")
-    batch_start_module = hooks.module_hook("on_train_batch_start")
-    batch_end_callbacks = hooks.callback_hooks("on_train_batch_end", monitoring=False)
-    batch_end_module = hooks.module_hook("on_train_batch_end")
-    batch_end_monitoring = hooks.callback_hooks("on_train_batch_end", monitoring=True)
-    module = trainer._module
-    automatic = trainer._automatic
-    accumulate = fabric.grad_accum_steps > 1
-    model = trainer._model
-    assert model is not None, "the fit loop runs on a set-up module"
-    process = trainer._batch_processor
-    step_schedulers = bool(trainer._step_schedulers_cache) and automatic
-    epoch_schedulers = bool(trainer._epoch_schedulers_cache) and automatic
-    automatic_step = trainer._automatic_step
-    manual_step = trainer._manual_step
-    connector = trainer._logger_connector
+    @property
+    def min_epochs(self) -> int | None:
+        return self._trainer.min_epochs
 
-    while True:
-        if limited and loader.batches_consumed >= limit:
-            break
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            break
-        batch_idx = loader.batches_consumed - 1
-        progress.batch_idx = batch_idx
-        progress.total_batch_idx += 1
-        progress.batch_finished = False
-        progress.is_last_batch = batch_idx + 1 >= limit
-        if process is not None:
-            batch = process(batch, 0)
-        counts.is_last_batch = progress.is_last_batch
-        counts.increment_ready()
-        connector.on_batch_start(results, batch)
-        for method in batch_start_callbacks:
-            method(trainer, module, batch, batch_idx)
-        if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
-            counts.is_last_batch = True
-            counts.increment_processed()
-            progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
-            if epoch_schedulers:
-                trainer._step_schedulers("epoch", plateau=False)
-            break
-        counts.increment_started()
-        if automatic:
-            if accumulate:
-                with fabric.accumulate(model, epoch_length=epoch_length):
-                    stepped = fabric.sync_gradients
-                    outputs = automatic_step(batch, batch_idx, stepped)
+    @property
+    def max_steps(self) -> int:
+        return self._trainer.max_steps
+
+    @property
+    def min_steps(self) -> int | None:
+        return self._trainer.min_steps
+
+    @property
+    def batch_idx(self) -> int:
+        return self.epoch_loop.batch_idx
+
+    @property
+    def total_batch_idx(self) -> int:
+        return self.epoch_loop.total_batch_idx
+
+    @property
+    def done(self) -> bool:
+        """Whether fit has nothing left to run (`max_steps`/`max_epochs` reached, or stopped)."""
+        return self.fit_is_done() or (self._trainer.should_stop and self.can_stop_early())
+
+    @property
+    def restarting(self) -> bool:
+        return self._restarting
+
+    @restarting.setter
+    def restarting(self, restarting: bool) -> None:
+        current = cast(ProcessedTracker, self.epoch_progress.current)
+        # As Lightning: after a finished epoch there is nothing to restart (unless training counts steps).
+        unfinished = current.ready != current.processed or current.started != current.processed
+        self._restarting = restarting and (unfinished or self._trainer.max_steps >= 0)
+        loop = self.epoch_loop
+        loop.restarting = loop.val_loop.restarting = self._restarting
+        loop.automatic_optimization.restarting = loop.manual_optimization.restarting = self._restarting
+
+    def reset(self) -> None:
+        """Before an epoch, after a restore (as Lightning's restart stages): an epoch restored at its start is
+        counted again; one restored at its end (processed, not completed) is completed."""
+        total = processed_counts(self.epoch_progress)
+        loaded, self._loaded = self._loaded, False
+        if not (self._restarting or loaded):
+            return
+        begun = total.processed == total.started and total.completed == total.processed
+        mid_epoch = self._restarting and total.started == total.ready and total.processed == total.started - 1
+        mid_epoch = mid_epoch and total.completed == total.processed
+        if self._restarting and begun and total.started == total.ready - 1:
+            self.epoch_progress.reset_on_restart()
+        elif total.started == total.ready == total.processed and total.completed == total.processed - 1:
+            self.epoch_progress.increment_completed()
+        loop = self.epoch_loop
+        if loop.restarted_on_train_batch_end() and loop.batch_progress.is_last_batch:
+            # Written in on_train_batch_end of the epoch's last batch: that epoch is over.
+            if mid_epoch:
+                self.epoch_progress.increment_processed()
+                self.epoch_progress.increment_completed()
+            elif not loop.val_loop.batch_progress.is_last_batch:
+                self.epoch_progress.increment_completed()
+
+    def reset_progress(self) -> None:
+        """Every counter back to zero (a new fit of this trainer)."""
+        loop = self.epoch_loop
+        for counts in (self.epoch_progress, loop.batch_progress, loop.scheduler_progress,
+                       loop.automatic_optimization.optim_progress, loop.manual_optimization.optim_step_progress,
+                       loop.val_loop.batch_progress):
+            counts.reset()
+        self._loaded = False
+        self.restarting = False
+
+    def state_dict(self) -> dict[str, Any]:
+        from fabricx.train.loaders import lightning_loader_states
+
+        loader_states = lightning_loader_states(self.data.train_loader)
+        return {
+            "state_dict": {"combined_loader": loader_states} if loader_states else {},
+            "epoch_progress": self.epoch_progress.state_dict(),
+            **self.epoch_loop.state_dict(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "epoch_progress" in state_dict:
+            self.epoch_progress.load_state_dict(state_dict["epoch_progress"])
+        self.epoch_loop.load_state_dict(state_dict)
+        self.restarting = True
+        self._loaded = True
+
+    # -- running fit -------------------------------------------------------------------------------------------
+    def start_clock(self) -> None:
+        """``max_time`` counts from here (the clock is read only when it is set: a time-based
+        ``val_check_interval`` counts the clock's reads, as Lightning's does)."""
+        self._started_at = time.monotonic() if self._trainer.max_time is not None else None
+
+    def run(self) -> None:
+        """Train epochs until ``max_epochs``/``max_steps``/``max_time`` or ``trainer.should_stop``."""
+        trainer, run = self._trainer, self._run
+        progress = trainer.progress
+        if progress.resumed_mid_epoch and progress.batch_idx >= 0 and not progress.batch_finished:
+            # Restored from a checkpoint written in on_train_batch_end: finish that batch first, logging its
+            # restored step values (inside the batch loop) as the interrupted run would have.
+            run.results = run.train_results
+            run.logger_connector.first_loop_iter = False
+            self._finish_batch(progress.val_pending)
+        while not self.fit_is_done():
+            if trainer.should_stop and self.can_stop_early():
+                break  # asked to stop before this epoch began (e.g. a Timer with no time left), as in Lightning
+            self.data.maybe_reload_train_loader()
+            self._run_epoch()
+            self._finish_epoch()
+            if trainer.should_stop and self.can_stop_early():
+                break
+
+    def _run_epoch(self) -> None:
+        """One pass over the training data (or the rest of it, after a mid-epoch resume)."""
+        trainer, run, steps = self._trainer, self._run, self._steps
+        fabric = run.fabric
+        loader = self.data.train_loader
+        hooks = run.hooks
+        results = run.train_results
+        progress = trainer.progress
+        run.results = results
+        results.in_step = True
+        results.hook = "training_step"
+        resumed = progress.resumed_mid_epoch
+        epoch_loop = self.epoch_loop
+        if resumed:
+            progress.resumed_mid_epoch = False
+        else:
+            loader.set_epoch(trainer.current_epoch)
+            progress.batch_idx = -1
+            progress.validated_at_epoch_end = False
+            self.reset()
+            self.epoch_progress.increment_ready()
+            hooks.call("on_train_epoch_start")
+            self.epoch_progress.increment_started()
+        epoch_loop.reset()
+        self.restarting = False  # the restored counts are set; from here on they count this run
+        counts = epoch_loop.batch_progress
+
+        limit = self.data.num_training_batches
+        limited = _is_limited(loader, limit)
+        if resumed and limited and loader.batches_consumed >= limit:
+            return
+        iterator = iter(loader)
+        # The last window of a limited epoch ends at the limit, not at the loader's end.
+        epoch_length = int(limit) if limited else None
+
+        # Everything the per-batch path touches, looked up once.
+        batch_start_callbacks = hooks.callback_hooks("on_train_batch_start")
+        batch_start_module = hooks.module_hook("on_train_batch_start")
+        batch_end_callbacks = hooks.callback_hooks("on_train_batch_end", monitoring=False)
+        batch_end_module = hooks.module_hook("on_train_batch_end")
+        batch_end_monitoring = hooks.callback_hooks("on_train_batch_end", monitoring=True)
+        module = run.module
+        automatic = run.automatic
+        accumulate = fabric.grad_accum_steps > 1
+        model = run.model
+        assert model is not None, "the fit loop runs on a set-up module"
+        process = run.batch_processor
+        step_schedulers = bool(steps.step_schedulers) and automatic
+        epoch_schedulers = bool(steps.epoch_schedulers) and automatic
+        automatic_step = steps.automatic_step
+        manual_step = steps.manual_step
+        step_lr_schedulers = steps.step_lr_schedulers
+        connector = run.logger_connector
+
+        while True:
+            if limited and loader.batches_consumed >= limit:
+                break
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            batch_idx = loader.batches_consumed - 1
+            progress.batch_idx = batch_idx
+            progress.total_batch_idx += 1
+            progress.batch_finished = False
+            progress.is_last_batch = batch_idx + 1 >= limit
+            if process is not None:
+                batch = process(batch, 0)
+            counts.is_last_batch = progress.is_last_batch
+            counts.increment_ready()
+            connector.on_batch_start(results, batch)
+            for method in batch_start_callbacks:
+                method(trainer, module, batch, batch_idx)
+            if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
+                counts.is_last_batch = True
+                counts.increment_processed()
+                progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
+                if epoch_schedulers:
+                    step_lr_schedulers("epoch", plateau=False)
+                break
+            counts.increment_started()
+            if automatic:
+                assert automatic_step is not None
+                if accumulate:
+                    with fabric.accumulate(model, epoch_length=epoch_length):
+                        stepped = fabric.sync_gradients
+                        outputs = automatic_step(batch, batch_idx, stepped)
+                else:
+                    stepped = True
+                    outputs = automatic_step(batch, batch_idx, True)
+                progress.stepped = stepped
             else:
+                assert manual_step is not None
+                steps_before = progress.global_step
+                outputs = manual_step(batch, batch_idx)
                 stepped = True
-                outputs = automatic_step(batch, batch_idx, True)
-        else:
-            steps_before = progress.global_step
-            outputs = manual_step(batch, batch_idx)
-            stepped = True
-            progress.stepped = progress.global_step != steps_before
-        if automatic:
-            progress.stepped = stepped
-        if stepped and step_schedulers:
-            trainer._step_schedulers("step", plateau=False)
-        if epoch_schedulers and progress.is_last_batch:
-            trainer._step_schedulers("epoch", plateau=False)
-        counts.increment_processed()
-        progress.val_pending = _validation_due(trainer)
-        progress.accumulating = not stepped
-        for method in batch_end_callbacks:
-            method(trainer, module, outputs, batch, batch_idx)
-        if batch_end_module is not None:
-            batch_end_module(outputs, batch, batch_idx)
-        for method in batch_end_monitoring:
-            method(trainer, module, outputs, batch, batch_idx)
-        connector.on_batch_end()
-        counts.increment_completed()
-        finish_batch(trainer, progress.val_pending, accumulating=not stepped)
-        if trainer._should_end_epoch():
-            # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
-            progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
-            break
-    if (
-        not progress.validated_at_epoch_end
-        and math.isinf(limit)
-        and math.isinf(trainer._val_check_batch)
-        and trainer.val_check_seconds is None
-        and trainer._validation_enabled()
-        and trainer._should_validate_this_epoch()
-    ):
-        # A loader without a length: the end of the epoch is only known now.
-        trainer.fit_loop.epoch_loop.val_loop.run()
-        progress.validated_at_epoch_end = True
-
-
-def finish_batch(trainer: Trainer, validate: bool, accumulating: bool = False) -> None:
-    """What follows ``on_train_batch_end``: step metrics, validation when due, plateau schedulers, counters."""
-    progress = trainer.progress
-    if not accumulating and trainer.loggers:
-        every = trainer.log_every_n_steps
-        due = every > 0 and (progress.batches_that_stepped + 1) % every == 0
-        trainer._logger_connector.update_train_step_metrics(due or trainer.should_stop or bool(trainer.fast_dev_run))
-    if validate:
-        progress.val_pending = False
-        if not accumulating:
-            trainer._call_module_hook("on_validation_model_zero_grad")
-        trainer.fit_loop.epoch_loop.val_loop.run()
-        if progress.is_last_batch:
+                progress.stepped = progress.global_step != steps_before
+            if stepped and step_schedulers:
+                step_lr_schedulers("step", plateau=False)
+            if epoch_schedulers and progress.is_last_batch:
+                step_lr_schedulers("epoch", plateau=False)
+            counts.increment_processed()
+            progress.val_pending = self._validation_due()
+            progress.accumulating = not stepped
+            for method in batch_end_callbacks:
+                method(trainer, module, outputs, batch, batch_idx)
+            if batch_end_module is not None:
+                batch_end_module(outputs, batch, batch_idx)
+            for method in batch_end_monitoring:
+                method(trainer, module, outputs, batch, batch_idx)
+            connector.on_batch_end()
+            counts.increment_completed()
+            self._finish_batch(progress.val_pending, accumulating=not stepped)
+            if self._should_end_epoch():
+                # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
+                progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
+                break
+        if (
+            not progress.validated_at_epoch_end
+            and math.isinf(limit)
+            and math.isinf(self.data.val_check_batch)
+            and trainer.val_check_seconds is None
+            and self.data.val_enabled
+            and self.data.validates_this_epoch()
+        ):
+            # A loader without a length: the end of the epoch is only known now.
+            epoch_loop.val_loop.run()
             progress.validated_at_epoch_end = True
-    if not accumulating:
-        if trainer._automatic and trainer._step_schedulers_cache:
-            trainer._step_schedulers("step", plateau=True)
-        progress.batches_that_stepped += 1
-    progress.val_pending = False
-    progress.batch_finished = True
 
+    def _finish_batch(self, validate: bool, accumulating: bool = False) -> None:
+        """What follows ``on_train_batch_end``: step metrics, validation when due, plateau schedulers, counters."""
+        trainer, run = self._trainer, self._run
+        progress = trainer.progress
+        if not accumulating and trainer.loggers:
+            every = trainer.log_every_n_steps
+            due = every > 0 and (progress.batches_that_stepped + 1) % every == 0
+            run.logger_connector.update_train_step_metrics(due or trainer.should_stop or bool(trainer.fast_dev_run))
+        if validate:
+            progress.val_pending = False
+            if not accumulating:
+                run.call_module_hook("on_validation_model_zero_grad")
+            self.epoch_loop.val_loop.run()
+            if progress.is_last_batch:
+                progress.validated_at_epoch_end = True
+        if not accumulating:
+            if run.automatic and self._steps.step_schedulers:
+                self._steps.step_lr_schedulers("step", plateau=True)
+            progress.batches_that_stepped += 1
+        progress.val_pending = False
+        progress.batch_finished = True
 
-def _validation_due(trainer: Trainer) -> bool:
-    """Lightning's rule: in a validating epoch, when stopping, when the time interval passed, or every N batches
-    (counted within the epoch, or over all epochs with ``check_val_every_n_epoch=None``)."""
-    if not trainer._validation_enabled() or not trainer._should_validate_this_epoch():
+    def _validation_due(self) -> bool:
+        """Lightning's rule: in a validating epoch, when stopping, when the time interval passed, or every N batches
+        (counted within the epoch, or over all epochs with ``check_val_every_n_epoch=None``)."""
+        trainer, data = self._trainer, self.data
+        if not data.val_enabled or not data.validates_this_epoch():
+            return False
+        progress = trainer.progress
+        if trainer.should_stop and self.can_stop_early():
+            return True
+        seconds = trainer.val_check_seconds
+        if seconds is not None:
+            return time.monotonic() - data.last_val_time >= seconds
+        interval = data.val_check_batch
+        if math.isinf(interval):
+            # An epoch of unknown length: validated once its end is known (after the loop).
+            return False
+        done = (progress.total_batch_idx if trainer.check_val_every_n_epoch is None else progress.batch_idx) + 1
+        return done % interval == 0
+
+    def _finish_epoch(self) -> None:
+        """Epoch-end hooks, epoch metrics, epoch-interval plateau schedulers, then monitoring callbacks."""
+        trainer, run = self._trainer, self._run
+        hooks = run.hooks
+        results = run.train_results
+        progress = trainer.progress
+        # A checkpoint written in the epoch-end hooks of a cut epoch resumes inside it, with the aggregates
+        # of the batches done so far (the epoch-end computation below resets them).
+        run.cut_metric_state = results.state_dict() if progress.epoch_cut else None
+        results.in_step = False
+        results.hook = "on_train_epoch_end"
+        connector = run.logger_connector
+        connector.results = results
+        # Outside the batch loop, reads of the metrics give the epoch aggregates (to every on_train_epoch_end hook).
+        connector.epoch_end_reached()
+        # As Lightning: `processed` before the epoch-end hooks (where checkpoints are written), `completed` after.
+        self.epoch_progress.increment_processed()
+        try:
+            hooks.call("on_train_epoch_end", monitoring=False)
+        finally:
+            results.in_step = True
+            results.hook = "training_step"
+        if run.automatic and not progress.epoch_cut:
+            if progress.batch_idx < 0 or not progress.is_last_batch:
+                # The epoch ended early (no batches, on_train_batch_start returned -1, a batch limit):
+                # its epoch schedulers were not stepped at a last batch.
+                self._steps.step_lr_schedulers("epoch", plateau=False)
+            self._steps.step_lr_schedulers("epoch", plateau=True)
+        progress.epoch_done = not progress.epoch_cut
+        results.in_step = False
+        results.hook = "on_train_epoch_end"
+        try:
+            hooks.call("on_train_epoch_end", monitoring=True, module=False)
+        finally:
+            results.in_step = True
+            results.hook = "training_step"
+        connector.on_epoch_end()
+        # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
+        connector.update_train_epoch_metrics(step=max(0, progress.batches_that_stepped - 1))
+        self.epoch_progress.increment_completed()
+        progress.current_epoch += 1
+        progress.epoch_done = False
+        progress.epoch_cut = False
+        run.cut_metric_state = None
+
+    # -- validation inside fit -------------------------------------------------------------------------------
+    def run_validation(self) -> None:
+        """One validation pass of fit (`epoch_loop.val_loop.run()`); the loaders are (re)built when it runs."""
+        trainer, run, data = self._trainer, self._run, self.data
+        trainer.state.stage = RunningStage.VALIDATING
+        try:
+            data.ensure_val_loaders()
+            run_evaluation(trainer, run, "validate", run.val_results, data.val_loaders, data.val_limits)
+            data.validation_ended(data.val_limits)
+        finally:
+            trainer.state.stage = RunningStage.TRAINING
+
+    def run_sanity_check(self) -> None:
+        """``num_sanity_val_steps`` validation batches before training; they change no state, random generators
+        included, and nothing they log or count is kept."""
+        trainer, run, data = self._trainer, self._run, self.data
+        steps = trainer.num_sanity_val_steps
+        rng = capture_rng_states()
+        trainer.sanity_checking = True
+        try:
+            run.hooks.call("on_sanity_check_start", module=False)
+            data.ensure_val_loaders()
+            limits = [limit if steps < 0 else min(limit, steps) for limit in data.val_limits]
+            run_evaluation(trainer, run, "validate", run.val_results, data.val_loaders, limits, sanity=True)
+            data.validation_ended(limits)
+            run.hooks.call("on_sanity_check_end", module=False)
+            run.logger_connector.reset_metrics()
+            self.epoch_loop.val_loop.reset_progress()
+        finally:
+            trainer.state.stage = RunningStage.TRAINING
+            restore_rng_states(rng)
+
+    # -- when fit ends -----------------------------------------------------------------------------------------
+    def fit_is_done(self) -> bool:
+        trainer = self._trainer
+        if self.data.train_loader is not None and self.data.num_training_batches == 0:
+            return True  # as Lightning: no training batches, nothing to loop over
+        if trainer.max_steps >= 0 and trainer.global_step >= trainer.max_steps:
+            return True
+        if self._time_is_up():
+            return True
+        max_epochs = trainer.max_epochs
+        return max_epochs is not None and max_epochs >= 0 and trainer.current_epoch >= max_epochs
+
+    def can_stop_early(self) -> bool:
+        """``min_epochs``/``min_steps`` reached (a stop request before them is postponed, as in Lightning)."""
+        trainer = self._trainer
+        if trainer.min_epochs is not None and trainer.current_epoch < trainer.min_epochs:
+            return False
+        return not (trainer.min_steps is not None and trainer.global_step < trainer.min_steps)
+
+    def _time_is_up(self) -> bool:
+        max_time = self._trainer.max_time
+        return max_time is not None and self._started_at is not None and time.monotonic() - self._started_at >= max_time
+
+    def _should_end_epoch(self) -> bool:
+        trainer = self._trainer
+        if trainer.max_steps >= 0 and trainer.global_step >= trainer.max_steps:
+            return True
+        if self._time_is_up():
+            trainer.should_stop = True
+            return True
+        if not trainer.should_stop:
+            return False
+        if self.can_stop_early():
+            return True
+        if not self._stop_postponed_said:
+            self._stop_postponed_said = True
+            # Lightning names its parsed min_epochs: 1 when only min_steps is set, else 0.
+            min_steps = trainer.min_steps
+            min_epochs = trainer.min_epochs if trainer.min_epochs is not None else (1 if min_steps is not None else 0)
+            rank_zero_log_info(
+                log,
+                f"Trainer was signaled to stop but the required `min_epochs={min_epochs!r}` or"
+                f" `min_steps={min_steps!r}` has not been met. Training will continue...",
+            )
         return False
-    progress = trainer.progress
-    if trainer.should_stop and trainer._can_stop_early():
-        return True
-    seconds = trainer.val_check_seconds
-    if seconds is not None:
-        return time.monotonic() - trainer._last_val_time >= seconds
-    interval = trainer._val_check_batch
-    if math.isinf(interval):
-        # An epoch of unknown length: validated once its end is known (after the loop).
-        return False
-    done = (progress.total_batch_idx if trainer.check_val_every_n_epoch is None else progress.batch_idx) + 1
-    return done % interval == 0
 
-
-def finish_train_epoch(trainer: Trainer) -> None:
-    """Epoch-end hooks, epoch metrics, epoch-interval plateau schedulers, then monitoring callbacks."""
-    hooks = trainer._hooks
-    results = trainer._train_results
-    progress = trainer.progress
-    # A checkpoint written in the epoch-end hooks of a cut epoch resumes inside it, with the aggregates
-    # of the batches done so far (the epoch-end computation below resets them).
-    trainer._cut_metric_state = results.state_dict() if progress.epoch_cut else None
-    results.in_step = False
-    results.hook = "on_train_epoch_end"
-    connector = trainer._logger_connector
-    connector.results = results
-    # Outside the batch loop, reads of the metrics give the epoch aggregates (to every on_train_epoch_end hook).
-    connector.epoch_end_reached()
-    # As Lightning: `processed` before the epoch-end hooks (where checkpoints are written), `completed` after.
-    trainer.fit_loop.epoch_progress.increment_processed()
-    try:
-        hooks.call("on_train_epoch_end", monitoring=False)
-    finally:
-        results.in_step = True
-        results.hook = "training_step"
-    if trainer._automatic and not progress.epoch_cut:
-        if progress.batch_idx < 0 or not progress.is_last_batch:
-            # The epoch ended early (no batches, on_train_batch_start returned -1, a batch limit):
-            # its epoch schedulers were not stepped at a last batch.
-            trainer._step_schedulers("epoch", plateau=False)
-        trainer._step_schedulers("epoch", plateau=True)
-    progress.epoch_done = not progress.epoch_cut
-    results.in_step = False
-    results.hook = "on_train_epoch_end"
-    try:
-        hooks.call("on_train_epoch_end", monitoring=True, module=False)
-    finally:
-        results.in_step = True
-        results.hook = "training_step"
-    connector.on_epoch_end()
-    # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
-    connector.update_train_epoch_metrics(step=max(0, progress.batches_that_stepped - 1))
-    trainer.fit_loop.epoch_progress.increment_completed()
-    progress.current_epoch += 1
-    progress.epoch_done = False
-    progress.epoch_cut = False
-    trainer._cut_metric_state = None
-
-
-def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor | None, dict[str, Any]]:
-    """The loss to back-propagate and what ``on_train_batch_end`` receives (Lightning's shapes)."""
-    if automatic:
-        if outputs is None:
-            return None, {}
-        if isinstance(outputs, Tensor):
-            loss, extra = outputs, {}
-        elif isinstance(outputs, Mapping) and "loss" in outputs:
-            loss = outputs["loss"]
-            extra = {k: v for k, v in outputs.items() if k != "loss"}
-        else:
-            what = (
-                f"a dict with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else f"a {type(outputs).__name__}"
-            )
-            lightning = (
-                "In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present"
-                if isinstance(outputs, Mapping)
-                else "In automatic optimization, `training_step` must return a Tensor, a dict, or None (where the "
-                "step will be skipped)"
-            )
-            raise MisconfigurationError(
-                f"{lightning}. training_step returned {what}; return the loss tensor, a dict with the loss under "
-                "'loss', or None to skip the batch (add `return loss` at the end of training_step)."
-            )
-        check_loss(loss)
-        reported = loss.detach() if scale == 1 else loss.detach() / scale
-        return loss, {"loss": reported, **extra}
-    if outputs is None:
-        return None, {}
-    if isinstance(outputs, Tensor):
-        return None, {"loss": outputs.detach()}
-    if isinstance(outputs, Mapping):
-        extra = dict(outputs)
-        if isinstance(extra.get("loss"), Tensor):
-            extra["loss"] = extra["loss"].detach()
-        return None, extra
-    raise MisconfigurationError(
-        "In manual optimization, `training_step` must either return a Tensor or have no return. training_step "
-        f"returned a {type(outputs).__name__}: return a tensor, a dict, or nothing."
-    )
-
-
-def check_loss(loss: Any) -> None:
-    if not isinstance(loss, Tensor):
-        raise MisconfigurationError(
-            f"training_step returned a loss of type {type(loss).__name__}; it must be a torch.Tensor."
-        )
-    if not loss.requires_grad:
-        raise MisconfigurationError(
-            "training_step returned a loss that does not require grad (computed under torch.no_grad(), "
-            "detached, or from frozen parameters only), so there is nothing to train. Return the loss "
-            "straight from the model's output."
-        )
-
-
-def extract_loss(outputs: Any) -> Tensor:
-    """The loss from what ``training_step`` returned (a tensor or a dict with ``"loss"``)."""
-    loss, _ = training_output(outputs, True, 1)
-    if loss is None:
-        raise MisconfigurationError(
-            "training_step returned None; it must return the loss tensor, or a dict with the loss under "
-            "'loss'. Add `return loss` at the end of training_step."
-        )
-    return loss
 
 
 def _is_limited(loader: Any, limit: float) -> bool:

@@ -102,9 +102,10 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     if datamodule_hparams:
         state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
     state[PROGRESS_KEY] = ckpt.ProgressState(trainer)
-    if trainer._train_loader is not None and not weights_only:
-        state[LOADER_KEY] = trainer._train_loader
-    state[METRICS_KEY] = ckpt.MetricStates(trainer)
+    train_loader = trainer.fit_loop.data.train_loader
+    if train_loader is not None and not weights_only:
+        state[LOADER_KEY] = train_loader
+    state[METRICS_KEY] = ckpt.MetricStates(trainer.run_context)
     state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)
     return state
 

@@ -1,10 +1,11 @@
-"""`trainer.fit_loop`, `trainer.validate_loop`, ...: Lightning's loop objects as the Trainer exposes them.
+"""The counters of Lightning's loop objects below `trainer.fit_loop`, and `trainer.validate_loop`, `test_loop`,
+`predict_loop`.
 
-They own the loops' progress counters (`epoch_progress`, `epoch_loop.batch_progress`, the optimizer and
-scheduler counts, the validation loop's batches), which the fit and evaluation loops increment where
-Lightning's do, and which a checkpoint holds under `loops`. The loops themselves run in `fit_loop.py` and
-`eval_loop.py`; `fit_loop.epoch_loop.val_loop.run()` is the validation that fit runs (replaceable, as in
-Lightning, e.g. by a mock that counts its calls).
+They own the loops' progress counters (`epoch_loop.batch_progress`, the optimizer and scheduler counts, the
+validation loop's batches), which the fit loop (`fit_loop.py`, `FitLoop`) and the evaluation passes
+(`eval_loop.py`) increment where Lightning's do, and which a checkpoint holds under `loops`.
+`fit_loop.epoch_loop.val_loop.run()` is the validation that fit runs (replaceable, as in Lightning, e.g. by a
+mock that counts its calls).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
-def _processed(progress: Progress) -> ProcessedTracker:
+def processed_counts(progress: Progress) -> ProcessedTracker:
     # Epoch and batch progress count all four stages (only scheduler and optimizer counts have fewer).
     return cast(ProcessedTracker, progress.total)
 
@@ -113,7 +114,7 @@ class TrainingEpochLoop:
 
     def restarted_on_train_batch_end(self) -> bool:
         """Restored from a checkpoint written in `on_train_batch_end` (the batch processed, not completed)."""
-        total = _processed(self.batch_progress)
+        total = processed_counts(self.batch_progress)
         return (
             self.restarting
             and total.started == total.ready
@@ -171,117 +172,4 @@ class TrainingEpochLoop:
         self.val_loop.restarting = True
 
 
-class FitLoop:
-    """The fit loop's counters (`epoch_progress`) and its epoch loop (`epoch_loop`), as Lightning's `fit_loop`.
-
-    Example:
-        ```python
-        trainer.fit(model)
-        trainer.fit_loop.epoch_progress.current.completed  # epochs done
-        trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer_steps
-        ```
-    """
-
-    def __init__(self, trainer: Trainer, val_runner: Callable[[], Any]) -> None:
-        self._trainer = trainer
-        self.epoch_progress = Progress()
-        self.epoch_loop = TrainingEpochLoop(trainer, val_runner)
-        self._restarting = False
-        self._loaded = False  # restored from a checkpoint, not reset since
-
-    @property
-    def max_epochs(self) -> int | None:
-        return self._trainer.max_epochs
-
-    @property
-    def min_epochs(self) -> int | None:
-        return self._trainer.min_epochs
-
-    @property
-    def max_steps(self) -> int:
-        return self._trainer.max_steps
-
-    @property
-    def min_steps(self) -> int | None:
-        return self._trainer.min_steps
-
-    @property
-    def batch_idx(self) -> int:
-        return self.epoch_loop.batch_idx
-
-    @property
-    def total_batch_idx(self) -> int:
-        return self.epoch_loop.total_batch_idx
-
-    @property
-    def done(self) -> bool:
-        """Whether fit has nothing left to run (`max_steps`/`max_epochs` reached, or stopped)."""
-        trainer = self._trainer
-        return trainer._fit_is_done() or (trainer.should_stop and trainer._can_stop_early())
-
-    @property
-    def restarting(self) -> bool:
-        return self._restarting
-
-    @restarting.setter
-    def restarting(self, restarting: bool) -> None:
-        current = cast(ProcessedTracker, self.epoch_progress.current)
-        # As Lightning: after a finished epoch there is nothing to restart (unless training counts steps).
-        unfinished = current.ready != current.processed or current.started != current.processed
-        self._restarting = restarting and (unfinished or self._trainer.max_steps >= 0)
-        loop = self.epoch_loop
-        loop.restarting = loop.val_loop.restarting = self._restarting
-        loop.automatic_optimization.restarting = loop.manual_optimization.restarting = self._restarting
-
-    def reset(self) -> None:
-        """Before an epoch, after a restore (as Lightning's restart stages): an epoch restored at its start is
-        counted again; one restored at its end (processed, not completed) is completed."""
-        total = _processed(self.epoch_progress)
-        loaded, self._loaded = self._loaded, False
-        if not (self._restarting or loaded):
-            return
-        begun = total.processed == total.started and total.completed == total.processed
-        mid_epoch = self._restarting and total.started == total.ready and total.processed == total.started - 1
-        mid_epoch = mid_epoch and total.completed == total.processed
-        if self._restarting and begun and total.started == total.ready - 1:
-            self.epoch_progress.reset_on_restart()
-        elif total.started == total.ready == total.processed and total.completed == total.processed - 1:
-            self.epoch_progress.increment_completed()
-        loop = self.epoch_loop
-        if loop.restarted_on_train_batch_end() and loop.batch_progress.is_last_batch:
-            # Written in on_train_batch_end of the epoch's last batch: that epoch is over.
-            if mid_epoch:
-                self.epoch_progress.increment_processed()
-                self.epoch_progress.increment_completed()
-            elif not loop.val_loop.batch_progress.is_last_batch:
-                self.epoch_progress.increment_completed()
-
-    def reset_progress(self) -> None:
-        """Every counter back to zero (a new fit of this trainer)."""
-        loop = self.epoch_loop
-        for counts in (self.epoch_progress, loop.batch_progress, loop.scheduler_progress,
-                       loop.automatic_optimization.optim_progress, loop.manual_optimization.optim_step_progress,
-                       loop.val_loop.batch_progress):
-            counts.reset()
-        self._loaded = False
-        self.restarting = False
-
-    def state_dict(self) -> dict[str, Any]:
-        from fabricx.train.loaders import lightning_loader_states
-
-        loader_states = lightning_loader_states(self._trainer._train_loader)
-        return {
-            "state_dict": {"combined_loader": loader_states} if loader_states else {},
-            "epoch_progress": self.epoch_progress.state_dict(),
-            **self.epoch_loop.state_dict(),
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if "epoch_progress" in state_dict:
-            self.epoch_progress.load_state_dict(state_dict["epoch_progress"])
-        self.epoch_loop.load_state_dict(state_dict)
-        self.restarting = True
-        self._loaded = True
-
-
-__all__ = ["AutomaticOptimization", "EvaluationLoop", "FitLoop", "ManualOptimization", "TrainingEpochLoop"]
+__all__ = ["AutomaticOptimization", "EvaluationLoop", "ManualOptimization", "TrainingEpochLoop", "processed_counts"]

@@ -12,22 +12,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
-from fabricx.train.hook_messages import missing_loader_hook
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
+from fabricx.train.module_hooks import ModuleHooks
 from fabricx.train.module_logging import is_metric_collection, record
-from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
 _Module = TypeVar("_Module", bound="TrainModule")
 
 if TYPE_CHECKING:
-    from torch.optim import Optimizer
 
     from fabricx.fabric import Fabric
     from fabricx.train.trainer import Trainer
 
 
-class TrainModule(nn.Module):
+class TrainModule(ModuleHooks, nn.Module):
     """A module that knows how to train itself: a LightningModule ports by changing its base class.
 
     Override ``training_step`` and ``configure_optimizers`` (and ``validation_step``, ``test_step``,
@@ -224,7 +222,9 @@ class TrainModule(nn.Module):
             )
         # DDP readies gradient sync at the end of forward, and this backward runs inside training_step's.
         trainer.strategy.before_manual_backward(loss)
-        trainer._backward(loss, *args, **kwargs)
+        steps = trainer.run_context.steps
+        assert steps is not None, "a Trainer builds its training steps with its run context"
+        steps.backward(loss, *args, **kwargs)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """How the loss is back-propagated (override for custom behaviour; the default goes through the strategy)."""
@@ -593,9 +593,8 @@ class TrainModule(nn.Module):
             optimizers = self.__dict__["_fabric_optimizers"]
             return optimizers[0] if len(optimizers) == 1 else list(optimizers)
         trainer = self.trainer
-        optimizers = (
-            trainer._module_optimizers if use_pl_optimizer else [o.optimizer for o in trainer._module_optimizers]
-        )
+        wrapped = trainer.run_context.module_optimizers
+        optimizers = wrapped if use_pl_optimizer else [o.optimizer for o in wrapped]
         if not optimizers:
             raise FabricxError(
                 "self.optimizers() has nothing to return yet: the optimizers exist once Trainer.fit has called "
@@ -655,81 +654,6 @@ class TrainModule(nn.Module):
             "e.g. torch.optim.SGD(self.parameters(), lr=0.1)."
         )
 
-    # -- hooks (optional) ------------------------------------------------------------------------------
-    def setup(self, stage: str) -> None:
-        """Called at the start of fit/validate/test/predict in every process (``stage`` names which)."""
-
-    def teardown(self, stage: str) -> None:
-        """Called at the end of fit/validate/test/predict (also after an exception)."""
-
-    def on_fit_start(self) -> None: ...
-    def on_fit_end(self) -> None: ...
-    def on_train_start(self) -> None: ...
-    def on_train_end(self) -> None: ...
-    def on_train_epoch_start(self) -> None: ...
-    def on_train_epoch_end(self) -> None: ...
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
-        """Return ``-1`` to skip the rest of this epoch."""
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
-    def on_validation_start(self) -> None: ...
-    def on_validation_end(self) -> None: ...
-    def on_validation_epoch_start(self) -> None: ...
-    def on_validation_epoch_end(self) -> None: ...
-    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_test_start(self) -> None: ...
-    def on_test_end(self) -> None: ...
-    def on_test_epoch_start(self) -> None: ...
-    def on_test_epoch_end(self) -> None: ...
-    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_predict_start(self) -> None: ...
-    def on_predict_end(self) -> None: ...
-    def on_predict_epoch_start(self) -> None: ...
-    def on_predict_epoch_end(self) -> None: ...
-    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
-
-    def prepare_data(self) -> None:
-        """Download or write data once (global rank zero) before ``setup``."""
-
-    def configure_model(self) -> None:
-        """Create layers here to have them built on the device, sharded (called in fit/validate/test/predict)."""
-
-    def configure_callbacks(self) -> Any:
-        """Callbacks this module needs (they replace the Trainer's callbacks of the same type)."""
-        return []
-
-    def train_dataloader(self) -> Any:
-        """The training loader ``Trainer.fit(model)`` uses when none is passed."""
-        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
-
-    def val_dataloader(self) -> Any:
-        """The validation loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
-
-    def test_dataloader(self) -> Any:
-        """The test loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
-
-    def predict_dataloader(self) -> Any:
-        """The prediction loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch before it is moved to the device."""
-        return batch
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        """Move ``batch`` to ``device`` (override for custom batch types)."""
-        return move_data_to_device(batch, device)
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch after it was moved to the device."""
-        return batch
-
     def _run_model(self) -> nn.Module:
         """What Lightning's mode hooks switch: the Trainer's set-up model (wrapper included), else this module."""
         trainer = self.__dict__.get("_trainer")
@@ -756,13 +680,3 @@ class TrainModule(nn.Module):
 
     def on_predict_model_eval(self) -> None:
         self._run_model().eval()
-
-    def on_before_backward(self, loss: torch.Tensor) -> None: ...
-    def on_after_backward(self) -> None: ...
-    def on_before_optimizer_step(self, optimizer: Optimizer) -> None: ...
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Add plain values (numbers, strings, lists, dicts, tensors) to ``checkpoint`` before it is saved."""
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Read back what `on_save_checkpoint()` added."""

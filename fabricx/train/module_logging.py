@@ -101,7 +101,7 @@ def record(
 
         rank_zero_warn(LOG_WARNING)
         return
-    results = trainer._results
+    results = trainer.run_context.results
     if results is None or trainer.predicting:
         raise MisconfigurationException(
             f"You are trying to `self.log({name!r})` but the loop's result collection is not registered yet. "

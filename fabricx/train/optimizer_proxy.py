@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
-    from fabricx.train.trainer import Trainer
+    from fabricx.train.training_steps import TrainingSteps
 
 
 class LightningOptimizer:
@@ -31,10 +31,10 @@ class LightningOptimizer:
         ```
     """
 
-    def __init__(self, optimizer: Any, trainer: Trainer | None = None, index: int = 0) -> None:
+    def __init__(self, optimizer: Any, steps: TrainingSteps | None = None, index: int = 0) -> None:
         inner = unwrap(optimizer)
         object.__setattr__(self, "_fabric_optimizer", optimizer)
-        object.__setattr__(self, "_trainer", trainer)
+        object.__setattr__(self, "_steps", steps)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_fabricx_unwrapped", inner)
         object.__setattr__(
@@ -71,19 +71,15 @@ class LightningOptimizer:
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """Run ``closure`` (if given), the ``on_before_optimizer_step`` hooks, then the optimizer step."""
         result = closure() if closure is not None else None
-        trainer = self._trainer
-        if trainer is None:
+        steps = self._steps
+        if steps is None:
             self._fabric_optimizer.step(**kwargs)
             return result
-        trainer._before_optimizer_step(self)
-        if trainer._automatic:
+        steps.before_optimizer_step(self)
+        if steps.run.automatic:
             self._fabric_optimizer.step(**kwargs)
-            return result
-        counts = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
-        counts.increment_ready()
-        self._fabric_optimizer.step(**kwargs)
-        counts.increment_completed()
-        trainer.progress.global_step += 1
+        else:
+            steps.manual_optimizer_step(lambda: self._fabric_optimizer.step(**kwargs))
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -109,7 +105,7 @@ class LightningOptimizer:
                 self.manual_backward(loss)
             ```
         """
-        trainer = self._trainer
+        trainer = self._steps.trainer if self._steps is not None else None
         if trainer is None:
             raise RuntimeError("toggle_model needs the optimizer the Trainer set up: use self.optimizers().")
         module = trainer.lightning_module

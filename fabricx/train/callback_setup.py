@@ -1,0 +1,52 @@
+"""The Trainer's callback list: the user's, the defaults Lightning adds, and ``configure_callbacks()``'s."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabricx.train.config import TrainerConfig
+    from fabricx.train.module import TrainModule
+
+
+def trainer_callbacks(config: TrainerConfig) -> list[Any]:
+    """The given callbacks plus a progress bar, a model summary and a ModelCheckpoint unless disabled or given."""
+    from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+    from fabricx.train.callbacks.model_summary import RichModelSummary
+    from fabricx.train.callbacks.progress_bar import RichProgressBar
+    from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
+
+    callbacks = config.callbacks
+    given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    extra: list[Any] = []
+    if config.enable_progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
+        extra.append(RichProgressBar())
+    if config.enable_model_summary and not any(isinstance(cb, RichModelSummary) for cb in given):
+        extra.append(RichModelSummary())
+    if config.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+        default = ModelCheckpoint(save_last=True, save_top_k=0)
+        default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
+        extra.append(default)
+    return checkpoints_last(given + extra)
+
+
+def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
+    """``configure_callbacks()`` results replace the Trainer's callbacks of the same types."""
+    hook = getattr(module, "configure_callbacks", None)
+    returned = hook() if callable(hook) else []
+    extra = list(returned) if isinstance(returned, (list, tuple)) else ([returned] if returned else [])
+    if not extra:
+        return list(given)
+    kinds = {type(cb) for cb in extra}
+    return checkpoints_last([cb for cb in given if type(cb) not in kinds] + extra)
+
+
+def checkpoints_last(callbacks: list[Any]) -> list[Any]:
+    """Checkpoint callbacks last, so that they store what every other callback did in the same hook."""
+    from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+
+    checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    return [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)] + checkpoints
+
+
+__all__ = ["checkpoints_last", "trainer_callbacks", "with_module_callbacks"]

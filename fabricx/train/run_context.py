@@ -1,0 +1,198 @@
+"""What one `fit`/`validate`/`test`/`predict` sets up, shared by the loops, the training step and the checkpoint.
+
+The Trainer keeps its flags and its public properties; everything an entry point builds (the module and
+its set-up model, the optimizers and schedulers, the hooks, the metric collections, the batch processor)
+lives in one `RunContext`, which the loops, `TrainingSteps` and the checkpoint entries are handed
+explicitly, so that none of them reads the Trainer's private attributes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.hooks import Hooks
+from fabricx.train.logger_connector import LoggerConnector
+from fabricx.train.logging_result import ResultCollection
+from fabricx.train.optimizer_proxy import TrainerOptimizer
+from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
+from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
+from fabricx.wrappers.step_methods import step_caller
+
+if TYPE_CHECKING:
+    from fabricx.fabric import Fabric
+    from fabricx.train.module import TrainModule
+    from fabricx.train.trainer import Trainer
+    from fabricx.train.training_steps import TrainingSteps
+    from fabricx.wrappers import FabricModule
+
+
+class RunContext:
+    """The set-up objects of the current (or last) run of a Trainer, as `trainer.run_context`.
+
+    Example:
+        ```python
+        trainer.fit(model, loader)
+        trainer.run_context.model          # the set-up (wrapped) module
+        trainer.run_context.hooks.call("on_train_epoch_start")
+        ```
+    """
+
+    def __init__(self, trainer: Trainer, fabric: Fabric, profiler: Profiler, callbacks: list[Any]) -> None:
+        self.fabric = fabric
+        self.profiler = profiler
+        self.profiling = not isinstance(profiler, PassThroughProfiler)  # checked in every step: a bool
+        self.module: TrainModule | None = None
+        self.datamodule: Any = None
+        self.model: FabricModule | None = None
+        # One set-up model per module object: a second fit of the same module reuses it.
+        self.wrapped: dict[int, FabricModule] = {}
+        self.optimizers: list[Any] = []
+        self.module_optimizers: list[TrainerOptimizer] = []
+        self.scheduler_configs: list[SchedulerConfig] = []
+        self.automatic = True
+        self.hooks = Hooks(trainer, None, callbacks)
+        self.batch_processor: Any = None
+        self.logger_connector = LoggerConnector(trainer)
+        self.train_results = ResultCollection("train", training=True)
+        self.val_results = ResultCollection("validate", training=False)
+        self.results = self.train_results
+        self.last_loss: torch.Tensor | None = None
+        # The training aggregates of an epoch cut by max_steps/max_time, saved by its epoch-end checkpoints.
+        self.cut_metric_state: dict[str, Any] | None = None
+        self.ckpt_path: str | None = None
+        self.eval_loaders: dict[str, list[Any]] = {}
+        self.eval_limits: dict[str, list[float]] = {}
+        self.steps: TrainingSteps | None = None  # set by the Trainer (the training step needs this context)
+        self._step_fns: dict[str, Any] = {}
+
+    @property
+    def results(self) -> ResultCollection | None:
+        """The collection ``self.log`` writes to: the running loop's."""
+        return self.logger_connector.results
+
+    @results.setter
+    def results(self, results: ResultCollection | None) -> None:
+        self.logger_connector.results = results
+
+    def attach(self, trainer: Trainer, module: TrainModule, datamodule: Any) -> None:
+        """Make `module` (and `datamodule`) the ones this run of `trainer` drives."""
+        module.__dict__["_trainer"] = trainer
+        self.module = module
+        self.datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = trainer
+        self.automatic = bool(getattr(module, "automatic_optimization", True))
+
+    def use_callbacks(self, trainer: Trainer, callbacks: list[Any]) -> None:
+        """The run's hooks: the attached module's and these callbacks' (looked up anew)."""
+        self.hooks = Hooks(trainer, self.module, callbacks)
+        self.train_results.module = self.module
+        self.batch_processor = batch_processor(self.module, self.datamodule, self.fabric.device)
+
+    def reset_metrics(self) -> None:
+        """As Lightning: each entry point starts with no callback, logged or progress-bar metrics."""
+        self.logger_connector.reset_metrics()
+        self.train_results = ResultCollection("train", training=True, module=self.module)
+        self.results = self.train_results
+
+    def new_fit_results(self) -> None:
+        """Fresh training and validation collections for a new fit."""
+        self.val_results = ResultCollection("validate", training=False, module=self.module)
+        self.reset_metrics()
+
+    def setup_module_only(self, module: TrainModule) -> None:
+        """The module set up for evaluation (the model of an earlier fit of it is reused)."""
+        wrapped = self.wrapped.get(id(module))
+        if wrapped is None:
+            wrapped = self.wrapped[id(module)] = self.fabric.setup_module(module)
+        self.model = wrapped
+        self._step_fns = {}
+
+    def setup_for_fit(self, module: TrainModule) -> None:
+        """``configure_optimizers``, checked as Lightning checks it, and the module and optimizers set up."""
+        optimizers, self.scheduler_configs = parse_optimizers(module.configure_optimizers(), manual=not self.automatic)
+        for optimizer in optimizers:
+            if isinstance(optimizer, torch.optim.LBFGS):
+                raise MisconfigurationError(
+                    "configure_optimizers returned torch.optim.LBFGS, which re-evaluates the closure inside "
+                    "step(); the fabricx Trainer runs the closure once before the step, so LBFGS would not "
+                    "train correctly. Use a first-order optimizer, or write the loop with Fabric and call "
+                    "optimizer.step(closure) yourself."
+                )
+        if "dataloader_iter" in inspect.signature(module.training_step).parameters:
+            raise MisconfigurationError(
+                f"{type(module).__name__}.training_step takes `dataloader_iter`; the fabricx Trainer hands "
+                "training_step one batch at a time. Write training_step(self, batch, batch_idx)."
+            )
+        if self.automatic and len(optimizers) > 1:
+            raise MisconfigurationError(
+                f"configure_optimizers returned {len(optimizers)} optimizers, but automatic optimization steps "
+                "one. Training with several optimizers needs manual optimization: set "
+                "self.automatic_optimization = False in __init__ and step them in training_step "
+                "(opt_a, opt_b = self.optimizers(); self.manual_backward(loss); opt_a.step())."
+            )
+        wrapped = self.wrapped.get(id(module))
+        if wrapped is None:
+            set_up = self.fabric.setup(module, *optimizers)
+            self.model = self.wrapped[id(module)] = set_up[0]
+            self.optimizers = list(set_up[1:])
+        else:
+            self.model = wrapped
+            set_up = self.fabric.setup_optimizers(*optimizers)
+            self.optimizers = list(set_up) if isinstance(set_up, tuple) else [set_up]
+        steps = self.steps
+        assert steps is not None, "the Trainer gives its context the training steps when it builds it"
+        self.module_optimizers = [TrainerOptimizer(opt, steps, i) for i, opt in enumerate(self.optimizers)]
+        self._step_fns = {}
+
+    def step_function(self, name: str) -> Any:
+        """The set-up model's ``name`` step (``training_step``, ...), profiled when a profiler is given."""
+        function = self._step_fns.get(name)
+        if function is None:
+            model, module = self.model, self.module
+            assert model is not None and module is not None, "step functions exist once the module is set up"
+            function = step_caller(model, module, name, self.fabric.strategy)
+            function = self._step_fns[name] = profiled(self.profiler, f"[Strategy]{name}", function)
+        return function
+
+    def call_module_hook(self, name: str, *args: Any) -> Any:
+        method = self.hooks.module_hook(name)
+        return method(*args) if method is not None else None
+
+    def call_setup(self, stage: str) -> None:
+        """The DataModule's and the hooks' ``setup(stage)``, then ``configure_model``."""
+        if self.datamodule is not None and callable(getattr(self.datamodule, "setup", None)):
+            self.datamodule.setup(stage=stage)
+        self.hooks.call("setup", stage=stage)
+        self.call_module_hook("configure_model")
+
+    def call_teardown(self, stage: str) -> None:
+        if self.datamodule is not None and callable(getattr(self.datamodule, "teardown", None)):
+            self.datamodule.teardown(stage=stage)
+        self.hooks.call("teardown", stage=stage)
+
+    def prepare_data(self) -> None:
+        """``prepare_data`` on the first process of each node (or global zero), then a barrier."""
+        fabric = self.fabric
+        for owner in (self.datamodule, self.module):
+            hook = getattr(owner, "prepare_data", None) if owner is not None else None
+            if not callable(hook):
+                continue
+            per_node = getattr(owner, "prepare_data_per_node", True)
+            if (fabric.local_rank == 0) if per_node else fabric.is_global_zero:
+                hook()
+        if fabric.world_size > 1:
+            fabric.barrier()
+
+    def report_profile(self) -> None:
+        if self.profiling:
+            self.profiler.describe()
+            self.profiler.teardown()
+
+
+__all__ = ["RunContext"]

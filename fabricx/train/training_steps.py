@@ -1,0 +1,260 @@
+"""One training step of the Trainer: the closure, backward and its hooks, the optimizer step, the schedulers.
+
+Automatic optimization, at a window boundary:
+
+```python
+optimizer_step(epoch, batch_idx, optimizer, closure)   closure = training_step ->
+    [first batch of a window: on_before_zero_grad -> optimizer_zero_grad] ->
+    on_before_backward -> backward -> on_after_backward;
+then on_before_optimizer_step -> configure_gradient_clipping -> the step
+```
+
+Inside a window the closure runs alone (no gradient sync). Manual optimization runs ``training_step``, in
+which the module steps its optimizers (each `LightningOptimizer.step` comes back to `before_optimizer_step`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from fabricx.train.eval_loop import takes_batch_idx
+from fabricx.utilities.exceptions import MisconfigurationError
+
+if TYPE_CHECKING:
+    from fabricx.train.optimizer_proxy import TrainerOptimizer
+    from fabricx.train.run_context import RunContext
+    from fabricx.train.trainer import Trainer
+
+
+class TrainingSteps:
+    """The Trainer's step functions for the module of the current fit (built once per fit by `build`)."""
+
+    def __init__(self, trainer: Trainer, run: RunContext) -> None:
+        self.trainer = trainer
+        self.run = run
+        self.automatic_step: Callable[[Any, int, bool], dict[str, Any]] | None = None
+        self.manual_step: Callable[[Any, int], dict[str, Any]] | None = None
+        self.step_schedulers: list[Any] = []
+        self.epoch_schedulers: list[Any] = []
+        self._before_optimizer_step_hooks: tuple[Any, Any, Any] = ((), None, None)
+
+    def build(self) -> None:
+        """Look the hooks up once and build the automatic (or manual) step of the module being fitted."""
+        run, trainer = self.run, self.trainer
+        module = run.module
+        assert module is not None, "the steps are built after the module is set up"
+        self.step_schedulers = [c for c in run.scheduler_configs if c.interval == "step"]
+        self.epoch_schedulers = [c for c in run.scheduler_configs if c.interval == "epoch"]
+        hooks = run.hooks
+        training_step = run.step_function("training_step")
+        with_batch_idx = takes_batch_idx(module.training_step)
+        self._before_optimizer_step_hooks = (
+            hooks.callback_hooks("on_before_optimizer_step"),
+            hooks.module_hook("on_before_optimizer_step"),
+            hooks.module_hook("configure_gradient_clipping"),
+        )
+        if not run.automatic:
+
+            def manual_step(batch: Any, batch_idx: int) -> dict[str, Any]:
+                outputs = training_step(batch, batch_idx) if with_batch_idx else training_step(batch)
+                _, reported = training_output(outputs, False, 1)
+                return reported
+
+            self.manual_step = manual_step
+            return
+
+        scale = run.fabric.grad_accum_steps
+        before_zero = hooks.callback_hooks("on_before_zero_grad")
+        before_zero_module = hooks.module_hook("on_before_zero_grad")
+        zero_grad_hook = module.optimizer_zero_grad
+        optimizer_step_hook = module.optimizer_step
+        optimizer = run.module_optimizers[0]
+        backward = self.backward
+        progress = trainer.progress
+        counts = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer
+        step_counts, zero_grad_counts = counts.step, counts.zero_grad
+
+        def automatic_step(batch: Any, batch_idx: int, boundary: bool) -> dict[str, Any]:
+            reported: dict[str, Any] = {}
+
+            def closure() -> Any:
+                outputs = training_step(batch, batch_idx) if with_batch_idx else training_step(batch)
+                loss, found = training_output(outputs, True, scale)
+                reported.update(found)
+                if loss is None:
+                    return None
+                run.last_loss = found["loss"]
+                if batch_idx % scale == 0:
+                    zero_grad_counts.increment_ready()
+                    for method in before_zero:
+                        method(trainer, module, optimizer)
+                    if before_zero_module is not None:
+                        before_zero_module(optimizer)
+                    zero_grad_counts.increment_started()
+                    zero_grad_hook(trainer.current_epoch, batch_idx, optimizer)
+                    zero_grad_counts.increment_completed()
+                backward(loss)
+                return found["loss"]
+
+            if boundary:
+                step_counts.increment_ready()
+                optimizer_step_hook(trainer.current_epoch, batch_idx, optimizer, closure)
+                step_counts.increment_completed()
+                progress.global_step += 1
+            else:
+                closure()
+            return reported
+
+        self.automatic_step = automatic_step
+
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """on_before_backward -> backward (the module's ``backward`` hook when overridden) -> on_after_backward."""
+        run, trainer = self.run, self.trainer
+        hooks, module = run.hooks, run.module
+        for method in hooks.callback_hooks("on_before_backward"):
+            method(trainer, module, loss)
+        hook = hooks.module_hook("on_before_backward")
+        if hook is not None:
+            hook(loss)
+        custom = hooks.module_hook("backward")
+        if custom is not None:
+            custom(loss, *args, **kwargs)
+        elif run.profiling:
+            with run.profiler.profile("[Strategy]backward"):
+                run.fabric.backward(loss, *args, **kwargs)
+        else:
+            run.fabric.backward(loss, *args, **kwargs)
+        for method in hooks.callback_hooks("on_after_backward"):
+            method(trainer, module)
+        hook = hooks.module_hook("on_after_backward")
+        if hook is not None:
+            hook()
+
+    def before_optimizer_step(self, optimizer: TrainerOptimizer) -> None:
+        """Called by ``LightningOptimizer.step`` after the closure: hooks, then (automatic) gradient clipping."""
+        before, before_module, clipping = self._before_optimizer_step_hooks
+        trainer, module = self.trainer, self.run.module
+        for method in before:
+            method(trainer, module, optimizer)
+        if before_module is not None:
+            before_module(optimizer)
+        if not self.run.automatic:
+            return
+        clip_val, algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+        if clipping is not None:
+            clipping(optimizer, gradient_clip_val=clip_val, gradient_clip_algorithm=algorithm)
+        elif clip_val:
+            assert module is not None
+            module.clip_gradients(optimizer, gradient_clip_val=clip_val, gradient_clip_algorithm=algorithm)
+
+    def manual_optimizer_step(self, step: Callable[[], Any]) -> None:
+        """A manual ``optimizer.step()``: counted as Lightning counts it, and as one optimizer step."""
+        counts = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        counts.increment_ready()
+        step()
+        counts.increment_completed()
+        self.trainer.progress.global_step += 1
+
+    def step_lr_schedulers(self, interval: str, plateau: bool | None = None) -> None:
+        """Step the schedulers of ``interval`` due now (``plateau`` filters ReduceLROnPlateau ones)."""
+        trainer = self.trainer
+        # "step" frequencies count optimizer steps (Lightning counts batches, which differs under accumulation).
+        counter = trainer.global_step if interval == "step" else trainer.current_epoch + 1
+        module = self.run.module
+        assert module is not None
+        hook = module.lr_scheduler_step
+        counts = trainer.fit_loop.epoch_loop.scheduler_progress
+        for config in self.run.scheduler_configs:
+            if config.interval != interval or counter % config.frequency != 0:
+                continue
+            if plateau is not None and config.reduce_on_plateau != plateau:
+                continue
+            metric = None
+            if config.reduce_on_plateau:
+                metrics = trainer.callback_metrics
+                if config.monitor not in metrics:
+                    if not config.strict:
+                        continue
+                    raise MisconfigurationError(
+                        f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. Available "
+                        f"metrics are: {sorted(metrics)}. Condition can be set using `monitor` key in lr scheduler "
+                        f"dict. The lr_scheduler from configure_optimizers monitors {config.monitor!r}, which was not "
+                        f"logged before the {interval}-interval scheduler step. Logged metrics: "
+                        f"{sorted(metrics)}. Log it with self.log({config.monitor!r}, ...) or change monitor."
+                    )
+                metric = metrics[config.monitor]
+            counts.increment_ready()
+            hook(config.scheduler, metric)
+            counts.increment_completed()
+
+
+def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor | None, dict[str, Any]]:
+    """The loss to back-propagate and what ``on_train_batch_end`` receives (Lightning's shapes)."""
+    if automatic:
+        if outputs is None:
+            return None, {}
+        if isinstance(outputs, Tensor):
+            loss, extra = outputs, {}
+        elif isinstance(outputs, Mapping) and "loss" in outputs:
+            loss = outputs["loss"]
+            extra = {k: v for k, v in outputs.items() if k != "loss"}
+        else:
+            what = (
+                f"a dict with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else f"a {type(outputs).__name__}"
+            )
+            lightning = (
+                "In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present"
+                if isinstance(outputs, Mapping)
+                else "In automatic optimization, `training_step` must return a Tensor, a dict, or None (where the "
+                "step will be skipped)"
+            )
+            raise MisconfigurationError(
+                f"{lightning}. training_step returned {what}; return the loss tensor, a dict with the loss under "
+                "'loss', or None to skip the batch (add `return loss` at the end of training_step)."
+            )
+        check_loss(loss)
+        reported = loss.detach() if scale == 1 else loss.detach() / scale
+        return loss, {"loss": reported, **extra}
+    if outputs is None:
+        return None, {}
+    if isinstance(outputs, Tensor):
+        return None, {"loss": outputs.detach()}
+    if isinstance(outputs, Mapping):
+        extra = dict(outputs)
+        if isinstance(extra.get("loss"), Tensor):
+            extra["loss"] = extra["loss"].detach()
+        return None, extra
+    raise MisconfigurationError(
+        "In manual optimization, `training_step` must either return a Tensor or have no return. training_step "
+        f"returned a {type(outputs).__name__}: return a tensor, a dict, or nothing."
+    )
+
+
+def check_loss(loss: Any) -> None:
+    if not isinstance(loss, Tensor):
+        raise MisconfigurationError(
+            f"training_step returned a loss of type {type(loss).__name__}; it must be a torch.Tensor."
+        )
+    if not loss.requires_grad:
+        raise MisconfigurationError(
+            "training_step returned a loss that does not require grad (computed under torch.no_grad(), "
+            "detached, or from frozen parameters only), so there is nothing to train. Return the loss "
+            "straight from the model's output."
+        )
+
+
+def extract_loss(outputs: Any) -> Tensor:
+    """The loss from what ``training_step`` returned (a tensor or a dict with ``"loss"``)."""
+    loss, _ = training_output(outputs, True, 1)
+    if loss is None:
+        raise MisconfigurationError(
+            "training_step returned None; it must return the loss tensor, or a dict with the loss under "
+            "'loss'. Add `return loss` at the end of training_step."
+        )
+    return loss
+
+
+__all__ = ["TrainingSteps", "check_loss", "extract_loss", "training_output"]
