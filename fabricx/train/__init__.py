@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fabricx.train.combined_loader import CombinedLoader
     from fabricx.train.datamodule import DataModule
+    from fabricx.train.grad_clipping import GradClipAlgorithmType
     from fabricx.train.hparams import AttributeDict
     from fabricx.train.module import TrainModule
     from fabricx.train.optimizer_proxy import LightningOptimizer
@@ -25,6 +26,7 @@ __all__ = [
     "AttributeDict",
     "CombinedLoader",
     "DataModule",
+    "GradClipAlgorithmType",
     "LightningOptimizer",
     "Progress",
     "RunningStage",
@@ -40,6 +42,7 @@ _WHERE = {
     "AttributeDict": "fabricx.train.hparams",
     "CombinedLoader": "fabricx.train.combined_loader",
     "DataModule": "fabricx.train.datamodule",
+    "GradClipAlgorithmType": "fabricx.train.grad_clipping",
     "LightningOptimizer": "fabricx.train.optimizer_proxy",
     "Progress": "fabricx.train.progress",
     "RunningStage": "fabricx.train.states",

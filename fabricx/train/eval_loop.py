@@ -214,7 +214,9 @@ def run_evaluation(
 
 
 def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], limits: Sequence[float]) -> list[Any]:
-    """Collect ``predict_step`` outputs (one list per loader when several are given)."""
+    """Collect ``predict_step`` outputs (one list per loader when several are given) into `trainer.predict_loop`
+    (none are kept with ``return_predictions=False``, as in Lightning)."""
+    keep = trainer.predict_loop.return_predictions
     hooks = run.hooks
     step = run.step_function("predict_step")
     assert run.module is not None, "prediction runs on a set-up module"
@@ -236,10 +238,12 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
                 hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
                 prediction = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
                 hooks.call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
-                collected.append(prediction)
+                if keep:
+                    collected.append(prediction)
             outputs.append(collected)
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
+    trainer.predict_loop.keep(outputs if keep else [])
     return outputs if multiple else outputs[0]
 
 

@@ -35,8 +35,9 @@ from fabricx.train.fit_data import FitData
 from fabricx.train.loop_objects import TrainingEpochLoop, processed_counts
 from fabricx.train.progress_trackers import ProcessedTracker, Progress
 from fabricx.train.states import RunningStage
-from fabricx.utilities.rank_zero import rank_zero_log_info
+from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
+from fabricx.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from fabricx.train.run_context import RunContext
@@ -69,6 +70,7 @@ class FitLoop:
         self._loaded = False  # restored from a checkpoint, not reset since
         self._started_at: float | None = None  # read only for max_time
         self._stop_postponed_said = False  # the min_epochs/min_steps note is given once, as in Lightning
+        self._said: set[str] = set()  # warnings given once per trainer, as Lightning's warning cache does
 
     @property
     def max_epochs(self) -> int | None:
@@ -259,39 +261,46 @@ class FitLoop:
             counts.is_last_batch = progress.is_last_batch
             counts.increment_ready()
             connector.on_batch_start(results, batch)
-            for method in batch_start_callbacks:
-                method(trainer, module, batch, batch_idx)
-            if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
-                counts.is_last_batch = True
-                counts.increment_processed()
-                progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
-                if epoch_schedulers:
-                    step_lr_schedulers("epoch", plateau=False)
-                break
-            counts.increment_started()
-            if automatic:
-                assert automatic_step is not None
-                if accumulate:
-                    with fabric.accumulate(model, epoch_length=epoch_length):
-                        stepped = fabric.sync_gradients
-                        outputs = automatic_step(batch, batch_idx, stepped)
-                else:
-                    stepped = True
-                    outputs = automatic_step(batch, batch_idx, True)
-                progress.stepped = stepped
+            if batch is None:
+                # As Lightning: a None batch runs no step and no batch-start hooks, but ends as a batch does.
+                self._warn_once("train_dataloader yielded None. If this was on purpose, ignore this warning...")
+                outputs, stepped, accumulating = None, False, False
+                progress.stepped = False
             else:
-                assert manual_step is not None
-                steps_before = progress.global_step
-                outputs = manual_step(batch, batch_idx)
-                stepped = True
-                progress.stepped = progress.global_step != steps_before
+                for method in batch_start_callbacks:
+                    method(trainer, module, batch, batch_idx)
+                if batch_start_module is not None and batch_start_module(batch, batch_idx) == -1:
+                    counts.is_last_batch = True
+                    counts.increment_processed()
+                    progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
+                    if epoch_schedulers:
+                        step_lr_schedulers("epoch", plateau=False)
+                    break
+                counts.increment_started()
+                if automatic:
+                    assert automatic_step is not None
+                    if accumulate:
+                        with fabric.accumulate(model, epoch_length=epoch_length):
+                            stepped = fabric.sync_gradients
+                            outputs = automatic_step(batch, batch_idx, stepped)
+                    else:
+                        stepped = True
+                        outputs = automatic_step(batch, batch_idx, True)
+                    progress.stepped = stepped
+                else:
+                    assert manual_step is not None
+                    steps_before = progress.global_step
+                    outputs = manual_step(batch, batch_idx)
+                    stepped = True
+                    progress.stepped = progress.global_step != steps_before
+                accumulating = not stepped
             if stepped and step_schedulers:
                 step_lr_schedulers("step", plateau=False)
             if epoch_schedulers and progress.is_last_batch:
                 step_lr_schedulers("epoch", plateau=False)
             counts.increment_processed()
             progress.val_pending = self._validation_due()
-            progress.accumulating = not stepped
+            progress.accumulating = accumulating
             for method in batch_end_callbacks:
                 method(trainer, module, outputs, batch, batch_idx)
             if batch_end_module is not None:
@@ -300,7 +309,7 @@ class FitLoop:
                 method(trainer, module, outputs, batch, batch_idx)
             connector.on_batch_end()
             counts.increment_completed()
-            self._finish_batch(progress.val_pending, accumulating=not stepped)
+            self._finish_batch(progress.val_pending, accumulating=accumulating)
             if self._should_end_epoch():
                 # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
                 progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
@@ -402,6 +411,24 @@ class FitLoop:
         progress.epoch_done = False
         progress.epoch_cut = False
         run.cut_metric_state = None
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            rank_zero_warn(message)
+
+    def warn_if_modules_in_eval_mode(self) -> None:
+        """As Lightning, before ``on_train_start``: submodules left in eval mode may train unexpectedly."""
+        module = self._run.module
+        assert module is not None
+        eval_modules = [name for name, submodule in module.named_modules() if not submodule.training]
+        if eval_modules:
+            rank_zero_warn(
+                f"Found {len(eval_modules)} module(s) in eval mode at the start of training. This may lead to "
+                f"unexpected behavior during training. If this is intentional, you can ignore this warning: "
+                f"{', '.join(eval_modules[:5])}{', ...' if len(eval_modules) > 5 else ''}.",
+                category=PossibleUserWarning,
+            )
 
     # -- validation inside fit -------------------------------------------------------------------------------
     def run_validation(self) -> None:

@@ -58,6 +58,26 @@ class EvaluationLoop:
         self.restarting = True
 
 
+class PredictionLoop(EvaluationLoop):
+    """`trainer.predict_loop`: the prediction counters and the last `predict`'s outputs (`predictions`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.return_predictions = True
+        self._predictions: list[list[Any]] = []  # loaders x batches
+
+    @property
+    def predictions(self) -> list[Any]:
+        """The last `predict`'s outputs (a list per loader when there were several; empty when not kept)."""
+        if not self._predictions:
+            return []
+        return self._predictions[0] if len(self._predictions) == 1 else self._predictions
+
+    def keep(self, predictions: list[list[Any]]) -> None:
+        """Store one `predict`'s outputs, one list per loader (nothing when `return_predictions` is off)."""
+        self._predictions = predictions if self.return_predictions else []
+
+
 class AutomaticOptimization:
     """The automatic optimization's counters: `optim_progress` (optimizer steps and zero_grad calls)."""
 
@@ -172,4 +192,11 @@ class TrainingEpochLoop:
         self.val_loop.restarting = True
 
 
-__all__ = ["AutomaticOptimization", "EvaluationLoop", "ManualOptimization", "TrainingEpochLoop", "processed_counts"]
+__all__ = [
+    "AutomaticOptimization",
+    "EvaluationLoop",
+    "ManualOptimization",
+    "PredictionLoop",
+    "TrainingEpochLoop",
+    "processed_counts",
+]

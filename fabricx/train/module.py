@@ -14,7 +14,7 @@ from torch import nn
 
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
 from fabricx.train.module_hooks import ModuleHooks
-from fabricx.train.module_logging import is_metric_collection, record
+from fabricx.train.module_logging import is_metric_collection, log_through_fabric, record
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
 _Module = TypeVar("_Module", bound="TrainModule")
@@ -288,6 +288,12 @@ class TrainModule(ModuleHooks, nn.Module):
             self.clip_gradients(opt, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
             ```
         """
+        fabric = self._plain_fabric()
+        if fabric is not None:  # set up by a plain Fabric: its clip_gradients, as Lightning calls it
+            by_value = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower() == "value"
+            clip_val, max_norm = (gradient_clip_val, None) if by_value else (None, gradient_clip_val)
+            fabric.clip_gradients(self, optimizer, clip_val=clip_val, max_norm=max_norm)
+            return
         trainer = self.trainer
         trainer_val = getattr(trainer, "gradient_clip_val", None)
         trainer_algorithm = getattr(trainer, "gradient_clip_algorithm", None)
@@ -302,7 +308,7 @@ class TrainModule(ModuleHooks, nn.Module):
         if gradient_clip_algorithm is None:
             algorithm = trainer_algorithm or "norm"
         else:
-            algorithm = str(gradient_clip_algorithm).lower()
+            algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower()
             if trainer_algorithm is not None and trainer_algorithm != algorithm:
                 raise MisconfigurationError(
                     f"You have set `Trainer(gradient_clip_algorithm={trainer_algorithm!r})` and have passed "
@@ -353,10 +359,11 @@ class TrainModule(ModuleHooks, nn.Module):
     # -- where the module runs (Lightning names) -----------------------------------------------------------
     @property
     def logger(self) -> Any:
-        """The trainer's (or the setting-up Fabric's) first logger (``None`` when none or not attached)."""
+        """The trainer's first logger (``None`` when none or not attached); set up by a Fabric, that Fabric's
+        first logger (an ``IndexError`` when it has none, as in Lightning)."""
         fabric = self._plain_fabric()
         if fabric is not None:
-            return fabric.logger
+            return fabric.loggers[0]
         trainer = self.__dict__.get("_trainer")
         return trainer.logger if trainer is not None else None
 
@@ -515,8 +522,7 @@ class TrainModule(ModuleHooks, nn.Module):
         """
         fabric = self._plain_fabric()
         if fabric is not None:  # as Lightning: straight to the Fabric's loggers (there is nothing to reduce)
-            if logger is not False:
-                fabric.log(name, value)
+            log_through_fabric(fabric, {name: value}, logger, f"self.log({name!r}, {value!r})")
             return
         trainer = self.__dict__.get("_trainer")
         record(
@@ -559,8 +565,7 @@ class TrainModule(ModuleHooks, nn.Module):
         """
         fabric = self._plain_fabric()
         if fabric is not None:  # one call, so the loggers get the values as one step's metrics
-            if logger is not False:
-                fabric.log_dict(dict(dictionary))
+            log_through_fabric(fabric, dict(dictionary), logger, f"self.log_dict({dict(dictionary)!r})")
             return
         items: Any = dictionary.items()
         if is_metric_collection(dictionary):

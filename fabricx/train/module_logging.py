@@ -139,4 +139,20 @@ def record(
     )
 
 
-__all__ = ["checked_value", "find_metric_attribute", "is_metric_collection", "record"]
+def log_through_fabric(fabric: Any, metrics: dict[str, Any], logger: bool | None, call: str) -> None:
+    """`self.log`/`self.log_dict` of a module set up by a plain Fabric: checked as Lightning checks them, then one
+    `fabric.log_dict` (``logger=False`` logs nothing)."""
+    if logger is False:
+        return
+    if any(isinstance(value, Mapping) for value in metrics.values()):
+        raise ValueError(f"`{call}` was called, but nested dictionaries cannot be logged: log each value by name.")
+    for value in metrics.values():
+        if not isinstance(value, (numbers.Number, Tensor)):
+            raise ValueError(
+                f"`{call}` was called, but `{type(value).__name__}` values cannot be logged: log a number or a "
+                "tensor."
+            )
+    fabric.log_dict(metrics)
+
+
+__all__ = ["checked_value", "find_metric_attribute", "is_metric_collection", "log_through_fabric", "record"]

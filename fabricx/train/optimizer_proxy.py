@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
@@ -70,8 +72,12 @@ class LightningOptimizer:
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """Run ``closure`` (if given), the ``on_before_optimizer_step`` hooks, then the optimizer step."""
-        result = closure() if closure is not None else None
         steps = self._steps
+        if closure is not None and isinstance(self._fabricx_unwrapped, torch.optim.LBFGS):
+            # LBFGS re-evaluates the closure inside its step (as Lightning lets it): each evaluation runs the
+            # step's hooks and clipping after its backward.
+            return self._step_with_closure(closure, steps, **kwargs)
+        result = closure() if closure is not None else None
         if steps is None:
             self._fabric_optimizer.step(**kwargs)
             return result
@@ -81,6 +87,23 @@ class LightningOptimizer:
         else:
             steps.manual_optimizer_step(lambda: self._fabric_optimizer.step(**kwargs))
         return result
+
+    def _step_with_closure(self, closure: Callable[[], Any], steps: TrainingSteps | None, **kwargs: Any) -> Any:
+        if steps is None:
+            return self._fabric_optimizer.step(closure=closure, **kwargs)
+
+        def closure_then_hooks() -> Any:
+            result = closure()
+            steps.before_optimizer_step(self)
+            return result
+
+        if steps.run.automatic:
+            return self._fabric_optimizer.step(closure=closure_then_hooks, **kwargs)
+        returned: list[Any] = []
+        steps.manual_optimizer_step(
+            lambda: returned.append(self._fabric_optimizer.step(closure=closure_then_hooks, **kwargs))
+        )
+        return returned[0]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zero (or drop) the gradients of this optimizer's parameters."""

@@ -3,39 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from torch.optim import Optimizer
 
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.types import LRSchedulerConfig
 
 _FORMS = (
     "an optimizer; a list of optimizers; ([optimizers], [schedulers]); "
     '{"optimizer": opt, "lr_scheduler": scheduler_or_config, "monitor": name}; or a list of such dicts'
 )
-_CONFIG_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name"}
+_CONFIG_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
+# Keys manual optimization ignores (the module steps its schedulers itself), as Lightning ignores them.
+_MANUAL_IGNORED_KEYS = ("reduce_on_plateau", "monitor", "strict")
 _INTERVALS = ("step", "epoch")
 
 
-@dataclass
-class SchedulerConfig:
-    """One LR scheduler and when to step it.
-
-    ``interval="step"`` steps after every ``frequency``-th optimizer step; ``"epoch"`` after every
-    ``frequency``-th epoch. ``monitor`` names the metric a ``ReduceLROnPlateau`` steps with.
-    """
-
-    scheduler: Any
-    interval: str = "epoch"
-    frequency: int = 1
-    monitor: str | None = None
-    strict: bool = True
-    name: str | None = None
-    reduce_on_plateau: bool = False
+#: fabricx's name for Lightning's `LRSchedulerConfig` (one class).
+SchedulerConfig = LRSchedulerConfig
 
 
-def parse_optimizers(returned: Any, manual: bool = False) -> tuple[list[Optimizer], list[SchedulerConfig]]:
+def parse_optimizers(
+    returned: Any, manual: bool = False, custom_scheduler_step: bool = False
+) -> tuple[list[Optimizer], list[SchedulerConfig]]:
     """Optimizers and scheduler configurations from a ``configure_optimizers`` return value.
 
     Under manual optimization (``manual=True``) the user steps schedulers, so a ``ReduceLROnPlateau``
@@ -87,7 +78,7 @@ def parse_optimizers(returned: Any, manual: bool = False) -> tuple[list[Optimize
             raise _error(returned, f"{type(optimizer).__name__} is not a torch.optim.Optimizer")
     if not optimizers:
         raise _error(returned, "it holds no optimizer")
-    configs = [_scheduler_config(raw, monitor, manual) for raw, monitor in raw_schedulers]
+    configs = [_scheduler_config(raw, monitor, manual, custom_scheduler_step) for raw, monitor in raw_schedulers]
     owned = {id(opt) for opt in optimizers}
     for config in configs:
         target = getattr(config.scheduler, "optimizer", None)
@@ -114,32 +105,40 @@ def _optimizer_from_dict(entry: Mapping[str, Any], schedulers: list[tuple[Any, s
     return entry["optimizer"]
 
 
-def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> SchedulerConfig:
+def _scheduler_config(
+    raw: Any, monitor: str | None, manual: bool = False, custom_step: bool = False
+) -> SchedulerConfig:
+    explicit_plateau = None
     if isinstance(raw, Mapping):
-        unknown = set(raw) - _CONFIG_KEYS
-        if "scheduler" not in raw or unknown:
-            problem = "it has no 'scheduler' key" if "scheduler" not in raw else f"unknown keys {sorted(unknown)}"
+        explicit_plateau = raw.get("reduce_on_plateau")
+        raw = _supported_keys(raw, manual)
+        if "scheduler" not in raw:
             raise MisconfigurationError(
                 'The lr scheduler dict must have the key "scheduler" with its item being an lr scheduler: '
-                f"configure_optimizers returned an lr_scheduler config with keys {sorted(raw)}: {problem}. "
+                f"configure_optimizers returned an lr_scheduler config with keys {sorted(raw)}. "
                 f"Allowed keys are {sorted(_CONFIG_KEYS)} ('scheduler' required)."
             )
         config = SchedulerConfig(
             scheduler=raw["scheduler"],
             interval=raw.get("interval", "epoch"),
             frequency=raw.get("frequency", 1),
-            monitor=raw.get("monitor", monitor),
+            monitor=raw.get("monitor", None if manual else monitor),
             strict=raw.get("strict", True),
             name=raw.get("name"),
         )
     else:
         config = SchedulerConfig(scheduler=raw, monitor=monitor)
     scheduler = config.scheduler
-    if not callable(getattr(scheduler, "step", None)) or not callable(getattr(scheduler, "state_dict", None)):
+    if not all(callable(getattr(scheduler, name, None)) for name in ("state_dict", "load_state_dict")):
+        raise TypeError(
+            f"The provided lr scheduler `{type(scheduler).__name__}` is invalid. It should have `state_dict` and "
+            "`load_state_dict` methods defined (they are what a checkpoint saves and restores)."
+        )
+    if not manual and not custom_step and not callable(getattr(scheduler, "step", None)):
         raise MisconfigurationError(
-            f"The provided lr scheduler `{type(scheduler).__name__}` doesn't follow PyTorch's LRScheduler API: "
-            f"configure_optimizers returned {type(scheduler).__name__} as an LR scheduler; a scheduler needs "
-            "step() and state_dict() (e.g. torch.optim.lr_scheduler.StepLR)."
+            f"The provided lr scheduler `{type(scheduler).__name__}` doesn't follow PyTorch's LRScheduler API. You "
+            "should override the `LightningModule.lr_scheduler_step` hook with your own logic if you are using a "
+            f"custom LR scheduler: configure_optimizers returned {type(scheduler).__name__}, which has no step()."
         )
     if config.interval not in _INTERVALS:
         raise MisconfigurationError(
@@ -152,7 +151,8 @@ def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> Sc
         )
     from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-    config.reduce_on_plateau = isinstance(scheduler, ReduceLROnPlateau)
+    plateau = isinstance(scheduler, ReduceLROnPlateau)
+    config.reduce_on_plateau = plateau if explicit_plateau is None or manual else bool(explicit_plateau)
     if config.reduce_on_plateau and not config.monitor and not manual:
         raise MisconfigurationError(
             "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used: "
@@ -160,6 +160,30 @@ def _scheduler_config(raw: Any, monitor: str | None, manual: bool = False) -> Sc
             '{"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}.'
         )
     return config
+
+
+def _supported_keys(raw: Mapping[str, Any], manual: bool) -> dict[str, Any]:
+    """The scheduler dict without the keys Lightning ignores, with its warnings."""
+    from fabricx.utilities.rank_zero import rank_zero_warn
+
+    extra = set(raw) - _CONFIG_KEYS
+    if extra:
+        rank_zero_warn(
+            f"Found unsupported keys in the lr scheduler dict: {extra}. HINT: remove them from the output of "
+            f"`configure_optimizers` (the supported keys are {sorted(_CONFIG_KEYS)}).",
+            category=RuntimeWarning,
+        )
+    kept = {key: value for key, value in raw.items() if key in _CONFIG_KEYS}
+    if manual:
+        ignored = [key for key in raw if key in _MANUAL_IGNORED_KEYS]
+        if ignored:
+            rank_zero_warn(
+                f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored. You need to "
+                "call `lr_scheduler.step()` manually in manual optimization.",
+                category=RuntimeWarning,
+            )
+        kept = {key: value for key, value in kept.items() if key not in _MANUAL_IGNORED_KEYS}
+    return kept
 
 
 def _error(returned: Any, problem: str) -> MisconfigurationError:

@@ -19,7 +19,8 @@ from fabricx.train.logger_connector import LoggerConnector
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.optimizer_proxy import TrainerOptimizer
 from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
-from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.train.overrides import is_overridden
+from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
 from fabricx.wrappers.step_methods import step_caller
 
@@ -115,25 +116,27 @@ class RunContext:
 
     def setup_for_fit(self, module: TrainModule) -> None:
         """``configure_optimizers``, checked as Lightning checks it, and the module and optimizers set up."""
-        optimizers, self.scheduler_configs = parse_optimizers(module.configure_optimizers(), manual=not self.automatic)
-        for optimizer in optimizers:
-            if isinstance(optimizer, torch.optim.LBFGS):
-                raise MisconfigurationError(
-                    "configure_optimizers returned torch.optim.LBFGS, which re-evaluates the closure inside "
-                    "step(); the fabricx Trainer runs the closure once before the step, so LBFGS would not "
-                    "train correctly. Use a first-order optimizer, or write the loop with Fabric and call "
-                    "optimizer.step(closure) yourself."
-                )
+        if "optimizer_idx" in inspect.signature(module.training_step).parameters:
+            raise FabricxError(
+                "Training with multiple optimizers is only supported with manual optimization. Remove the "
+                "`optimizer_idx` argument from `training_step`, set `self.automatic_optimization = False` and "
+                "access your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
+            )
+        optimizers, self.scheduler_configs = parse_optimizers(
+            module.configure_optimizers(),
+            manual=not self.automatic,
+            custom_scheduler_step=is_overridden("lr_scheduler_step", module),
+        )
         if "dataloader_iter" in inspect.signature(module.training_step).parameters:
             raise MisconfigurationError(
                 f"{type(module).__name__}.training_step takes `dataloader_iter`; the fabricx Trainer hands "
                 "training_step one batch at a time. Write training_step(self, batch, batch_idx)."
             )
         if self.automatic and len(optimizers) > 1:
-            raise MisconfigurationError(
+            raise FabricxError(
+                "Training with multiple optimizers is only supported with manual optimization: "
                 f"configure_optimizers returned {len(optimizers)} optimizers, but automatic optimization steps "
-                "one. Training with several optimizers needs manual optimization: set "
-                "self.automatic_optimization = False in __init__ and step them in training_step "
+                "one. Set self.automatic_optimization = False in __init__ and step them in training_step "
                 "(opt_a, opt_b = self.optimizers(); self.manual_backward(loss); opt_a.step())."
             )
         wrapped = self.wrapped.get(id(module))

@@ -23,7 +23,7 @@ from fabricx.train.fit_loop import FitLoop
 from fabricx.train.loader_setup import limited_length, setup_eval_loaders
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.loop_checks import check_loop_configuration
-from fabricx.train.loop_objects import EvaluationLoop
+from fabricx.train.loop_objects import EvaluationLoop, PredictionLoop
 from fabricx.train.module import TrainModule
 from fabricx.train.progress import Progress
 from fabricx.train.run_context import RunContext
@@ -199,7 +199,7 @@ class Trainer(TrainerProperties):
         self._data = self.fit_loop.data
         self.validate_loop = EvaluationLoop()
         self.test_loop = EvaluationLoop()
-        self.predict_loop = EvaluationLoop()
+        self.predict_loop = PredictionLoop()
         self.should_stop = False
         self.state = TrainerState()
 
@@ -321,6 +321,7 @@ class Trainer(TrainerProperties):
         module, dataloaders, datamodule, ckpt_path = self._eval_arguments(
             "predict", model, dataloaders, ckpt_path, datamodule
         )
+        self.predict_loop.return_predictions = return_predictions is not False
         predictions = self._launch(self._predict_in_process, module, dataloaders, datamodule, ckpt_path)
         return predictions if return_predictions is not False else None
 
@@ -447,6 +448,7 @@ class Trainer(TrainerProperties):
             fit_loop.start_clock()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
             with anomaly:
+                fit_loop.warn_if_modules_in_eval_mode()
                 hooks.call("on_train_start")
                 fit_loop.run()
                 hooks.call("on_train_end")

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from fabricx.train.eval_loop import takes_batch_idx
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fabricx.train.optimizer_proxy import TrainerOptimizer
@@ -177,6 +178,11 @@ class TrainingSteps:
                 metrics = trainer.callback_metrics
                 if config.monitor not in metrics:
                     if not config.strict:
+                        rank_zero_warn(
+                            f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available but "
+                            "strict is set to `False`. Skipping learning rate update.",
+                            category=RuntimeWarning,
+                        )
                         continue
                     raise MisconfigurationError(
                         f"ReduceLROnPlateau conditioned on metric {config.monitor} which is not available. Available "

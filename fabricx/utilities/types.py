@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
@@ -41,4 +42,27 @@ class Optimizable(Steppable, Protocol):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
-__all__ = ["LRScheduler", "Optimizable", "ReduceLROnPlateau", "Steppable"]
+@dataclass
+class LRSchedulerConfig:
+    """One LR scheduler and when the Trainer steps it (Lightning's `LRSchedulerConfig`, same fields and order).
+
+    ``interval="step"`` steps after every ``frequency``-th optimizer step; ``"epoch"`` after every
+    ``frequency``-th epoch. ``monitor`` names the metric a ``ReduceLROnPlateau`` steps with; ``strict=False``
+    skips the step (with a warning) when that metric was not logged.
+
+    Example:
+        ```python
+        config = LRSchedulerConfig(torch.optim.lr_scheduler.StepLR(optimizer, 1), interval="step")
+        ```
+    """
+
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+
+
+__all__ = ["LRScheduler", "LRSchedulerConfig", "Optimizable", "ReduceLROnPlateau", "Steppable"]
