@@ -29,7 +29,8 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx._compat.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
-from fabricx.checkpoint.format import CheckpointWriter, reserved_key
+from fabricx.checkpoint.contents import reserved_key
+from fabricx.checkpoint.format import CheckpointWriter
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [

@@ -16,7 +16,7 @@ from torch.optim import Optimizer
 
 from fabricx._compat.lr_scheduler import retarget_scheduler
 from fabricx.accelerators.accelerator import Accelerator
-from fabricx.checkpoint.fabric_state import EntryStorage, unwrap_object
+from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
 from fabricx.precision.precision import Precision
 from fabricx.strategies.mesh import MeshLayout

@@ -24,8 +24,9 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx.accelerators.accelerator import Accelerator
+from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
-from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
+from fabricx.checkpoint.fabric_state import CheckpointKeyError
 from fabricx.precision.deepspeed import DEEPSPEED_PRECISIONS, DeepSpeedPrecision
 from fabricx.precision.precision import Precision
 from fabricx.strategies.deepspeed import config as ds_config
