@@ -161,3 +161,26 @@ def test_the_checkpoint_pipeline_imports_no_layout_backend_strategy_or_facade() 
         imported = sorted(edges[module])
         assert not [name for name in imported if forbidden(name)], f"{module} imports {imported}"
     assert "fabricx.checkpoint.layouts" in edges["fabricx.checkpoint.pipeline"]  # the registry, by key
+
+
+def test_no_module_imports_another_modules_underscore_names() -> None:
+    """``from fabricx.x import _y`` reaches into another module's privates; make ``y`` public there instead.
+    (``fabricx._compat`` is the package of shims, whose module names start with ``_`` by design.)"""
+    modules = _modules()
+    found = []
+    for name, (file, is_package) in modules.items():
+        base = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(file.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level:
+                anchor = base
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                module = f"{anchor}.{module}" if module else anchor
+            if not module.startswith("fabricx") or module == name:
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            found += [f"{name}:{node.lineno} imports {module}.{attr}" for attr in private]
+    assert not found, found
