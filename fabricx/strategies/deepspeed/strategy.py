@@ -24,8 +24,9 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx.accelerators.accelerator import Accelerator
+from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
-from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
+from fabricx.checkpoint.fabric_state import CheckpointKeyError
 from fabricx.precision.deepspeed import DEEPSPEED_PRECISIONS, DeepSpeedPrecision
 from fabricx.precision.precision import Precision
 from fabricx.strategies.deepspeed import config as ds_config
@@ -636,14 +637,7 @@ class _EngineEntries(EntryStorage):
         }
 
     def save(self, staging: Any, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
-        models, _, _ = self.strategy._split_engine_state(entries)
-        for key, engine in models.items():
-            engine.save_checkpoint(
-                os.fspath(staging / ENGINE_FOLDER),
-                tag=key,
-                save_latest=False,
-                exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
-            )
+        self._save_engines(staging, entries, lambda engine: contextlib.nullcontext())
         return {}
 
     def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Callable[[], dict]:
@@ -652,21 +646,27 @@ class _EngineEntries(EntryStorage):
         from fabricx.strategies.deepspeed.async_save import EngineFiles
 
         files = EngineFiles()
-        models, _, _ = self.strategy._split_engine_state(entries)
-        for key, engine in models.items():
-            with files.capture(engine):
-                engine.save_checkpoint(
-                    os.fspath(staging / ENGINE_FOLDER),
-                    tag=key,
-                    save_latest=False,
-                    exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
-                )
+        self._save_engines(staging, entries, files.capture)
 
         def finish() -> dict[str, Any]:
             files.write()
             return {}
 
         return finish
+
+    def _save_engines(
+        self, staging: Any, entries: dict[str, Any], around: Callable[[Any], contextlib.AbstractContextManager]
+    ) -> None:
+        """Every rank: each model's engine saves its files under ``staging``, inside ``around(engine)``."""
+        models, _, _ = self.strategy._split_engine_state(entries)
+        for key, engine in models.items():
+            with around(engine):
+                engine.save_checkpoint(
+                    os.fspath(staging / ENGINE_FOLDER),
+                    tag=key,
+                    save_latest=False,
+                    exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
+                )
 
     def load(self, loaded: Any, entries: dict[str, Any], strict: bool) -> None:
         models, optimizer_keys, _ = self.strategy._split_engine_state(entries, require_models=False)
