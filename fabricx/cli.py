@@ -594,7 +594,11 @@ def plot(run_dir: str, output: str | None = None) -> int:
     from fabricx.loggers.plot import plot_run
 
     if not os.path.exists(run_dir):
-        print(f"fabricx plot: no such directory: {run_dir!r}", file=sys.stderr)
+        print(
+            f"fabricx plot: no such directory: {run_dir!r}. Give the folder a run wrote its metrics.csv files "
+            "under, e.g. `fabricx plot demo_runs` after `make demo`.",
+            file=sys.stderr,
+        )
         return 2
     try:
         path = plot_run(run_dir, output)
