@@ -61,10 +61,10 @@ _PRECISION_KEY = reserved_key("precision")
 
 
 class Fabric:
-    """Run your own PyTorch loop on CPU, CUDA, MPS or TPU, on one device or many, in any precision.
+    """Run your own PyTorch loop on CPU, CUDA or MPS, on one device or many, in any precision.
 
     Args:
-        accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``/``"gpu"``, ``"mps"``, ``"tpu"`` or an Accelerator.
+        accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``/``"gpu"``, ``"mps"`` or an Accelerator (not ``"tpu"``).
         strategy: ``"auto"``, a registry name (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...) or a Strategy.
         devices: ``"auto"``, a count (processes on CPU), a list of indices, ``"0,1"`` or ``-1``.
         num_nodes: how many machines take part.

@@ -220,7 +220,8 @@ class Accelerator(StateMixin, CollectivesMixin):
         device_placement: move prepared models and batches to `device`.
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps, once per
             process (Accelerate's convention for schedules counted in single-process batches).
-        split_batches, even_batches: shortcuts for the `DataLoaderConfiguration` fields.
+        split_batches: shortcut for `DataLoaderConfiguration(split_batches=...)`.
+        even_batches: shortcut for `DataLoaderConfiguration(even_batches=...)`.
         gradient_accumulation_plugin: a `GradientAccumulationPlugin` (``num_steps``,
             ``sync_each_batch``, ``adjust_scheduler``, ``sync_with_dataloader``).
         rng_types: accepted for compatibility; every random generator is checkpointed.
