@@ -119,9 +119,10 @@ def train_fabric(args: argparse.Namespace) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # The module docstring is there unless Python runs with -OO, which strips it.
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--loop", choices=["plain", "fabric", "both"], default="both")
-    parser.add_argument("--accelerator", default="auto", help="cpu, cuda, mps, tpu or auto")
+    parser.add_argument("--accelerator", default="auto", help="cpu, cuda, mps or auto")
     parser.add_argument("--strategy", default="auto", help="auto, ddp, ddp_spawn, fsdp, deepspeed, ...")
     parser.add_argument("--devices", default="auto", help="count (CPU: processes), '0,1' or auto")
     parser.add_argument("--precision", default=None, help="32-true (default), bf16-mixed, 16-mixed, ...")

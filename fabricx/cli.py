@@ -18,7 +18,8 @@ from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 
 #: Ports torchrun uses when none is given; a multi-node job needs the same port on every node.
 DEFAULT_MULTI_NODE_PORT = 29500
-_ACCELERATOR_CHOICES = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
+#: What `--accelerator` accepts ("tpu" is refused with its reason, fabricx.accelerators.registry.NOT_SUPPORTED).
+_TRAINED_ON = ("auto", "cpu", "cuda", "gpu", "mps")
 # What `fabricx env` reports: what fabricx needs, and the extras that change what it can do.
 REQUIRED_PACKAGES = ("torch", "lightning_utilities", "torchmetrics", "rich", "safetensors", "torchdata", "numpy")
 OPTIONAL_PACKAGES = ("deepspeed", "tensorboard", "mlflow", "wandb", "matplotlib", "s3fs")
@@ -275,19 +276,20 @@ def processes_per_node(options: RunOptions) -> int:
 
 
 def _validate(options: RunOptions) -> None:
+    from fabricx.accelerators.registry import NOT_SUPPORTED
     from fabricx.precision.registry import normalize_precision
     from fabricx.strategies.registry import STRATEGIES
     from fabricx.utilities.exceptions import MisconfigurationError
 
     if not os.path.isfile(options.script):
         raise _UsageError(f"the script {options.script!r} does not exist (looked in {os.getcwd()}).")
-    if options.accelerator is not None and options.accelerator not in _ACCELERATOR_CHOICES:
-        raise _UsageError(f"--accelerator {options.accelerator!r}; choose one of {list(_ACCELERATOR_CHOICES)}.")
-    if options.accelerator == "tpu":
+    if options.accelerator in NOT_SUPPORTED:
         raise _UsageError(
-            "--accelerator tpu: fabricx does not support TPU training (it has no XLA strategy). "
-            "Choose one of auto, cpu, cuda, gpu, mps."
+            f"--accelerator {options.accelerator}: {NOT_SUPPORTED[options.accelerator]}. "
+            f"Choose one of {', '.join(_TRAINED_ON)}."
         )
+    if options.accelerator is not None and options.accelerator not in _TRAINED_ON:
+        raise _UsageError(f"--accelerator {options.accelerator!r}; choose one of {list(_TRAINED_ON)}.")
     if options.strategy is not None and options.strategy != "auto" and options.strategy not in STRATEGIES:
         raise _UsageError(f"--strategy {options.strategy!r}; choose one of {['auto', *sorted(STRATEGIES)]}.")
     if options.precision is not None:
@@ -327,14 +329,17 @@ def collect_environment() -> dict[str, dict[str, str]]:
     import torch
     import torch.distributed as dist
 
+    from fabricx.accelerators.accelerator import Accelerator
     from fabricx.accelerators.registry import ACCELERATORS
+    from fabricx.accelerators.xla import XLAAccelerator
     from fabricx.environments.detect import detect_cluster_environment
 
     hardware: dict[str, str] = {}
     cpu_cores = os.cpu_count() or 1
 
-    for name in ("cpu", "cuda", "mps", "tpu"):
-        accelerator = ACCELERATORS[name]
+    # TPU cores are reported too (a bug report should say they are there), though fabricx does not train on them.
+    found_by: dict[str, type[Accelerator]] = {name: ACCELERATORS[name] for name in ("cpu", "cuda", "mps")}
+    for name, accelerator in {**found_by, "tpu": XLAAccelerator}.items():
         try:
             available = accelerator.is_available()
             count = cpu_cores if name == "cpu" else (accelerator.auto_device_count() if available else 0)
@@ -500,7 +505,7 @@ def _parser() -> argparse.ArgumentParser:
     run_parser.add_argument(
         "--accelerator",
         default=None,
-        help="one of auto, cpu, cuda, gpu, mps (TPU training is not supported)",
+        help=f"one of {', '.join(_TRAINED_ON)} (fabricx does not support TPU training: tpu is refused)",
     )
     run_parser.add_argument("--strategy", default=None, help="a registry name such as ddp, fsdp, deepspeed")
     run_parser.add_argument(
@@ -594,7 +599,11 @@ def plot(run_dir: str, output: str | None = None) -> int:
     from fabricx.loggers.plot import plot_run
 
     if not os.path.exists(run_dir):
-        print(f"fabricx plot: no such directory: {run_dir!r}", file=sys.stderr)
+        print(
+            f"fabricx plot: no such directory: {run_dir!r}. Give the folder a run wrote its metrics.csv files "
+            "under, e.g. `fabricx plot demo_runs` after `make demo`.",
+            file=sys.stderr,
+        )
         return 2
     try:
         path = plot_run(run_dir, output)

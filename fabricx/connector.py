@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from fabricx.accelerators.accelerator import Accelerator
-from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER
+from fabricx.accelerators.registry import ACCELERATORS, AUTO_ORDER, NOT_SUPPORTED
 from fabricx.capabilities import CheckpointIOLike, is_checkpoint_io
 from fabricx.environments.base import ClusterEnvironment
 from fabricx.precision.precision import Precision
@@ -202,6 +202,13 @@ def _sort_plugins(
 
 
 def _select_accelerator(accelerator: str | Accelerator, strategy: Any) -> Accelerator:
+    name = accelerator.name if isinstance(accelerator, Accelerator) else accelerator
+    if isinstance(name, str) and name in NOT_SUPPORTED:
+        # Refused whether or not this machine has one: "not available here" would suggest another machine works.
+        raise MisconfigurationError(
+            f"accelerator={accelerator!r}: {NOT_SUPPORTED[name]}. Choose one of "
+            f"{['auto', *ACCELERATORS]} or pass an Accelerator instance."
+        )
     if isinstance(accelerator, Accelerator):
         return accelerator
     if isinstance(strategy, Strategy) and strategy.accelerator is not None and accelerator == "auto":

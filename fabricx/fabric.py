@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from fabricx.accumulation import AccumulationState, AccumulationWindow
 from fabricx.capabilities import HoldsFabric, HoldsFabricOptimizers
-from fabricx.checkpoint.format import reserved_key
+from fabricx.checkpoint.contents import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
@@ -61,10 +61,10 @@ _PRECISION_KEY = reserved_key("precision")
 
 
 class Fabric:
-    """Run your own PyTorch loop on CPU, CUDA, MPS or TPU, on one device or many, in any precision.
+    """Run your own PyTorch loop on CPU, CUDA or MPS, on one device or many, in any precision.
 
     Args:
-        accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``/``"gpu"``, ``"mps"``, ``"tpu"`` or an Accelerator.
+        accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``/``"gpu"``, ``"mps"`` or an Accelerator (not ``"tpu"``).
         strategy: ``"auto"``, a registry name (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...) or a Strategy.
         devices: ``"auto"``, a count (processes on CPU), a list of indices, ``"0,1"`` or ``-1``.
         num_nodes: how many machines take part.
@@ -864,10 +864,10 @@ class Fabric:
         wait_for_pending_save()
         options = {"layout": layout} if layout is not None else {}
         if async_save:
-            from fabricx.checkpoint.async_save import save_fabric_checkpoint_async
+            from fabricx.checkpoint.pipeline import save_checkpoint
 
-            return save_fabric_checkpoint_async(
-                self._strategy, os.fspath(path), self._with_internal_state(state), filter, **options
+            return save_checkpoint(
+                self._strategy, os.fspath(path), self._with_internal_state(state), filter, layout, mode="async"
             )
         self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter, **options)
         return None

@@ -13,7 +13,6 @@ AcceleratorName = Literal[
     "cuda",
     "gpu",
     "mps",
-    "tpu",
 ]
 
 StrategyName = Literal[

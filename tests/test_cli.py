@@ -29,6 +29,7 @@ from fabricx.cli import (
 )
 from fabricx.connector import Connector
 from fabricx.environments.local import find_free_port
+from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.utilities.exceptions import MisconfigurationError
 
 # Model, data and loop shared by the script below and the in-test reference.
@@ -269,6 +270,7 @@ def test_devices_auto_takes_the_layout_torchrun_created(monkeypatch: pytest.Monk
     for name, value in layout.items():
         monkeypatch.setenv(name, value)
     strategy = Connector(accelerator="cpu").strategy  # devices="auto", num_nodes=1 in code
+    assert isinstance(strategy, ParallelStrategy), type(strategy).__name__  # torchrun's 4 processes
     assert strategy.launcher is None  # torchrun made the processes
     assert (strategy.world_size, strategy.num_processes, strategy.num_nodes) == (4, 2, 2)
     assert (strategy.global_rank, strategy.local_rank, strategy.node_rank) == (3, 1, 1)
@@ -344,7 +346,10 @@ def test_run_refuses_tpu_saying_it_is_not_supported(script: str, capsys: pytest.
 
 def test_plot_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plot", str(tmp_path / "absent")]) == 2
-    assert "no such directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # What was given and what to give instead.
+    assert f"no such directory: {str(tmp_path / 'absent')!r}" in err, err
+    assert "metrics.csv" in err, err
 
 
 def test_env_reports_ranks_under_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,7 +386,7 @@ def test_consolidate_calls_the_checkpoint_module(
         return Path(output or path + ".consolidated")
 
     fake = types.ModuleType("fabricx.checkpoint.consolidate")
-    fake.consolidate_checkpoint = fake_consolidate
+    vars(fake).update(consolidate_checkpoint=fake_consolidate)  # a module built here declares no attributes
     monkeypatch.setitem(sys.modules, "fabricx.checkpoint.consolidate", fake)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

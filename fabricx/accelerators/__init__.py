@@ -1,4 +1,4 @@
-"""Hardware: CPU, CUDA, MPS and TPU (XLA)."""
+"""Hardware: CPU, CUDA and MPS (TPU cores are detected for ``fabricx env``, not trained on)."""
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.accelerators.cpu import CPUAccelerator

@@ -1,4 +1,4 @@
-"""TPUs through torch_xla, imported only when asked for."""
+"""TPU cores found through torch_xla (imported only when asked for), for ``fabricx env``; not trained on."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from fabricx.accelerators.accelerator import Accelerator
 
 
 class XLAAccelerator(Accelerator):
-    """TPU cores via ``torch_xla`` (``pip install torch_xla``).
+    """Finds TPU cores through ``torch_xla``; ``fabricx env`` reports them.
+
+    fabricx does not train on TPUs (it has no XLA strategy): ``Fabric(accelerator="tpu")``, an instance of
+    this class and ``fabricx run --accelerator tpu`` are refused, and ``"auto"`` never picks a TPU.
 
     Example:
         ```python
-        Fabric(accelerator="tpu", devices=8)
+        XLAAccelerator.is_available()  # False without torch_xla and a TPU runtime
         ```
     """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fabricx.checkpoint.format import reserved_key
+from fabricx.checkpoint.contents import reserved_key
 from fabricx.utilities.exceptions import CheckpointError
 from fabricx.wrappers import FabricModule
 

@@ -29,7 +29,6 @@ from fabricx.checkpoint.export import load_weights, load_weights_into, parse_siz
 from fabricx.checkpoint.format import (
     FORMAT_VERSION,
     CheckpointWriter,
-    LoadedCheckpoint,
     is_checkpoint,
     is_complete,
     read_checkpoint,
@@ -38,6 +37,7 @@ from fabricx.checkpoint.format import (
     write_single_file,
 )
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.manager import CheckpointManager, remove_checkpoint
 from fabricx.checkpoint.serialization import dump, load
 from fabricx.utilities.exceptions import CheckpointError

@@ -28,6 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from fabricx.checkpoint.atomic import atomic_directory, resolve_directory
+from fabricx.checkpoint.file_mode import new_file_mode
 from fabricx.checkpoint.serialization import SAFETENSORS_DTYPES
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -210,19 +211,31 @@ def save_weights(
             metadata = {"format": "pt"}
             if aliases:
                 metadata[_ALIASES_KEY] = json.dumps(aliases)
-            save_file({n: tensors[n] for n in shards[0]}, str(tmp / f"{filename_prefix}.safetensors"), metadata)
+            weights_file = tmp / f"{filename_prefix}.safetensors"
+            save_file({n: tensors[n] for n in shards[0]}, str(weights_file), metadata)
+            _give_the_umask_mode([weights_file], tmp)
             return target
         weight_map: dict[str, str] = {}
+        shard_files: list[Path] = []
         for index, names in enumerate(shards, start=1):
             file_name = _shard_name(filename_prefix, index, len(shards))
             save_file({n: tensors[n] for n in names}, str(tmp / file_name), {"format": "pt"})
             weight_map.update(dict.fromkeys(names, file_name))
+            shard_files.append(tmp / file_name)
+        _give_the_umask_mode(shard_files, tmp)
         for alias, name in aliases.items():
             weight_map[alias] = weight_map[name]
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index_doc = {"metadata": {"total_size": total, "aliases": aliases}, "weight_map": weight_map}
         (tmp / f"{filename_prefix}.safetensors.index.json").write_text(json.dumps(index_doc, indent=2))
     return target
+
+
+def _give_the_umask_mode(weights_files: list[Path], directory: Path) -> None:
+    # safetensors creates its files 0600 whatever the umask; the index JSON gets the umask's mode: one mode for all.
+    mode = new_file_mode(directory)
+    for weights_file in weights_files:
+        os.chmod(weights_file, mode)
 
 
 # ---------------------------------------------------------------------------------------------- loading

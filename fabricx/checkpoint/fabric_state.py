@@ -1,86 +1,32 @@
-"""The one checkpoint pipeline: what a user passes to ``fabric.save``/``fabric.load`` becomes files and back.
+"""The user's live objects and a read checkpoint: which entries a strategy stored its own way, and how
+the loaded contents are restored into the objects of ``fabric.load(path, state)``.
 
-Every strategy saves and loads through `save_fabric_checkpoint()` and `load_fabric_checkpoint()`.
-They decide which entries are shared by every rank (model, optimizer, plain values) and which belong
-to one rank (data loader positions, random generators), write them with the on-disk layout of
-`fabricx.checkpoint.format` through the strategy's `fabricx.checkpoint.io.CheckpointIO`,
-and apply a loaded checkpoint to live objects. A strategy that stores some entries its own way
-(DTensor shards, a DeepSpeed engine's files) says so with an `EntryStorage`; the rest of the
-pipeline (names, per-rank entries, world-size changes, strictness, errors) is the same for all.
+Anything in the checkpoint that does not fit the objects raises `fabricx.utilities.exceptions.CheckpointError`
+naming the checkpoint and the entry; entries another strategy stored (shards, engine files) are read in full.
 
-The strategy is used only through the methods it is handed to (``global_rank``, ``world_size``,
-``barrier``, ``broadcast``, the state-dict methods, ``checkpoint_io`` and ``checkpoint_storage()``);
-this module imports no strategy.
+Example:
+
+```python
+remainder = apply_checkpoint(strategy, read_checkpoint("ckpt", keep_pin=True), "ckpt", state, strict=True)
+```
 """
 
 from __future__ import annotations
 
-import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint.format import (
-    RESERVED_PREFIX,
-    CheckpointWriter,
-    LoadedCheckpoint,
-    default_io,
-    is_reserved,
-    read_checkpoint,
-)
-from fabricx.checkpoint.io import CheckpointIO
+from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_per_rank, is_reserved, unwrap_object
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.host import CheckpointHost
-
-
-class EntryStorage(ABC):
-    """How a strategy stores some entries of the user's state itself (shards, an engine's own files).
-
-    The pipeline hands it the entries it `claims()`; everything else goes through the shared layout.
-    Its `record()` lands in ``meta.json``'s ``extra_meta[meta_key]``, and `stored_entries()`
-    reads the keys back from there, so any strategy (and ``fabricx consolidate``) can read them in full.
-
-    Example:
-        ```python
-        class MyStorage(EntryStorage):
-            meta_key = "my_shards"
-            def claims(self, key, obj): return isinstance(unwrap_object(obj), MyShardedModule)
-            ...
-        ```
-    """
-
-    #: ``extra_meta`` key of this storage's record (one of `STORAGE_KINDS`).
-    meta_key: str = ""
-    #: Whether the claimed entries' full state (the strategy's ``get_module_state_dict``/``get_optimizer_state``)
-    #: can be written into one file instead (the single-file layout); ``False`` refuses a file path.
-    full_state_in_one_file: bool = True
-
-    def claims(self, key: str, obj: Any) -> bool:
-        """Whether this storage writes ``state[key]`` itself."""
-        return False
-
-    def check_filter(self, keys: list[str], filter: Mapping[str, Callable] | None) -> None:
-        """Refuse a ``save(filter=...)`` on claimed entries that this storage cannot filter."""
-
-    @abstractmethod
-    def record(self, entries: dict[str, Any]) -> dict[str, Any]:
-        """The JSON record for ``meta.json`` describing the claimed ``entries``."""
-
-    @abstractmethod
-    def save(self, staging: Path, entries: dict[str, Any], filter: Mapping[str, Callable] | None) -> dict[str, Any]:
-        """Every rank: write the claimed entries under ``staging``; return extra shared (JSON-side) entries."""
-
-    @abstractmethod
-    def load(self, loaded: LoadedCheckpoint, entries: dict[str, Any], strict: bool) -> None:
-        """Every rank: restore the live objects ``entries`` (stored by this storage) from ``loaded``."""
+    from fabricx.checkpoint.loaded import LoadedCheckpoint
 
 
 class CheckpointKeyError(CheckpointError, KeyError):
@@ -94,245 +40,6 @@ class CheckpointStateError(CheckpointError, FabricxError):
 
     Also a `FabricxError`, the type those objects raise themselves.
     """
-
-
-def is_per_rank(obj: Any) -> bool:
-    return bool(getattr(obj, "_fabricx_per_rank", False))
-
-
-def unwrap_object(obj: Any) -> Any:
-    """The user's own module or optimizer behind a fabricx wrapper (others unchanged).
-
-    A data loader wrapper stays itself: its own state (epoch, position, random state) is what resumes.
-    """
-    inner = getattr(obj, "_fabricx_unwrapped", None)
-    return inner if isinstance(inner, Module | Optimizer) else obj
-
-
-def object_state(strategy: CheckpointHost, obj: Any) -> Any:
-    """What to store for one entry of the user's state dict."""
-    obj = unwrap_object(obj)
-    if isinstance(obj, Module):
-        return strategy.get_module_state_dict(obj)
-    if isinstance(obj, Optimizer):
-        return strategy.get_optimizer_state(obj)
-    if hasattr(obj, "state_dict") and callable(obj.state_dict):
-        return obj.state_dict()
-    if isinstance(obj, dict):
-        return {key: object_state(strategy, value) for key, value in obj.items()}
-    return obj
-
-
-def split_state(
-    strategy: CheckpointHost, state: dict[str, Any], filter: dict[str, Callable] | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split the user's state into (shared, per-rank) checkpoint contents."""
-    shared: dict[str, Any] = {}
-    per_rank: dict[str, Any] = {}
-    for key, obj in state.items():
-        target = per_rank if is_per_rank(obj) else shared
-        value = object_state(strategy, obj)
-        if filter and key in filter:
-            if not isinstance(value, dict):
-                raise TypeError(f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter.")
-            keep = filter[key]
-            value = {name: item for name, item in value.items() if keep(name, item)}
-        target[key] = value
-    return shared, per_rank
-
-
-def checkpoint_io_of(strategy: Any) -> CheckpointIO:
-    """The strategy's `CheckpointIO` (``checkpoint_io``), or the default one."""
-    io = getattr(strategy, "checkpoint_io", None)
-    return io if io is not None else default_io()
-
-
-def entry_storage_of(strategy: Any) -> EntryStorage | None:
-    """The `EntryStorage` of a strategy that stores some entries itself, or ``None``."""
-    get = getattr(strategy, "checkpoint_storage", None)
-    return cast("EntryStorage | None", get()) if callable(get) else None
-
-
-def claimed_entries(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``state`` that ``storage`` writes itself."""
-    if storage is None:
-        return {}
-    return {key: obj for key, obj in state.items() if storage.claims(key, obj)}
-
-
-@dataclass
-class DirectorySave:
-    """One save in the directory layout, as every rank plans it before writing: what goes through the
-    strategy's own storage (``claimed``), what through the shared layout (``shared`` on rank 0,
-    ``per_rank`` on each rank), and the one `CheckpointWriter` of the save. A synchronous and an
-    asynchronous save differ only in when (and from which copy) they write it.
-    """
-
-    storage: EntryStorage | None
-    claimed: dict[str, Any]
-    plain: dict[str, Any]
-    shared: dict[str, Any]
-    per_rank: dict[str, Any]
-    writer: CheckpointWriter
-
-    def write_claimed(self, staging: Path, filter: Mapping[str, Callable] | None) -> dict[str, Any]:
-        """Write the claimed entries now (every rank); the shared entries they add."""
-        if not self.claimed or self.storage is None:
-            return {}
-        return self.storage.save(staging, self.claimed, filter)
-
-
-def plan_directory_save(
-    strategy: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: Mapping[str, Callable] | None,
-    barrier: Callable[[], Any],
-) -> DirectorySave:
-    """Split ``state`` for a directory-layout save and build its writer (``barrier`` waits for every
-    rank; used only with more than one). Every rank calls it at the same point: it broadcasts the
-    save's token.
-
-    Example:
-        ```python
-        plan = plan_directory_save(strategy, "ckpt/step_10", state, None, strategy.barrier)
-        ```
-    """
-    storage = entry_storage_of(strategy)
-    claimed = claimed_entries(storage, state)
-    plain = {key: obj for key, obj in state.items() if key not in claimed}
-    if claimed and storage is not None:
-        storage.check_filter(list(claimed), dict(filter) if filter else None)
-    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in plain} or None
-    shared, per_rank = split_state(strategy, plain, plain_filter)
-    extra_meta = {storage.meta_key: storage.record(claimed)} if claimed and storage is not None else None
-    distributed = strategy.world_size > 1
-    writer = CheckpointWriter(
-        path,
-        rank=strategy.global_rank,
-        world_size=strategy.world_size,
-        barrier=barrier if distributed else None,
-        token=strategy.broadcast(uuid.uuid4().hex) if distributed else None,
-        extra_meta=extra_meta,
-        io=checkpoint_io_of(strategy),
-    )
-    return DirectorySave(storage, claimed, plain, shared, per_rank, writer)
-
-
-def write_and_commit(
-    plan: DirectorySave,
-    shared: dict[str, Any],
-    per_rank: dict[str, Any],
-    finish_claimed: Callable[[], dict[str, Any]],
-    agreement: Callable[[bool], bool],
-    before: Callable[[], None] | None = None,
-) -> None:
-    """Write this rank's files of ``plan`` and commit when every rank did (`CheckpointWriter.commit_agreed`).
-
-    The one writing path of a synchronous save (in the foreground, from the live state) and an
-    asynchronous one (in the background, from its host copy; ``before`` finishes that copy).
-    ``finish_claimed`` returns the shared entries the strategy's own storage added.
-    """
-    error: BaseException | None = None
-    try:
-        if before is not None:
-            before()
-        shared = {**shared, **finish_claimed()}
-        plan.writer.write_shared(shared)
-        plan.writer.write_rank(per_rank)
-    except BaseException as caught:
-        error = caught
-    plan.writer.commit_agreed(error, agreement)
-
-
-def rank_agreement(strategy: CheckpointHost) -> Callable[[bool], bool]:
-    """``agreement(ok)``: whether ``ok`` holds on every rank (a collective; ``ok`` itself alone).
-
-    On one all-reduce of the background saves' gloo group where torch.distributed runs; otherwise
-    through the strategy's own ``broadcast``, one per rank.
-    """
-    from fabricx.checkpoint.background import agree, background_group
-
-    if strategy.world_size == 1:
-        return lambda ok: ok
-    group = background_group()
-    if group is not None:
-        return lambda ok: agree(ok, group)
-    return lambda ok: all(bool(strategy.broadcast(ok, src=rank)) for rank in range(strategy.world_size))
-
-
-def save_fabric_checkpoint(
-    strategy: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: dict[str, Callable] | None = None,
-    layout: str | None = None,
-) -> None:
-    """Write ``state`` to ``path`` with the layout its name asks for, every rank taking part.
-
-    A path naming a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) becomes one ``torch.save`` file (the
-    single-file layout); any other path a fabricx checkpoint directory. ``layout`` overrides the choice.
-    The same pipeline as `fabricx.checkpoint.async_save.save_fabric_checkpoint_async()`, waited for:
-    the files are written here, from the live state.
-
-    Example:
-        ```python
-        save_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10})
-        save_fabric_checkpoint(fabric.strategy, "out/model.pth", {"model": model})  # one file
-        ```
-    """
-    from fabricx.checkpoint.layouts import layout_for
-
-    if layout_for(path, layout) == "single_file":
-        save_one_file(strategy, path, state, filter)
-        return
-    from fabricx.checkpoint.background import wait_for_pending_save
-
-    wait_for_pending_save()  # the agreement shares its group with a background save's thread
-    plan = plan_directory_save(strategy, path, state, filter, strategy.barrier)
-    agreement = rank_agreement(strategy)
-    staging = plan.writer.begin()
-    try:
-        written = plan.write_claimed(staging, filter)
-    except BaseException:
-        plan.writer.abort()
-        raise
-    write_and_commit(plan, plan.shared, plan.per_rank, lambda: written, agreement)
-
-
-def save_one_file(
-    strategy: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: dict[str, Callable] | None = None,
-    *,
-    asynchronous: bool = False,
-) -> Any:
-    """Write ``state`` as one file (`fabricx.checkpoint.layouts.single_file`), every rank taking part.
-
-    Entries a strategy stores itself are written as their full state (FSDP gathers the shards to rank 0,
-    as Lightning's ``state_dict_type="full"`` does); a strategy that has no full state for them (DeepSpeed
-    engines) is refused. With ``asynchronous`` rank 0 writes in the background and an ``AsyncSave`` is returned.
-
-    Example:
-        ```python
-        save_one_file(fabric.strategy, "out/model.pth", {"model": model, "step": 3})
-        ```
-    """
-    from fabricx.checkpoint.layouts.single_file import save_single_file, save_single_file_async
-
-    storage = entry_storage_of(strategy)
-    claimed = claimed_entries(storage, state)
-    if claimed and storage is not None and not storage.full_state_in_one_file:
-        raise CheckpointError(
-            f"Cannot save {sorted(claimed)} into the single file {path}: {type(strategy).__name__} stores them as "
-            "its engines' own files, which have no one-file form. Save to a path without a file suffix (or pass "
-            "layout='directory') for a checkpoint directory; `fabricx consolidate` turns its weights into one file."
-        )
-    shared, per_rank = split_state(strategy, state, filter)
-    extra_keys = [key for key in shared if is_reserved(key)]
-    save = save_single_file_async if asynchronous else save_single_file
-    return save(strategy, path, shared, per_rank, extra_keys=extra_keys, storage=checkpoint_io_of(strategy))
 
 
 # ------------------------------------------------------------------------ entries stored by a strategy
@@ -527,51 +234,19 @@ def _native(stored_kind: str | None, native_kind: str | None) -> bool:
     return stored_kind == native_kind or (stored_kind == DEEPSPEED_OPTIMIZER and native_kind == "deepspeed")
 
 
-def load_fabric_checkpoint(
-    strategy: CheckpointHost, path: str, state: dict[str, Any] | None = None, strict: bool = True
-) -> dict[str, Any]:
-    """Read a checkpoint; restore it into ``state`` (or return all of it when ``state`` is None).
-
-    The same for every strategy: entries this strategy stores its own way and that the checkpoint
-    stored that way are restored by its `EntryStorage`; entries another strategy stored are read
-    in full and loaded like any other; per-rank entries follow `rank_entries()` (world-size changes).
-
-    Example:
-        ```python
-        remainder = load_fabric_checkpoint(fabric.strategy, "ckpt/step_10", {"model": model})
-        ```
-    """
-    for attempt in range(_LOAD_ATTEMPTS):
-        loaded = read_checkpoint(path, rank=strategy.global_rank, io=checkpoint_io_of(strategy), keep_pin=True)
-        try:
-            result = _load_read(strategy, loaded, path, state, strict)
-        finally:
-            if loaded.pin is not None:
-                loaded.pin.close()
-                loaded.pin = None
-        if result is not None:
-            return result
-        # A strategy's own files are read by name after the rest: another job replaced the checkpoint
-        # meanwhile, so they may be another save's. Alone, load it again; with several ranks each would
-        # decide on its own (and a collective load would hang), so say so.
-        if strategy.world_size > 1 or attempt == _LOAD_ATTEMPTS - 1:
-            raise CheckpointError(
-                f"The checkpoint {path} was replaced by another save while being loaded, so its files may come "
-                "from two saves; nothing of it counts. Load it again once no job is rewriting it."
-            )
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-#: How many times a single process loads again when another save replaced the checkpoint meanwhile.
-_LOAD_ATTEMPTS = 5
-
-
-def _load_read(
+def apply_checkpoint(
     strategy: CheckpointHost, loaded: LoadedCheckpoint, path: str, state: dict[str, Any] | None, strict: bool
 ) -> dict[str, Any] | None:
-    """Read ``loaded``'s strategy-stored entries and apply everything into ``state``; ``None`` when the
-    directory was replaced while its files were read (then nothing but the strategy's own entries was
-    applied, and the caller loads again)."""
+    """Read ``loaded``'s strategy-stored entries and apply everything into ``state`` (all of it is returned
+    when ``state`` is None); ``None`` when the directory was replaced while its files were read (then
+    nothing but the strategy's own entries was applied, and the caller reads it again).
+
+    Example:
+
+    ```python
+    remainder = apply_checkpoint(strategy, loaded, "ckpt", {"model": model}, strict=True)
+    ```
+    """
     from fabricx.checkpoint.sharded import REST_KEY
 
     stored = stored_entries(loaded.meta)
@@ -645,24 +320,12 @@ def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
 
 
 __all__ = [
-    "RESERVED_PREFIX",
-    "CheckpointError",
+    "DEEPSPEED_OPTIMIZER",
     "CheckpointKeyError",
     "CheckpointStateError",
-    "DirectorySave",
-    "EntryStorage",
-    "checkpoint_io_of",
-    "claimed_entries",
-    "entry_storage_of",
-    "load_fabric_checkpoint",
-    "plan_directory_save",
-    "rank_agreement",
+    "apply_checkpoint",
+    "apply_loaded_state",
     "rank_entries",
     "read_full",
-    "save_fabric_checkpoint",
-    "save_one_file",
-    "split_state",
     "stored_entries",
-    "unwrap_object",
-    "write_and_commit",
 ]

@@ -27,20 +27,20 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from safetensors import SafetensorError
 
 from fabricx.checkpoint.atomic import DirectoryPin
-from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.io import CheckpointIO, default_io
 from fabricx.checkpoint.layouts.single_file import (
     check_weights_only,
+    load_single_file,
     looks_like_torch_file,
-    read_single_file,
     write_file,
 )
+from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.utilities.exceptions import CheckpointError
@@ -48,45 +48,22 @@ from fabricx.utilities.exceptions import CheckpointError
 __all__ = [
     "FORMAT_VERSION",
     "META_FILE",
-    "RESERVED_PREFIX",
     "CheckpointWriter",
-    "LoadedCheckpoint",
     "is_checkpoint",
     "is_complete",
     "read_checkpoint",
     "read_meta",
-    "reserved_key",
     "write_checkpoint",
     "write_single_file",
 ]
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
-#: Prefix of the entries fabricx adds to a checkpoint for its own state (RNG, precision, accumulation, ...).
-RESERVED_PREFIX = "__fabricx_"
 _MANIFEST_KEY = "files"
 SHARED_STEM = "shared"
 _FORMAT_NAME = "fabricx-checkpoint"
 # Token every rank agrees on without talking; one save to a given path runs at a time.
 _DEFAULT_DISTRIBUTED_TOKEN = "save"
-
-
-def reserved_key(name: str) -> str:
-    """The checkpoint key of fabricx's own entry ``name``: ``reserved_key("rng") == "__fabricx_rng__"``."""
-    return f"{RESERVED_PREFIX}{name}__"
-
-
-def is_reserved(key: Any) -> bool:
-    """Whether ``key`` is one of fabricx's own checkpoint entries (never reported to the user)."""
-    return isinstance(key, str) and key.startswith(RESERVED_PREFIX)
-
-
-_DEFAULT_IO = LocalCheckpointIO()
-
-
-def default_io() -> CheckpointIO:
-    """The checkpoint I/O used when none is given: local files."""
-    return _DEFAULT_IO
 
 
 def rank_stem(rank: int) -> str:
@@ -104,21 +81,6 @@ def _key_names(state: dict | None) -> list[str] | None:
     if state is None:
         return None
     return [key if isinstance(key, str) else repr(key) for key in state]
-
-
-@dataclass
-class LoadedCheckpoint:
-    """What `read_checkpoint()` found: the shared state, this rank's state (or ``None``), the metadata."""
-
-    shared: dict
-    per_rank: dict | None
-    meta: dict
-    path: Path
-    legacy: bool = field(default=False)
-    #: With ``read_checkpoint(..., keep_pin=True)``: the open handle on the directory read, so that a
-    #: caller reading more of its files by name (a strategy's shards) can tell whether they came from
-    #: the same save (`fabricx.checkpoint.atomic.DirectoryPin.unchanged`); the caller closes it.
-    pin: DirectoryPin | None = field(default=None, repr=False, compare=False)
 
 
 class CheckpointWriter:
@@ -472,7 +434,7 @@ def read_checkpoint(
     target = Path(path)
     for _ in range(_READ_ATTEMPTS):
         if target.is_file():
-            return _read_single_file(target, rank)
+            return load_single_file(target, rank)
         found = (io or default_io()).resolve(target, is_complete)
         if found is None and target.is_dir():
             # No complete copy anywhere: read this one, whose readers say exactly what is wrong with it.
@@ -484,7 +446,7 @@ def read_checkpoint(
             hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
             raise CheckpointError(f"No checkpoint found at {target}.{hint}")
         if found.is_file():
-            return _read_single_file(found, rank)
+            return load_single_file(found, rank)
         # Files are read by name while another job may replace the checkpoint: the read counts only if
         # the name still leads to the directory it started in (else it may mix two saves), else again.
         pin = DirectoryPin(found)
@@ -526,7 +488,7 @@ def _read_remote(url: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
                     f"No committed checkpoint found at {url} (nothing saved there, or the save did not finish)."
                 )
             if found.is_file():
-                return _read_single_file(found, rank)
+                return load_single_file(found, rank)
             return _read_directory(found, rank)
         except CheckpointError:
             # A save that committed meanwhile deletes the version being downloaded: read the new one.
@@ -546,11 +508,6 @@ def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:
         if not isinstance(per_rank, dict):
             raise CheckpointError(f"{json_path(found, rank_stem(rank))} is damaged: it does not hold a dict.")
     return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found)
-
-
-def _read_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
-    shared, per_rank, meta = read_single_file(file, rank)
-    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=file, legacy=bool(meta.get("legacy")))
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:

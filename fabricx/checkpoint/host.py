@@ -38,7 +38,7 @@ class CheckpointHost(RankHost, Protocol):
 
     Example:
         ```python
-        save_fabric_checkpoint(fabric.strategy, "ckpt/step_10", state)  # any Strategy is a CheckpointHost
+        save_checkpoint(fabric.strategy, "ckpt/step_10", state)  # any Strategy is a CheckpointHost
         ```
     """
 

@@ -42,7 +42,7 @@ from typing import BinaryIO
 
 from fabricx.checkpoint import atomic
 
-__all__ = ["CheckpointIO", "LocalCheckpointIO"]
+__all__ = ["CheckpointIO", "LocalCheckpointIO", "default_io"]
 
 #: Says whether a directory holds one complete checkpoint (``meta.json`` and every file it lists).
 Completeness = Callable[[Path], bool]
@@ -151,3 +151,11 @@ class LocalCheckpointIO(CheckpointIO):
 
     def __repr__(self) -> str:
         return "LocalCheckpointIO()"
+
+
+_DEFAULT_IO = LocalCheckpointIO()
+
+
+def default_io() -> CheckpointIO:
+    """The checkpoint I/O used when none is given: local files."""
+    return _DEFAULT_IO

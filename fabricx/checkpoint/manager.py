@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 
 from fabricx.checkpoint.atomic import discard_all
-from fabricx.checkpoint.format import default_io, is_complete, write_failure
-from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.format import is_complete, write_failure
+from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO, default_io
 from fabricx.checkpoint.storage import io_for, is_url, join_path
 from fabricx.utilities.exceptions import CheckpointError
 

@@ -29,7 +29,8 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx._compat.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
-from fabricx.checkpoint.format import CheckpointWriter, reserved_key
+from fabricx.checkpoint.contents import reserved_key
+from fabricx.checkpoint.format import CheckpointWriter
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
@@ -258,6 +259,15 @@ def sharded_record(kinds: Mapping[str, str]) -> dict[str, Any]:
     return {"format": _FORMAT, "directory": SHARDED_DIR, "entries": dict(kinds)}
 
 
+def _tensors_and_rest(sharded: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``sharded``'s tensors (what DCP writes) and the rest (what the shared state holds), by checkpoint key."""
+    tensors: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, state in sharded.items():
+        tensors[key], rest[key] = _split_tensors(state)
+    return tensors, rest
+
+
 def write_sharded(staging: str | os.PathLike[str], sharded: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Every rank: write the tensors of ``sharded`` (by checkpoint key) into ``staging/sharded`` with DCP.
 
@@ -270,10 +280,7 @@ def write_sharded(staging: str | os.PathLike[str], sharded: Mapping[str, Mapping
     """
     from torch.distributed.checkpoint import filesystem, state_dict_saver
 
-    tensors: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for key, state in sharded.items():
-        tensors[key], rest[key] = _split_tensors(state)
+    tensors, rest = _tensors_and_rest(sharded)
     state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(Path(staging) / SHARDED_DIR))
     return rest
 
@@ -297,10 +304,7 @@ def write_sharded_async(
 
     from fabricx.checkpoint.background import stage_to_host
 
-    tensors: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for key, state in sharded.items():
-        tensors[key], rest[key] = _split_tensors(state)
+    tensors, rest = _tensors_and_rest(sharded)
     staged_rest = stage_to_host(rest)  # e.g. param groups a scheduler changes in place
     future = state_dict_saver.async_save(
         tensors,

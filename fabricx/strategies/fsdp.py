@@ -16,7 +16,7 @@ from torch.optim import Optimizer
 
 from fabricx._compat.lr_scheduler import retarget_scheduler
 from fabricx.accelerators.accelerator import Accelerator
-from fabricx.checkpoint.fabric_state import EntryStorage, unwrap_object
+from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
 from fabricx.precision.precision import Precision
 from fabricx.strategies.mesh import MeshLayout
@@ -334,25 +334,23 @@ class _ShardedEntries(EntryStorage):
     def save(self, staging: Any, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
         from fabricx.checkpoint.sharded import REST_KEY, write_sharded
 
-        sharded = {}
-        for key, obj in entries.items():
-            value = self._live_state(obj)
-            if filter and key in filter and self._kind(obj) == "model":
-                value = {name: item for name, item in value.items() if filter[key](name, item)}
-            sharded[key] = value
-        return {REST_KEY: write_sharded(staging, sharded)}
+        return {REST_KEY: write_sharded(staging, self._sharded(entries, filter))}
 
     def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Any:
         """Like `save()`, but the shards are staged now and written in the background (DCP async_save)."""
         from fabricx.checkpoint.sharded import write_sharded_async
 
+        return write_sharded_async(staging, self._sharded(entries, filter), group)
+
+    def _sharded(self, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
+        """The live (sharded) state of each claimed entry, a model's filtered by ``filter``."""
         sharded = {}
         for key, obj in entries.items():
             value = self._live_state(obj)
             if filter and key in filter and self._kind(obj) == "model":
                 value = {name: item for name, item in value.items() if filter[key](name, item)}
             sharded[key] = value
-        return write_sharded_async(staging, sharded, group)
+        return sharded
 
     def _live_state(self, obj: Any) -> dict[str, Any]:
         from fabricx.checkpoint.sharded import get_model_state, get_optimizer_state

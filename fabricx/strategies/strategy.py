@@ -18,7 +18,7 @@ from fabricx.precision.precision import Precision
 from fabricx.utilities.apply import move_data_to_device
 
 if TYPE_CHECKING:
-    from fabricx.checkpoint.fabric_state import EntryStorage
+    from fabricx.checkpoint.contents import EntryStorage
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.strategies.launchers.launcher import Launcher
 
@@ -311,14 +311,14 @@ class Strategy(ABC):
         filter: dict[str, Callable] | None = None,
         layout: str | None = None,
     ) -> None:
-        from fabricx.checkpoint.fabric_state import save_fabric_checkpoint
+        from fabricx.checkpoint.pipeline import save_checkpoint
 
-        save_fabric_checkpoint(self, path, state, filter, layout)
+        save_checkpoint(self, path, state, filter, layout)
 
     def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
-        from fabricx.checkpoint.fabric_state import load_fabric_checkpoint
+        from fabricx.checkpoint.pipeline import load_checkpoint
 
-        return load_fabric_checkpoint(self, path, state, strict)
+        return load_checkpoint(self, path, state, strict)
 
     def teardown(self) -> None:
         self.precision.teardown()

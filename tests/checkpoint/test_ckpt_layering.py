@@ -16,7 +16,11 @@ from pathlib import Path
 import fabricx
 
 PACKAGE = Path(fabricx.__file__).parent
-MODULES = sorted(f"fabricx.checkpoint.{p.stem}" for p in (PACKAGE / "checkpoint").glob("*.py") if p.stem != "__init__")
+MODULES = sorted(
+    ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for p in (PACKAGE / "checkpoint").rglob("*.py")
+    if p.stem != "__init__"
+)
 FORBIDDEN = ("fabricx.fabric", "fabricx.strategies", "fabricx.connector", "fabricx.train", "fabricx.compat",
              "fabricx.resume", "fabricx.wrappers", "fabricx.precision", "fabricx.accelerators")
 

@@ -126,7 +126,8 @@ def test_mid_window_saves_resume_exactly_in_a_fresh_process(tmp_path: Path) -> N
 
 
 def test_a_save_inside_a_window_holds_the_gradients_and_position(tmp_path: Path) -> None:
-    from fabricx.checkpoint.format import read_checkpoint, reserved_key
+    from fabricx.checkpoint.contents import reserved_key
+    from fabricx.checkpoint.format import read_checkpoint
 
     _fabric_run(tmp_path, 0, 4, save_at=4)
     loaded = read_checkpoint(tmp_path / "fabric_mid")

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     import json, os, sys, torch
     from pathlib import Path
     from fabricx import Fabric
-    from fabricx.checkpoint.fabric_state import EntryStorage
+    from fabricx.checkpoint.contents import EntryStorage
     from fabricx.strategies import FSDPStrategy
 
     root = Path(sys.argv[1])

@@ -287,3 +287,16 @@ def test_kwargs_handlers_refuse_what_they_do_not_read(hf):
     with fx.LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=1) as local_sgd:
         local_sgd.step()
     assert not local_sgd.enabled and local_sgd.num_steps == 1
+
+
+def test_process_selecting_decorators_are_accelerates(hf):
+    """One process: every selection runs (Accelerate runs ``on_process(f, process_index=1)`` when alone);
+    the two-process side is ``surface_checks.test_process_selection``."""
+    from accelerate import PartialState as HFPartialState
+
+    from tests.compat.accelerate_suite.surface_checks import process_selections
+
+    theirs = process_selections(hf.Accelerator(cpu=True), HFPartialState())
+    ours = process_selections(fx.Accelerator(cpu=True), fx.PartialState())
+    assert ours == theirs
+    assert ours["accelerator.on_process(2)"] == ["ran", [1], {}] and ours["state.on_main_process(f) is f"]

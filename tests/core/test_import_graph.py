@@ -141,3 +141,46 @@ def test_the_check_sees_a_circle() -> None:
     edges = {"fabricx.train.a": {"fabricx.train.b": True}, "fabricx.train.b": {"fabricx.train.a": True}}
     kept = {s: {t: o for t, o in ts.items() if not _allowed(edges, s, t)} for s, ts in edges.items()}
     assert _circles(kept) == []
+
+
+def test_the_checkpoint_pipeline_imports_no_layout_backend_strategy_or_facade() -> None:
+    """A layout is looked up by its key, so the pipeline (and the registry it asks) names no backend:
+    a new layout is one backend file plus one registry line."""
+    edges = _edges(_modules())
+    backends = sorted(m for m in edges if m.startswith("fabricx.checkpoint.layouts."))
+    assert {"fabricx.checkpoint.layouts.directory", "fabricx.checkpoint.layouts.single_file"} <= set(backends)
+
+    def forbidden(name: str) -> bool:
+        return (
+            name in backends
+            or name == "fabricx.fabric"
+            or name.startswith(("fabricx.strategies", "fabricx.connector"))
+        )
+
+    for module in ("fabricx.checkpoint.pipeline", "fabricx.checkpoint.layouts"):
+        imported = sorted(edges[module])
+        assert not [name for name in imported if forbidden(name)], f"{module} imports {imported}"
+    assert "fabricx.checkpoint.layouts" in edges["fabricx.checkpoint.pipeline"]  # the registry, by key
+
+
+def test_no_module_imports_another_modules_underscore_names() -> None:
+    """``from fabricx.x import _y`` reaches into another module's privates; make ``y`` public there instead.
+    (``fabricx._compat`` is the package of shims, whose module names start with ``_`` by design.)"""
+    modules = _modules()
+    found = []
+    for name, (file, is_package) in modules.items():
+        base = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(file.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level:
+                anchor = base
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                module = f"{anchor}.{module}" if module else anchor
+            if not module.startswith("fabricx") or module == name:
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            found += [f"{name}:{node.lineno} imports {module}.{attr}" for attr in private]
+    assert not found, found

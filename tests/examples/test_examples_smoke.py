@@ -82,10 +82,14 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
 def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
     # 320 training samples / 2 processes / 16 per batch: 10 steps per epoch; both stops are mid-epoch.
     common = ["examples/digits_trainer.py", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn",
-              "--limit", "400", "--batch-size", "16", "--root-dir", str(tmp_path), "--no-progress",
-              "--save-every-steps", "5"]
+              "--limit", "400", "--batch-size", "16", "--root-dir", str(tmp_path), "--save-every-steps", "5"]
     first = _run([*common, "--max-steps", "15"])
-    assert "step 15" in first, first[-2000:]
+    # Output is a pipe: the bar prints one plain line per epoch. Its last line and the summary name the same
+    # epoch (the second, index 1 of 0-9) and the same place in it; the summary's metrics are rounded.
+    assert "Epoch 1/9: 5/10 " in first, first[-2000:]
+    assert "Finished at step 15 in epoch 1/9: " in first, first[-2000:]
+    summary = re.search(r"Finished at .*: (.*)", first)
+    assert summary is not None and re.fullmatch(r"val_loss \d+\.\d{4}, val_acc \d\.\d{4}", summary.group(1)), summary
     last = torch.load(tmp_path / "checkpoints" / "steps" / "last.ckpt", weights_only=True)
     assert "__fabricx_train_loader__" in last["__fabricx_ranks__"]["1"]  # rank 1's own loader position
     resumed = _run([*common, "--max-steps", "23", "--resume"])

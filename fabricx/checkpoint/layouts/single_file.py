@@ -23,7 +23,7 @@ file that needs anything else (a `GLOBAL os.system`, a class of the user's) is r
 Example:
 
 ```python
-save_single_file(strategy, "out/model.pth", shared, per_rank, extra_keys={"__fabricx_rng__"})
+save_single_file(strategy, "out/model.pth", shared, per_rank, save_mode("sync"), extra_keys={"__fabricx_rng__"})
 shared, per_rank, meta = read_single_file(Path("out/model.pth"), rank=0)
 ```
 """
@@ -38,29 +38,38 @@ import sys
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabricx.checkpoint.contents import checkpoint_io_of, claimed_entries, entry_storage_of, is_reserved, split_state
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
+if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.save_modes import SaveMode
+
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "LAYOUT",
     "META_KEY",
     "RANKS_KEY",
     "Host",
+    "SingleFileLayout",
     "check_weights_only",
+    "load_single_file",
     "looks_like_torch_file",
     "read_single_file",
     "save_single_file",
-    "save_single_file_async",
     "unpickling_detail",
     "write_file",
 ]
@@ -284,81 +293,82 @@ def write_file(path: Any, contents: dict[str, Any], storage: CheckpointIO | None
     return target
 
 
-def _agree(host: Host, error: BaseException | None) -> None:
-    """Every rank learns whether rank 0's write succeeded (and raises if it did not)."""
-    if host.world_size == 1:
-        if error is not None:
-            raise error
-        return
-    message = host.broadcast(None if error is None else f"{type(error).__name__}: {error}", src=0)
-    if error is not None:
-        raise error
-    if message is not None:
-        raise CheckpointError(f"Rank 0 could not write the checkpoint: {message}")
-
-
 def save_single_file(
     host: Host,
     path: str | os.PathLike[str],
     shared: dict[str, Any],
     per_rank: dict[str, Any],
+    mode: SaveMode,
     *,
     extra_keys: Collection[str] = (),
     storage: CheckpointIO | None = None,
-) -> None:
+) -> AsyncSave | None:
     """Every rank: write the checkpoint contents as one file at ``path`` (rank 0 writes).
 
     ``shared`` and ``per_rank`` are what the pipeline made of the user's state (state dicts and plain
-    values); ``extra_keys`` are fabricx's own shared entries (stored weights-only even if they hold NumPy values).
+    values); ``extra_keys`` are fabricx's own shared entries (stored weights-only even if they hold NumPy
+    values). With an asynchronous ``mode`` the contents are copied to host memory first (the training loop
+    may change the live tensors at once), rank 0 writes in a background thread, and a failed write is
+    reported by the handle of rank 0; a synchronous save reports it on every rank.
 
     Example:
 
     ```python
-    save_single_file(strategy, "out/model.pth", {"model": sd, "step": 3}, {"__fabricx_rng__": rng})
+    save_single_file(strategy, "out/model.pth", {"model": sd, "step": 3}, {"__fabricx_rng__": rng}, mode)
     ```
     """
     contents = _file_contents(host, path, shared, per_rank, extra_keys)
-    error: BaseException | None = None
-    if contents is not None:
-        try:
-            write_file(path, contents, storage)
-        except Exception as failure:
-            error = failure
-    _agree(host, error)
+    staged = None if contents is None else mode.copy(contents)
+
+    def job() -> None:
+        error: BaseException | None = None
+        if staged is not None:
+            try:
+                write_file(path, staged, storage)
+            except Exception as failure:
+                error = failure
+        mode.share_outcome(host, error)
+
+    return mode.run(path, job)
 
 
-def save_single_file_async(
-    host: Host,
-    path: str | os.PathLike[str],
-    shared: dict[str, Any],
-    per_rank: dict[str, Any],
-    *,
-    extra_keys: Collection[str] = (),
-    storage: CheckpointIO | None = None,
-) -> Any:
-    """Like `save_single_file()`, with rank 0's write in a background thread; returns an ``AsyncSave``.
+class SingleFileLayout:
+    """The `fabricx.checkpoint.layouts.Layout` of one ``torch.save`` file."""
 
-    The contents are copied to host memory first (the training loop may change the live tensors at
-    once); a failed write is reported by the handle of rank 0, the rank that writes.
+    def save(
+        self,
+        host: CheckpointHost,
+        path: str,
+        state: dict[str, Any],
+        filter: Mapping[str, Callable] | None,
+        mode: SaveMode,
+    ) -> AsyncSave | None:
+        """Entries a strategy stores itself are written as their full state (FSDP gathers the shards to rank 0,
+        as Lightning's ``state_dict_type="full"`` does); a strategy that has no full state for them (DeepSpeed
+        engines) is refused."""
+        storage = entry_storage_of(host)
+        claimed = claimed_entries(storage, state)
+        if claimed and storage is not None and not storage.full_state_in_one_file:
+            raise CheckpointError(
+                f"Cannot save {sorted(claimed)} into the single file {path}: {type(host).__name__} stores them "
+                "as its engines' own files, which have no one-file form. Save to a path without a file suffix (or "
+                "pass layout='directory') for a checkpoint directory; `fabricx consolidate` turns its weights "
+                "into one file."
+            )
+        shared, per_rank = split_state(host, state, filter)
+        extra_keys = [key for key in shared if is_reserved(key)]
+        return save_single_file(
+            host, path, shared, per_rank, mode, extra_keys=extra_keys, storage=checkpoint_io_of(host)
+        )
 
-    Example:
+    def holds(self, path: str) -> bool:
+        return not is_url(path) and Path(path).is_file()
 
-    ```python
-    handle = save_single_file_async(strategy, "out/model.pth", shared, per_rank)
-    handle.wait()
-    ```
-    """
-    from fabricx.checkpoint.background import stage_to_host, start_background_save
-
-    contents = _file_contents(host, path, shared, per_rank, extra_keys)
-    if contents is None:
-        return start_background_save(path, _nothing)
-    staged = stage_to_host(contents)
-    return start_background_save(path, lambda: write_file(path, staged, storage))
+    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
+        return load_single_file(Path(path), rank)
 
 
-def _nothing() -> None:
-    return None
+LAYOUT = SingleFileLayout()
 
 
 # -------------------------------------------------------------------------------------------- reading
@@ -449,6 +459,19 @@ def read_single_file(file: Path, rank: int = 0) -> tuple[dict[str, Any], dict[st
     else:  # more processes now than when it was saved
         own = {key: value for key, value in rank0.items() if not key.startswith(_RESERVED_PREFIX)}
     return shared, _decode(own), meta
+
+
+def load_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
+    """`read_single_file()` as the pipeline's `fabricx.checkpoint.loaded.LoadedCheckpoint`.
+
+    Example:
+
+    ```python
+    loaded = load_single_file(Path("out/model.pth"), rank=0)
+    ```
+    """
+    shared, per_rank, meta = read_single_file(file, rank)
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=file, legacy=bool(meta.get("legacy")))
 
 
 def looks_like_torch_file(file: Path) -> bool:

@@ -63,7 +63,7 @@ from fabricx.compat.accelerate.kwargs import (
 )
 from fabricx.compat.accelerate.memory import find_executable_batch_size
 from fabricx.compat.accelerate.model import answer_as_prepared, ddp_of
-from fabricx.compat.accelerate.process import AcceleratorState, PartialState, externally_launched
+from fabricx.compat.accelerate.process import AcceleratorState, PartialState, externally_launched, only_on
 from fabricx.compat.accelerate.state import StateMixin
 from fabricx.compat.accelerate.tracking import build_trackers, normalize_log_with
 from fabricx.fabric import Fabric
@@ -220,7 +220,8 @@ class Accelerator(StateMixin, CollectivesMixin):
         device_placement: move prepared models and batches to `device`.
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps, once per
             process (Accelerate's convention for schedules counted in single-process batches).
-        split_batches, even_batches: shortcuts for the `DataLoaderConfiguration` fields.
+        split_batches: shortcut for `DataLoaderConfiguration(split_batches=...)`.
+        even_batches: shortcut for `DataLoaderConfiguration(even_batches=...)`.
         gradient_accumulation_plugin: a `GradientAccumulationPlugin` (``num_steps``,
             ``sync_each_batch``, ``adjust_scheduler``, ``sync_with_dataloader``).
         rng_types: accepted for compatibility; every random generator is checkpointed.
@@ -941,12 +942,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             def report(text): print(text)
             ```
         """
-
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if self.is_main_process else None
-
-        return wrapper
+        return only_on(self.is_main_process, self.use_distributed, function)
 
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on each machine's main process only.
@@ -957,12 +953,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             def report(text): print(text)
             ```
         """
-
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if self.is_local_main_process else None
-
-        return wrapper
+        return only_on(self.is_local_main_process, self.use_distributed, function)
 
     def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on the last process only.
@@ -973,24 +964,26 @@ class Accelerator(StateMixin, CollectivesMixin):
             def report(text): print(text)
             ```
         """
-        return self.state._only_on(self.is_last_process, function)
+        return only_on(self.is_last_process, self.use_distributed, function)
 
     def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
-        """Decorator: run ``function`` on process ``process_index`` only.
+        """Decorator: run ``function`` on process ``process_index`` only (a one-process run runs it whatever the
+        index, as Accelerate does).
 
         Example:
             ```python
-            accelerator.on_process(print, process_index=1)("only on process 1")
+            accelerator.on_process(print, process_index=1)("on process 1, or when alone")
             ```
         """
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
-        return self.state._only_on(self.process_index == process_index, function)
+        return only_on(self.process_index == process_index, self.use_distributed, function)
 
     def on_local_process(
         self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
     ) -> Any:
-        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only.
+        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only (a one-process
+        run runs it whatever the index, as Accelerate does).
 
         Example:
             ```python
@@ -999,7 +992,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         """
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return self.state._only_on(self.local_process_index == local_process_index, function)
+        return only_on(self.local_process_index == local_process_index, self.use_distributed, function)
 
     def set_trigger(self) -> None:
         """Raise a flag on this process that `check_trigger()` sees on every process (e.g. to stop early).

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from fabricx.compat.accelerate.config import DistributedType
 
-__all__ = ["AcceleratorState", "PartialState", "distributed_type_of"]
+__all__ = ["AcceleratorState", "PartialState", "distributed_type_of", "only_on"]
 
 _SHARED: dict[str, Any] = {}
 
@@ -39,6 +39,26 @@ def distributed_type_of(strategy_name: str, num_processes: int, device: torch.de
     if device.type == "xla":
         return DistributedType.XLA
     return DistributedType.MULTI_MPS if device.type == "mps" else DistributedType.MULTI_CPU
+
+
+def _skipped(*args: Any, **kwargs: Any) -> None:
+    """What a process-selecting decorator gives on the processes it leaves out: a call that does nothing."""
+    return None
+
+
+def only_on(selected: bool, use_distributed: bool, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` itself on a ``selected`` process, a call that does nothing and returns ``None`` elsewhere.
+
+    As in Accelerate, a one-process run (``use_distributed`` false) is selected whatever was asked:
+    ``on_process(f, process_index=1)`` runs ``f`` when there is only process 0, so a script written for
+    several processes still does its per-process work when run alone.
+
+    Example:
+        ```python
+        only_on(state.process_index == 1, state.use_distributed, print)("on process 1, or when alone")
+        ```
+    """
+    return function if selected or not use_distributed else _skipped
 
 
 def _process_fabric(cpu: bool = False) -> Any:
@@ -157,30 +177,23 @@ class PartialState:
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
-    def _only_on(self, run: bool, function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if run else None
-
-        return wrapper
-
     def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on the main process only."""
-        return self._only_on(self.is_main_process, function)
+        return only_on(self.is_main_process, self.use_distributed, function)
 
     def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on each machine's main process only."""
-        return self._only_on(self.is_local_main_process, function)
+        return only_on(self.is_local_main_process, self.use_distributed, function)
 
     def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Decorator: run ``function`` on the last process only."""
-        return self._only_on(self.is_last_process, function)
+        return only_on(self.is_last_process, self.use_distributed, function)
 
     def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
         """Decorator: run ``function`` on process ``process_index`` only."""
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
-        return self._only_on(self.process_index == process_index, function)
+        return only_on(self.process_index == process_index, self.use_distributed, function)
 
     def on_local_process(
         self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
@@ -188,7 +201,7 @@ class PartialState:
         """Decorator: run ``function`` on local process ``local_process_index`` of each machine only."""
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return self._only_on(self.local_process_index == local_process_index, function)
+        return only_on(self.local_process_index == local_process_index, self.use_distributed, function)
 
     def __repr__(self) -> str:
         return (

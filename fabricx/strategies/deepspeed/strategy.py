@@ -24,8 +24,9 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx.accelerators.accelerator import Accelerator
+from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
-from fabricx.checkpoint.fabric_state import CheckpointKeyError, EntryStorage, unwrap_object
+from fabricx.checkpoint.fabric_state import CheckpointKeyError
 from fabricx.precision.deepspeed import DEEPSPEED_PRECISIONS, DeepSpeedPrecision
 from fabricx.precision.precision import Precision
 from fabricx.strategies.deepspeed import config as ds_config
@@ -70,9 +71,11 @@ class DeepSpeedStrategy(ParallelStrategy):
     since its last backward, ``fabric.backward(loss, model=...)`` says which engine the loss belongs to.
 
     Args:
-        zero_optimization, stage: ZeRO on/off and its stage (0-3). Ignored when ``config`` is given.
-        offload_optimizer, offload_parameters: move optimizer state (stage >= 1) or parameters (stage 3)
-            to ``offload_optimizer_device``/``offload_params_device`` (``"cpu"`` or ``"nvme"``).
+        zero_optimization: ZeRO on or off. Ignored when ``config`` is given.
+        stage: the ZeRO stage (0-3). Ignored when ``config`` is given.
+        offload_optimizer: move optimizer state (stage >= 1) to ``offload_optimizer_device`` (``"cpu"`` or
+            ``"nvme"``).
+        offload_parameters: move parameters (stage 3) to ``offload_params_device`` (``"cpu"`` or ``"nvme"``).
         remote_device: where ``fabric.init_module()`` under stage 3 puts partitions (default: the device).
         config: a DeepSpeed config dict or JSON file; it wins over the arguments above. fabricx adds the
             precision section, the micro-batch size, ``gradient_accumulation_steps`` and ``gradient_clipping``
@@ -83,10 +86,15 @@ class DeepSpeedStrategy(ParallelStrategy):
             with ``fabric.accumulate``).
         gradient_clipping: clip the global gradient norm inside ``optimizer.step()`` (DeepSpeed clips, not
             ``fabric.clip_gradients``). Off unless given here or in the config (DeepSpeed alone would clip at 1.0).
-        loss_scale, initial_scale_power, loss_scale_window, hysteresis, min_loss_scale: fp16 loss scaling
-            (``loss_scale=0`` is dynamic).
+        loss_scale: the fp16 loss scale (``0``: dynamic, as tuned by the four arguments below).
+        initial_scale_power: a dynamic loss scale starts at ``2**initial_scale_power``.
+        loss_scale_window: steps without an overflow before a dynamic loss scale grows.
+        hysteresis: overflows tolerated before a dynamic loss scale shrinks.
+        min_loss_scale: the smallest a dynamic loss scale gets.
         exclude_frozen_parameters: leave parameters with ``requires_grad=False`` out of checkpoints.
-        start_method, timeout, process_group_backend: as for `fabricx.strategies.DDPStrategy`.
+        start_method: as for `fabricx.strategies.DDPStrategy`.
+        timeout: as for `fabricx.strategies.DDPStrategy`.
+        process_group_backend: as for `fabricx.strategies.DDPStrategy`.
 
     On CPU, DeepSpeed's shared-memory all-reduce (a C++ op compiled on first use) is skipped: collectives
     go through gloo.
@@ -636,14 +644,7 @@ class _EngineEntries(EntryStorage):
         }
 
     def save(self, staging: Any, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
-        models, _, _ = self.strategy._split_engine_state(entries)
-        for key, engine in models.items():
-            engine.save_checkpoint(
-                os.fspath(staging / ENGINE_FOLDER),
-                tag=key,
-                save_latest=False,
-                exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
-            )
+        self._save_engines(staging, entries, lambda engine: contextlib.nullcontext())
         return {}
 
     def save_async(self, staging: Any, entries: dict[str, Any], filter: Any, group: Any) -> Callable[[], dict]:
@@ -652,21 +653,27 @@ class _EngineEntries(EntryStorage):
         from fabricx.strategies.deepspeed.async_save import EngineFiles
 
         files = EngineFiles()
-        models, _, _ = self.strategy._split_engine_state(entries)
-        for key, engine in models.items():
-            with files.capture(engine):
-                engine.save_checkpoint(
-                    os.fspath(staging / ENGINE_FOLDER),
-                    tag=key,
-                    save_latest=False,
-                    exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
-                )
+        self._save_engines(staging, entries, files.capture)
 
         def finish() -> dict[str, Any]:
             files.write()
             return {}
 
         return finish
+
+    def _save_engines(
+        self, staging: Any, entries: dict[str, Any], around: Callable[[Any], contextlib.AbstractContextManager]
+    ) -> None:
+        """Every rank: each model's engine saves its files under ``staging``, inside ``around(engine)``."""
+        models, _, _ = self.strategy._split_engine_state(entries)
+        for key, engine in models.items():
+            with around(engine):
+                engine.save_checkpoint(
+                    os.fspath(staging / ENGINE_FOLDER),
+                    tag=key,
+                    save_latest=False,
+                    exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
+                )
 
     def load(self, loaded: Any, entries: dict[str, Any], strict: bool) -> None:
         models, optimizer_keys, _ = self.strategy._split_engine_state(entries, require_models=False)

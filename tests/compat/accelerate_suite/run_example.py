@@ -4,8 +4,9 @@ Usage: ``python run_example.py OUT_DIR EXAMPLE.py [script args]`` (under ``fabri
 processes; ``ACCELERATE_SUITE_PEER=1`` runs Accelerate itself).
 
 Stand-ins, identical for both frameworks: ``datasets.load_dataset`` gives a synthetic MRPC (64 training, 32
-validation pairs), ``evaluate.load`` an accuracy/F1 metric, ``AutoTokenizer`` a word-hashing tokenizer and
-``AutoModelForSequenceClassification`` a tiny BERT initialised from the seeded global generator. Only the
+validation pairs; for ``Salesforce/wikitext``, lines of text), ``evaluate.load`` an accuracy/F1 metric,
+``AutoTokenizer`` a word-hashing tokenizer (a causal one for SmolLM), ``AutoModelForSequenceClassification`` a tiny
+BERT and ``AutoModelForCausalLM`` a tiny Llama, initialised from the seeded global generator. Only the
 Accelerator-side names are swapped (run_scripts.install_shim plus the kwargs objects, LocalSGD and
 find_executable_batch_size). Writes ``OUT_DIR/rank_<r>.json``: the printed lines and a digest of the final
 parameters of the first prepared model.
@@ -60,6 +61,9 @@ class _Dataset:
     def rename_column(self, old: str, new: str) -> _Dataset:
         return _Dataset({(new if k == old else k): v for k, v in self.columns.items()})
 
+    def filter(self, function, input_columns: str) -> _Dataset:
+        return self.select([i for i, value in enumerate(self.columns[input_columns]) if function(value)])
+
 
 class _DatasetDict(dict):
     def map(self, *args, **kwargs):
@@ -68,8 +72,13 @@ class _DatasetDict(dict):
     def rename_column(self, old: str, new: str) -> _DatasetDict:
         return _DatasetDict({k: v.rename_column(old, new) for k, v in self.items()})
 
+    def filter(self, *args, **kwargs) -> _DatasetDict:
+        return _DatasetDict({k: v.filter(*args, **kwargs) for k, v in self.items()})
+
 
 def _load_dataset(*args, **kwargs) -> _DatasetDict:
+    if args and args[0] == "Salesforce/wikitext":
+        return _wikitext()
     rng = random.Random(0)
 
     def split(n: int) -> _Dataset:
@@ -81,6 +90,17 @@ def _load_dataset(*args, **kwargs) -> _DatasetDict:
                          "label": [r[2] for r in rows], "idx": list(range(n))})
 
     return _DatasetDict(train=split(64), validation=split(32))
+
+
+def _wikitext() -> _DatasetDict:
+    """Lines of text, some empty (as wikitext's are): more training lines than the 500 the example selects."""
+    rng = random.Random(1)
+
+    def split(n: int) -> _Dataset:
+        lines = ["" if i % 7 == 3 else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))) for i in range(n)]
+        return _Dataset({"text": lines})
+
+    return _DatasetDict(train=split(520), validation=split(40))
 
 
 class _Metric:
@@ -141,6 +161,21 @@ class _Tokenizer:
         return BatchEncoding(batch, tensor_type=return_tensors)
 
 
+class _CausalTokenizer(_Tokenizer):
+    """The word-hashing tokenizer as a causal-LM tokenizer: an end-of-text token (the example pads with it) and no
+    token types; ``return_attention_mask=False`` leaves the mask out, as transformers' tokenizers do."""
+
+    eos_token = "<eos>"
+    pad_token: str | None = None
+
+    def __call__(self, first, second=None, truncation=True, max_length=None, return_attention_mask=True, **kwargs):
+        texts = [first] if isinstance(first, str) else list(first)
+        out: dict[str, list] = {"input_ids": [self._ids(text) for text in texts]}
+        if return_attention_mask:
+            out["attention_mask"] = [[1] * len(ids) for ids in out["input_ids"]]
+        return {k: v[0] for k, v in out.items()} if isinstance(first, str) else out
+
+
 def _install_stand_ins() -> None:
     import transformers
 
@@ -160,8 +195,17 @@ def _install_stand_ins() -> None:
                                          intermediate_size=32, max_position_embeddings=64, num_labels=2)
         return transformers.BertForSequenceClassification(config)
 
-    transformers.AutoTokenizer.from_pretrained = staticmethod(lambda *a, **k: _Tokenizer())  # type: ignore[method-assign]
+    def tiny_llama(*args, **kwargs):
+        config = transformers.LlamaConfig(vocab_size=96, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+        return transformers.LlamaForCausalLM(config)
+
+    def tokenizer(name: str, *args, **kwargs) -> _Tokenizer:
+        return _CausalTokenizer() if "SmolLM" in name else _Tokenizer()
+
+    transformers.AutoTokenizer.from_pretrained = staticmethod(tokenizer)  # type: ignore[method-assign]
     transformers.AutoModelForSequenceClassification.from_pretrained = staticmethod(tiny_bert)  # type: ignore[method-assign]
+    transformers.AutoModelForCausalLM.from_pretrained = staticmethod(tiny_llama)  # type: ignore[method-assign]
 
 
 def _swap_accelerator_names() -> None:
@@ -191,6 +235,8 @@ EXAMPLES: dict[str, list[str]] = {
     "by_feature/ddp_comm_hook": ["--cpu", "--ddp_comm_hook", "fp16"],
     "by_feature/early_stopping": ["--cpu"],
     "by_feature/gradient_accumulation": ["--cpu", "--gradient_accumulation_steps", "2"],
+    # accumulation of 2 so that the example enters model.no_sync() on 2 processes
+    "by_feature/gradient_accumulation_for_autoregressive_models": ["--cpu", "--gradient_accumulation_steps", "2"],
     "by_feature/local_sgd": ["--cpu", "--local_sgd_steps", "2", "--gradient_accumulation_steps", "1"],
     "by_feature/memory": ["--cpu"],
     "by_feature/multi_process_metrics": ["--cpu"],

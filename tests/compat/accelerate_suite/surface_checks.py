@@ -17,7 +17,7 @@ PEER = os.environ.get("ACCELERATE_SUITE_PEER") == "1"
 if PEER and not TYPE_CHECKING:  # the checker reads the fabricx side; the peer's names are the same
     from accelerate import Accelerator
     from accelerate.local_sgd import LocalSGD
-    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.state import AcceleratorState, GradientState, PartialState
     from accelerate.utils import DataLoaderConfiguration, DDPCommunicationHookType, DistributedDataParallelKwargs
 
     def _fresh() -> None:
@@ -30,6 +30,7 @@ else:
         DDPCommunicationHookType,
         DistributedDataParallelKwargs,
         LocalSGD,
+        PartialState,
     )
 
     def _fresh() -> None:
@@ -235,6 +236,35 @@ def test_local_sgd() -> None:
     FINAL_PARAMETERS["local_sgd"] = _train(Accelerator(cpu=True), steps=5, local_sgd_steps=2)
 
 
+def process_selections(accelerator: Any, state: Any) -> dict:
+    """What every process-selecting decorator of an Accelerator and of a PartialState does on this process, for
+    each index 0..2 (one more than two processes have): the call's result, or None where it was skipped."""
+
+    def ran(*args: Any, **kwargs: Any) -> list:
+        return ["ran", list(args), kwargs]
+
+    seen: dict[str, Any] = {}
+    for owner_name, owner in (("accelerator", accelerator), ("state", state)):
+        seen[f"{owner_name}.on_main_process"] = owner.on_main_process(ran)(1)
+        seen[f"{owner_name}.on_local_main_process"] = owner.on_local_main_process(ran)(1)
+        seen[f"{owner_name}.on_last_process"] = owner.on_last_process(ran)(1)
+        for index in range(3):
+            name = f"{owner_name}.on_process"
+            seen[f"{name}({index})"] = owner.on_process(ran, process_index=index)(1)
+            seen[f"{name}(process_index={index})(f)"] = owner.on_process(process_index=index)(ran)(x=2)
+            seen[f"{owner_name}.on_local_process({index})"] = owner.on_local_process(ran, local_process_index=index)(1)
+    # the state hands back the function itself where it runs, so it stays the same object
+    seen["state.on_main_process(f) is f"] = state.on_main_process(ran) is ran
+    return seen
+
+
+def test_process_selection() -> None:
+    """on_main_process, on_last_process, on_process(process_index=...), on_local_process: who runs what."""
+    _fresh()
+    accelerator = Accelerator(cpu=True)
+    FINAL_PARAMETERS["process_selection"] = process_selections(accelerator, PartialState())
+
+
 def fabric_ddp_comm_hook_check() -> None:
     """fabricx's own DDPStrategy(ddp_comm_hook=..., ddp_comm_state=..., ddp_comm_wrapper=...) gives what torch's
     DistributedDataParallel with that hook registered gives (and the adapter's handler, recorded above)."""
@@ -284,5 +314,6 @@ def main() -> None:
     test_stateful_loaders_with_a_model()
     test_ddp_kwargs_and_comm_hooks()
     test_local_sgd()
+    test_process_selection()
     if not PEER:
         fabric_ddp_comm_hook_check()

@@ -102,7 +102,14 @@ def test_ported_scripts_give_accelerates_outcomes_and_numbers(adapter_runs, tmp_
         if processes == 2:  # the split/dispatch/sync_each_batch grid ran, and the DDP and loader checks
             assert sum("test_gradient_accumulation(" in case for case in ours) == 8, sorted(ours)
             assert {"ddp_model", "stateful_shuffled", "stateful_iterable", "ddp_kwargs_power_sgd", "local_sgd",
-                    "model_two_loaders_stateful_True"} <= set(
+                    "model_two_loaders_stateful_True", "process_selection"} <= set(
                 our_values[0]
             )
+            # each rank ran its own index only, and the last process's decorator on rank 1 only
+            for rank, values in enumerate(our_values):
+                selection = values["process_selection"]
+                assert [selection[f"accelerator.on_process({index})"] is not None for index in range(3)] == [
+                    index == rank for index in range(3)
+                ], (rank, selection)
+                assert (selection["accelerator.on_last_process"] is not None) == (rank == 1)
             assert any("fabric_ddp_comm_hook_check" in case for case in ours)

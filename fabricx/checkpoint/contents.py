@@ -1,0 +1,165 @@
+"""What the user's state becomes in a checkpoint, in every layout: shared and per-rank contents.
+
+Entries marked per rank (data loader positions, random generators) are this process's own; the others
+(models, optimizers, plain values) are shared by every rank. A module or optimizer is stored as its
+state dict through the host (which gathers shards where it has them); a strategy that stores some
+entries its own way (DTensor shards, a DeepSpeed engine's files) says so with an `EntryStorage`.
+fabricx's own entries sit under reserved keys (`reserved_key()`).
+
+Example:
+
+```python
+shared, per_rank = split_state(fabric.strategy, {"model": model, "loader": loader, "step": 3})
+```
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.checkpoint.io import CheckpointIO, default_io
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.loaded import LoadedCheckpoint
+
+__all__ = [
+    "RESERVED_PREFIX",
+    "EntryStorage",
+    "checkpoint_io_of",
+    "claimed_entries",
+    "entry_storage_of",
+    "is_per_rank",
+    "is_reserved",
+    "object_state",
+    "reserved_key",
+    "split_state",
+    "unwrap_object",
+]
+
+#: Prefix of the entries fabricx adds to a checkpoint for its own state (RNG, precision, accumulation, ...).
+RESERVED_PREFIX = "__fabricx_"
+
+
+def reserved_key(name: str) -> str:
+    """The checkpoint key of fabricx's own entry ``name``: ``reserved_key("rng") == "__fabricx_rng__"``."""
+    return f"{RESERVED_PREFIX}{name}__"
+
+
+def is_reserved(key: Any) -> bool:
+    """Whether ``key`` is one of fabricx's own checkpoint entries (never reported to the user)."""
+    return isinstance(key, str) and key.startswith(RESERVED_PREFIX)
+
+
+class EntryStorage(ABC):
+    """How a strategy stores some entries of the user's state itself (shards, an engine's own files).
+
+    The pipeline hands it the entries it `claims()`; everything else goes through the shared layout.
+    Its `record()` lands in ``meta.json``'s ``extra_meta[meta_key]``, and
+    `fabricx.checkpoint.fabric_state.stored_entries()` reads the keys back from there, so any strategy
+    (and ``fabricx consolidate``) can read them in full.
+
+    Example:
+        ```python
+        class MyStorage(EntryStorage):
+            meta_key = "my_shards"
+            def claims(self, key, obj): return isinstance(unwrap_object(obj), MyShardedModule)
+            ...
+        ```
+    """
+
+    #: ``extra_meta`` key of this storage's record (one of `STORAGE_KINDS`).
+    meta_key: str = ""
+    #: Whether the claimed entries' full state (the strategy's ``get_module_state_dict``/``get_optimizer_state``)
+    #: can be written into one file instead (the single-file layout); ``False`` refuses a file path.
+    full_state_in_one_file: bool = True
+
+    def claims(self, key: str, obj: Any) -> bool:
+        """Whether this storage writes ``state[key]`` itself."""
+        return False
+
+    def check_filter(self, keys: list[str], filter: Mapping[str, Callable] | None) -> None:
+        """Refuse a ``save(filter=...)`` on claimed entries that this storage cannot filter."""
+
+    @abstractmethod
+    def record(self, entries: dict[str, Any]) -> dict[str, Any]:
+        """The JSON record for ``meta.json`` describing the claimed ``entries``."""
+
+    @abstractmethod
+    def save(self, staging: Path, entries: dict[str, Any], filter: Mapping[str, Callable] | None) -> dict[str, Any]:
+        """Every rank: write the claimed entries under ``staging``; return extra shared (JSON-side) entries."""
+
+    @abstractmethod
+    def load(self, loaded: LoadedCheckpoint, entries: dict[str, Any], strict: bool) -> None:
+        """Every rank: restore the live objects ``entries`` (stored by this storage) from ``loaded``."""
+
+
+def is_per_rank(obj: Any) -> bool:
+    """Whether ``obj`` (a data loader, a random generator) keeps one state per rank."""
+    return bool(getattr(obj, "_fabricx_per_rank", False))
+
+
+def unwrap_object(obj: Any) -> Any:
+    """The user's own module or optimizer behind a fabricx wrapper (others unchanged).
+
+    A data loader wrapper stays itself: its own state (epoch, position, random state) is what resumes.
+    """
+    inner = getattr(obj, "_fabricx_unwrapped", None)
+    return inner if isinstance(inner, Module | Optimizer) else obj
+
+
+def object_state(strategy: CheckpointHost, obj: Any) -> Any:
+    """What to store for one entry of the user's state dict."""
+    obj = unwrap_object(obj)
+    if isinstance(obj, Module):
+        return strategy.get_module_state_dict(obj)
+    if isinstance(obj, Optimizer):
+        return strategy.get_optimizer_state(obj)
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        return obj.state_dict()
+    if isinstance(obj, dict):
+        return {key: object_state(strategy, value) for key, value in obj.items()}
+    return obj
+
+
+def split_state(
+    strategy: CheckpointHost, state: dict[str, Any], filter: Mapping[str, Callable] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split the user's state into (shared, per-rank) checkpoint contents."""
+    shared: dict[str, Any] = {}
+    per_rank: dict[str, Any] = {}
+    for key, obj in state.items():
+        target = per_rank if is_per_rank(obj) else shared
+        value = object_state(strategy, obj)
+        if filter and key in filter:
+            if not isinstance(value, dict):
+                raise TypeError(f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter.")
+            keep = filter[key]
+            value = {name: item for name, item in value.items() if keep(name, item)}
+        target[key] = value
+    return shared, per_rank
+
+
+def checkpoint_io_of(strategy: Any) -> CheckpointIO:
+    """The strategy's `CheckpointIO` (``checkpoint_io``), or the default one."""
+    io = getattr(strategy, "checkpoint_io", None)
+    return io if io is not None else default_io()
+
+
+def entry_storage_of(strategy: Any) -> EntryStorage | None:
+    """The `EntryStorage` of a strategy that stores some entries itself, or ``None``."""
+    get = getattr(strategy, "checkpoint_storage", None)
+    return cast("EntryStorage | None", get()) if callable(get) else None
+
+
+def claimed_entries(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``state`` that ``storage`` writes itself."""
+    if storage is None:
+        return {}
+    return {key: obj for key, obj in state.items() if storage.claims(key, obj)}
