@@ -5,15 +5,14 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.hook_messages import missing_loader_hook
 from fabricx.train.hparams import AttributeDict, collect_init_arguments
-from fabricx.utilities.apply import move_data_to_device
+from fabricx.train.module_hooks import DataHooks
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
-class DataModule:
+class DataModule(DataHooks):
     """Data preparation and loaders for `fabricx.train.Trainer` (Lightning's ``LightningDataModule``).
 
     ``prepare_data`` runs once (global rank zero) before ``setup(stage)``, which runs in every process
@@ -60,9 +59,6 @@ class DataModule:
         found.update(values)
         self.hparams.update(found)
 
-    def prepare_data(self) -> None:
-        """Download or write data to disk (one process; do not set state here)."""
-
     def setup(self, stage: str) -> None:
         """Build datasets for ``stage`` (every process)."""
 
@@ -71,34 +67,6 @@ class DataModule:
 
     def teardown(self, stage: str) -> None:
         """Clean up after ``stage``."""
-
-    def train_dataloader(self) -> Any:
-        """The training loader (or a dict/list of loaders, combined batch by batch)."""
-        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
-
-    def val_dataloader(self) -> Any:
-        """The validation loader (or a list of them)."""
-        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
-
-    def test_dataloader(self) -> Any:
-        """The test loader (or a list of them)."""
-        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
-
-    def predict_dataloader(self) -> Any:
-        """The prediction loader (or a list of them)."""
-        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
-
-    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        """Move ``batch`` to ``device`` (override for custom batch types)."""
-        return move_data_to_device(batch, device)
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch before it is moved to the device."""
-        return batch
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch after it was moved to the device."""
-        return batch
 
     def state_dict(self) -> dict[str, Any]:
         """State to store in checkpoints."""

@@ -17,7 +17,52 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
 
-class ModuleHooks:
+class DataHooks:
+    """The data hooks a `fabricx.train.TrainModule` and a `fabricx.train.DataModule` share (Lightning's `DataHooks`):
+    where the loaders come from and how a batch reaches the device.
+
+    Example:
+        ```python
+        class Digits(DataModule):
+            def train_dataloader(self):
+                return DataLoader(self.train, batch_size=64, shuffle=True)
+        ```
+    """
+
+    def prepare_data(self) -> None:
+        """Download or write data once (global rank zero, or local rank zero per node) before ``setup``."""
+
+    def train_dataloader(self) -> Any:
+        """The training loader (or a dict/list of loaders, combined batch by batch) ``Trainer.fit`` uses when
+        none is passed."""
+        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
+
+    def val_dataloader(self) -> Any:
+        """The validation loader(s) used when none are passed."""
+        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
+
+    def test_dataloader(self) -> Any:
+        """The test loader(s) used when none are passed."""
+        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
+
+    def predict_dataloader(self) -> Any:
+        """The prediction loader(s) used when none are passed."""
+        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch before it is moved to the device."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move ``batch`` to ``device`` (override for custom batch types)."""
+        return move_data_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch after it was moved to the device."""
+        return batch
+
+
+class ModuleHooks(DataHooks):
     """The optional hooks of a module, in the order of a run (override the ones you need).
 
     Example:
@@ -64,43 +109,12 @@ class ModuleHooks:
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
     def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None: ...
 
-    def prepare_data(self) -> None:
-        """Download or write data once (global rank zero) before ``setup``."""
-
     def configure_model(self) -> None:
         """Create layers here to have them built on the device, sharded (called in fit/validate/test/predict)."""
 
     def configure_callbacks(self) -> Any:
         """Callbacks this module needs (they replace the Trainer's callbacks of the same type)."""
         return []
-
-    def train_dataloader(self) -> Any:
-        """The training loader ``Trainer.fit(model)`` uses when none is passed."""
-        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
-
-    def val_dataloader(self) -> Any:
-        """The validation loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
-
-    def test_dataloader(self) -> Any:
-        """The test loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
-
-    def predict_dataloader(self) -> Any:
-        """The prediction loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch before it is moved to the device."""
-        return batch
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        """Move ``batch`` to ``device`` (override for custom batch types)."""
-        return move_data_to_device(batch, device)
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch after it was moved to the device."""
-        return batch
 
     def on_before_backward(self, loss: torch.Tensor) -> None: ...
     def on_after_backward(self) -> None: ...
@@ -113,4 +127,4 @@ class ModuleHooks:
         """Read back what `on_save_checkpoint()` added."""
 
 
-__all__ = ["ModuleHooks"]
+__all__ = ["DataHooks", "ModuleHooks"]
