@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fabricx.train.progress import Progress
     from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
     from fabricx.train.trainer import Trainer
+    from fabricx.train.tuner import Tuner
 
 __all__ = [
     "AttributeDict",
@@ -35,6 +36,7 @@ __all__ = [
     "TrainerFn",
     "TrainerState",
     "TrainerStatus",
+    "Tuner",
     "is_overridden",
 ]
 
@@ -51,6 +53,7 @@ _WHERE = {
     "TrainerStatus": "fabricx.train.states",
     "TrainModule": "fabricx.train.module",
     "Trainer": "fabricx.train.trainer",
+    "Tuner": "fabricx.train.tuner",
     "is_overridden": "fabricx.train.overrides",
 }
 

@@ -13,7 +13,6 @@ KNOWN_GAPS: dict[str, str] = {
     'test_env_vars.py::test_passing_env_variables_devices': "not yet conformant: AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
     'test_evaluation_loop.py::test_evaluation_loop_dataloader_iter_multiple_dataloaders': 'not yet conformant: RuntimeError: You provided multiple `val_dataloader`, but no `dataloader_idx` argument in `MyModel.validation_step()`. Try adding `dataloader_idx=0` to its signature.',
     'test_evaluation_loop.py::test_evaluation_loop_sampler_set_epoch_called[False]': 'not yet conformant: assert [] == [call(0), call(1)]',
-    'test_fast_dev_run.py::test_skip_on_fast_dev_run_tuner': 'not yet conformant: NotImplementedError: fabricx has no public fabricx.train.Tuner',
     'test_hooks.py::test_trainer_datamodule_hook_system': "not yet conformant: AssertionError: assert [{'name': 'pr...]]), 0)}, ...] == [{'name': 'pr...age': 'fit'}}]",
     'test_hooks.py::test_trainer_model_hook_system_fit[False-False-kwargs0]': "deliberate difference (docs/migrating/lightning-trainer.md): the checkpoint's `pytorch-lightning_version` is the installed Lightning's version, not fabricx's (the port swapped the import); with it the hook order is Lightning's",
     'test_hooks.py::test_trainer_model_hook_system_fit[False-True-kwargs0]': "deliberate difference (docs/migrating/lightning-trainer.md): the checkpoint's `pytorch-lightning_version` is the installed Lightning's version, not fabricx's (the port swapped the import); with it the hook order is Lightning's",
