@@ -241,6 +241,7 @@ EXAMPLES: dict[str, list[str]] = {
     "by_feature/memory": ["--cpu"],
     "by_feature/multi_process_metrics": ["--cpu"],
     "by_feature/profiler": ["--cpu", "--output_trace_dir", "{work}"],
+    "by_feature/schedule_free": ["--cpu"],
     "by_feature/tracking": ["--cpu", "--with_tracking", "--project_dir", "{work}"],
 }
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
