@@ -241,6 +241,7 @@ EXAMPLES: dict[str, list[str]] = {
     "by_feature/memory": ["--cpu"],
     "by_feature/multi_process_metrics": ["--cpu"],
     "by_feature/profiler": ["--cpu", "--output_trace_dir", "{work}"],
+    "by_feature/schedule_free": ["--cpu"],
     "by_feature/tracking": ["--cpu", "--with_tracking", "--project_dir", "{work}"],
 }
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -302,7 +303,9 @@ def main() -> None:
     # tracking.py logs with every installed tracker: offline, inside OUT_DIR
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_DIR", str(Path(out_dir).resolve()))
-    os.environ.setdefault("MLFLOW_TRACKING_URI", (Path(out_dir).resolve() / f"mlruns-{rank}").as_uri())
+    # a database store: MLflow 3's file store (a file:// URI) refuses to open without MLFLOW_ALLOW_FILE_STORE
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{Path(out_dir).resolve() / f'mlflow-{rank}.db'}")
     real_destroy = dist.destroy_process_group
     dist.destroy_process_group = lambda group=None: None  # once, after the last example
     try:
