@@ -244,6 +244,27 @@ def test_tensorboard_tracker_writes_what_accelerates_writes(hf, tmp_path):
     assert len(ours[1]) >= 6
 
 
+def test_log_with_all_takes_the_trackers_accelerate_takes(hf, tmp_path, monkeypatch):
+    # Accelerate's "all" is every installed tracker of its own (no CSV); wandb writes where wandb writes.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    kinds = {"TensorBoardTracker": "tensorboard", "MLFlowLogger": "mlflow", "WandbLogger": "wandb"}
+
+    def run(api, folder, name_of):
+        accelerator = api.Accelerator(cpu=True, log_with="all", project_dir=str(tmp_path / folder))
+        accelerator.init_trackers("demo")
+        names = sorted(name_of(tracker) for tracker in accelerator.trackers)
+        accelerator.end_training()
+        return names
+
+    theirs = run(hf, "hf", lambda tracker: tracker.name)
+    ours = run(fx, "fx", lambda tracker: kinds.get(type(tracker).__name__, type(tracker).__name__))
+    assert ours == theirs and "wandb" in ours
+    assert not (tmp_path / "fx" / "wandb").exists() and (tmp_path / "wandb").is_dir()
+
+
 def test_profile_writes_accelerates_trace_files(hf, tmp_path):
     import json
 

@@ -135,8 +135,10 @@ def test_wandb_offline_run_holds_the_trainer_metrics_and_config(tmp_path, monkey
     assert history == pytest.approx(expected, rel=1e-6)
     assert config["lr"] == 0.05 and config["optimizer"] == {"name": "sgd"}
 
-    # The Accelerate adapter's log_with="wandb", offline through init_kwargs as with Accelerate.
-    accelerator = Accelerator(cpu=True, log_with="wandb", project_dir=tmp_path / "adapter")
+    # The Accelerate adapter's log_with="wandb", offline through init_kwargs as with Accelerate; as Accelerate's
+    # tracker, the run goes where wandb puts it (WANDB_DIR, else the working directory), not under project_dir.
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "adapter"))
+    accelerator = Accelerator(cpu=True, log_with="wandb", project_dir=tmp_path / "adapter_project")
     accelerator.init_trackers("adapter", config={"lr": 0.1}, init_kwargs={"wandb": {"offline": True}})
     for step in range(3):
         accelerator.log({"loss": 1.0 / (step + 1)}, step=step)

@@ -212,8 +212,8 @@ class Accelerator(StateMixin, CollectivesMixin):
         project_config: a `ProjectConfiguration` (checkpoint folder, automatic naming, retention).
         dataloader_config: a `DataLoaderConfiguration` (``use_stateful_dataloader=True`` to resume
             loaders mid-epoch).
-        log_with: ``"csv"``, ``"tensorboard"``, ``"mlflow"``, ``"wandb"``, ``"all"`` (every installed one), a
-            fabricx logger, or a list of them.
+        log_with: ``"csv"``, ``"tensorboard"``, ``"mlflow"``, ``"wandb"``, ``"all"`` (every installed tracker of
+            Accelerate's; fabricx's ``"csv"`` only by name), a fabricx logger, or a list of them.
         dynamo_backend: ``torch.compile`` every prepared model with this backend (``"inductor"``, ...).
         dynamo_plugin: a `TorchDynamoPlugin` (backend, mode, fullgraph, dynamic, options, regional).
         project_dir: shortcut for ``ProjectConfiguration(project_dir=...)``.

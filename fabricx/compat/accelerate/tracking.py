@@ -10,7 +10,8 @@ from fabricx.utilities.exceptions import MisconfigurationError
 __all__ = ["build_trackers", "normalize_log_with"]
 
 _SUPPORTED = ("csv", "tensorboard", "mlflow", "wandb")
-# The package each tracker needs; "all" takes the trackers whose package is installed, as Accelerate does.
+# The package each of Accelerate's trackers needs; "all" takes those whose package is installed, as Accelerate
+# does. "csv" is fabricx's own tracker: asked for by name only, so "all" writes what Accelerate's writes.
 _PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 
 
@@ -31,7 +32,7 @@ def normalize_log_with(log_with: Any) -> list[Any]:
             continue
         name = str(getattr(item, "value", item)).lower()
         if name == "all":
-            installed = [n for n in _SUPPORTED if n not in _PACKAGES or importlib.util.find_spec(_PACKAGES[n])]
+            installed = [n for n in _PACKAGES if importlib.util.find_spec(_PACKAGES[n])]
             result.extend(n for n in installed if n not in result)
         elif name in _SUPPORTED:
             if name not in result:
@@ -53,7 +54,8 @@ def build_trackers(
 
     ``mlflow`` records into the experiment ``project_name`` in a SQLite store under the logging folder
     (``MLFLOW_TRACKING_URI`` or a ``tracking_uri`` init argument wins); ``wandb`` into the project
-    ``project_name``, writing its files under the logging folder."""
+    ``project_name``, writing its files where wandb itself does (``WANDB_DIR``, else the working directory),
+    as Accelerate's tracker."""
     trackers = []
     for item in names:
         if not isinstance(item, str):
@@ -69,7 +71,8 @@ def build_trackers(
         if item == "wandb":
             from fabricx.loggers.wandb import WandbLogger
 
-            kwargs.setdefault("save_dir", os.fspath(logging_dir) if logging_dir is not None else ".")
+            # As Accelerate's tracker: wandb's own folder (WANDB_DIR, else the working directory).
+            kwargs.setdefault("save_dir", os.environ.get("WANDB_DIR", "."))
             trackers.append(WandbLogger(project=project_name, **kwargs))
             continue
         if logging_dir is None:
