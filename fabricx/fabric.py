@@ -7,7 +7,7 @@ import os
 import weakref
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
@@ -250,7 +250,12 @@ class Fabric:
         self, function: Callable[Concatenate[Fabric, _Params], _Result], *args: _Params.args, **kwargs: _Params.kwargs
     ) -> _Result: ...
 
-    def launch(self, function: Callable[..., Any] = NO_FUNCTION, *args: Any, **kwargs: Any) -> Any:
+    def launch(
+        self,
+        function: Callable[Concatenate[Fabric, _Params], _Result] = NO_FUNCTION,
+        *args: _Params.args,
+        **kwargs: _Params.kwargs,
+    ) -> _Result | None:
         """Start the processes this configuration needs and run ``function(fabric, *args)`` in each.
 
         With a subprocess launcher (``strategy="ddp"``) the script itself is re-run per rank and
@@ -351,12 +356,24 @@ class Fabric:
 
     @overload
     def setup(
+        self,
+        module: nn.Module,
+        optimizer: _Opt,
+        second: _Opt2,
+        /,
+        *,
+        scheduler: None = None,
+        move_to_device: bool = True,
+    ) -> tuple[FabricModule, _Opt, _Opt2]: ...
+
+    @overload
+    def setup(
         self, module: nn.Module, *optimizers: Optimizer, scheduler: object = None, move_to_device: bool = True
     ) -> tuple[Any, ...]: ...
 
     def setup(
-        self, module: nn.Module, *optimizers: Optimizer, scheduler: Any = None, move_to_device: bool = True
-    ) -> Any:
+        self, module: nn.Module, *optimizers: Optimizer, scheduler: _Sched | None = None, move_to_device: bool = True
+    ) -> FabricModule | tuple[FabricModule | Optimizer | _Sched, ...]:
         """Set up a model and its optimizers (and optionally an LR scheduler) for this strategy.
 
         Returns the wrapped model, then the optimizers, then the scheduler if one was given. A type checker
@@ -419,7 +436,7 @@ class Fabric:
     @overload
     def setup_optimizers(self, *optimizers: Optimizer) -> tuple[Optimizer, ...]: ...
 
-    def setup_optimizers(self, *optimizers: Optimizer) -> Any:
+    def setup_optimizers(self, *optimizers: Optimizer) -> Optimizer | tuple[Optimizer, ...]:
         """Set up optimizers created over an already set-up model's parameters.
 
         Example:
@@ -435,8 +452,9 @@ class Fabric:
                 "An optimizer should be passed only once to the `setup_optimizers` method; pass the optimizer you "
                 "created, not the one setup_optimizers() returned."
             )
+        # Each is also an instance of the optimizer's own class (the identity facade), so an Optimizer.
         wrapped = [
-            FabricOptimizer(self._strategy.setup_optimizer(opt), self._strategy, self._accumulation)
+            cast(Optimizer, FabricOptimizer(self._strategy.setup_optimizer(opt), self._strategy, self._accumulation))
             for opt in optimizers
         ]
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
@@ -467,7 +485,7 @@ class Fabric:
         use_distributed_sampler: bool = True,
         move_to_device: bool = True,
         global_batch_size: int | None = None,
-    ) -> Any:
+    ) -> FabricDataLoader | tuple[FabricDataLoader, ...]:
         """Make data loaders stateful, give each rank its share, and move batches to the device.
 
         ``global_batch_size`` sets each rank's batch size to ``global_batch_size // world_size`` (it must
@@ -759,7 +777,7 @@ class Fabric:
     @overload
     def all_gather(self, data: _T, group: ProcessGroup | None = None, sync_grads: bool = False) -> _T: ...
 
-    def all_gather(self, data: Any, group: ProcessGroup | None = None, sync_grads: bool = False) -> Any:
+    def all_gather(self, data: _T, group: ProcessGroup | None = None, sync_grads: bool = False) -> _T | Tensor:
         """Gather tensors (or nested collections of them) from every rank; shapes may differ in the
         first dimension across ranks only if all other dimensions agree (padded, then trimmed).
 
@@ -784,7 +802,9 @@ class Fabric:
     @overload
     def all_reduce(self, data: _T, group: ProcessGroup | None = None, reduce_op: str | ReduceOp = "mean") -> _T: ...
 
-    def all_reduce(self, data: Any, group: ProcessGroup | None = None, reduce_op: str | ReduceOp = "mean") -> Any:
+    def all_reduce(
+        self, data: _T, group: ProcessGroup | None = None, reduce_op: str | ReduceOp = "mean"
+    ) -> _T | Tensor:
         """Reduce tensors (or nested collections, or numbers) across ranks: mean, sum, min or max (or a
         ``torch.distributed.ReduceOp``).
 
@@ -1085,7 +1105,7 @@ class Fabric:
     def unwrap(obj: _T) -> _T: ...
 
     @staticmethod
-    def unwrap(obj: Any) -> Any:
+    def unwrap(obj: _T) -> _T | nn.Module | DataLoader:
         """The user's own module/optimizer/loader behind a fabricx wrapper."""
         return unwrap(obj)
 
