@@ -59,7 +59,14 @@ class EvaluationLoop:
 
 
 class PredictionLoop(EvaluationLoop):
-    """`trainer.predict_loop`: the prediction counters and the last `predict`'s outputs (`predictions`)."""
+    """`trainer.predict_loop`: the prediction counters and the last `predict`'s outputs (`predictions`).
+
+    Example:
+        ```python
+        trainer.predict(model, loader)
+        trainer.predict_loop.predictions  # the same list predict returned
+        ```
+    """
 
     def __init__(self) -> None:
         super().__init__()

@@ -30,7 +30,15 @@ if TYPE_CHECKING:
 
 
 class TrainerProperties:
-    """The properties Lightning's Trainer has, over the state a `Trainer` keeps (its base class)."""
+    """The properties Lightning's Trainer has, over the state a `Trainer` keeps (its base class).
+
+    Example:
+        ```python
+        trainer.fit(model, loader)
+        trainer.global_step, trainer.current_epoch, trainer.num_training_batches
+        trainer.checkpoint_callback.best_model_path
+        ```
+    """
 
     fabric: Fabric
     config: TrainerConfig
