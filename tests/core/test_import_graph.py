@@ -15,6 +15,17 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "fabricx"
 
 
+
+def _absolute_module(node: ast.ImportFrom, base: str) -> str:
+    """The module a `from ... import` names, relative imports resolved against the package `base`."""
+    module = node.module or ""
+    if node.level:
+        anchor = base
+        for _ in range(node.level - 1):
+            anchor = anchor.rpartition(".")[0]
+        module = f"{anchor}.{module}" if module else anchor
+    return module
+
 def _modules() -> dict[str, tuple[Path, bool]]:
     found = {}
     for file in PACKAGE.rglob("*.py"):
@@ -53,12 +64,7 @@ def _edges(modules: dict[str, tuple[Path, bool]]) -> dict[str, dict[str, bool]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                module = node.module or ""
-                if node.level:
-                    anchor = base
-                    for _ in range(node.level - 1):
-                        anchor = anchor.rpartition(".")[0]
-                    module = f"{anchor}.{module}" if module else anchor
+                module = _absolute_module(node, base)
                 targets = [
                     f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module for alias in node.names
                 ]
@@ -173,12 +179,7 @@ def test_no_module_imports_another_modules_underscore_names() -> None:
         for node in ast.walk(ast.parse(file.read_text())):
             if not isinstance(node, ast.ImportFrom):
                 continue
-            module = node.module or ""
-            if node.level:
-                anchor = base
-                for _ in range(node.level - 1):
-                    anchor = anchor.rpartition(".")[0]
-                module = f"{anchor}.{module}" if module else anchor
+            module = _absolute_module(node, base)
             if not module.startswith("fabricx") or module == name:
                 continue
             private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
