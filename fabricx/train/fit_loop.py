@@ -69,8 +69,8 @@ class FitLoop:
         self._restarting = False
         self._loaded = False  # restored from a checkpoint, not reset since
         self._started_at: float | None = None  # read only for max_time
-        self._stop_postponed_said = False  # the min_epochs/min_steps note is given once, as in Lightning
-        self._said: set[str] = set()  # warnings given once per trainer, as Lightning's warning cache does
+        # Notes and warnings given once per trainer, as Lightning's warning cache gives them.
+        self._said: set[str] = set()
 
     @property
     def max_epochs(self) -> int | None:
@@ -412,9 +412,13 @@ class FitLoop:
         progress.epoch_cut = False
         run.cut_metric_state = None
 
+    def _first_time(self, key: str) -> bool:
+        said = key in self._said
+        self._said.add(key)
+        return not said
+
     def _warn_once(self, message: str) -> None:
-        if message not in self._said:
-            self._said.add(message)
+        if self._first_time(message):
             rank_zero_warn(message)
 
     def warn_if_modules_in_eval_mode(self) -> None:
@@ -496,8 +500,7 @@ class FitLoop:
             return False
         if self.can_stop_early():
             return True
-        if not self._stop_postponed_said:
-            self._stop_postponed_said = True
+        if self._first_time("stop postponed"):
             # Lightning names its parsed min_epochs: 1 when only min_steps is set, else 0.
             min_steps = trainer.min_steps
             min_epochs = trainer.min_epochs if trainer.min_epochs is not None else (1 if min_steps is not None else 0)

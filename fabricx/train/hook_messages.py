@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from fabricx.utilities.exceptions import MisconfigurationException
 
-def missing_loader_hook(owner: Any, method: str, stage: str) -> str:
-    """Why a loader hook of a DataModule or TrainModule the user did not define cannot be called.
+
+def missing_loader_hook(owner: Any, method: str, stage: str) -> MisconfigurationException:
+    """The error a loader hook of a DataModule or TrainModule raises when the user did not define it
+    (Lightning's exception type and phrase, and what to do).
 
     Example:
         ```python
-        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
+        raise missing_loader_hook(self, "train_dataloader", "fit")
         ```
     """
-    return (
-        f"{type(owner).__name__} has no {method}(), which Trainer.{stage} needs. Define "
-        f"{method}(self) returning a DataLoader, or pass the loader to the Trainer call."
+    return MisconfigurationException(
+        f"`{method}` must be implemented to be used with the Lightning Trainer: {type(owner).__name__} has no "
+        f"{method}(), which Trainer.{stage} needs. Define {method}(self) returning a DataLoader, or pass the "
+        "loader to the Trainer call."
     )

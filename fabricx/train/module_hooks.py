@@ -35,19 +35,19 @@ class DataHooks:
     def train_dataloader(self) -> Any:
         """The training loader (or a dict/list of loaders, combined batch by batch) ``Trainer.fit`` uses when
         none is passed."""
-        raise NotImplementedError(missing_loader_hook(self, "train_dataloader", "fit"))
+        raise missing_loader_hook(self, "train_dataloader", "fit")
 
     def val_dataloader(self) -> Any:
         """The validation loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "val_dataloader", "validate"))
+        raise missing_loader_hook(self, "val_dataloader", "validate")
 
     def test_dataloader(self) -> Any:
         """The test loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "test_dataloader", "test"))
+        raise missing_loader_hook(self, "test_dataloader", "test")
 
     def predict_dataloader(self) -> Any:
         """The prediction loader(s) used when none are passed."""
-        raise NotImplementedError(missing_loader_hook(self, "predict_dataloader", "predict"))
+        raise missing_loader_hook(self, "predict_dataloader", "predict")
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch before it is moved to the device."""

@@ -39,6 +39,8 @@ class LightningOptimizer:
         object.__setattr__(self, "_steps", steps)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_fabricx_unwrapped", inner)
+        # LBFGS re-evaluates the closure inside its step (as Lightning lets it); decided once, not per step.
+        object.__setattr__(self, "_reevaluates_closure", isinstance(inner, torch.optim.LBFGS))
         object.__setattr__(
             self, "__class__", type("Trainer" + type(inner).__name__, (LightningOptimizer, type(inner)), {})
         )
@@ -73,10 +75,8 @@ class LightningOptimizer:
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         """Run ``closure`` (if given), the ``on_before_optimizer_step`` hooks, then the optimizer step."""
         steps = self._steps
-        if closure is not None and isinstance(self._fabricx_unwrapped, torch.optim.LBFGS):
-            # LBFGS re-evaluates the closure inside its step (as Lightning lets it): each evaluation runs the
-            # step's hooks and clipping after its backward.
-            return self._step_with_closure(closure, steps, **kwargs)
+        if closure is not None and self._reevaluates_closure:
+            return self._step_reevaluating(closure, steps, **kwargs)
         result = closure() if closure is not None else None
         if steps is None:
             self._fabric_optimizer.step(**kwargs)
@@ -88,22 +88,22 @@ class LightningOptimizer:
             steps.manual_optimizer_step(lambda: self._fabric_optimizer.step(**kwargs))
         return result
 
-    def _step_with_closure(self, closure: Callable[[], Any], steps: TrainingSteps | None, **kwargs: Any) -> Any:
-        if steps is None:
-            return self._fabric_optimizer.step(closure=closure, **kwargs)
+    def _step_reevaluating(self, closure: Callable[[], Any], steps: TrainingSteps | None, **kwargs: Any) -> Any:
+        """The step of an optimizer that calls the closure itself: each evaluation runs the step's hooks and
+        clipping after its backward."""
 
-        def closure_then_hooks() -> Any:
+        def evaluate() -> Any:
             result = closure()
-            steps.before_optimizer_step(self)
+            if steps is not None:
+                steps.before_optimizer_step(self)
             return result
 
-        if steps.run.automatic:
-            return self._fabric_optimizer.step(closure=closure_then_hooks, **kwargs)
-        returned: list[Any] = []
-        steps.manual_optimizer_step(
-            lambda: returned.append(self._fabric_optimizer.step(closure=closure_then_hooks, **kwargs))
-        )
-        return returned[0]
+        def step() -> Any:
+            return self._fabric_optimizer.step(closure=evaluate, **kwargs)
+
+        if steps is None or steps.run.automatic:
+            return step()
+        return steps.manual_optimizer_step(step)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zero (or drop) the gradients of this optimizer's parameters."""

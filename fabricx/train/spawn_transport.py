@@ -53,8 +53,6 @@ def spawn_result(trainer: Trainer, result: Any) -> dict[str, Any]:
         SPAWN_RESULT_KEY: True,
         "result": result,
         "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()} if module is not None else None,
-        "global_step": trainer.global_step,
-        "current_epoch": trainer.current_epoch,
         "callback_metrics": {k: _cpu(v) for k, v in trainer.callback_metrics.items()},
         "logged_metrics": {k: _cpu(v) for k, v in connector.logged.items()},
         "progress": trainer.progress.state_dict(),

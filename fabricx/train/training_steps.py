@@ -151,13 +151,15 @@ class TrainingSteps:
             assert module is not None
             module.clip_gradients(optimizer, gradient_clip_val=clip_val, gradient_clip_algorithm=algorithm)
 
-    def manual_optimizer_step(self, step: Callable[[], Any]) -> None:
-        """A manual ``optimizer.step()``: counted as Lightning counts it, and as one optimizer step."""
+    def manual_optimizer_step(self, step: Callable[[], Any]) -> Any:
+        """A manual ``optimizer.step()``: counted as Lightning counts it, and as one optimizer step; returns what
+        `step` returned."""
         counts = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
         counts.increment_ready()
-        step()
+        result = step()
         counts.increment_completed()
         self.trainer.progress.global_step += 1
+        return result
 
     def step_lr_schedulers(self, interval: str, plateau: bool | None = None) -> None:
         """Step the schedulers of ``interval`` due now (``plateau`` filters ReduceLROnPlateau ones)."""
