@@ -58,11 +58,30 @@ def register_release_at_exit() -> None:
     previous_hook = sys.excepthook
 
     def excepthook(*exc_info: Any) -> None:
-        _state["failed"] = True
+        note_rank_failed()
         previous_hook(*exc_info)
 
     sys.excepthook = excepthook
     atexit.register(_release_at_exit)
+
+
+def note_rank_failed() -> None:
+    """This rank is ending with an error: the release at exit skips the wait for the other ranks.
+
+    For failures that do not reach ``sys.excepthook`` (a spawned rank's error is caught and reported by
+    the launcher); without it the failed rank would stay for `EXIT_BARRIER_SECONDS` before its peers
+    learn that it is gone.
+
+    Example:
+        ```python
+        try:
+            train(fabric)
+        except Exception:
+            note_rank_failed()
+            raise
+        ```
+    """
+    _state["failed"] = True
 
 
 def _release_at_exit() -> None:

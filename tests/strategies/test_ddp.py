@@ -26,6 +26,7 @@ from fabricx.strategies import DDPStrategy, SingleDeviceStrategy
 from fabricx.strategies.launchers.multiprocessing import MultiprocessingLauncher
 from fabricx.strategies.launchers.subprocess_script import SubprocessScriptLauncher
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.process_group import EXIT_BARRIER_SECONDS
 
 pytestmark = pytest.mark.distributed
 
@@ -280,8 +281,9 @@ def test_ddp_spawn_failing_rank_stops_the_job(tmp_path: Path) -> None:
     fabric = Fabric(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn", timeout=60))
     with pytest.raises(Exception, match="rank one broke on purpose") as error:
         fabric.launch(_failing, str(tmp_path))
-    # Ended within the process-group timeout (60 s) of the failure, not by running into it.
-    assert time.time() - float((tmp_path / "failed_at.txt").read_text()) < 60
+    # Ended soon after the failure: neither by running into the process-group timeout (60 s) nor by the
+    # failed rank waiting at its exit for peers that wait for it (EXIT_BARRIER_SECONDS).
+    assert time.time() - float((tmp_path / "failed_at.txt").read_text()) < EXIT_BARRIER_SECONDS
     assert "Traceback" in str(error.value) and "_failing" in str(error.value)
     pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
     assert len(pids) == 2

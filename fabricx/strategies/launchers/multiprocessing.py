@@ -21,7 +21,7 @@ from torch.optim import Optimizer
 from fabricx.strategies.launchers.launcher import LaunchedStrategy, Launcher, threads_per_process
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
-from fabricx.utilities.process_group import release_process_group
+from fabricx.utilities.process_group import note_rank_failed, release_process_group
 
 _POLL_SECONDS = 0.05
 
@@ -129,6 +129,7 @@ def _run_rank(
     try:
         output = function(*args, **kwargs)
     except Exception as error:
+        note_rank_failed()  # the exit must not wait for peers that may be blocked waiting for this rank
         if _lost_a_peer(error):
             # This rank failed only because another one died first: give that rank's own error a moment to
             # reach the parent, which reports the first failure it sees.
