@@ -19,13 +19,17 @@ def _owner(name: str, module: Any, datamodule: Any) -> Any:
     """Whose hook runs: the datamodule's when it overrides it, else the module's (Lightning's rule)."""
     from fabricx.train.datamodule import DataModule
     from fabricx.train.module import TrainModule
+    from fabricx.train.overrides import is_overridden
 
-    for owner, base in ((datamodule, DataModule), (module, TrainModule)):
-        if owner is None or not isinstance(owner, base):
-            continue
-        method = getattr(owner, name, None)
-        # Overridden in the class, or replaced on the instance (a wrapper without __func__).
-        if callable(method) and getattr(method, "__func__", None) is not getattr(base, name, None):
+    # As Lightning: a datamodule's hook counts when its code differs from DataModule's (a wrapper made with
+    # functools.partial/wraps around the inherited one does not).
+    if isinstance(datamodule, DataModule) and is_overridden(name, datamodule, DataModule):
+        return getattr(datamodule, name)
+    if isinstance(module, TrainModule):
+        method = getattr(module, name, None)
+        # Overridden in the class, or replaced on the instance (a wrapper without __func__): the module's hook
+        # always runs in Lightning, so any replacement of it is called.
+        if callable(method) and getattr(method, "__func__", None) is not getattr(TrainModule, name, None):
             return method
     return None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from torch import Tensor
+
 from fabricx.train.checkpointing import (
     CallbackStates,
     DataModuleState,
@@ -64,13 +66,79 @@ def save_trainer_checkpoint(trainer: Trainer, filepath: str | os.PathLike, weigh
     return handle
 
 
-def restore_fit(trainer: Trainer, path: str) -> None:
-    """Resume `trainer`'s fit from `path` (a Lightning-keyed file or folder, or an earlier fabricx folder)."""
+class RestoredModule:
+    """What the first phase of a resume loaded into the module (see `restore_modules_and_callbacks`)."""
+
+    def __init__(self, weights: dict[str, Any], cast: bool) -> None:
+        self.weights = weights
+        # Loaded into tensors of another dtype (a float64 checkpoint into a float32 module that the precision
+        # makes float64 at setup): loaded again once set up, so that the values are exactly the saved ones.
+        self.cast = cast
+
+
+def restore_modules_and_callbacks(trainer: Trainer, path: str) -> RestoredModule | None:
+    """The first phase of resuming a fit, before ``configure_optimizers`` (as Lightning restores): the module's
+    ``on_load_checkpoint`` sees the checkpoint (it may change it), the module gets its weights, then the
+    callbacks' ``on_load_checkpoint`` and ``load_state_dict`` run. `restore_fit` restores the rest later.
+
+    Returns ``None`` (nothing done) for a strategy that stores shards or engine files itself (FSDP, tensor
+    parallel, DeepSpeed: their weights load into the set-up model, as Lightning's strategies that restore after
+    setup) and for a folder of an earlier fabricx Trainer: `restore_fit` then restores everything.
+
+    Example:
+        ```python
+        restored = restore_modules_and_callbacks(trainer, "last.ckpt")  # before configure_optimizers
+        ```
+    """
+    fabric = trainer.fabric
+    module = trainer.lightning_module
+    if module is None or is_legacy_folder(path) or fabric.strategy.checkpoint_storage() is not None:
+        return None
+    checkpoint = fabric.load(path)  # Lightning's entries as plain values (fabricx's own are restored later)
+    hooks = trainer.run_context.hooks
+    hook = hooks.module_hook("on_load_checkpoint")
+    if hook is not None:
+        hook(checkpoint)
+    weights = checkpoint.get("state_dict")
+    if not isinstance(weights, dict):
+        raise KeyError(
+            f"The checkpoint {path} has no 'state_dict' entry (the module's weights) to resume the fit from "
+            f"(its entries: {sorted(checkpoint)[:10]}). Pass a checkpoint written by Trainer.save_checkpoint."
+        )
+    own = module.state_dict()
+    cast = any(
+        isinstance(value, Tensor) and key in own and own[key].dtype != value.dtype for key, value in weights.items()
+    )
+    module.load_state_dict(weights, strict=getattr(module, "strict_loading", True))
+    for method in hooks.callback_hooks("on_load_checkpoint"):
+        method(trainer, module, checkpoint)
+    CallbackStates(trainer.callbacks).load_state_dict(checkpoint.get("callbacks") or {})
+    return RestoredModule(weights if cast else {}, cast)
+
+
+def reload_cast_weights(trainer: Trainer, restored: RestoredModule | None) -> None:
+    """After setup: the weights `restore_modules_and_callbacks` cast to the module's old dtype, loaded exactly."""
+    if restored is None or not restored.cast or trainer.model is None:
+        return
+    module = unwrap(trainer.model)
+    strict = getattr(module, "strict_loading", True)
+    trainer.fabric.strategy.load_module_state_dict(module, restored.weights, strict=strict)
+    restored.weights = {}  # not held for the rest of the fit
+
+
+def restore_fit(trainer: Trainer, path: str, modules_restored: bool = False) -> None:
+    """Resume `trainer`'s fit from `path` (a Lightning-keyed file or folder, or an earlier fabricx folder): the
+    optimizer, scheduler, loop, progress, data-position, metric and random states, and (unless
+    `restore_modules_and_callbacks` restored them first, ``modules_restored``) the module and the callbacks."""
     extras = Extras()
     if is_legacy_folder(path):
-        trainer.fabric.load(path, _legacy_checkpoint_state(trainer, extras))
+        progress_state = ProgressState(trainer)
+        trainer.fabric.load(path, _legacy_checkpoint_state(trainer, extras, progress_state))
+        global_step, epoch = progress_state.counts
+        trainer.fit_loop.count_from_checkpoint(global_step, epoch, trainer.progress.epoch_done)
     else:
-        extras.values = restore_lightning_keys(trainer, path)
+        restored = ("state_dict", "callbacks") if modules_restored else ()
+        extras.values = restore_lightning_keys(trainer, path, restored)
     for optimizer in trainer.optimizers:
         # Optimizer.load_state_dict rebinds param_groups/state on the user's optimizer; the wrapper
         # copied the old references at setup and must see the loaded ones.
@@ -78,17 +146,18 @@ def restore_fit(trainer: Trainer, path: str) -> None:
         for name in ("param_groups", "state", "defaults"):
             if name in optimizer.__dict__:
                 optimizer.__dict__[name] = inner.__dict__[name]
-    hooks = trainer.run_context.hooks
-    hook = hooks.module_hook("on_load_checkpoint")
-    if hook is not None:
-        hook(extras.values)
-    for method in hooks.callback_hooks("on_load_checkpoint"):
-        method(trainer, trainer.lightning_module, extras.values)
+    if not modules_restored:
+        hooks = trainer.run_context.hooks
+        hook = hooks.module_hook("on_load_checkpoint")
+        if hook is not None:
+            hook(extras.values)
+        for method in hooks.callback_hooks("on_load_checkpoint"):
+            method(trainer, trainer.lightning_module, extras.values)
     progress = trainer.progress
     loader = trainer.fit_loop.data.train_loader
     if progress.epoch_done:
         # Saved at the end of an epoch: continue with the next one.
-        progress.current_epoch += 1
+        trainer.fit_loop.continue_after_epoch()
         progress.epoch_done = False
         state = loader.state_dict()
         if state["started"] and not state["finished"]:
@@ -103,14 +172,14 @@ def restore_fit(trainer: Trainer, path: str) -> None:
             warn_if_not_resumable(loader)
 
 
-def _legacy_checkpoint_state(trainer: Trainer, extras: Extras) -> dict[str, Any]:
+def _legacy_checkpoint_state(trainer: Trainer, extras: Extras, progress: ProgressState) -> dict[str, Any]:
     """The entries of a checkpoint folder written by an earlier fabricx Trainer (before Lightning's keys)."""
     return {
         "module": trainer.model,
         "optimizers": {str(i): optimizer for i, optimizer in enumerate(trainer.optimizers)},
         "schedulers": {str(i): config.scheduler for i, config in enumerate(trainer.lr_scheduler_configs)},
         "train_loader": trainer.fit_loop.data.train_loader,
-        "trainer": ProgressState(trainer),
+        "trainer": progress,
         "datamodule": DataModuleState(trainer),
         "hparams": HParamsState(trainer),
         "callbacks": CallbackStates(trainer.callbacks),
@@ -119,4 +188,10 @@ def _legacy_checkpoint_state(trainer: Trainer, extras: Extras) -> dict[str, Any]
     }
 
 
-__all__ = ["restore_fit", "save_trainer_checkpoint"]
+__all__ = [
+    "RestoredModule",
+    "reload_cast_weights",
+    "restore_fit",
+    "restore_modules_and_callbacks",
+    "save_trainer_checkpoint",
+]

@@ -29,13 +29,16 @@ class ProgressState:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.loaded = False
+        # The restored (global_step, current_epoch): the fit loop's counters hold them (under ``loops``); a
+        # checkpoint without that entry gives them to `FitLoop.count_from_checkpoint`.
+        self.counts = (0, 0)
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self.trainer
         progress = trainer.progress
         return {
-            "global_step": progress.global_step,
-            "current_epoch": progress.current_epoch,
+            "global_step": trainer.global_step,
+            "current_epoch": trainer.current_epoch,
             "epoch_done": progress.epoch_done,
             "progress": progress.state_dict(),
             "epoch_metrics": {k: _detached(v) for k, v in trainer.run_context.logger_connector.callback.items()},
@@ -46,11 +49,10 @@ class ProgressState:
         trainer = self.trainer
         progress = trainer.progress
         progress.load_state_dict(state_dict.get("progress", {}))
-        progress.global_step = int(state_dict["global_step"])
-        progress.current_epoch = int(state_dict["current_epoch"])
+        self.counts = (int(state_dict["global_step"]), int(state_dict["current_epoch"]))
         progress.epoch_done = bool(state_dict.get("epoch_done", False))
         if "progress" not in state_dict:
-            progress.batches_that_stepped = progress.global_step
+            progress.batches_that_stepped = self.counts[0]
         connector = trainer.run_context.logger_connector
         connector.callback = dict(state_dict.get("epoch_metrics", {}))
         connector.pbar = dict(state_dict.get("epoch_prog_bar", {}))
@@ -233,9 +235,9 @@ def progress_from_lightning(trainer: Trainer, loops: dict[str, Any] | None, epoc
     progress = trainer.progress
     fit = (loops or {}).get("fit_loop") or {}
     batch_progress = fit.get("epoch_loop.batch_progress") or {}
-    progress.global_step = int(global_step)
-    progress.current_epoch = int(epoch)
     progress.epoch_done = bool(batch_progress.get("is_last_batch", True))
+    if not fit:
+        trainer.fit_loop.count_from_checkpoint(int(global_step), int(epoch), progress.epoch_done)
     stepped = (fit.get("epoch_loop.state_dict") or {}).get("_batches_that_stepped", global_step)
     progress.batches_that_stepped = int(stepped)
     loader_states = (fit.get("state_dict") or {}).get("combined_loader")

@@ -68,6 +68,8 @@ class FitLoop:
         self.epoch_loop = TrainingEpochLoop(trainer, self.run_validation)
         self._restarting = False
         self._loaded = False  # restored from a checkpoint, not reset since
+        # The restored counts were adjusted by `reset` (it may run again before the next epoch: not twice).
+        self._restart_counted = False
         self._started_at: float | None = None  # read only for max_time
         # Notes and warnings given once per trainer, as Lightning's warning cache gives them.
         self._said: set[str] = set()
@@ -87,6 +89,11 @@ class FitLoop:
     @property
     def min_steps(self) -> int | None:
         return self._trainer.min_steps
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being trained, from 0: the epochs completed (``epoch_progress.current.completed``)."""
+        return self.epoch_progress.current.completed
 
     @property
     def batch_idx(self) -> int:
@@ -120,8 +127,9 @@ class FitLoop:
         counted again; one restored at its end (processed, not completed) is completed."""
         total = processed_counts(self.epoch_progress)
         loaded, self._loaded = self._loaded, False
-        if not (self._restarting or loaded):
+        if not (self._restarting or loaded) or self._restart_counted:
             return
+        self._restart_counted = True
         begun = total.processed == total.started and total.completed == total.processed
         mid_epoch = self._restarting and total.started == total.ready and total.processed == total.started - 1
         mid_epoch = mid_epoch and total.completed == total.processed
@@ -146,6 +154,43 @@ class FitLoop:
                        loop.val_loop.batch_progress):
             counts.reset()
         self._loaded = False
+        self._restart_counted = False
+        self.restarting = False
+
+    def count_from_checkpoint(self, global_step: int, epoch: int, epoch_done: bool) -> None:
+        """The counters of a checkpoint without Lightning's ``loops`` entry (an earlier fabricx folder, a file
+        written by another tool): ``epoch`` epochs completed, the next one processed when ``epoch_done``, and
+        ``global_step`` optimizer steps."""
+        self.reset_progress()
+        epochs = self.epoch_progress
+        epochs.increment_by(epoch)
+        if epoch_done:
+            epochs.increment_ready()
+            epochs.increment_started()
+            epochs.increment_processed()
+        loop = self.epoch_loop
+        if self._run.automatic:
+            loop.automatic_optimization.optim_progress.optimizer.step.increment_by(global_step)
+        else:
+            loop.manual_optimization.optim_step_progress.increment_by(global_step)
+        self._loaded = True
+
+    def continue_after_epoch(self) -> None:
+        """Restored at the end of an epoch: the restored counts adjusted as `reset` adjusts them (once), so that
+        `current_epoch` is the next epoch from now on (Lightning's reset before ``on_train_start``); an epoch the
+        counts leave unfinished (a Lightning file written in the last batch's validation) is finished here."""
+        epoch = self.current_epoch
+        self.reset()
+        if self.current_epoch == epoch:
+            for tracker in (self.epoch_progress.total, self.epoch_progress.current):
+                done = tracker.completed + 1
+                for stage in ("ready", "started", "processed", "completed"):
+                    setattr(tracker, stage, max(getattr(tracker, stage), done))
+
+    def take_counters(self, state_dict: dict[str, Any]) -> None:
+        """The counters of a fit run in another process (``ddp_spawn``'s rank 0), without restarting from them."""
+        self.load_state_dict(state_dict)
+        self._loaded = False
         self.restarting = False
 
     def state_dict(self) -> dict[str, Any]:
@@ -164,6 +209,7 @@ class FitLoop:
         self.epoch_loop.load_state_dict(state_dict)
         self.restarting = True
         self._loaded = True
+        self._restart_counted = False
 
     # -- running fit -------------------------------------------------------------------------------------------
     def start_clock(self) -> None:
@@ -406,8 +452,7 @@ class FitLoop:
         connector.on_epoch_end()
         # As in Lightning, epoch metrics are logged at the step of the epoch's last batch.
         connector.update_train_epoch_metrics(step=max(0, progress.batches_that_stepped - 1))
-        self.epoch_progress.increment_completed()
-        progress.current_epoch += 1
+        self.epoch_progress.increment_completed()  # trainer.current_epoch moves on
         progress.epoch_done = False
         progress.epoch_cut = False
         run.cut_metric_state = None

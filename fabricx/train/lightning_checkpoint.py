@@ -204,8 +204,9 @@ class HParamsState:
 OPTIONAL_KEYS = ("loops", "callbacks", "lr_schedulers")
 
 
-def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
-    """Restore a checkpoint with Lightning's keys (fabricx's or Lightning's own file) into the trainer.
+def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Restore a checkpoint with Lightning's keys (fabricx's or Lightning's own file) into the trainer, but for
+    the entries ``restored`` already (the module's weights and the callbacks, before ``configure_optimizers``).
 
     Returns the checkpoint's other entries (what ``on_save_checkpoint`` added, ``epoch``, ``global_step``,
     ...) for the ``on_load_checkpoint`` hooks. A Lightning-written file has no fabricx progress entry: the
@@ -215,8 +216,9 @@ def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
     from fabricx.train import checkpointing as ckpt
 
     state = checkpoint_state(trainer)
-    for key in ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters"):
-        state.pop(key, None)  # not restored: they come back to the hooks as they are in the file
+    not_restored = ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters")
+    for key in (*not_restored, *restored):
+        state.pop(key, None)  # they come back to the hooks as they are in the file
     progress, loops = state[PROGRESS_KEY], state["loops"]
     try:
         remainder = trainer.fabric.load(path, state)
@@ -233,6 +235,9 @@ def restore_lightning_keys(trainer: Trainer, path: str) -> dict[str, Any]:
         remainder = trainer.fabric.load(path, state)
     if not progress.loaded:
         ckpt.progress_from_lightning(trainer, loops.loaded, int(state["epoch"]), int(state["global_step"]))
+    elif loops.loaded is None:
+        global_step, epoch = progress.counts
+        trainer.fit_loop.count_from_checkpoint(global_step, epoch, trainer.progress.epoch_done)
     return {**remainder, "epoch": state["epoch"], "global_step": state["global_step"]}
 
 

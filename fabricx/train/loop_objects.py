@@ -127,7 +127,11 @@ class TrainingEpochLoop:
 
     @property
     def global_step(self) -> int:
-        return self._trainer.global_step
+        """Optimizer steps taken, as Lightning counts them: the automatic optimization's completed steps, or
+        under manual optimization every completed ``optimizer.step()``."""
+        if self._trainer.run_context.automatic:
+            return self.automatic_optimization.optim_progress.optimizer_steps
+        return self.manual_optimization.optim_step_progress.total.completed
 
     @property
     def batch_idx(self) -> int:

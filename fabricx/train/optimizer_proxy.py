@@ -18,11 +18,12 @@ class LightningOptimizer:
     """The optimizer ``self.optimizers()`` returns inside a `fabricx.train.TrainModule` (Lightning's name).
 
     It is still an instance of the user's optimizer class (``isinstance(opt, torch.optim.SGD)`` holds)
-    and of ``LightningOptimizer``. ``step(closure)`` runs the closure, then ``on_before_optimizer_step``
-    (callbacks, then module), then the strategy's step; under manual optimization every ``step()``
-    counts as one ``global_step``. ``optimizer`` is the user's own optimizer; ``param_groups``,
-    ``state`` and ``defaults`` are its own. Built without a trainer (``LightningOptimizer(opt)``),
-    ``step`` steps the optimizer directly.
+    and of ``LightningOptimizer``. ``step(closure)`` steps as Lightning does: the optimizer's own step calls
+    the closure, after which ``on_before_optimizer_step`` (callbacks, then module) and the automatic gradient
+    clipping run (where a grad scaler or an engine steps, which take no closure, all that runs before the
+    step); under manual optimization every ``step()`` counts as one ``global_step``. ``optimizer`` is the
+    user's own optimizer; ``param_groups``, ``state`` and ``defaults`` are its own. Built without a trainer
+    (``LightningOptimizer(opt)``), ``step`` steps the optimizer directly.
 
     Example:
         ```python
@@ -39,8 +40,11 @@ class LightningOptimizer:
         object.__setattr__(self, "_steps", steps)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_fabricx_unwrapped", inner)
-        # LBFGS re-evaluates the closure inside its step (as Lightning lets it); decided once, not per step.
-        object.__setattr__(self, "_reevaluates_closure", isinstance(inner, torch.optim.LBFGS))
+        # Decided once, not per step: whether the optimizer's own step calls the closure (as in Lightning), or
+        # the closure runs first because a grad scaler or an engine steps. LBFGS always gets it: it
+        # re-evaluates the closure (and a scaler refuses it with a message).
+        in_step = bool(getattr(optimizer, "steps_with_closure", False)) or isinstance(inner, torch.optim.LBFGS)
+        object.__setattr__(self, "_closure_in_step", in_step)
         object.__setattr__(
             self, "__class__", type("Trainer" + type(inner).__name__, (LightningOptimizer, type(inner)), {})
         )
@@ -73,35 +77,34 @@ class LightningOptimizer:
         setattr(self._fabricx_unwrapped, name, value)
 
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """Run ``closure`` (if given), the ``on_before_optimizer_step`` hooks, then the optimizer step."""
+        """Step; the optimizer's own step calls ``closure`` (if given), then the step's hooks run (see the class)."""
         steps = self._steps
-        if closure is not None and self._reevaluates_closure:
-            return self._step_reevaluating(closure, steps, **kwargs)
-        result = closure() if closure is not None else None
         if steps is None:
+            if closure is not None and self._closure_in_step:
+                return self._fabric_optimizer.step(closure=closure, **kwargs)
+            result = closure() if closure is not None else None
             self._fabric_optimizer.step(**kwargs)
             return result
-        steps.before_optimizer_step(self)
-        if steps.run.automatic:
-            self._fabric_optimizer.step(**kwargs)
-        else:
-            steps.manual_optimizer_step(lambda: self._fabric_optimizer.step(**kwargs))
-        return result
+        if self._closure_in_step:
 
-    def _step_reevaluating(self, closure: Callable[[], Any], steps: TrainingSteps | None, **kwargs: Any) -> Any:
-        """The step of an optimizer that calls the closure itself: each evaluation runs the step's hooks and
-        clipping after its backward."""
-
-        def evaluate() -> Any:
-            result = closure()
-            if steps is not None:
+            def evaluate() -> Any:
+                # Each evaluation (LBFGS makes several) runs the step's hooks and clipping after its backward.
+                result = closure() if closure is not None else None
                 steps.before_optimizer_step(self)
-            return result
+                return result
 
-        def step() -> Any:
-            return self._fabric_optimizer.step(closure=evaluate, **kwargs)
+            def step() -> Any:
+                return self._fabric_optimizer.step(closure=evaluate, **kwargs)
 
-        if steps is None or steps.run.automatic:
+        else:
+            result = closure() if closure is not None else None
+            steps.before_optimizer_step(self)
+
+            def step() -> Any:
+                self._fabric_optimizer.step(**kwargs)
+                return result
+
+        if steps.run.automatic:
             return step()
         return steps.manual_optimizer_step(step)
 

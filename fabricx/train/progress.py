@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabricx.train.fit_loop import FitLoop
 
 
 @dataclass
@@ -12,10 +15,10 @@ class Progress:
 
     The fit loop writes these fields; callbacks and modules read them (``trainer.progress.stepped``).
 
+    ``global_step`` and ``current_epoch`` are read from the fit loop's counters (`count_from`), as Lightning
+    derives them: one fact, checkpointed under ``loops``.
+
     Attributes:
-        global_step: Optimizer steps taken (with several optimizers under manual optimization, each
-            ``step()`` counts, as in Lightning).
-        current_epoch: The epoch being trained, from 0.
         batches_that_stepped: Training batches that ended an accumulation window; the step loggers see.
         batch_idx: Index of the current training batch within its epoch (``-1`` before the first).
         total_batch_idx: Index of the current training batch counted over all epochs (``-1`` before the first).
@@ -39,8 +42,6 @@ class Progress:
         ```
     """
 
-    global_step: int = 0
-    current_epoch: int = 0
     batches_that_stepped: int = 0
     batch_idx: int = -1
     total_batch_idx: int = -1
@@ -53,6 +54,25 @@ class Progress:
     validated_at_epoch_end: bool = False
     batch_finished: bool = True
     epoch_cut: bool = False
+
+    def __post_init__(self) -> None:
+        self._fit_loop: FitLoop | None = None  # not a field: neither saved nor reset
+
+    def count_from(self, fit_loop: FitLoop) -> None:
+        """Read `global_step` and `current_epoch` from `fit_loop`'s counters (the Trainer binds its own)."""
+        self._fit_loop = fit_loop
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (with several optimizers under manual optimization, each ``step()`` counts)."""
+        fit_loop = self._fit_loop
+        return fit_loop.epoch_loop.global_step if fit_loop is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being trained, from 0 (the epochs completed so far)."""
+        fit_loop = self._fit_loop
+        return fit_loop.current_epoch if fit_loop is not None else 0
 
     def reset(self) -> None:
         """Back to the start of a new run."""

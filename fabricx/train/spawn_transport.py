@@ -49,6 +49,7 @@ def spawn_result(trainer: Trainer, result: Any) -> dict[str, Any]:
     """What a started process returns: `result` and the state the calling process takes over."""
     module = trainer.lightning_module
     connector = trainer.run_context.logger_connector
+    fit_loop = trainer.fit_loop
     return {
         SPAWN_RESULT_KEY: True,
         "result": result,
@@ -56,6 +57,8 @@ def spawn_result(trainer: Trainer, result: Any) -> dict[str, Any]:
         "callback_metrics": {k: _cpu(v) for k, v in trainer.callback_metrics.items()},
         "logged_metrics": {k: _cpu(v) for k, v in connector.logged.items()},
         "progress": trainer.progress.state_dict(),
+        # global_step and current_epoch are the fit loop's counters (its loader position stays here).
+        "fit_loop": {"epoch_progress": fit_loop.epoch_progress.state_dict(), **fit_loop.epoch_loop.state_dict()},
         "callbacks": ckpt.CallbackStates(trainer.callbacks).state_dict(),
     }
 
@@ -69,12 +72,14 @@ def apply_spawn_result(trainer: Trainer, module: TrainModule, returned: dict[str
     if returned["state_dict"] is not None:
         module.load_state_dict(returned["state_dict"])
     trainer.progress.load_state_dict(returned["progress"])
+    trainer.fit_loop.take_counters(returned["fit_loop"])
     connector = trainer.run_context.logger_connector
     connector.callback = returned["callback_metrics"]
     connector.logged = returned["logged_metrics"]
     ckpt.CallbackStates(trainer.callbacks).load_state_dict(returned["callbacks"])
     module.__dict__["_trainer"] = trainer
     trainer.run_context.module = module
+    trainer.run_context.automatic = bool(getattr(module, "automatic_optimization", True))  # which steps count
     return returned["result"]
 
 

@@ -14,7 +14,12 @@ from fabricx.train import checkpointing as ckpt
 from fabricx.train import data_connector as data
 from fabricx.train import flags
 from fabricx.train.callback_setup import trainer_callbacks, with_module_callbacks
-from fabricx.train.checkpoint_io import restore_fit, save_trainer_checkpoint
+from fabricx.train.checkpoint_io import (
+    reload_cast_weights,
+    restore_fit,
+    restore_modules_and_callbacks,
+    save_trainer_checkpoint,
+)
 from fabricx.train.ckpt_path import select_ckpt_path
 from fabricx.train.config import TrainerConfig
 from fabricx.train.env_defaults import defaults_from_env_vars
@@ -196,6 +201,7 @@ class Trainer(TrainerProperties):
         self._run = RunContext(self, self._fabric, self.profiler, self.callbacks)
         self._steps = self._run.steps = TrainingSteps(self, self._run)
         self.fit_loop = FitLoop(self, self._run, self._steps)
+        self.progress.count_from(self.fit_loop)
         self._data = self.fit_loop.data
         self.validate_loop = EvaluationLoop()
         self.test_loop = EvaluationLoop()
@@ -430,11 +436,15 @@ class Trainer(TrainerProperties):
         run, hooks, fit_loop = self._run, self._run.hooks, self.fit_loop
         try:
             run.call_setup("fit")
-            self._setup_fit(module, train_dataloaders, val_dataloaders)
             path = select_ckpt_path(self, ckpt_path, "fit", model_provided=True) if fabric.is_global_zero else None
             if fabric.world_size > 1:
                 path = fabric.broadcast(path)
             run.ckpt_path = path
+            # As Lightning: the module's weights and the callbacks' states before configure_optimizers (the
+            # strategy's setup), the optimizer, loop and data states after it (in restore_fit).
+            restored = restore_modules_and_callbacks(self, path) if path is not None else None
+            self._setup_fit(module, train_dataloaders, val_dataloaders)
+            reload_cast_weights(self, restored)
             hooks.call("on_fit_start")
             module.zero_grad()
             if path is None and self.num_sanity_val_steps != 0 and self._data.may_validate():
@@ -443,7 +453,7 @@ class Trainer(TrainerProperties):
             # estimated_stepping_batches in configure_optimizers).
             self._data.setup_fit_data()
             if path is not None:
-                restore_fit(self, path)
+                restore_fit(self, path, modules_restored=restored is not None)
             self._log_hyperparams()
             fit_loop.start_clock()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
@@ -506,6 +516,7 @@ class Trainer(TrainerProperties):
             run.call_setup("predict")
             run.setup_module_only(module)
             self._load_weights_for("predict", ckpt_path)
+            module.zero_grad()  # as Lightning, before every stage's loop
             raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True)
             loaders = setup_eval_loaders(self, run, raw, "Trainer.predict")
             limit = self.limit_predict_batches

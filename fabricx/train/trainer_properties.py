@@ -78,21 +78,13 @@ class TrainerProperties:
 
     @property
     def global_step(self) -> int:
-        """Optimizer steps taken."""
-        return self.progress.global_step
-
-    @global_step.setter
-    def global_step(self, value: int) -> None:
-        self.progress.global_step = value
+        """Optimizer steps taken: the fit loop's optimizer-step count (`fit_loop.epoch_loop.global_step`)."""
+        return self.fit_loop.epoch_loop.global_step
 
     @property
     def current_epoch(self) -> int:
-        """The epoch being trained, from 0."""
-        return self.progress.current_epoch
-
-    @current_epoch.setter
-    def current_epoch(self, value: int) -> None:
-        self.progress.current_epoch = value
+        """The epoch being trained, from 0: the fit loop's completed epochs (`fit_loop.epoch_progress`)."""
+        return self.fit_loop.current_epoch
 
     @property
     def is_last_batch(self) -> bool:

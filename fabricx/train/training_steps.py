@@ -74,7 +74,6 @@ class TrainingSteps:
         optimizer_step_hook = module.optimizer_step
         optimizer = run.module_optimizers[0]
         backward = self.backward
-        progress = trainer.progress
         counts = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer
         step_counts, zero_grad_counts = counts.step, counts.zero_grad
 
@@ -103,8 +102,7 @@ class TrainingSteps:
             if boundary:
                 step_counts.increment_ready()
                 optimizer_step_hook(trainer.current_epoch, batch_idx, optimizer, closure)
-                step_counts.increment_completed()
-                progress.global_step += 1
+                step_counts.increment_completed()  # trainer.global_step counts it
             else:
                 closure()
             return reported
@@ -157,8 +155,7 @@ class TrainingSteps:
         counts = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
         counts.increment_ready()
         result = step()
-        counts.increment_completed()
-        self.trainer.progress.global_step += 1
+        counts.increment_completed()  # trainer.global_step counts it
         return result
 
     def step_lr_schedulers(self, interval: str, plateau: bool | None = None) -> None:

@@ -54,6 +54,12 @@ class FabricOptimizer(Delegating):
     def optimizer(self) -> Optimizer:
         return self._optimizer
 
+    @property
+    def steps_with_closure(self) -> bool:
+        """Whether ``step(closure)`` hands the closure to the optimizer's own step (which calls it, as torch's
+        optimizers do); ``False`` where a grad scaler or an engine steps instead, which take no closure."""
+        return self._plain_step
+
     # Properties so that the optimizer's own methods, called on this wrapper, see the user's objects.
     @property
     def param_groups(self) -> list[dict[str, Any]]:

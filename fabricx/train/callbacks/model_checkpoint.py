@@ -413,7 +413,12 @@ class ModelCheckpoint(Callback):
             self._remove_checkpoint(trainer, previous)
 
     def _save_checkpoint(self, trainer: Trainer, filepath: str) -> None:
-        self._handle = trainer.save_checkpoint(filepath, self.save_weights_only, async_save=self.async_save)
+        # Lightning's call, with fabricx's async_save only when asked (a replaced save_checkpoint takes two arguments).
+        save = trainer.save_checkpoint
+        if self.async_save:
+            self._handle = save(filepath, self.save_weights_only, async_save=True)
+        else:
+            self._handle = save(filepath, self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
         if self.verbose and trainer.is_global_zero:
