@@ -240,6 +240,9 @@ class FitLoop:
         fetcher = self._dataloader_iter(iterator, loader, limit)
         # The last window of a limited epoch ends at the limit, not at the loader's end.
         epoch_length = int(limit) if limited else None
+        if fetcher is not None and not math.isinf(limit):
+            # A dataloader_iter step fetches inside its window: when a window begins, the loader is a batch behind.
+            epoch_length = int(limit) - 1
 
         # Everything the per-batch path touches, looked up once.
         batch_start_callbacks = hooks.callback_hooks("on_train_batch_start")

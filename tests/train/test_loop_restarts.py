@@ -200,3 +200,46 @@ def test_a_random_sampler_given_its_own_set_epoch_is_kept_and_told_each_epoch():
                          enable_checkpointing=False)
     trainer.fit(Module(), DataLoader(dataset, sampler=sampler, batch_size=2))
     assert epochs == [0, 1, 2]
+
+
+def _accumulating_iter_run(trainer_class: type, module_class: type, samples: int) -> tuple[list[int], list]:
+    steps_at: list[int] = []
+
+    class Module(module_class):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, dataloader_iter):
+            batch, _, _ = next(dataloader_iter)
+            return self.layer(batch[0]).pow(2).sum()
+
+        def optimizer_step(self, *args, **kwargs):
+            steps_at.append(self.trainer.fit_loop.epoch_loop.batch_progress.current.ready)
+            return super().optimizer_step(*args, **kwargs)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    module = Module()
+    trainer = trainer_class(max_epochs=2, accumulate_grad_batches=3, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, _data(samples))
+    return steps_at, [p.detach().clone() for p in module.parameters()]
+
+
+@pytest.mark.parametrize("samples", [6, 7])
+def test_dataloader_iter_steps_accumulate_in_lightnings_windows(samples):
+    """The window's end is known although the step fetches inside it; with whole windows the weights are
+    Lightning's bit for bit (a shorter last window is scaled by its own length: a deliberate difference)."""
+    import lightning.pytorch as pl
+
+    theirs = _accumulating_iter_run(pl.Trainer, pl.LightningModule, samples)
+    ours = _accumulating_iter_run(fx.Trainer, fx.TrainModule, samples)
+    assert ours[0] == theirs[0] == ([3, 6] * 2 if samples == 6 else [3, 6, 7] * 2)
+    if samples == 6:
+        for mine, lightning in zip(ours[1], theirs[1], strict=True):
+            torch.testing.assert_close(mine, lightning, rtol=0, atol=0)
