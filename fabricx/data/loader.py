@@ -125,8 +125,9 @@ def build_stateful_loader(
             cast(Sampler, sampler), cast(Sized, dataset), num_replicas, rank, seed=global_seed()
         )
         return _batched(source, loader, batch_size, sampler=sampler, **kwargs)
-    if type(sampler) is RandomSampler:
-        # Draws what torch's sampler draws, when it draws it, and records its seed and position.
+    if type(sampler) is RandomSampler and "set_epoch" not in vars(sampler):
+        # Draws what torch's sampler draws, when it draws it, and records its seed and position. (One the user
+        # gave its own set_epoch is kept, so that the epoch reaches it; it resumes as any custom sampler does.)
         sampler = ResumableRandomSampler(
             sampler.data_source, sampler.replacement, given_num_samples(sampler), generator=sampler.generator
         )
@@ -519,7 +520,10 @@ class FabricDataLoader:
         self._resume_pending = False
 
     def _set_sampler_epoch(self) -> None:
-        for holder in (self._loader.sampler, getattr(self._loader.batch_sampler, "sampler", None)):
+        sampler = self._loader.sampler
+        inner = getattr(self._loader.batch_sampler, "sampler", None)
+        # The batch sampler of automatic batching wraps the loader's sampler: that one is told once.
+        for holder in (sampler,) if inner is sampler else (sampler, inner):
             set_epoch = getattr(holder, "set_epoch", None)
             if set_epoch is not None:
                 set_epoch(self._epoch)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fabricx.train.datamodule import DataModule
     from fabricx.train.grad_clipping import GradClipAlgorithmType
     from fabricx.train.hparams import AttributeDict
+    from fabricx.train.loader_setup import has_len_all_ranks
     from fabricx.train.module import TrainModule
     from fabricx.train.optimizer_proxy import LightningOptimizer
     from fabricx.train.overrides import is_overridden
@@ -37,6 +38,7 @@ __all__ = [
     "TrainerState",
     "TrainerStatus",
     "Tuner",
+    "has_len_all_ranks",
     "is_overridden",
 ]
 
@@ -54,6 +56,7 @@ _WHERE = {
     "TrainModule": "fabricx.train.module",
     "Trainer": "fabricx.train.trainer",
     "Tuner": "fabricx.train.tuner",
+    "has_len_all_ranks": "fabricx.train.loader_setup",
     "is_overridden": "fabricx.train.overrides",
 }
 

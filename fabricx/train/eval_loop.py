@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabricx.train.dataloader_iter import DataLoaderIter, Fetched, takes_dataloader_iter
 from fabricx.train.logging_result import ResultCollection, to_float
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ def run_evaluation(
     step_name = f"{prefix}_step" if stage != "validate" else "validation_step"
     step = run.step_function(step_name)
     with_batch_idx = takes_batch_idx(getattr(run.module, step_name))
+    feeds_iterator = takes_dataloader_iter(getattr(run.module, step_name), step_name)
     process = run.batch_processor
     connector = run.logger_connector
     previous, previous_iter = connector.results, connector.first_loop_iter
@@ -151,9 +153,17 @@ def run_evaluation(
     multiple = len(loaders) > 1
     counts = _loop_of(trainer, stage).batch_progress
     counts.reset_on_run()
-    check_dataloader_idx(run.module, stage, [step_name], multiple)
+    check_dataloader_idx(run.module, stage, [step_name], multiple and not feeds_iterator)
     check_dataloader_idx(run.module, stage, [f"on_{prefix}_batch_start", f"on_{prefix}_batch_end"], multiple)
     outputs: list[dict[str, Any]] = []
+
+    def store_outputs(until: int) -> None:
+        # Each loader's epoch values once its batches are done (its entries only, when several run).
+        while len(outputs) < until:
+            connector.epoch_end_reached()
+            results.dataloader_idx = len(outputs) if multiple else None
+            outputs.append(connector.update_eval_epoch_metrics())
+
     try:
         with _eval_context(trainer, run, prefix):
             results.in_step = False
@@ -164,29 +174,48 @@ def run_evaluation(
             results.hook = f"{prefix}_step"
             batch_start = f"on_{prefix}_batch_start"
             batch_end = f"on_{prefix}_batch_end"
-            for dataloader_idx, loader in enumerate(loaders):
-                extra = (dataloader_idx,) if multiple else ()
-                _set_epoch(loader, trainer.current_epoch)
-                limit = limits[dataloader_idx]
-                for batch_idx, batch in _limited(loader, limit):
+            total = sum(limits)
+            batches = _sequential(loaders, limits, trainer.current_epoch)
+            fetcher = DataLoaderIter(batches, total) if feeds_iterator else None
+            fetched = 0
+            while True:
+                if fetcher is None:
+                    item = next(batches, None)
+                    if item is None:
+                        break
+                    batch, batch_idx, dataloader_idx = item
                     if process is not None:
                         batch = process(batch, dataloader_idx)
-                    counts.is_last_batch = batch_idx + 1 >= limit
-                    counts.increment_ready()
-                    connector.on_batch_start(results, batch, dataloader_idx if multiple else None)
-                    hooks.call(batch_start, batch, batch_idx, *extra)
-                    counts.increment_started()
+                    fetched += 1
+                    counts.is_last_batch = fetched >= total
+                elif fetcher.done:
+                    break
+                else:
+                    # The step fetches its batch: the hooks before it see the last one fetched.
+                    batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
+                store_outputs(dataloader_idx)
+                extra = (dataloader_idx,) if multiple else ()
+                counts.increment_ready()
+                connector.on_batch_start(results, batch, dataloader_idx if multiple else None)
+                hooks.call(batch_start, batch, batch_idx, *extra)
+                counts.increment_started()
+                if fetcher is None:
                     step_outputs = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
-                    counts.increment_processed()
-                    hooks.call(batch_end, step_outputs, batch, batch_idx, *extra)
-                    connector.on_batch_end()
-                    counts.increment_completed()
-                    if not sanity:
-                        connector.update_eval_step_metrics(batch_idx)
-                # Each loader's epoch values (its entries only, when several run).
-                connector.epoch_end_reached()
-                results.dataloader_idx = dataloader_idx if multiple else None
-                outputs.append(connector.update_eval_epoch_metrics())
+                else:
+                    try:
+                        step_outputs = step(fetcher)
+                    except StopIteration:
+                        break  # the step found the data used up
+                    batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
+                    extra = (dataloader_idx,) if multiple else ()
+                    counts.is_last_batch = fetcher.done
+                counts.increment_processed()
+                hooks.call(batch_end, step_outputs, batch, batch_idx, *extra)
+                connector.on_batch_end()
+                counts.increment_completed()
+                if not sanity:
+                    connector.update_eval_step_metrics(batch_idx)
+            store_outputs(len(loaders))
             connector.epoch_end_reached()
             results.dataloader_idx = None
             results.in_step = False
@@ -221,26 +250,43 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
     step = run.step_function("predict_step")
     assert run.module is not None, "prediction runs on a set-up module"
     with_batch_idx = takes_batch_idx(run.module.predict_step)
+    feeds_iterator = takes_dataloader_iter(run.module.predict_step, "predict_step")
     process = run.batch_processor
     multiple = len(loaders) > 1
-    check_dataloader_idx(run.module, "predict", ["predict_step", "on_predict_batch_start", "on_predict_batch_end"],
-                         multiple)
-    outputs: list[list[Any]] = []
+    check_dataloader_idx(run.module, "predict", ["predict_step"], multiple and not feeds_iterator)
+    check_dataloader_idx(run.module, "predict", ["on_predict_batch_start", "on_predict_batch_end"], multiple)
+    outputs: list[list[Any]] = [[] for _ in loaders]
     with _eval_context(trainer, run, "predict"):
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
-        for dataloader_idx, loader in enumerate(loaders):
-            extra = (dataloader_idx,) if multiple else ()
-            collected: list[Any] = []
-            for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
+        batches = _sequential(loaders, limits, None)
+        fetcher = DataLoaderIter(batches, sum(limits)) if feeds_iterator else None
+        while True:
+            if fetcher is None:
+                item = next(batches, None)
+                if item is None:
+                    break
+                batch, batch_idx, dataloader_idx = item
                 if process is not None:
                     batch = process(batch, dataloader_idx)
-                hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
+            elif fetcher.done:
+                break
+            else:
+                batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
+            extra = (dataloader_idx,) if multiple else ()
+            hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
+            if fetcher is None:
                 prediction = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
-                hooks.call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
-                if keep:
-                    collected.append(prediction)
-            outputs.append(collected)
+            else:
+                try:
+                    prediction = step(fetcher)
+                except StopIteration:
+                    break
+                batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
+                extra = (dataloader_idx,) if multiple else ()
+            hooks.call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
+            if keep:
+                outputs[dataloader_idx].append(prediction)
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
     trainer.predict_loop.keep(outputs if keep else [])
@@ -255,6 +301,15 @@ def _loop_of(trainer: Trainer, stage: str) -> Any:
         fitting = trainer.state.fn == TrainerFn.FITTING
         return trainer.fit_loop.epoch_loop.val_loop if fitting else trainer.validate_loop
     return trainer.test_loop if stage == "test" else trainer.predict_loop
+
+
+def _sequential(loaders: Sequence[Any], limits: Sequence[float], epoch: int | None) -> Iterator[Fetched]:
+    """The batches of each loader in turn, under its limit, as ``(batch, batch_idx, dataloader_idx)``."""
+    for dataloader_idx, loader in enumerate(loaders):
+        if epoch is not None:
+            _set_epoch(loader, epoch)
+        for batch_idx, batch in _limited(loader, limits[dataloader_idx]):
+            yield batch, batch_idx, dataloader_idx
 
 
 def _set_epoch(loader: Any, epoch: int) -> None:

@@ -175,12 +175,8 @@ class FitData:
         """The training data as the fit loop runs it: one set-up loader, or a `LoaderGroup` for a collection."""
         trainer, run = self.trainer, self.run
         raw = data.request_loaders("train", given, run.datamodule, run.module, required=True)
+        # A sequential CombinedLoader is counted (`num_training_batches`) and refused when the epoch starts.
         flat, spec, mode, source = setup.flatten_loaders(raw)
-        if mode == "sequential":
-            raise ValueError(
-                "`FitLoop` does not support the `CombinedLoader(mode='sequential')` mode. The available modes are: "
-                "['min_size', 'max_size_cycle', 'max_size']. Give the training iterables in one of those modes."
-            )
         if trainer.overfit_batches:
             changed = without_shuffle(flat, "train")
         elif run.fabric.world_size > 1 and trainer.use_distributed_sampler:

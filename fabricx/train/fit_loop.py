@@ -28,10 +28,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
+from fabricx.train.dataloader_iter import DataLoaderIter, takes_dataloader_iter
 from fabricx.train.eval_loop import run_evaluation
 from fabricx.train.fit_data import FitData
+from fabricx.train.loaders import LoaderGroup
 from fabricx.train.loop_objects import TrainingEpochLoop, processed_counts
 from fabricx.train.progress_trackers import ProcessedTracker, Progress
 from fabricx.train.states import RunningStage
@@ -223,10 +226,17 @@ class FitLoop:
         progress = trainer.progress
         if progress.resumed_mid_epoch and progress.batch_idx >= 0 and not progress.batch_finished:
             # Restored from a checkpoint written in on_train_batch_end: finish that batch first, logging its
-            # restored step values (inside the batch loop) as the interrupted run would have.
+            # restored step values (inside the batch loop) as the interrupted run would have. Written inside
+            # the validation after it: that validation runs again, from its start (its metrics whole again).
+            val_loop = self.epoch_loop.val_loop
+            interrupted = val_loop.restarted_mid_evaluation()
+            if interrupted:
+                val_loop.forget_interrupted_pass()
             run.results = run.train_results
             run.logger_connector.first_loop_iter = False
-            self._finish_batch(progress.val_pending)
+            self._finish_batch(
+                progress.val_pending or interrupted, accumulating=progress.accumulating, logged=interrupted
+            )
         while not self.fit_is_done():
             if trainer.should_stop and self.can_stop_early():
                 break  # asked to stop before this epoch began (e.g. a Timer with no time left), as in Lightning
@@ -263,13 +273,22 @@ class FitLoop:
         self.restarting = False  # the restored counts are set; from here on they count this run
         counts = epoch_loop.batch_progress
 
+        if isinstance(loader, LoaderGroup) and loader.mode == "sequential":
+            raise ValueError(
+                "`FitLoop` does not support the `CombinedLoader(mode='sequential')` mode. The available modes are: "
+                "['min_size', 'max_size_cycle', 'max_size']. Give the training iterables in one of those modes."
+            )
         limit = self.data.num_training_batches
         limited = _is_limited(loader, limit)
         if resumed and limited and loader.batches_consumed >= limit:
             return
         iterator = iter(loader)
+        fetcher = self._dataloader_iter(iterator, loader, limit)
         # The last window of a limited epoch ends at the limit, not at the loader's end.
         epoch_length = int(limit) if limited else None
+        if fetcher is not None and not math.isinf(limit):
+            # A dataloader_iter step fetches inside its window: when a window begins, the loader is a batch behind.
+            epoch_length = int(limit) - 1
 
         # Everything the per-batch path touches, looked up once.
         batch_start_callbacks = hooks.callback_hooks("on_train_batch_start")
@@ -293,21 +312,28 @@ class FitLoop:
         while True:
             if limited and loader.batches_consumed >= limit:
                 break
-            try:
-                batch = next(iterator)
-            except StopIteration:
+            if fetcher is None:
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    break
+                batch_idx = position = loader.batches_consumed - 1
+                if process is not None:
+                    batch = process(batch, 0)
+            elif fetcher.done:
                 break
-            batch_idx = loader.batches_consumed - 1
-            progress.batch_idx = batch_idx
+            else:
+                # training_step fetches its batches: the hooks before it see the last one fetched; the epoch's
+                # batch index counts steps (as Lightning's), and its end is known once the data is used up.
+                batch, batch_idx, position = fetcher.batch, fetcher.batch_idx, counts.current.ready
+            progress.batch_idx = position
             progress.total_batch_idx += 1
             progress.batch_finished = False
-            progress.is_last_batch = batch_idx + 1 >= limit
-            if process is not None:
-                batch = process(batch, 0)
+            progress.is_last_batch = fetcher is None and position + 1 >= limit
             counts.is_last_batch = progress.is_last_batch
             counts.increment_ready()
             connector.on_batch_start(results, batch)
-            if batch is None:
+            if batch is None and fetcher is None:
                 # As Lightning: a None batch runs no step and no batch-start hooks, but ends as a batch does.
                 self._warn_once("train_dataloader yielded None. If this was on purpose, ignore this warning...")
                 outputs, stepped, accumulating = None, False, False
@@ -323,29 +349,42 @@ class FitLoop:
                         step_lr_schedulers("epoch", plateau=False)
                     break
                 counts.increment_started()
-                if automatic:
-                    assert automatic_step is not None
-                    if accumulate:
-                        with fabric.accumulate(model, epoch_length=epoch_length):
-                            stepped = fabric.sync_gradients
-                            outputs = automatic_step(batch, batch_idx, stepped)
+                step_input = batch if fetcher is None else fetcher
+                steps_before = progress.global_step
+                try:
+                    if automatic:
+                        assert automatic_step is not None
+                        if accumulate:
+                            with fabric.accumulate(model, epoch_length=epoch_length):
+                                stepped = fabric.sync_gradients
+                                outputs = automatic_step(step_input, batch_idx, stepped)
+                        else:
+                            stepped = True
+                            outputs = automatic_step(step_input, batch_idx, True)
+                        progress.stepped = stepped
                     else:
+                        assert manual_step is not None
+                        outputs = manual_step(step_input, batch_idx)
                         stepped = True
-                        outputs = automatic_step(batch, batch_idx, True)
-                    progress.stepped = stepped
-                else:
-                    assert manual_step is not None
-                    steps_before = progress.global_step
-                    outputs = manual_step(batch, batch_idx)
-                    stepped = True
+                        progress.stepped = progress.global_step != steps_before
+                except StopIteration:
+                    if fetcher is None:
+                        raise
+                    if automatic:
+                        break  # a dataloader_iter step found the data used up: the epoch ends, as in Lightning
+                    outputs, stepped = None, True  # as Lightning, a manual step's batch then ends as any other
                     progress.stepped = progress.global_step != steps_before
+                if fetcher is not None:
+                    # The hooks after the step see the batch it fetched.
+                    batch, batch_idx = fetcher.batch, fetcher.batch_idx
+                    progress.is_last_batch = counts.is_last_batch = fetcher.done
                 accumulating = not stepped
             if stepped and step_schedulers:
                 step_lr_schedulers("step", plateau=False)
             if epoch_schedulers and progress.is_last_batch:
                 step_lr_schedulers("epoch", plateau=False)
             counts.increment_processed()
-            progress.val_pending = self._validation_due()
+            progress.val_pending = self._validation_due(fetcher is not None and fetcher.done)
             progress.accumulating = accumulating
             for method in batch_end_callbacks:
                 method(trainer, module, outputs, batch, batch_idx)
@@ -372,18 +411,31 @@ class FitLoop:
             epoch_loop.val_loop.run()
             progress.validated_at_epoch_end = True
 
-    def _finish_batch(self, validate: bool, accumulating: bool = False) -> None:
-        """What follows ``on_train_batch_end``: step metrics, validation when due, plateau schedulers, counters."""
+    def _dataloader_iter(self, iterator: Iterator[Any], loader: Any, limit: float) -> DataLoaderIter | None:
+        """What a ``training_step(self, dataloader_iter)`` is handed (``None`` for a step that takes a batch)."""
+        module = self._run.module
+        if not takes_dataloader_iter(getattr(module, "training_step", None), "training_step"):
+            return None
+        indexed = ((batch, loader.batches_consumed - 1, 0) for batch in iterator)
+        return DataLoaderIter(indexed, limit, fetched=loader.batches_consumed)
+
+    def _finish_batch(self, validate: bool, accumulating: bool = False, logged: bool = False) -> None:
+        """What follows ``on_train_batch_end``: step metrics (unless `logged` already), validation when due,
+        plateau schedulers, counters."""
         trainer, run = self._trainer, self._run
         progress = trainer.progress
-        if not accumulating and trainer.loggers:
+        if not accumulating and not logged and trainer.loggers:
             every = trainer.log_every_n_steps
             due = every > 0 and (progress.batches_that_stepped + 1) % every == 0
             run.logger_connector.update_train_step_metrics(due or trainer.should_stop or bool(trainer.fast_dev_run))
         if validate:
             progress.val_pending = False
             if not accumulating:
-                run.call_module_hook("on_validation_model_zero_grad")
+                # Called also when not overridden: TrainModule's default drops the gradients (frees their memory).
+                zero_grad = run.hooks.module_hook("on_validation_model_zero_grad")
+                zero_grad = zero_grad or getattr(run.module, "on_validation_model_zero_grad", None)
+                if callable(zero_grad):
+                    zero_grad()
             self.epoch_loop.val_loop.run()
             if progress.is_last_batch:
                 progress.validated_at_epoch_end = True
@@ -394,12 +446,15 @@ class FitLoop:
         progress.val_pending = False
         progress.batch_finished = True
 
-    def _validation_due(self) -> bool:
-        """Lightning's rule: in a validating epoch, when stopping, when the time interval passed, or every N batches
-        (counted within the epoch, or over all epochs with ``check_val_every_n_epoch=None``)."""
+    def _validation_due(self, dataloader_iter_done: bool = False) -> bool:
+        """Lightning's rule: in a validating epoch, at the end of a `dataloader_iter` epoch, when stopping, when the
+        time interval passed, or every N batches (counted within the epoch, or over all epochs with
+        ``check_val_every_n_epoch=None``)."""
         trainer, data = self._trainer, self.data
         if not data.val_enabled or not data.validates_this_epoch():
             return False
+        if dataloader_iter_done:
+            return True
         progress = trainer.progress
         if trainer.should_stop and self.can_stop_early():
             return True

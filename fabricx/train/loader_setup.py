@@ -15,6 +15,7 @@ from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from fabricx.strategies.strategy import Strategy
     from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
 
@@ -44,6 +45,47 @@ def setup_eval_loaders(
     if mode is not None and mode != "sequential":
         return [setup.LoaderGroup(loaders, spec, mode, source)]
     return loaders
+
+
+def has_len_all_ranks(
+    dataloader: object, strategy: Strategy, allow_zero_length_dataloader_with_multiple_devices: bool = False
+) -> bool:
+    """Whether `dataloader` has a length (``False`` for an iterable dataset or a generator), as Lightning's
+    function of the same name decides it; a collective call over the processes of `strategy`.
+
+    The lengths of all processes are summed: a total of zero is warned about, and an empty loader in one process
+    while others have batches raises, since that process would wait for the others' collectives (with
+    ``allow_zero_length_dataloader_with_multiple_devices=True`` it is a warning).
+
+    Example:
+        ```python
+        if has_len_all_ranks(loader, trainer.strategy):
+            batches = len(loader)
+        ```
+    """
+    local_length = setup.sized_length(dataloader)
+    if math.isinf(local_length):
+        return False
+    name = type(dataloader).__name__
+    total = strategy.all_reduce(torch.tensor(int(local_length), device=strategy.root_device), reduce_op="sum")
+    if total == 0:
+        rank_zero_warn(f"Total length of `{name}` across ranks is zero. Please make sure this was your intention.")
+    elif local_length == 0:
+        if not allow_zero_length_dataloader_with_multiple_devices:
+            raise RuntimeError(
+                f"`{name}` within local rank has zero length. Please make sure that it returns at least 1 batch."
+            )
+        rank_zero_warn(
+            f"Total length of `{name}` across ranks is zero, but local rank has zero length. Please be cautious of "
+            "uneven batch length."
+        )
+    if isinstance(getattr(dataloader, "dataset", None), torch.utils.data.IterableDataset):
+        rank_zero_warn(
+            "Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading (when "
+            "num_workers > 1), `__len__` could be inaccurate if each worker is not configured independently to "
+            "avoid having duplicate data."
+        )
+    return True
 
 
 def limited_length(loader: Any, limit: int | float | None, flag: str) -> float:
@@ -140,6 +182,7 @@ def _rebuilt(loader: Any, sampler: Any) -> Any:
 
 __all__ = [
     "drop_rest_of_epoch",
+    "has_len_all_ranks",
     "limited_length",
     "per_iterable",
     "setup_eval_loaders",

@@ -49,6 +49,25 @@ class EvaluationLoop:
         """All counts back to zero (after the sanity check, as in Lightning)."""
         self.batch_progress.reset()
 
+    def restarted_mid_evaluation(self) -> bool:
+        """Restored from a checkpoint written while one of its batches ran (begun, not processed: an exception
+        inside the step, saved by `OnExceptionCheckpoint`)."""
+        total = processed_counts(self.batch_progress)
+        return (
+            self.restarting
+            and total.started == total.ready
+            and total.processed == total.started - 1
+            and total.completed == total.processed
+        )
+
+    def forget_interrupted_pass(self) -> None:
+        """Before an interrupted pass runs again from its start: its completed batches are counted by the new
+        pass, so they leave the totals; the batch that was interrupted stays counted as begun (as in Lightning,
+        whose totals then read the same)."""
+        done = self.batch_progress.current.completed
+        self.batch_progress.total.increment_by(-done)
+        self.batch_progress.current.reset()
+
     def state_dict(self) -> dict[str, Any]:
         return {"state_dict": {}, "batch_progress": self.batch_progress.state_dict()}
 

@@ -20,7 +20,7 @@ from fabricx.train.logging_result import ResultCollection
 from fabricx.train.optimizer_proxy import TrainerOptimizer
 from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.train.overrides import is_overridden
-from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
 from fabricx.wrappers.step_methods import step_caller
 
@@ -127,11 +127,6 @@ class RunContext:
             manual=not self.automatic,
             custom_scheduler_step=is_overridden("lr_scheduler_step", module),
         )
-        if "dataloader_iter" in inspect.signature(module.training_step).parameters:
-            raise MisconfigurationError(
-                f"{type(module).__name__}.training_step takes `dataloader_iter`; the fabricx Trainer hands "
-                "training_step one batch at a time. Write training_step(self, batch, batch_idx)."
-            )
         if self.automatic and len(optimizers) > 1:
             raise FabricxError(
                 "Training with multiple optimizers is only supported with manual optimization: "
