@@ -1,0 +1,218 @@
+"""The ``"dcp"`` layout: a checkpoint as Lightning Fabric's FSDP / ModelParallel strategies write a sharded one.
+
+    <path>/.metadata, __<r>_0.distcp   torch.distributed.checkpoint: every module's and optimizer's state dict
+    <path>/meta.pt                     everything else: plain values, loader positions, fabricx's own entries
+
+Modules and optimizers a strategy shards (`fabricx.checkpoint.contents.EntryStorage.sharded_state_dicts`)
+go into the DCP folder as their shards, each rank writing its own: a model's keyed by parameter name, an
+optimizer's by parameter names (``param_groups`` pickled by DCP), as Lightning's ``save_checkpoint``
+writes them, so Lightning's ``fabric.load`` restores a checkpoint fabricx wrote and fabricx one Lightning
+wrote. Other modules and optimizers go in as their full state dicts. ``meta.pt`` is a single-file
+checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0;
+Lightning reads it with ``torch.load`` and returns fabricx's own entries as unrequested ones.
+
+Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with fabricx's restricted
+unpickler and its non-tensor items weights-only (`fabricx.checkpoint.sharded.dcp_contents`). A folder
+holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json``.
+
+Unlike the directory layout, a save is not atomic: as Lightning does, the files are written in place
+(the old ``.metadata`` and ``meta.pt`` are removed first, so a save that dies midway leaves a folder
+nothing loads, never a mix). With ``async_save=True`` the shards are written before the save returns and
+only ``meta.pt`` in the background.
+
+Example:
+
+```python
+fabric.save("ckpt/step_10", {"model": model, "optimizer": optimizer, "step": 10}, layout="dcp")
+fabric.load("ckpt/step_10", state)                  # or a folder Lightning's FSDP/ModelParallel wrote
+```
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.checkpoint.contents import (
+    checkpoint_io_of,
+    claimed_entries,
+    entry_storage_of,
+    is_reserved,
+    object_state,
+    split_state,
+    unwrap_object,
+)
+from fabricx.checkpoint.layouts.single_file import file_contents, read_single_file, write_file
+from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.storage import is_url
+from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.contents import EntryStorage
+    from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.io import CheckpointIO
+    from fabricx.checkpoint.save_modes import SaveMode
+
+__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "read_dcp", "save_dcp"]
+
+#: The file of the entries that are not modules or optimizers (Lightning's ``_METADATA_FILENAME``).
+META_FILE = "meta.pt"
+#: torch.distributed.checkpoint's metadata file, which marks a folder of this layout.
+METADATA_FILE = ".metadata"
+_FABRICX_META = "meta.json"
+
+
+def _filtered(key: str, value: Any, filter: Mapping[str, Callable] | None) -> Any:
+    if not filter or key not in filter:
+        return value
+    return {name: item for name, item in value.items() if filter[key](name, item)}
+
+
+def _state_dicts(
+    host: CheckpointHost, storage: EntryStorage | None, state: dict[str, Any], filter: Mapping[str, Callable] | None
+) -> dict[str, Any]:
+    """The modules' and optimizers' state dicts DCP writes: a strategy's shards where it has them, else full."""
+    claimed = claimed_entries(storage, state)
+    written: dict[str, Any] = {}
+    if claimed and storage is not None:
+        storage.check_filter(list(claimed), dict(filter) if filter else None)
+        sharded = storage.sharded_state_dicts(claimed, filter)
+        if sharded is None:
+            raise CheckpointError(
+                f"Cannot save {sorted(claimed)} in layout='dcp': {type(host).__name__} stores them as its own files, "
+                "which have no torch.distributed.checkpoint form. Save without layout= for a checkpoint directory."
+            )
+        written.update(sharded)
+    for key, obj in state.items():
+        if key not in claimed and isinstance(unwrap_object(obj), Module | Optimizer):
+            written[key] = _filtered(key, object_state(host, obj), filter)
+    return written
+
+
+def _prepare_folder(host: CheckpointHost, folder: Path) -> None:
+    """Rank 0: make ``folder`` ready for the save (or say why not); every rank raises the same error."""
+    problem: str | None = None
+    if host.is_global_zero:
+        if folder.is_file() or (folder.is_dir() and (folder / _FABRICX_META).exists()):
+            what = "a file" if folder.is_file() else "a fabricx checkpoint directory (meta.json)"
+            problem = (
+                f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
+            )
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in (METADATA_FILE, META_FILE):  # a save that dies midway must not look complete
+                (folder / name).unlink(missing_ok=True)
+    if host.world_size > 1:
+        problem = host.broadcast(problem, src=0)
+    if problem is not None:
+        raise CheckpointError(problem)
+
+
+def save_dcp(
+    host: CheckpointHost,
+    path: str,
+    state: dict[str, Any],
+    filter: Mapping[str, Callable] | None,
+    mode: SaveMode,
+) -> AsyncSave | None:
+    """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``; the handle of an async save.
+
+    Example:
+
+    ```python
+    save_dcp(fabric.strategy, "ckpt", {"model": model, "optimizer": optimizer, "step": 3}, None, save_mode("sync"))
+    ```
+    """
+    from torch.distributed.checkpoint import FileSystemWriter, state_dict_saver
+
+    if is_url(path):
+        raise CheckpointError(f"layout='dcp' writes local folders; {path} is a URL. Save without layout= there.")
+    folder = Path(path)
+    tensors = _state_dicts(host, entry_storage_of(host), state, filter)
+    others = {key: obj for key, obj in state.items() if key not in tensors}
+    shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
+    meta_file = folder / META_FILE
+    # Checked (every rank's entries weights-only) before anything on disk changes.
+    contents = file_contents(host, meta_file, shared, per_rank, [key for key in shared if is_reserved(key)])
+    _prepare_folder(host, folder)
+    with warnings.catch_warnings():  # one process without a process group is a save like any other
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        state_dict_saver.save(tensors, storage_writer=FileSystemWriter(folder))  # every rank, its own shards
+    staged = None if contents is None else mode.copy(contents)
+    io = checkpoint_io_of(host)
+
+    def job() -> None:
+        error: BaseException | None = None
+        if staged is not None:
+            try:
+                write_file(meta_file, staged, io)
+            except Exception as failure:
+                error = failure
+        mode.share_outcome(host, error)
+
+    return mode.run(path, job)
+
+
+def read_dcp(folder: Path, rank: int) -> LoadedCheckpoint:
+    """Rank ``rank``'s view of a ``"dcp"`` folder (fabricx's or Lightning's), without running code.
+
+    The DCP entries are described by a ``fabricx_sharded`` record whose folder is the checkpoint itself, so
+    a sharding strategy restores them shard by shard and any other reads them in full.
+
+    Example:
+
+    ```python
+    loaded = read_dcp(Path("lightning_ckpt"), rank=0)
+    loaded.meta["extra_meta"]["fabricx_sharded"]["entries"]  # {"model": "model", "optimizer": "optimizer"}
+    ```
+    """
+    from fabricx.checkpoint.sharded import META_KEY, REST_KEY, dcp_contents, sharded_record
+
+    kinds, rest = dcp_contents(folder)
+    meta_file = folder / META_FILE
+    if meta_file.exists():
+        shared, per_rank, file_meta = read_single_file(meta_file, rank)
+    else:
+        shared, per_rank, file_meta = {}, None, {"world_size": 1}
+    clash = sorted(key for key in kinds if key in shared)
+    if clash:
+        raise CheckpointError(f"{folder} is damaged: {clash} are both in its DCP shards and in {META_FILE}.")
+    shared[REST_KEY] = rest
+    meta = {
+        "world_size": file_meta.get("world_size", 1),
+        "layout": "dcp",
+        "extra_meta": {META_KEY: sharded_record(kinds, directory=".")},
+    }
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=folder)
+
+
+class DcpLayout:
+    """The `fabricx.checkpoint.layouts.Layout` of torch.distributed.checkpoint folders with a ``meta.pt``."""
+
+    def save(
+        self,
+        host: CheckpointHost,
+        path: str,
+        state: dict[str, Any],
+        filter: Mapping[str, Callable] | None,
+        mode: SaveMode,
+    ) -> AsyncSave | None:
+        return save_dcp(host, path, state, filter, mode)
+
+    def holds(self, path: str) -> bool:
+        if is_url(path):
+            return False
+        folder = Path(path)
+        return (folder / METADATA_FILE).is_file() and not (folder / _FABRICX_META).exists()
+
+    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
+        return read_dcp(Path(path), rank)
+
+
+LAYOUT = DcpLayout()
