@@ -129,7 +129,7 @@ def save_dcp(
     save_dcp(fabric.strategy, "ckpt", {"model": model, "optimizer": optimizer, "step": 3}, None, save_mode("sync"))
     ```
     """
-    from torch.distributed.checkpoint import FileSystemWriter, state_dict_saver
+    from torch.distributed.checkpoint import filesystem, state_dict_saver
 
     if is_url(path):
         raise CheckpointError(f"layout='dcp' writes local folders; {path} is a URL. Save without layout= there.")
@@ -143,7 +143,7 @@ def save_dcp(
     _prepare_folder(host, folder)
     with warnings.catch_warnings():  # one process without a process group is a save like any other
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-        state_dict_saver.save(tensors, storage_writer=FileSystemWriter(folder))  # every rank, its own shards
+        state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(folder))  # every rank, its own shards
     staged = None if contents is None else mode.copy(contents)
     io = checkpoint_io_of(host)
 
