@@ -15,10 +15,15 @@ Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with
 unpickler and its non-tensor items weights-only (`fabricx.checkpoint.sharded.dcp_contents`). A folder
 holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json``.
 
-Unlike the directory layout, a save is not atomic: as Lightning does, the files are written in place
-(the old ``.metadata`` and ``meta.pt`` are removed first, so a save that dies midway leaves a folder
-nothing loads, never a mix). With ``async_save=True`` the shards are written before the save returns and
-only ``meta.pt`` in the background.
+A save is atomic, as a directory's is: every rank writes its shards into one staging folder beside
+``<path>`` (``<path>.tmp-<token>``, the token chosen by rank 0 and broadcast), rank 0 adds ``meta.pt``,
+and once every rank's shards are written rank 0 flushes the folder and swaps it into place
+(`fabricx.checkpoint.atomic.commit_directory`: the previous checkpoint goes to ``<path>.old-<token>``
+and is deleted only once the new one is in place). A save that dies midway leaves the previous
+checkpoint as it was; the final folder holds only what Lightning writes. A crash in the instant between
+the swap's two renames leaves only the ``.old-`` copy, which fabricx reads (and the next save puts
+back); Lightning, which reads ``<path>`` alone, needs that save first. With ``async_save=True`` the
+shards are written before the save returns, ``meta.pt`` and the commit in the background.
 
 Example:
 
@@ -30,16 +35,18 @@ fabric.load("ckpt/step_10", state)                  # or a folder Lightning's FS
 
 from __future__ import annotations
 
+import secrets
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx.checkpoint import atomic
 from fabricx.checkpoint.contents import (
-    checkpoint_io_of,
     claimed_entries,
     entry_storage_of,
     is_reserved,
@@ -47,7 +54,8 @@ from fabricx.checkpoint.contents import (
     split_state,
     unwrap_object,
 )
-from fabricx.checkpoint.layouts.single_file import file_contents, read_single_file, write_file
+from fabricx.checkpoint.format import is_complete, write_failure
+from fabricx.checkpoint.layouts.single_file import file_contents, read_single_file
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.storage import is_url
 from fabricx.utilities.exceptions import CheckpointError
@@ -59,7 +67,7 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.checkpoint.save_modes import SaveMode
 
-__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "read_dcp", "save_dcp"]
+__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "committed_folder", "read_dcp", "save_dcp"]
 
 #: The file of the entries that are not modules or optimizers (Lightning's ``_METADATA_FILENAME``).
 META_FILE = "meta.pt"
@@ -95,23 +103,81 @@ def _state_dicts(
     return written
 
 
-def _prepare_folder(host: CheckpointHost, folder: Path) -> None:
-    """Rank 0: make ``folder`` ready for the save (or say why not); every rank raises the same error."""
+def _is_dcp_folder(folder: Path) -> bool:
+    return (folder / METADATA_FILE).is_file() and not (folder / _FABRICX_META).exists()
+
+
+def committed_folder(folder: Path) -> Path | None:
+    """Where the ``"dcp"`` checkpoint saved at ``folder`` is: ``folder``, or the previous copy a crash in the
+    middle of a commit's swap left (``<folder>.old-<token>``); ``None`` when there is none.
+
+    Example:
+
+    ```python
+    committed_folder(Path("ckpt/step_10"))  # Path("ckpt/step_10")
+    ```
+    """
+    if folder.exists():  # a commit never leaves a damaged folder under the name: no other copy to look for
+        return folder if _is_dcp_folder(folder) else None
+    return atomic.resolve_directory(folder, _is_dcp_folder)
+
+
+def _refusal(folder: Path) -> str | None:
+    """Why ``folder`` must not be replaced by a ``"dcp"`` save (``None``: it may be)."""
+    if folder.is_file():
+        what = "a file"
+    elif (folder.is_dir() and (folder / _FABRICX_META).exists()) or (
+        not folder.exists() and atomic.resolve_directory(folder, is_complete) is not None
+    ):  # the second: a fabricx directory whose commit a crash interrupted, which a load still finds
+        what = "a fabricx checkpoint directory (meta.json)"
+    elif folder.is_dir():
+        names = sorted(entry.name for entry in folder.iterdir())
+        dcp_like = [name for name in names if name in (METADATA_FILE, META_FILE) or name.endswith(".distcp")]
+        if not names or dcp_like:  # empty, a DCP checkpoint, or what a crashed in-place save left
+            return None
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        what = f"a folder of other files ({shown}), which the save would replace,"
+    else:
+        return None
+    return f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
+
+
+def _stage(host: CheckpointHost, folder: Path) -> Path:
+    """Every rank: the staging folder of this save, which rank 0 creates (or every rank raises the same error).
+
+    Rank 0 first puts back or removes what crashed saves left beside ``folder``, then names the staging
+    folder with a fresh token that every rank receives.
+    """
     problem: str | None = None
+    token: str | None = None
     if host.is_global_zero:
-        if folder.is_file() or (folder.is_dir() and (folder / _FABRICX_META).exists()):
-            what = "a file" if folder.is_file() else "a fabricx checkpoint directory (meta.json)"
-            problem = (
-                f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
-            )
-        else:
-            folder.mkdir(parents=True, exist_ok=True)
-            for name in (METADATA_FILE, META_FILE):  # a save that dies midway must not look complete
-                (folder / name).unlink(missing_ok=True)
+        problem = _refusal(folder)
+        if problem is None:
+            token = secrets.token_hex(4)
+            try:
+                atomic.recover_directory(folder, _is_dcp_folder)
+                atomic.prepare_directory(folder, token)
+            except OSError as error:
+                problem = str(write_failure(folder, error))
     if host.world_size > 1:
-        problem = host.broadcast(problem, src=0)
+        problem, token = host.broadcast((problem, token), src=0)
     if problem is not None:
         raise CheckpointError(problem)
+    assert token is not None
+    return atomic.temporary_name(folder, token)
+
+
+def _write_meta_and_commit(staging: Path, folder: Path, contents: dict[str, Any] | None) -> None:
+    """Rank 0, after every rank's shards are in ``staging``: add ``meta.pt``, flush, swap into place."""
+    try:
+        if contents is not None:
+            torch.save(contents, staging / META_FILE)
+        atomic.commit_directory(staging, folder)  # fsyncs every file first; the old copy goes last
+    except BaseException as error:
+        atomic.abort_directory(staging)
+        if isinstance(error, OSError):
+            raise write_failure(folder, error) from error
+        raise
 
 
 def save_dcp(
@@ -121,7 +187,8 @@ def save_dcp(
     filter: Mapping[str, Callable] | None,
     mode: SaveMode,
 ) -> AsyncSave | None:
-    """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``; the handle of an async save.
+    """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``, atomically; the handle of an
+    async save.
 
     Example:
 
@@ -137,21 +204,25 @@ def save_dcp(
     tensors = _state_dicts(host, entry_storage_of(host), state, filter)
     others = {key: obj for key, obj in state.items() if key not in tensors}
     shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
-    meta_file = folder / META_FILE
     # Checked (every rank's entries weights-only) before anything on disk changes.
-    contents = file_contents(host, meta_file, shared, per_rank, [key for key in shared if is_reserved(key)])
-    _prepare_folder(host, folder)
-    with warnings.catch_warnings():  # one process without a process group is a save like any other
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-        state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(folder))  # every rank, its own shards
+    contents = file_contents(host, folder / META_FILE, shared, per_rank, [key for key in shared if is_reserved(key)])
+    staging = _stage(host, folder)
+    try:
+        with warnings.catch_warnings():  # one process without a process group is a save like any other
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+            # Every rank writes its own shards; DCP returns on every rank once all of them are written.
+            state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(staging))
+    except BaseException:
+        if host.is_global_zero:
+            atomic.abort_directory(staging)
+        raise
     staged = None if contents is None else mode.copy(contents)
-    io = checkpoint_io_of(host)
 
     def job() -> None:
         error: BaseException | None = None
-        if staged is not None:
+        if host.is_global_zero:
             try:
-                write_file(meta_file, staged, io)
+                _write_meta_and_commit(staging, folder, staged)
             except Exception as failure:
                 error = failure
         mode.share_outcome(host, error)
@@ -206,13 +277,21 @@ class DcpLayout:
         return save_dcp(host, path, state, filter, mode)
 
     def holds(self, path: str) -> bool:
-        if is_url(path):
-            return False
-        folder = Path(path)
-        return (folder / METADATA_FILE).is_file() and not (folder / _FABRICX_META).exists()
+        return not is_url(path) and committed_folder(Path(path)) is not None
 
     def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
-        return read_dcp(Path(path), rank)
+        found = committed_folder(Path(path))
+        if found is None:
+            raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
+        # The shards are read by name later: the pin tells the loader whether a save replaced the folder meanwhile.
+        pin = atomic.DirectoryPin(found)
+        try:
+            loaded = read_dcp(found, rank)
+        except BaseException:
+            pin.close()
+            raise
+        loaded.pin = pin
+        return loaded
 
 
 LAYOUT = DcpLayout()
