@@ -233,6 +233,35 @@ def test_a_failed_commit_keeps_the_previous_checkpoint_and_cleans_up(
     assert _loaded_version(fabric, path) == 1
 
 
+def test_an_async_dcp_save_commits_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from fabricx.checkpoint import atomic
+
+    fabric = _fabric()
+    path = tmp_path / "ckpt"
+    _save(fabric, path, 1)
+    release, committing = threading.Event(), []
+    original = atomic.commit_directory
+
+    def held(tmp: Any, target: Any) -> None:  # the commit waits until the old checkpoint was checked
+        committing.append(threading.current_thread() is not threading.main_thread())
+        release.wait(60)
+        original(tmp, target)
+
+    monkeypatch.setattr(atomic, "commit_directory", held)
+    handle = fabric.save(path, _state(fabric, 2), async_save=True, layout="dcp")
+    assert handle is not None
+    assert sorted(os.listdir(path)) == _LIGHTNING_FILES
+    staging = [p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt.tmp-")]
+    assert len(staging) == 1 and ".metadata" in os.listdir(tmp_path / staging[0])  # shards written already
+    release.set()
+    handle.wait()
+    assert committing == [True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert _loaded_version(fabric, path) == 2
+
+
 def test_a_dcp_save_refuses_to_replace_a_folder_of_other_files(tmp_path: Path) -> None:
     from fabricx.utilities.exceptions import CheckpointError
 

@@ -13,7 +13,7 @@ Lightning reads it with ``torch.load`` and returns fabricx's own entries as unre
 
 Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with fabricx's restricted
 unpickler and its non-tensor items weights-only (`fabricx.checkpoint.sharded.dcp_contents`). A folder
-holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json``.
+holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json`` (`committed_folder()`).
 
 A save is atomic, as a directory's is: every rank writes its shards into one staging folder beside
 ``<path>`` (``<path>.tmp-<token>``, the token chosen by rank 0 and broadcast), rank 0 adds ``meta.pt``,
@@ -22,8 +22,10 @@ and once every rank's shards are written rank 0 flushes the folder and swaps it 
 and is deleted only once the new one is in place). A save that dies midway leaves the previous
 checkpoint as it was; the final folder holds only what Lightning writes. A crash in the instant between
 the swap's two renames leaves only the ``.old-`` copy, which fabricx reads (and the next save puts
-back); Lightning, which reads ``<path>`` alone, needs that save first. With ``async_save=True`` the
-shards are written before the save returns, ``meta.pt`` and the commit in the background.
+back); Lightning, which reads ``<path>`` alone, needs that save first. A save replaces an empty folder
+or a DCP one (also what an in-place save that died left) and refuses a folder of other files. With
+``async_save=True`` the shards are written before the save returns, ``meta.pt`` and the commit in the
+background.
 
 Example:
 
