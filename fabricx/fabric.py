@@ -859,6 +859,8 @@ class Fabric:
         file, as Lightning Fabric writes it: ``torch.load(path, weights_only=True)`` and Lightning's
         ``Fabric.load`` read it. Any other path (or ``layout="directory"``) is a fabricx checkpoint
         directory. Either is written atomically: a failed save never damages a previous one.
+        ``layout="dcp"`` writes a torch.distributed.checkpoint folder plus ``meta.pt``, as Lightning's
+        FSDP / ModelParallel strategies write a sharded checkpoint (also atomically, unlike theirs).
         Every rank's random generator states and the grad scaler are stored too, and inside an
         accumulation window its position and every rank's accumulated gradients, so the resumed run
         continues the window exactly. ``path`` may be an

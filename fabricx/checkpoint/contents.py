@@ -61,9 +61,9 @@ class EntryStorage(ABC):
     """How a strategy stores some entries of the user's state itself (shards, an engine's own files).
 
     The pipeline hands it the entries it `claims()`; everything else goes through the shared layout.
-    Its `record()` lands in ``meta.json``'s ``extra_meta[meta_key]``, and
-    `fabricx.checkpoint.fabric_state.stored_entries()` reads the keys back from there, so any strategy
-    (and ``fabricx consolidate``) can read them in full.
+    Its `record()` lands in ``meta.json``'s ``extra_meta[meta_key]``; the
+    `fabricx.checkpoint.records.StoredRecord` registered under that key reads the keys back from there and
+    the entries in full, so any strategy (and ``fabricx consolidate``) can load them.
 
     Example:
         ```python
@@ -74,7 +74,7 @@ class EntryStorage(ABC):
         ```
     """
 
-    #: ``extra_meta`` key of this storage's record (one of `STORAGE_KINDS`).
+    #: ``extra_meta`` key of this storage's record (a key of `fabricx.checkpoint.records`).
     meta_key: str = ""
     #: Whether the claimed entries' full state (the strategy's ``get_module_state_dict``/``get_optimizer_state``)
     #: can be written into one file instead (the single-file layout); ``False`` refuses a file path.
@@ -86,6 +86,14 @@ class EntryStorage(ABC):
 
     def check_filter(self, keys: list[str], filter: Mapping[str, Callable] | None) -> None:
         """Refuse a ``save(filter=...)`` on claimed entries that this storage cannot filter."""
+
+    def sharded_state_dicts(
+        self, entries: dict[str, Any], filter: Mapping[str, Callable] | None
+    ) -> dict[str, dict[str, Any]] | None:
+        """The claimed ``entries`` as state dicts ``torch.distributed.checkpoint`` writes as they are (a model's
+        DTensor shards, an optimizer's state keyed by parameter names), or ``None`` when this storage has no
+        such form (then ``layout="dcp"`` refuses them)."""
+        return None
 
     @abstractmethod
     def record(self, entries: dict[str, Any]) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -27,6 +27,9 @@ from torch import Tensor
 from fabricx._compat.dcp_metadata import safe_member
 from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file, safe_engine_loading
 from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.loaded import LoadedCheckpoint
 
 #: Folder inside a fabricx checkpoint directory that holds the engines' own checkpoint files.
 ENGINE_FOLDER = "deepspeed"
@@ -151,4 +154,52 @@ def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]
     return {name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()}
 
 
-__all__ = ["ENGINE_FOLDER", "META_KEY", "consolidate_deepspeed_checkpoint", "deepspeed_model_states"]
+def saved_engines(meta: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{model key: its optimizer's key or None}`` of the DeepSpeed record in a checkpoint's metadata.
+
+    Example:
+        ```python
+        saved_engines(read_meta("ckpt"))  # {"model": "optimizer"}
+        ```
+    """
+    extra = meta.get("extra_meta") or {}
+    record = extra.get(META_KEY) if isinstance(extra, Mapping) else None
+    if record is None:
+        return {}
+    models = record.get("models") if isinstance(record, Mapping) else None
+    if not isinstance(models, Mapping):
+        raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {record!r:.200}.")
+    engines: dict[str, str | None] = {}
+    for key, entry in models.items():
+        optimizer = entry.get("optimizer") if isinstance(entry, Mapping) else None
+        engines[key] = optimizer if isinstance(optimizer, str) else None
+    return engines
+
+
+class EngineRecord:
+    """The `fabricx.checkpoint.records.StoredRecord` of DeepSpeed engine files (``extra_meta["deepspeed"]``).
+
+    An engine's optimizer lives in its model's files and has no full form: `read_full()` leaves it out.
+    """
+
+    def entries(self, meta: Mapping[str, Any]) -> list[str]:
+        engines = saved_engines(meta)
+        return [*engines, *(optimizer for optimizer in engines.values() if optimizer is not None)]
+
+    def read_full(self, loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
+        models = [key for key in keys if key in saved_engines(loaded.meta)]
+        return dict(deepspeed_model_states(loaded.path, keys=models)) if models else {}
+
+
+RECORD = EngineRecord()
+
+
+__all__ = [
+    "ENGINE_FOLDER",
+    "META_KEY",
+    "RECORD",
+    "EngineRecord",
+    "consolidate_deepspeed_checkpoint",
+    "deepspeed_model_states",
+    "saved_engines",
+]

@@ -22,6 +22,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_per_rank, is_reserved, unwrap_object
+from fabricx.checkpoint.records import stored_keys, stored_record
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 if TYPE_CHECKING:
@@ -46,66 +47,35 @@ class CheckpointStateError(CheckpointError, FabricxError):
 
 
 def stored_entries(meta: Mapping[str, Any]) -> dict[str, str]:
-    """``{state key: storage meta key}`` for every entry a strategy stored its own way.
+    """``{state key: record key}`` for every entry a strategy stored its own way (see `fabricx.checkpoint.records`).
 
     Example:
         ```python
         stored_entries(read_meta("ckpt"))  # {"model": "fabricx_sharded", "optimizer": "fabricx_sharded"}
         ```
     """
-    from fabricx.checkpoint.deepspeed_consolidate import META_KEY as DEEPSPEED_KEY
-    from fabricx.checkpoint.sharded import META_KEY as SHARDED_KEY
-    from fabricx.checkpoint.sharded import sharded_info
-
-    found: dict[str, str] = {}
-    info = sharded_info(meta)
-    if info is not None:
-        found.update({key: SHARDED_KEY for key in info["entries"]})
-    extra = meta.get("extra_meta") or {}
-    record = extra.get(DEEPSPEED_KEY) if isinstance(extra, Mapping) else None
-    if record is not None:
-        models = record.get("models") if isinstance(record, Mapping) else None
-        if not isinstance(models, Mapping):
-            raise CheckpointError(f"The checkpoint metadata's {DEEPSPEED_KEY!r} record is damaged: {record!r}.")
-        found.update({key: DEEPSPEED_KEY for key in models})
-        for entry in models.values():  # an engine's optimizer lives in its model's files
-            optimizer = entry.get("optimizer") if isinstance(entry, Mapping) else None
-            if isinstance(optimizer, str):
-                found[optimizer] = DEEPSPEED_OPTIMIZER
-    return found
-
-
-#: What `stored_entries()` says of an optimizer stored inside its DeepSpeed model's engine files.
-DEEPSPEED_OPTIMIZER = "deepspeed_optimizer"
-_ENGINE_KINDS = ("deepspeed", DEEPSPEED_OPTIMIZER)
+    return stored_keys(meta)
 
 
 def read_full(loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
     """The entries ``keys`` stored by a strategy (shards, engine files) as full CPU tensors, in this process.
 
-    A DeepSpeed optimizer's state has no full form; it is left out.
+    Each is read by the `fabricx.checkpoint.records.StoredRecord` of the record that lists it; an entry with
+    no full form (a DeepSpeed optimizer's state) is left out.
 
     Example:
         ```python
         read_full(read_checkpoint("ckpt"), ["model"])["model"]  # a plain state dict
         ```
     """
-    from fabricx.checkpoint.deepspeed_consolidate import META_KEY as DEEPSPEED_KEY
-    from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, sharded_info
-
     stored = stored_entries(loaded.meta)
+    by_record: dict[str, list[str]] = {}
+    for key in keys:
+        if key in stored:
+            by_record.setdefault(stored[key], []).append(key)
     full: dict[str, Any] = {}
-    sharded = [key for key in keys if key in stored and stored[key] not in _ENGINE_KINDS]
-    if sharded:
-        info = sharded_info(loaded.meta)
-        assert info is not None
-        kinds = {key: info["entries"][key] for key in sharded}
-        full.update(read_full_entries(loaded.path / info["directory"], loaded.shared.get(REST_KEY, {}), kinds))
-    engines = [key for key in keys if stored.get(key) == DEEPSPEED_KEY]
-    if engines:
-        from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
-
-        full.update(deepspeed_model_states(loaded.path, keys=engines))
+    for record, wanted in by_record.items():
+        full.update(stored_record(record).read_full(loaded, wanted))
     return full
 
 
@@ -228,12 +198,6 @@ def _holds_stateful(container: dict[str, Any]) -> bool:
     return any(hasattr(unwrap_object(v), "load_state_dict") or isinstance(v, dict) for v in container.values())
 
 
-def _native(stored_kind: str | None, native_kind: str | None) -> bool:
-    if stored_kind is None or native_kind is None:
-        return False
-    return stored_kind == native_kind or (stored_kind == DEEPSPEED_OPTIMIZER and native_kind == "deepspeed")
-
-
 def apply_checkpoint(
     strategy: CheckpointHost, loaded: LoadedCheckpoint, path: str, state: dict[str, Any] | None, strict: bool
 ) -> dict[str, Any] | None:
@@ -247,10 +211,8 @@ def apply_checkpoint(
     remainder = apply_checkpoint(strategy, loaded, "ckpt", {"model": model}, strict=True)
     ```
     """
-    from fabricx.checkpoint.sharded import REST_KEY
-
     stored = stored_entries(loaded.meta)
-    shared = {key: value for key, value in loaded.shared.items() if key != REST_KEY}
+    shared = dict(loaded.shared)  # a record's own shared entries sit under reserved keys, never reported
     if state is None:
         merged = {**shared, **(loaded.per_rank or {}), **read_full(loaded, list(stored))}
         if stored and loaded.pin is not None and not loaded.pin.unchanged():
@@ -259,7 +221,7 @@ def apply_checkpoint(
     storage = entry_storage_of(strategy)
     claimed = claimed_entries(storage, state)
     native_kind = storage.meta_key if storage is not None else None
-    native = {key: obj for key, obj in claimed.items() if _native(stored.get(key), native_kind)}
+    native = {key: obj for key, obj in claimed.items() if native_kind is not None and stored.get(key) == native_kind}
     # Entries stored by another strategy (or by this one for objects it does not claim now) load in full.
     foreign = [key for key in state if key in stored and key not in native]
     shared.update(read_full(loaded, foreign))
@@ -320,7 +282,6 @@ def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
 
 
 __all__ = [
-    "DEEPSPEED_OPTIMIZER",
     "CheckpointKeyError",
     "CheckpointStateError",
     "apply_checkpoint",

@@ -8,7 +8,9 @@ the DCP folder and whether each is a model or an optimizer.
 Only tensors go into the DCP folder. Everything else of a sharded entry (optimizer
 ``param_groups``, non-tensor extra state) is stored in the shared JSON under a reserved key, and
 the DCP metadata is read with an unpickler that only builds DCP's own metadata classes, so loading
-never runs code stored in the checkpoint.
+never runs code stored in the checkpoint. Non-tensor items a DCP folder does hold (an optimizer's
+``param_groups`` in a folder Lightning's sharded strategies wrote, see `dcp_contents()`) are read with
+torch's allow-listed ``weights_only=True`` unpickler.
 
 Optimizer states come in two forms: the *named* form of
 ``torch.distributed.checkpoint.state_dict`` (keyed by parameter names) for sharded I/O, and the
@@ -18,10 +20,11 @@ consolidated checkpoint loads into a plain optimizer and vice versa.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
@@ -33,10 +36,16 @@ from fabricx.checkpoint.contents import reserved_key
 from fabricx.checkpoint.format import CheckpointWriter
 from fabricx.utilities.exceptions import CheckpointError
 
+if TYPE_CHECKING:
+    from fabricx.checkpoint.loaded import LoadedCheckpoint
+
 __all__ = [
     "META_KEY",
+    "RECORD",
     "REST_KEY",
     "SHARDED_DIR",
+    "ShardedRecord",
+    "dcp_contents",
     "get_model_state",
     "get_optimizer_state",
     "load_sharded",
@@ -172,7 +181,7 @@ def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
         return state
     names = [name for group in state["param_groups"] for name in group["params"]]
     if not all(isinstance(name, str) for name in names):
-        return state
+        return _int_state_keys(state)
     index = {name: i for i, name in enumerate(names)}
     return {
         "state": {index[name]: value for name, value in state.get("state", {}).items()},
@@ -180,6 +189,14 @@ def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
             {**group, "params": [index[name] for name in group["params"]]} for group in state["param_groups"]
         ],
     }
+
+
+def _int_state_keys(state: dict[str, Any]) -> dict[str, Any]:
+    # DCP stores every dict key as a string: an indexed state's "0" is parameter 0 again.
+    per_param = state.get("state")
+    if not isinstance(per_param, Mapping) or not all(isinstance(k, str) and k.isdigit() for k in per_param):
+        return state
+    return {**state, "state": {int(k): value for k, value in per_param.items()}}
 
 
 def optimizer_state_by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
@@ -254,9 +271,13 @@ def _flatten(state: Mapping[str, Any], prefix: str = "") -> dict[str, Tensor]:
 # -------------------------------------------------------------------------------------------------- saving
 
 
-def sharded_record(kinds: Mapping[str, str]) -> dict[str, Any]:
-    """The ``meta.json`` record (``extra_meta[META_KEY]``) of the sharded entries ``kinds``."""
-    return {"format": _FORMAT, "directory": SHARDED_DIR, "entries": dict(kinds)}
+def sharded_record(kinds: Mapping[str, str], directory: str = SHARDED_DIR) -> dict[str, Any]:
+    """The ``meta.json`` record (``extra_meta[META_KEY]``) of the sharded entries ``kinds``.
+
+    ``directory`` is the DCP folder inside the checkpoint (``"."``: the checkpoint folder itself, as in
+    the ``"dcp"`` layout).
+    """
+    return {"format": _FORMAT, "directory": directory, "entries": dict(kinds)}
 
 
 def _tensors_and_rest(sharded: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -373,7 +394,8 @@ def sharded_info(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(info, Mapping) or info.get("format") != _FORMAT or not isinstance(info.get("entries"), Mapping):
         raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {info!r:.200}.")
     info = dict(info)
-    safe_member(info.get("directory"), f"meta.json's {META_KEY!r} record")
+    if info.get("directory") != ".":  # "." is the checkpoint folder itself
+        safe_member(info.get("directory"), f"meta.json's {META_KEY!r} record")
     if not all(isinstance(k, str) and v in ("model", "optimizer") for k, v in info["entries"].items()):
         raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} entries are damaged: {info['entries']!r:.200}.")
     return info
@@ -406,7 +428,7 @@ def load_sharded(
     _converting_dcp_errors(
         directory,
         lambda: state_dict_loader.load(
-            tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict)
+            tensors, storage_reader=_safe_reader(directory), planner=_safe_load_planner(not strict, directory)
         ),
     )
     return {key: _merge(tensors[key], rest.get(key, {})) for key in targets}
@@ -433,13 +455,76 @@ def read_full_entries(
         _safe_reader(folder).read_metadata()  # its errors are clearer than DCP's wrapped ones
         _converting_dcp_errors(
             folder,
-            lambda: load_state_dict_without_process_group(state, _safe_reader(folder), _safe_empty_planner(keys)),
+            lambda: load_state_dict_without_process_group(
+                state, _safe_reader(folder), _safe_empty_planner(keys, folder)
+            ),
         )
     full: dict[str, Any] = {}
     for key, kind in kinds.items():
         value = _merge(state.get(key, {}), rest.get(key, {}))
         full[key] = optimizer_state_by_index(value) if kind == "optimizer" else value
     return full
+
+
+def dcp_contents(directory: str | os.PathLike[str]) -> tuple[dict[str, str], dict[str, Any]]:
+    """What a DCP folder holds, by top-level key: ``({key: "model" | "optimizer"}, {key: its non-tensor items})``.
+
+    An entry with ``param_groups`` is an optimizer, any other a model. The non-tensor items (an optimizer's
+    ``param_groups``, which Lightning's FSDP / ModelParallel strategies let DCP pickle) are read weights-only,
+    nested as they were saved; the tensors are not read.
+
+    Example:
+        ```python
+        kinds, rest = dcp_contents("lightning_ckpt")  # {"model": "model", "optimizer": "optimizer"}, {...}
+        ```
+    """
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    folder = Path(directory)
+    metadata = _safe_reader(folder).read_metadata()
+    paths = metadata.planner_data or {}
+    storage = {index.fqn: info for index, info in metadata.storage_data.items() if index.offset is None}
+    kinds: dict[str, str] = {}
+    rest: dict[str, Any] = {}
+    for fqn, entry in metadata.state_dict_metadata.items():
+        path = tuple(paths.get(fqn) or fqn.split("."))
+        if len(path) < 2:
+            raise CheckpointError(
+                f"{folder / '.metadata'} lists {fqn!r} at the top level; a checkpoint's DCP folder holds the state "
+                "dicts of modules and optimizers, each under its key."
+            )
+        is_optimizer = path[1] == "param_groups"
+        kinds[path[0]] = "optimizer" if is_optimizer or kinds.get(path[0]) == "optimizer" else "model"
+        if type(entry) is BytesStorageMetadata:
+            info = storage.get(fqn)
+            if info is None:
+                raise CheckpointError(f"{folder / '.metadata'} is damaged: the item {fqn!r} has no stored data.")
+            file = folder / info.relative_path
+            with open(file, "rb") as stream:
+                stream.seek(info.offset)
+                data = stream.read(info.length)
+            if len(data) != info.length:
+                raise CheckpointError(f"{file} is truncated: item {fqn!r} is cut off.")
+            _set_at(rest, path, _weights_only_item(folder, data, fqn))
+    return kinds, rest
+
+
+class ShardedRecord:
+    """The `fabricx.checkpoint.records.StoredRecord` of DCP shards (``extra_meta["fabricx_sharded"]``)."""
+
+    def entries(self, meta: Mapping[str, Any]) -> list[str]:
+        info = sharded_info(meta)
+        return [] if info is None else list(info["entries"])
+
+    def read_full(self, loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
+        info = sharded_info(loaded.meta)
+        if info is None or not keys:
+            return {}
+        kinds = {key: info["entries"][key] for key in keys}
+        return read_full_entries(loaded.path / info["directory"], loaded.shared.get(REST_KEY, {}), kinds)
+
+
+RECORD = ShardedRecord()
 
 
 def _mismatches(expected: Mapping[str, tuple], found: Mapping[str, tuple]) -> list[str]:
@@ -544,7 +629,8 @@ def _read_item(file: Path, stream: Any, info: Any, item: Any, planner: Any) -> N
     if len(data) != info.length:
         raise CheckpointError(f"{file} is truncated: item {item.storage_index.fqn!r} is cut off.")
     if item.type == LoadItemType.BYTE_IO:
-        _refuse_bytes(item)
+        planner.load_bytes(item, data)  # a fabricx planner: weights-only (see `_weights_only_item`)
+        return
     tensor = _stored_tensor(file, data, item.storage_index.fqn)
     tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
     target = planner.resolve_tensor(item).detach()
@@ -635,29 +721,70 @@ def _converting_dcp_errors(directory: Path, run: Callable[[], Any]) -> Any:
         ) from None
 
 
-def _refuse_bytes(read_item: Any) -> None:
-    # fabricx never writes non-tensor items into DCP (they go to the JSON side); DCP would unpickle them.
-    raise CheckpointError(
-        f"The sharded checkpoint holds a pickled non-tensor item ({read_item.dest_index.fqn}); fabricx does not "
-        "unpickle checkpoint data. It was not written by fabricx: convert it with torch's own tools."
-    )
+def _weights_only_item(file: Path, data: bytes, fqn: str) -> Any:
+    """A non-tensor item DCP pickled (an optimizer's ``param_groups`` as Lightning writes them), read with
+    torch's allow-listed ``weights_only=True`` unpickler: plain values only, nothing is executed."""
+    import io
+    import pickle
+
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        from fabricx.checkpoint.layouts.single_file import unpickling_detail
+
+        raise CheckpointError(
+            f"Refusing to read the item {fqn!r} of {file}: {unpickling_detail(str(error))}. fabricx reads a sharded "
+            "checkpoint's non-tensor items weights-only, so nothing was executed; it holds more than plain values."
+        ) from None
+    except Exception as error:
+        raise CheckpointError(
+            f"Cannot read the item {fqn!r} of {file} (truncated or damaged?): "
+            f"{type(error).__name__}: {str(error)[:200]}"
+        ) from None
 
 
-def _safe_load_planner(allow_partial_load: bool) -> Any:
+def _set_at(root: Any, path: tuple, value: Any) -> None:
+    """Put ``value`` at the key path ``path`` of ``root``, creating dicts (str keys) and lists (int keys)."""
+    node = root
+    for key, following in itertools.pairwise(path):
+        if isinstance(node, list):
+            node.extend([None] * (key + 1 - len(node)))
+        child = node[key] if isinstance(node, list) else node.get(key)
+        if child is None:
+            child = [] if isinstance(following, int) else {}
+            node[key] = child
+        node = child
+    if isinstance(node, list):
+        node.extend([None] * (path[-1] + 1 - len(node)))
+    node[path[-1]] = value
+
+
+def _bytes_into_state(planner: Any, read_item: Any, data: bytes) -> None:
+    fqn = read_item.dest_index.fqn
+    value = _weights_only_item(planner.checkpoint_folder, data, fqn)
+    path = planner.mappings.get(fqn, (fqn,)) if planner.flatten_state_dict else (fqn,)
+    _set_at(planner.original_state_dict if planner.flatten_state_dict else planner.state_dict, path, value)
+
+
+def _safe_load_planner(allow_partial_load: bool, folder: Path) -> Any:
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     class SafeLoadPlanner(DefaultLoadPlanner):
+        checkpoint_folder = folder
+
         def load_bytes(self, read_item: Any, value: Any) -> None:
-            _refuse_bytes(read_item)
+            _bytes_into_state(self, read_item, value)
 
     return SafeLoadPlanner(allow_partial_load=allow_partial_load)
 
 
-def _safe_empty_planner(keys: set[str]) -> Any:
+def _safe_empty_planner(keys: set[str], folder: Path) -> Any:
     from fabricx._compat.dcp import empty_state_dict_planner_class
 
     class SafeEmptyPlanner(empty_state_dict_planner_class()):
+        checkpoint_folder = folder
+
         def load_bytes(self, read_item: Any, value: Any) -> None:
-            _refuse_bytes(read_item)
+            _bytes_into_state(self, read_item, value)
 
     return SafeEmptyPlanner(keys=keys)

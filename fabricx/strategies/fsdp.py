@@ -342,6 +342,9 @@ class _ShardedEntries(EntryStorage):
 
         return write_sharded_async(staging, self._sharded(entries, filter), group)
 
+    def sharded_state_dicts(self, entries: dict[str, Any], filter: Any) -> dict[str, dict[str, Any]]:
+        return self._sharded(entries, filter)
+
     def _sharded(self, entries: dict[str, Any], filter: Any) -> dict[str, Any]:
         """The live (sharded) state of each claimed entry, a model's filtered by ``filter``."""
         sharded = {}

@@ -1,9 +1,11 @@
 """Checkpoint layouts: how the pipeline's contents are laid out on disk, looked up by a key.
 
 ``"directory"`` is the fabricx checkpoint directory (``meta.json``, shared and per-rank files, what a
-strategy adds); ``"single_file"`` is one ``torch.save`` zip file. A path that names a file (``.pt``,
-``.pth``, ``.ckpt``, ``.bin``) takes the single-file layout, any other path the directory;
-``fabric.save(path, state, layout="directory")`` asks for one explicitly.
+strategy adds); ``"single_file"`` is one ``torch.save`` zip file; ``"dcp"`` is a torch.distributed.checkpoint
+folder plus ``meta.pt``, as Lightning's FSDP / ModelParallel strategies write a sharded checkpoint. A path
+that names a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) takes the single-file layout, any other path
+the directory; ``fabric.save(path, state, layout="dcp")`` asks for one explicitly. Loading asks each
+layout whether it holds the path, so ``fabric.load`` reads all three.
 
 A layout is one backend module with a `Layout` object named ``LAYOUT``, plus one line in `_BUILT_IN`
 (or a `register_layout()` call from outside fabricx). The registry imports a backend only when its key
@@ -90,6 +92,7 @@ class Layout(Protocol):
 _BUILT_IN: dict[str, str] = {
     "directory": "fabricx.checkpoint.layouts.directory",
     "single_file": "fabricx.checkpoint.layouts.single_file",
+    "dcp": "fabricx.checkpoint.layouts.dcp",
 }
 _registered: dict[str, Layout | str] = dict(_BUILT_IN)
 

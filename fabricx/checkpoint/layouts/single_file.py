@@ -66,6 +66,7 @@ __all__ = [
     "Host",
     "SingleFileLayout",
     "check_weights_only",
+    "file_contents",
     "load_single_file",
     "looks_like_torch_file",
     "read_single_file",
@@ -206,12 +207,18 @@ def _fabricx_version() -> str:
         return "unknown"
 
 
-def _file_contents(
+def file_contents(
     host: Host, path: Any, shared: dict[str, Any], per_rank: dict[str, Any], extra_keys: Collection[str]
 ) -> dict[str, Any] | None:
     """Every rank: check, gather the per-rank entries to rank 0; rank 0 gets the file's dict, the others None.
 
     Every rank takes part in the same collectives and raises the same error when any rank's state is refused.
+
+    Example:
+
+    ```python
+    contents = file_contents(strategy, "out/model.pth", {"step": 3}, {"__fabricx_rng__": rng}, extra_keys=())
+    ```
     """
     rank, world_size = host.global_rank, host.world_size
     own = _to_cpu(_encode(per_rank))
@@ -317,7 +324,7 @@ def save_single_file(
     save_single_file(strategy, "out/model.pth", {"model": sd, "step": 3}, {"__fabricx_rng__": rng}, mode)
     ```
     """
-    contents = _file_contents(host, path, shared, per_rank, extra_keys)
+    contents = file_contents(host, path, shared, per_rank, extra_keys)
     staged = None if contents is None else mode.copy(contents)
 
     def job() -> None:

@@ -1,0 +1,299 @@
+"""The ``"dcp"`` layout: a checkpoint as Lightning Fabric's FSDP / ModelParallel strategies write a sharded one.
+
+    <path>/.metadata, __<r>_0.distcp   torch.distributed.checkpoint: every module's and optimizer's state dict
+    <path>/meta.pt                     everything else: plain values, loader positions, fabricx's own entries
+
+Modules and optimizers a strategy shards (`fabricx.checkpoint.contents.EntryStorage.sharded_state_dicts`)
+go into the DCP folder as their shards, each rank writing its own: a model's keyed by parameter name, an
+optimizer's by parameter names (``param_groups`` pickled by DCP), as Lightning's ``save_checkpoint``
+writes them, so Lightning's ``fabric.load`` restores a checkpoint fabricx wrote and fabricx one Lightning
+wrote. Other modules and optimizers go in as their full state dicts. ``meta.pt`` is a single-file
+checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0;
+Lightning reads it with ``torch.load`` and returns fabricx's own entries as unrequested ones.
+
+Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with fabricx's restricted
+unpickler and its non-tensor items weights-only (`fabricx.checkpoint.sharded.dcp_contents`). A folder
+holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json`` (`committed_folder()`).
+
+A save is atomic, as a directory's is: every rank writes its shards into one staging folder beside
+``<path>`` (``<path>.tmp-<token>``, the token chosen by rank 0 and broadcast), rank 0 adds ``meta.pt``,
+and once every rank's shards are written rank 0 flushes the folder and swaps it into place
+(`fabricx.checkpoint.atomic.commit_directory`: the previous checkpoint goes to ``<path>.old-<token>``
+and is deleted only once the new one is in place). A save that dies midway leaves the previous
+checkpoint as it was; the final folder holds only what Lightning writes. A crash in the instant between
+the swap's two renames leaves only the ``.old-`` copy, which fabricx reads (and the next save puts
+back); Lightning, which reads ``<path>`` alone, needs that save first. A save replaces an empty folder
+or a DCP one (also what an in-place save that died left) and refuses a folder of other files. With
+``async_save=True`` the shards are written before the save returns, ``meta.pt`` and the commit in the
+background.
+
+Example:
+
+```python
+fabric.save("ckpt/step_10", {"model": model, "optimizer": optimizer, "step": 10}, layout="dcp")
+fabric.load("ckpt/step_10", state)                  # or a folder Lightning's FSDP/ModelParallel wrote
+```
+"""
+
+from __future__ import annotations
+
+import secrets
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.checkpoint import atomic
+from fabricx.checkpoint.contents import (
+    claimed_entries,
+    entry_storage_of,
+    is_reserved,
+    object_state,
+    split_state,
+    unwrap_object,
+)
+from fabricx.checkpoint.format import is_complete, write_failure
+from fabricx.checkpoint.layouts.single_file import file_contents, read_single_file
+from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.storage import is_url
+from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.contents import EntryStorage
+    from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.io import CheckpointIO
+    from fabricx.checkpoint.save_modes import SaveMode
+
+__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "committed_folder", "read_dcp", "save_dcp"]
+
+#: The file of the entries that are not modules or optimizers (Lightning's ``_METADATA_FILENAME``).
+META_FILE = "meta.pt"
+#: torch.distributed.checkpoint's metadata file, which marks a folder of this layout.
+METADATA_FILE = ".metadata"
+_FABRICX_META = "meta.json"
+
+
+def _filtered(key: str, value: Any, filter: Mapping[str, Callable] | None) -> Any:
+    if not filter or key not in filter:
+        return value
+    return {name: item for name, item in value.items() if filter[key](name, item)}
+
+
+def _state_dicts(
+    host: CheckpointHost, storage: EntryStorage | None, state: dict[str, Any], filter: Mapping[str, Callable] | None
+) -> dict[str, Any]:
+    """The modules' and optimizers' state dicts DCP writes: a strategy's shards where it has them, else full."""
+    claimed = claimed_entries(storage, state)
+    written: dict[str, Any] = {}
+    if claimed and storage is not None:
+        storage.check_filter(list(claimed), dict(filter) if filter else None)
+        sharded = storage.sharded_state_dicts(claimed, filter)
+        if sharded is None:
+            raise CheckpointError(
+                f"Cannot save {sorted(claimed)} in layout='dcp': {type(host).__name__} stores them as its own files, "
+                "which have no torch.distributed.checkpoint form. Save without layout= for a checkpoint directory."
+            )
+        written.update(sharded)
+    for key, obj in state.items():
+        if key not in claimed and isinstance(unwrap_object(obj), Module | Optimizer):
+            written[key] = _filtered(key, object_state(host, obj), filter)
+    return written
+
+
+def _is_dcp_folder(folder: Path) -> bool:
+    return (folder / METADATA_FILE).is_file() and not (folder / _FABRICX_META).exists()
+
+
+def committed_folder(folder: Path) -> Path | None:
+    """Where the ``"dcp"`` checkpoint saved at ``folder`` is: ``folder``, or the previous copy a crash in the
+    middle of a commit's swap left (``<folder>.old-<token>``); ``None`` when there is none.
+
+    Example:
+
+    ```python
+    committed_folder(Path("ckpt/step_10"))  # Path("ckpt/step_10")
+    ```
+    """
+    if folder.exists():  # a commit never leaves a damaged folder under the name: no other copy to look for
+        return folder if _is_dcp_folder(folder) else None
+    return atomic.resolve_directory(folder, _is_dcp_folder)
+
+
+def _refusal(folder: Path) -> str | None:
+    """Why ``folder`` must not be replaced by a ``"dcp"`` save (``None``: it may be)."""
+    if folder.is_file():
+        what = "a file"
+    elif (folder.is_dir() and (folder / _FABRICX_META).exists()) or (
+        not folder.exists() and atomic.resolve_directory(folder, is_complete) is not None
+    ):  # the second: a fabricx directory whose commit a crash interrupted, which a load still finds
+        what = "a fabricx checkpoint directory (meta.json)"
+    elif folder.is_dir():
+        names = sorted(entry.name for entry in folder.iterdir())
+        dcp_like = [name for name in names if name in (METADATA_FILE, META_FILE) or name.endswith(".distcp")]
+        if not names or dcp_like:  # empty, a DCP checkpoint, or what a crashed in-place save left
+            return None
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        what = f"a folder of other files ({shown}), which the save would replace,"
+    else:
+        return None
+    return f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
+
+
+def _stage(host: CheckpointHost, folder: Path) -> Path:
+    """Every rank: the staging folder of this save, which rank 0 creates (or every rank raises the same error).
+
+    Rank 0 first puts back or removes what crashed saves left beside ``folder``, then names the staging
+    folder with a fresh token that every rank receives.
+    """
+    problem: str | None = None
+    token: str | None = None
+    if host.is_global_zero:
+        problem = _refusal(folder)
+        if problem is None:
+            token = secrets.token_hex(4)
+            try:
+                atomic.recover_directory(folder, _is_dcp_folder)
+                atomic.prepare_directory(folder, token)
+            except OSError as error:
+                problem = str(write_failure(folder, error))
+    if host.world_size > 1:
+        problem, token = host.broadcast((problem, token), src=0)
+    if problem is not None:
+        raise CheckpointError(problem)
+    assert token is not None
+    return atomic.temporary_name(folder, token)
+
+
+def _write_meta_and_commit(staging: Path, folder: Path, contents: dict[str, Any] | None) -> None:
+    """Rank 0, after every rank's shards are in ``staging``: add ``meta.pt``, flush, swap into place."""
+    try:
+        if contents is not None:
+            torch.save(contents, staging / META_FILE)
+        atomic.commit_directory(staging, folder)  # fsyncs every file first; the old copy goes last
+    except BaseException as error:
+        atomic.abort_directory(staging)
+        if isinstance(error, OSError):
+            raise write_failure(folder, error) from error
+        raise
+
+
+def save_dcp(
+    host: CheckpointHost,
+    path: str,
+    state: dict[str, Any],
+    filter: Mapping[str, Callable] | None,
+    mode: SaveMode,
+) -> AsyncSave | None:
+    """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``, atomically; the handle of an
+    async save.
+
+    Example:
+
+    ```python
+    save_dcp(fabric.strategy, "ckpt", {"model": model, "optimizer": optimizer, "step": 3}, None, save_mode("sync"))
+    ```
+    """
+    from torch.distributed.checkpoint import filesystem, state_dict_saver
+
+    if is_url(path):
+        raise CheckpointError(f"layout='dcp' writes local folders; {path} is a URL. Save without layout= there.")
+    folder = Path(path)
+    tensors = _state_dicts(host, entry_storage_of(host), state, filter)
+    others = {key: obj for key, obj in state.items() if key not in tensors}
+    shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
+    # Checked (every rank's entries weights-only) before anything on disk changes.
+    contents = file_contents(host, folder / META_FILE, shared, per_rank, [key for key in shared if is_reserved(key)])
+    staging = _stage(host, folder)
+    try:
+        with warnings.catch_warnings():  # one process without a process group is a save like any other
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+            # Every rank writes its own shards; DCP returns on every rank once all of them are written.
+            state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(staging))
+    except BaseException:
+        if host.is_global_zero:
+            atomic.abort_directory(staging)
+        raise
+    staged = None if contents is None else mode.copy(contents)
+
+    def job() -> None:
+        error: BaseException | None = None
+        if host.is_global_zero:
+            try:
+                _write_meta_and_commit(staging, folder, staged)
+            except Exception as failure:
+                error = failure
+        mode.share_outcome(host, error)
+
+    return mode.run(path, job)
+
+
+def read_dcp(folder: Path, rank: int) -> LoadedCheckpoint:
+    """Rank ``rank``'s view of a ``"dcp"`` folder (fabricx's or Lightning's), without running code.
+
+    The DCP entries are described by a ``fabricx_sharded`` record whose folder is the checkpoint itself, so
+    a sharding strategy restores them shard by shard and any other reads them in full.
+
+    Example:
+
+    ```python
+    loaded = read_dcp(Path("lightning_ckpt"), rank=0)
+    loaded.meta["extra_meta"]["fabricx_sharded"]["entries"]  # {"model": "model", "optimizer": "optimizer"}
+    ```
+    """
+    from fabricx.checkpoint.sharded import META_KEY, REST_KEY, dcp_contents, sharded_record
+
+    kinds, rest = dcp_contents(folder)
+    meta_file = folder / META_FILE
+    if meta_file.exists():
+        shared, per_rank, file_meta = read_single_file(meta_file, rank)
+    else:
+        shared, per_rank, file_meta = {}, None, {"world_size": 1}
+    clash = sorted(key for key in kinds if key in shared)
+    if clash:
+        raise CheckpointError(f"{folder} is damaged: {clash} are both in its DCP shards and in {META_FILE}.")
+    shared[REST_KEY] = rest
+    meta = {
+        "world_size": file_meta.get("world_size", 1),
+        "layout": "dcp",
+        "extra_meta": {META_KEY: sharded_record(kinds, directory=".")},
+    }
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=folder)
+
+
+class DcpLayout:
+    """The `fabricx.checkpoint.layouts.Layout` of torch.distributed.checkpoint folders with a ``meta.pt``."""
+
+    def save(
+        self,
+        host: CheckpointHost,
+        path: str,
+        state: dict[str, Any],
+        filter: Mapping[str, Callable] | None,
+        mode: SaveMode,
+    ) -> AsyncSave | None:
+        return save_dcp(host, path, state, filter, mode)
+
+    def holds(self, path: str) -> bool:
+        return not is_url(path) and committed_folder(Path(path)) is not None
+
+    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
+        found = committed_folder(Path(path))
+        if found is None:
+            raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
+        # The shards are read by name later: the pin tells the loader whether a save replaced the folder meanwhile.
+        pin = atomic.DirectoryPin(found)
+        try:
+            loaded = read_dcp(found, rank)
+        except BaseException:
+            pin.close()
+            raise
+        loaded.pin = pin
+        return loaded
+
+
+LAYOUT = DcpLayout()

@@ -1,0 +1,93 @@
+"""What a strategy stored its own way, read back by the key of its ``meta.json`` record.
+
+An `fabricx.checkpoint.contents.EntryStorage` writes its `record()` under ``extra_meta[meta_key]``. Reading
+the checkpoint back (under any strategy, or in ``fabricx consolidate``), the `StoredRecord` registered
+under that key says which entries the record holds and reads them in full. The registry imports a
+record's module only when a checkpoint holds its key, so `fabricx.checkpoint.fabric_state` names no
+storage format: a new one is one module with a ``RECORD`` plus one line in `_BUILT_IN`.
+
+Example:
+
+```python
+stored_keys(read_meta("ckpt"))            # {"model": "fabricx_sharded", "optimizer": "fabricx_sharded"}
+stored_record("fabricx_sharded").read_full(loaded, ["model"])  # {"model": {...full CPU tensors...}}
+```
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.loaded import LoadedCheckpoint
+
+__all__ = ["StoredRecord", "record_keys", "stored_keys", "stored_record"]
+
+
+class StoredRecord(Protocol):
+    """How to read back the entries one kind of `EntryStorage` stored (its record's key names it).
+
+    Example:
+
+    ```python
+    class ToyRecord:
+        def entries(self, meta): return list(meta["extra_meta"]["toy"]["keys"])
+        def read_full(self, loaded, keys): return {key: torch.load(loaded.path / f"{key}.pt") for key in keys}
+    ```
+    """
+
+    def entries(self, meta: Mapping[str, Any]) -> list[str]:
+        """The state keys this record's storage holds in the checkpoint whose metadata is ``meta``."""
+        ...
+
+    def read_full(self, loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
+        """The entries ``keys`` (of `entries()`) as full CPU state, in this process alone (no process group).
+
+        An entry with no full form (a DeepSpeed engine's ZeRO optimizer state) is left out.
+        """
+        ...
+
+
+# One line per record: its ``extra_meta`` key and the module whose ``RECORD`` reads it (imported on first use).
+_BUILT_IN: dict[str, str] = {
+    "fabricx_sharded": "fabricx.checkpoint.sharded",
+    "deepspeed": "fabricx.checkpoint.deepspeed_consolidate",
+}
+_loaded: dict[str, StoredRecord] = {}
+
+
+def record_keys() -> tuple[str, ...]:
+    """The ``extra_meta`` keys whose records fabricx reads back."""
+    return tuple(_BUILT_IN)
+
+
+def stored_record(key: str) -> StoredRecord:
+    """The `StoredRecord` of the ``extra_meta`` key ``key`` (its module is imported here, on first use)."""
+    if key not in _loaded:
+        if key not in _BUILT_IN:
+            raise ValueError(f"No checkpoint record is registered as {key!r}; known ones: {list(_BUILT_IN)}.")
+        _loaded[key] = cast("StoredRecord", importlib.import_module(_BUILT_IN[key]).RECORD)
+    return _loaded[key]
+
+
+def stored_keys(meta: Mapping[str, Any]) -> dict[str, str]:
+    """``{state key: record key}`` for every entry a strategy stored its own way in the checkpoint of ``meta``.
+
+    Example:
+
+    ```python
+    stored_keys(read_meta("ckpt"))  # {"model": "deepspeed", "optimizer": "deepspeed"}
+    ```
+    """
+    extra = meta.get("extra_meta") or {}
+    if not isinstance(extra, Mapping):
+        raise CheckpointError(f"The checkpoint metadata's extra_meta is damaged: {extra!r:.200}.")
+    found: dict[str, str] = {}
+    for key in _BUILT_IN:
+        if extra.get(key) is not None:
+            found.update(dict.fromkeys(stored_record(key).entries(meta), key))
+    return found
