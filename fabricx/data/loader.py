@@ -281,7 +281,8 @@ def _capture_flat_rng() -> dict[str, Any]:
     # Called for every batch a worker makes; most datasets draw no random numbers, so the last capture
     # is handed back while the raw states are unchanged (converting them costs ~10 % of a worker's rate).
     global _last_capture
-    python_state, numpy_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    python_state, torch_state = random.getstate(), torch.get_rng_state()
+    numpy_state = cast("tuple[Any, ...]", np.random.get_state())  # the legacy tuple (the default)
     last = _last_capture
     if (
         last is not None
