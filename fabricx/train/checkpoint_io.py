@@ -20,6 +20,7 @@ from fabricx.train.checkpointing import (
 from fabricx.train.lightning_checkpoint import HParamsState, checkpoint_state, restore_lightning_keys
 from fabricx.train.loader_setup import drop_rest_of_epoch
 from fabricx.train.loaders import warn_if_not_resumable
+from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ def restore_fit(trainer: Trainer, path: str, modules_restored: bool = False) -> 
             hook(extras.values)
         for method in hooks.callback_hooks("on_load_checkpoint"):
             method(trainer, trainer.lightning_module, extras.values)
+    _check_epochs_left(trainer)
     progress = trainer.progress
     loader = trainer.fit_loop.data.train_loader
     if progress.epoch_done:
@@ -170,6 +172,17 @@ def restore_fit(trainer: Trainer, path: str, modules_restored: bool = False) -> 
         progress.resumed_mid_epoch = bool(loader.state_dict()["started"])
         if progress.resumed_mid_epoch:
             warn_if_not_resumable(loader)
+
+
+def _check_epochs_left(trainer: Trainer) -> None:
+    """Refuse a checkpoint from beyond ``max_epochs``, with Lightning's exception and phrase."""
+    max_epochs = trainer.max_epochs
+    if max_epochs is not None and max_epochs != -1 and trainer.current_epoch > max_epochs:
+        raise MisconfigurationException(
+            f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
+            f"Trainer(max_epochs={max_epochs}). Raise max_epochs above {trainer.current_epoch} to train on, or "
+            "pass no ckpt_path to start afresh."
+        )
 
 
 def _legacy_checkpoint_state(trainer: Trainer, extras: Extras, progress: ProgressState) -> dict[str, Any]:

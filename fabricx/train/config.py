@@ -138,6 +138,7 @@ class TrainerConfig:
         )
         self.accumulate_grad_batches = self.grad_accum_steps
         self._merge_loggers()
+        self._check_checkpoint_flag()
         if self.barebones:
             self._apply_barebones()
         self._apply_fast_dev_run()
@@ -188,6 +189,17 @@ class TrainerConfig:
             raise MisconfigurationError("Trainer got loggers= and logger=, which name the same setting; pass one.")
         self.loggers = self.logger if self.logger is not None else self.loggers
         self.logger = self.loggers
+
+    def _check_checkpoint_flag(self) -> None:
+        # The user's own flag (barebones and fast_dev_run turn it off later, and then keep the callbacks given).
+        from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+
+        callbacks = self.callbacks if isinstance(self.callbacks, (list, tuple)) else [self.callbacks]
+        if self.enable_checkpointing is False and any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
+            raise MisconfigurationError(
+                "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
+                "list. Remove the ModelCheckpoint from callbacks, or leave enable_checkpointing at True."
+            )
 
     def _apply_barebones(self) -> None:
         off = barebones_flags(

@@ -886,7 +886,6 @@ def test_checkpoint_repeated_strategy(tmp_path):
     assert set(os.listdir(tmp_path / "lightning_logs")) == {"version_0"}
 
 
-@pytest.mark.xfail(strict=True, reason='not done: Trainer(enable_checkpointing=False, callbacks=[ModelCheckpoint()]) is not refused (Trainer flag validation, theme 1 of the Trainer issue)')
 def test_configure_model_checkpoint(tmp_path):
     """Test all valid and invalid ways a checkpoint callback can be passed to the Trainer."""
     kwargs = {"default_root_dir": tmp_path}

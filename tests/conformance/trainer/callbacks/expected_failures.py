@@ -20,10 +20,6 @@ _FIT_LOOP = (
 
 EXPECTED_FAILURES: dict[str, str] = {
     # -- EarlyStopping --------------------------------------------------------------------------------
-    "test_pl_early_stopping.py::test_resume_early_stopping_from_checkpoint": (
-        "TRAINER GAP (issue 28, theme 3): ModelCheckpoint writes checkpoint folders, not Lightning's single "
-        "`.ckpt` files, so `torch.load(checkpoint_path)` meets a directory"
-    ),
     # -- fine-tuning ----------------------------------------------------------------------------------
     # -- LearningRateMonitor --------------------------------------------------------------------------
     "test_pl_lr_monitor.py::test_multiple_optimizers_basefinetuning": (
