@@ -15,9 +15,19 @@ Lightning's Trainer runs the same module ported as a ``LightningModule`` (only t
 with the same settings (its ``CSVLogger``, ``log_every_n_steps=50``, no progress bar, summary,
 checkpointing or validation), where lightning is installed. The three take turns over the repeats.
 
+``instruction_steps > 0`` also counts the instructions of a step of each (valgrind's callgrind, as
+:mod:`benchmarks.instructions` counts the loops): ``instructions_ratio`` (the Trainer over the Fabric loop) and
+``lightning_trainer_instructions_ratio``, figures a busy machine does not move. All three run in one process
+under ``valgrind --instr-atstart=no``, one epoch each; the dataset itself marks the steps (its
+``__getitems__``, called once per batch by the DataLoader on every side alike), and counting runs from the
+fetch of batch W to that of W+N and from there to W+3N: the difference of the two counts over N is the cost
+of one step, start and stop costs subtracted. W (60) puts one-time costs (the first logger write at step 50)
+before any count; N defaults to 100, a multiple of ``log_every_n_steps``, so each stretch holds whole logging
+intervals. Without valgrind the result says "not available" and why.
+
 Run::
 
-    python -m benchmarks.trainer_overhead [--steps 2000] [--repeats 7]
+    python -m benchmarks.trainer_overhead [--steps 2000] [--repeats 7] [--instruction-steps 100]
 """
 
 from __future__ import annotations
@@ -25,10 +35,16 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,13 +56,28 @@ from fabricx.utilities.seed import seed_everything
 
 BATCH = 32
 SAMPLES = 32 * 64  # 64 batches per epoch
+WARM_STEPS = 60  # before the first count: past the first logger write (step 50) and the first steps' allocations
 
 
-def _data() -> TensorDataset:
+def _data(samples: int = SAMPLES) -> TensorDataset:
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(SAMPLES, 32, generator=generator)
+    x = torch.randn(samples, 32, generator=generator)
     y = x.sum(dim=1, keepdim=True) * 0.1
     return TensorDataset(x, y)
+
+
+class MarkedDataset(TensorDataset):
+    """A `TensorDataset` that calls ``on_batch()`` once per batch fetched (the DataLoader's ``__getitems__``),
+    the same call on every side: where instruction counts start and stop."""
+
+    def __init__(self, *tensors: torch.Tensor) -> None:
+        super().__init__(*tensors)
+        self.on_batch: Callable[[], None] | None = None
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, ...]]:
+        if self.on_batch is not None:
+            self.on_batch()
+        return [tuple(tensor[index] for tensor in self.tensors) for index in indices]
 
 
 def _mlp() -> torch.nn.Module:
@@ -157,7 +188,7 @@ def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str) -> floa
     return time.perf_counter() - start
 
 
-def measure(steps: int = 300, repeats: int = 5) -> dict[str, Any]:
+def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> dict[str, Any]:
     """Microseconds per step of the Fabric loop, fabricx's Trainer and Lightning's Trainer, interleaved.
 
     Each repeat runs every candidate for ``steps`` and for ``2 * steps`` steps: ``*_us_per_step`` is the
@@ -197,15 +228,118 @@ def measure(steps: int = 300, repeats: int = 5) -> dict[str, Any]:
     if "lightning_trainer" in medians:
         result["lightning_trainer_ratio"] = medians["lightning_trainer"] / medians["fabric_loop"]
         result["trainer_vs_lightning_trainer"] = medians["trainer"] / medians["lightning_trainer"]
+    if instruction_steps > 0:
+        result.update(measure_instructions(instruction_steps))
     return result
 
 
+# -- instructions per step (valgrind) ---------------------------------------------------------------------------
+def measure_instructions(steps: int = 100, timeout: float = 1800) -> dict[str, Any]:
+    """Instructions per step of the Fabric loop, fabricx's Trainer and Lightning's Trainer, and their ratios."""
+    from benchmarks.instructions import ROOT, build_shim, read_dumps, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        return {"instructions": f"not available: {reason}"}
+    shim = build_shim()
+    folder = Path(tempfile.mkdtemp(prefix="fabricx-callgrind-trainer-"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "FABRICX_CALLGRIND_SHIM": str(shim), "OMP_NUM_THREADS": "1"}
+    command = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
+        f"--callgrind-out-file={folder}/rank0.out", sys.executable, "-m", "benchmarks.trainer_overhead",
+        "--count-child", "--instruction-steps", str(steps),
+    ]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"the run under callgrind failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
+        labels = read_dumps(folder, 0)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return summarize_instructions(labels, steps)
+
+
+def summarize_instructions(labels: dict[str, int], steps: int) -> dict[str, Any]:
+    """Per-step instructions of each side from its N- and 2N-step counts, and the ratios to the Fabric loop."""
+    result: dict[str, Any] = {"instructions_steps": steps}
+    per_step = {}
+    for side in ("fabric_loop", "trainer", "lightning_trainer"):
+        if f"{side}-{steps}" not in labels:
+            continue
+        per_step[side] = (labels[f"{side}-{2 * steps}"] - labels[f"{side}-{steps}"]) / steps
+        result[f"{side}_instructions_per_step"] = per_step[side]
+    result["instructions_ratio"] = per_step["trainer"] / per_step["fabric_loop"]
+    if "lightning_trainer" in per_step:
+        result["lightning_trainer_instructions_ratio"] = per_step["lightning_trainer"] / per_step["fabric_loop"]
+    return result
+
+
+class _Counter:
+    """Counts from the fetch of batch ``warm`` to that of ``warm + steps`` (label ``<side>-<steps>``), then to
+    that of ``warm + 3 * steps`` (label ``<side>-<2 * steps>``), through callgrind's client requests."""
+
+    def __init__(self, shim: Any, side: str, warm: int, steps: int) -> None:
+        self.shim, self.side, self.steps = shim, side, steps
+        self.fetched = 0
+        self.marks = {warm: None, warm + steps: steps, warm + 3 * steps: 2 * steps}
+
+    def __call__(self) -> None:
+        self.fetched += 1
+        if self.fetched not in self.marks:
+            return
+        import gc
+
+        ended = self.marks[self.fetched]
+        if ended is not None:
+            self.shim.fx_dump(f"{self.side}-{ended}".encode())
+            self.shim.fx_stop()
+            gc.enable()
+        if ended != 2 * self.steps:
+            # A collection landing in one stretch and not the other would dominate the difference.
+            gc.collect()
+            gc.disable()
+            self.shim.fx_start()
+            self.shim.fx_zero()
+
+
+def _count_child(steps: int) -> None:
+    """Under callgrind: a warm-up run of each side, then one counted epoch of each."""
+    import ctypes
+    import logging
+
+    shim = ctypes.CDLL(os.environ["FABRICX_CALLGRIND_SHIM"])
+    torch.set_num_threads(1)
+    total = WARM_STEPS + 3 * steps + 2
+    dataset = MarkedDataset(*_data(BATCH * (total + 1)).tensors)  # one epoch holds every counted step
+    runs: dict[str, Callable[[int, str], float]] = {
+        "fabric_loop": lambda n, root: run_loop(dataset, n),
+        "trainer": lambda n, root: run_trainer(dataset, n, root),
+    }
+    if importlib.util.find_spec("lightning") is not None:
+        runs["lightning_trainer"] = lambda n, root: run_lightning_trainer(dataset, n, root)
+        logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
+        warnings.simplefilter("ignore")
+        for run in runs.values():
+            run(WARM_STEPS, root)
+        for side, run in runs.items():
+            dataset.on_batch = _Counter(shim, side, WARM_STEPS, steps)
+            run(total, root)
+            dataset.on_batch = None
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--instruction-steps", type=int, default=0, help="also count instructions (valgrind)")
+    parser.add_argument("--count-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(json.dumps(measure(args.steps, args.repeats), indent=2))
+    if args.count_child:
+        _count_child(args.instruction_steps)
+        return
+    print(json.dumps(measure(args.steps, args.repeats, args.instruction_steps), indent=2))
 
 
 if __name__ == "__main__":

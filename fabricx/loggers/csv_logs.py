@@ -76,13 +76,13 @@ class ExperimentWriter:
             self._save_remote()
             return
         path = Path(self.metrics_file_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         seen = dict.fromkeys(key for row in self.metrics for key in row)
         new_keys = [key for key in seen if key not in self.metrics_keys]
-        if path.exists() and not new_keys:
+        if path.exists() and not new_keys:  # the usual save: its folder exists, nothing to create
             with path.open("a", newline="") as handle:
                 csv.DictWriter(handle, fieldnames=self.metrics_keys).writerows(self.metrics)
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             self._rewrite(path, new_keys)
         self.metrics = []
 

@@ -308,6 +308,7 @@ class FitLoop:
         manual_step = steps.manual_step
         step_lr_schedulers = steps.step_lr_schedulers
         connector = run.logger_connector
+        data = self.data
 
         while True:
             if limited and loader.batches_consumed >= limit:
@@ -384,7 +385,7 @@ class FitLoop:
             if epoch_schedulers and progress.is_last_batch:
                 step_lr_schedulers("epoch", plateau=False)
             counts.increment_processed()
-            progress.val_pending = self._validation_due(fetcher is not None and fetcher.done)
+            progress.val_pending = data.val_enabled and self._validation_due(fetcher is not None and fetcher.done)
             progress.accumulating = accumulating
             for method in batch_end_callbacks:
                 method(trainer, module, outputs, batch, batch_idx)
@@ -395,7 +396,9 @@ class FitLoop:
             connector.on_batch_end()
             counts.increment_completed()
             self._finish_batch(progress.val_pending, accumulating=accumulating)
-            if self._should_end_epoch():
+            # The usual answer (no stop asked, steps left, no time limit) without a call.
+            may_end = trainer.should_stop or self._started_at is not None
+            if (may_end or 0 <= trainer.max_steps <= progress.global_step) and self._should_end_epoch():
                 # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
                 progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
                 break
@@ -427,7 +430,8 @@ class FitLoop:
         if not accumulating and not logged and trainer.loggers:
             every = trainer.log_every_n_steps
             due = every > 0 and (progress.batches_that_stepped + 1) % every == 0
-            run.logger_connector.update_train_step_metrics(due or trainer.should_stop or bool(trainer.fast_dev_run))
+            if due or trainer.should_stop or trainer.fast_dev_run:
+                run.logger_connector.update_train_step_metrics(True)
         if validate:
             progress.val_pending = False
             if not accumulating:

@@ -200,7 +200,12 @@ def user_loader(loader: Any) -> Any:
         return loader.iterables
     if isinstance(loader, IterableLoader):
         return loader.loader
-    return loader.__dict__.get(_USER_LOADER, loader)
+    try:
+        # Read past a set-up loader's `__getattr__` (which asks the loader inside), and never through `__dict__`:
+        # reading an instance's `__dict__` slows every attribute of it for good, the per-batch counting included.
+        return object.__getattribute__(loader, _USER_LOADER)
+    except AttributeError:
+        return loader
 
 
 def _stateful_user_loaders(loader: Any) -> list[Any]:
@@ -239,7 +244,7 @@ def setup_one(
     """A DataLoader set up by `setup_dataloader`; any other iterable as an `IterableLoader`."""
     if isinstance(loader, DataLoader):
         set_up = setup_dataloader(loader)
-        set_up.__dict__[_USER_LOADER] = loader  # Lightning's trainer.*_dataloader(s) give the user's loader
+        setattr(set_up, _USER_LOADER, loader)  # Lightning's trainer.*_dataloader(s) give the user's loader
         return set_up
     if isinstance(loader, (IterableLoader, LoaderGroup, FabricDataLoader)):
         return loader

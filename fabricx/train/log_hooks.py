@@ -16,6 +16,7 @@ from fabricx.utilities.exceptions import MisconfigurationException
 
 # (allowed on_step, allowed on_epoch, default on_step, default on_epoch)
 _Levels = tuple[tuple[bool, ...], tuple[bool, ...], bool, bool]
+_PLAIN = (bool, type(None))
 _TRAIN_STEP: _Levels = ((False, True), (False, True), True, False)
 _EVAL_STEP: _Levels = ((False, True), (False, True), False, True)
 _EPOCH_ONLY: _Levels = ((False,), (True,), False, True)
@@ -104,6 +105,10 @@ LEVELS: dict[str, _Levels | None] = {
 }
 
 
+# The answers of `logging_levels` already given, by (hook, on_step, on_epoch): `self.log` runs every step.
+_RESOLVED: dict[tuple[str, bool | None, bool | None], tuple[bool, bool]] = {}
+
+
 def can_log(hook: str) -> bool:
     """Whether ``hook`` is one of Lightning's hooks that may call ``self.log``."""
     return LEVELS.get(hook) is not None
@@ -115,6 +120,10 @@ def logging_levels(hook: str, on_step: bool | None, on_epoch: bool | None) -> tu
     Raises `MisconfigurationException` (Lightning's type and phrases) for a hook that may not log or a level
     it does not allow.
     """
+    try:
+        return _RESOLVED[(hook, on_step, on_epoch)]
+    except (KeyError, TypeError):  # not asked yet, or a level that is not even hashable (refused below)
+        pass
     if hook not in LEVELS:
         raise RuntimeError(
             f"Logging inside `{hook}` is not implemented: self.log works in the Trainer's step, batch and epoch "
@@ -127,6 +136,7 @@ def logging_levels(hook: str, on_step: bool | None, on_epoch: bool | None) -> tu
             " `self.logger.experiment`; self.log works in the step, batch and epoch hooks."
         )
     allowed_step, allowed_epoch, default_step, default_epoch = levels
+    given_step, given_epoch = on_step, on_epoch
     on_step = default_step if on_step is None else on_step
     on_epoch = default_epoch if on_epoch is None else on_epoch
     if on_step not in allowed_step:
@@ -138,7 +148,10 @@ def logging_levels(hook: str, on_step: bool | None, on_epoch: bool | None) -> tu
         raise MisconfigurationException(
             f"You can't `self.log(on_epoch={on_epoch})` inside `{hook}`, must be one of {allowed_epoch}."
         )
-    return bool(on_step), bool(on_epoch)
+    resolved = bool(on_step), bool(on_epoch)
+    if type(given_step) in _PLAIN and type(given_epoch) in _PLAIN:  # a few keys, never a user's object
+        _RESOLVED[(hook, given_step, given_epoch)] = resolved
+    return resolved
 
 
 __all__ = ["LEVELS", "can_log", "logging_levels"]

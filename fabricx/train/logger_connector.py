@@ -61,9 +61,10 @@ class LoggerConnector:
         results.dataloader_idx = dataloader_idx
 
     def on_batch_end(self) -> None:
-        self._update(self.metrics())
-        if self.results is not None:
-            self.results.end_batch()
+        results = self.results
+        if results is not None:
+            results.metrics_into(self.first_loop_iter is not None, self.callback, self.logged, self.pbar)
+            results.end_batch()
 
     def epoch_end_reached(self) -> None:
         self.first_loop_iter = None

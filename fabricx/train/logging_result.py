@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fabricx.fabric import Fabric
 
 _REDUCE_NAMES = ("mean", "sum", "max", "min")
+_FLOAT_DTYPES = (torch.float32, torch.float64)  # looked up once: every logged value's dtype is checked
 _SUFFIX = "/dataloader_idx_{}"
 
 
@@ -53,6 +54,8 @@ def reduce_name(reduce_fx: Any) -> str:
 
 def is_metric(value: Any) -> bool:
     """Whether ``value`` is a torchmetrics ``Metric`` (without importing torchmetrics)."""
+    if isinstance(value, Tensor):
+        return False  # the common case, answered without the ABC check of torchmetrics' Metric
     torchmetrics = sys.modules.get("torchmetrics")  # a Metric can only exist if torchmetrics was imported
     return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
 
@@ -92,6 +95,7 @@ class _Entry:
         "dataloader_idx",
         "fabric",
         "fx",
+        "given",
         "has_reset",
         "logger",
         "metric",
@@ -100,6 +104,7 @@ class _Entry:
         "on_epoch",
         "on_step",
         "prog_bar",
+        "read_names",
         "reduce",
         "step_value",
         "sync_dist",
@@ -128,6 +133,11 @@ class _Entry:
         self.weight: Any = 0
         self.computed: Any = None
         self.has_reset = False
+        #: The arguments of the last `log` call as given, before they were normalized into the options: the same
+        #: arguments again (every step) need no new check.
+        self.given: tuple[Any, ...] | None = None
+        #: `names(False)` and `names(True)`, built once (the options never change).
+        self.read_names = (self._names(False), self._names(True))
 
     def options(self) -> tuple[Any, ...]:
         return (
@@ -144,6 +154,9 @@ class _Entry:
 
     def names(self, on_step: bool) -> tuple[str, str]:
         """``(name, forked name)``: ``name_step``/``name_epoch`` when logged with both, plus the loader suffix."""
+        return self.read_names[on_step]
+
+    def _names(self, on_step: bool) -> tuple[str, str]:
         name = self.name
         forked = f"{name}_{'step' if on_step else 'epoch'}" if self.on_step and self.on_epoch else name
         if self.add_dataloader_idx and self.dataloader_idx is not None:
@@ -287,28 +300,32 @@ class ResultCollection:
         key = f"{fx}.{name}"
         if add_dataloader_idx and dataloader_idx is not None:
             key = f"{key}.{dataloader_idx}"
-        options = (
-            bool(prog_bar),
-            bool(logger),
-            bool(on_step),
-            bool(on_epoch),
-            reduce_name(reduce_fx),
-            sync is not None,
-            bool(add_dataloader_idx),
-            dataloader_idx,
-            metric_attribute,
-        )
         entry = self.entries.get(key)
-        if entry is None:
-            entry = self.entries[key] = _Entry(fx, name, options)
-            entry.fabric = sync
-        elif entry.options() != options:
-            raise MisconfigurationException(
-                f"You called `self.log({name}, ...)` twice in `{fx}` with different arguments. This is not "
-                f"allowed: log it with the same arguments each time (now {self._describe(options)}, before "
-                f"{self._describe(entry.options())}), or under another name."
+        given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync is not None, add_dataloader_idx, dataloader_idx,
+                 metric_attribute)
+        if entry is None or entry.given != given:
+            options = (
+                bool(prog_bar),
+                bool(logger),
+                bool(on_step),
+                bool(on_epoch),
+                reduce_name(reduce_fx),
+                sync is not None,
+                bool(add_dataloader_idx),
+                dataloader_idx,
+                metric_attribute,
             )
-        if is_metric(value):
+            if entry is None:
+                entry = self.entries[key] = _Entry(fx, name, options)
+                entry.fabric = sync
+            elif entry.options() != options:
+                raise MisconfigurationException(
+                    f"You called `self.log({name}, ...)` twice in `{fx}` with different arguments. This is not "
+                    f"allowed: log it with the same arguments each time (now {self._describe(options)}, before "
+                    f"{self._describe(entry.options())}), or under another name."
+                )
+            entry.given = given
+        if not isinstance(value, Tensor) and is_metric(value):
             entry.metric = value
             entry.update(value, 1)
             return
@@ -317,10 +334,10 @@ class ResultCollection:
                 f"self.log({name!r}) in {fx} was first given a torchmetrics Metric and now a "
                 f"{type(value).__name__}. Log a Metric under one name and plain values under another."
             )
-        if value.dtype not in (torch.float32, torch.float64):
+        if value.dtype not in _FLOAT_DTYPES:
             value = value.to(_float_dtype())
         size = 1
-        if on_epoch and options[4] == "mean":
+        if on_epoch and entry.reduce == "mean":
             if batch_size is not None:
                 size = batch_size
             elif self._batch is not None:
@@ -339,7 +356,14 @@ class ResultCollection:
         """The step values (``on_step``) or the epoch values of the entries logged since the last reset
         (of the current evaluation loader, when several run)."""
         out = Metrics({}, {}, {})
-        callback, log, pbar = out
+        self.metrics_into(on_step, *out)
+        return out
+
+    def metrics_into(
+        self, on_step: bool, callback: dict[str, Any], log: dict[str, Any], pbar: dict[str, Any]
+    ) -> None:
+        """`metrics(on_step)` written into the given dicts (the connector's own, after every batch: no new
+        dicts to build and merge)."""
         training = self.training
         dataloader_idx = self.dataloader_idx
         for entry in self.entries.values():
@@ -348,8 +372,9 @@ class ResultCollection:
             value = entry.value(on_step)
             if not isinstance(value, Tensor):
                 continue
-            value = value.detach()
-            name, forked = entry.names(on_step)
+            if value.requires_grad:  # a Metric's own result; logged tensors are detached when logged
+                value = value.detach()
+            name, forked = entry.read_names[on_step]
             if entry.logger:
                 log[forked] = value
             # Evaluation step values are for the loggers only: monitoring one would compare single batches.
@@ -358,7 +383,6 @@ class ResultCollection:
                 callback[forked] = value
             if entry.prog_bar:
                 pbar[forked] = value
-        return out
 
     def names(self) -> set[str]:
         """Every key this collection's entries can appear under (plain, ``_step``, ``_epoch``)."""

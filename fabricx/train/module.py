@@ -520,11 +520,12 @@ class TrainModule(ModuleHooks, nn.Module):
             self.log("val_acc", self.val_accuracy, prog_bar=True)
             ```
         """
-        fabric = self._plain_fabric()
+        attached = self.__dict__
+        trainer = attached.get("_trainer")
+        fabric = attached.get("_fabric") if trainer is None else None  # `_plain_fabric()`, inline: every step
         if fabric is not None:  # as Lightning: straight to the Fabric's loggers (there is nothing to reduce)
             log_through_fabric(fabric, {name: value}, logger, f"self.log({name!r}, {value!r})")
             return
-        trainer = self.__dict__.get("_trainer")
         record(
             self,
             trainer,

@@ -17,8 +17,11 @@ from torch import Tensor
 
 from fabricx.train.log_hooks import logging_levels
 from fabricx.train.logging_result import is_metric
+from fabricx.train.states import RunningStage, is_stage
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
+
+_PREDICTING = RunningStage.PREDICTING  # an Enum member read through its class costs a lookup; self.log runs per step
 
 
 def is_metric_collection(value: Any) -> bool:
@@ -29,22 +32,30 @@ def is_metric_collection(value: Any) -> bool:
     return torchmetrics is not None and isinstance(value, torchmetrics.MetricCollection)
 
 
-def checked_value(name: str, value: Any, device: torch.device) -> Any:
-    """A Metric as given; a number or one-element tensor as a detached 0-d tensor; else `ValueError`."""
-    if isinstance(value, Mapping) and any(isinstance(item, Mapping) for item in value.values()):
-        raise ValueError(f"`self.log({name}, {value})` was called, but nested dictionaries cannot be logged")
-    if is_metric(value):
-        return value
-    if not isinstance(value, (Tensor, numbers.Number)):
-        raise ValueError(
-            f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged: "
-            "log a number, a one-element tensor or a torchmetrics Metric (log_dict for several values)."
-        )
+def checked_value(name: str, value: Any, module: Any) -> Any:
+    """A Metric as given; a number or one-element tensor as a detached 0-d tensor; else `ValueError`.
+
+    A number becomes a tensor on ``module.device`` (read only then: a tensor, the common case, needs no device).
+    """
     if isinstance(value, Tensor):
+        # The usual value (a loss, an accuracy), checked without the ABC checks below.
         tensor = torch.Tensor.detach(value).clone()
     else:
+        if isinstance(value, Mapping) and any(isinstance(item, Mapping) for item in value.values()):
+            raise ValueError(f"`self.log({name}, {value})` was called, but nested dictionaries cannot be logged")
+        if is_metric(value):
+            return value
+        if not isinstance(value, numbers.Number):
+            raise ValueError(
+                f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged: "
+                "log a number, a one-element tensor or a torchmetrics Metric (log_dict for several values)."
+            )
         dtype = torch.get_default_dtype()
-        tensor = torch.tensor(value, device=device, dtype=dtype if dtype in (torch.float32, torch.float64) else None)
+        tensor = torch.tensor(
+            value, device=module.device, dtype=dtype if dtype in (torch.float32, torch.float64) else None
+        )
+    if tensor.ndim == 0:
+        return tensor  # one element already, nothing to squeeze
     if tensor.numel() != 1:
         raise ValueError(
             f"`self.log({name}, {value})` was called, but the tensor must have a single element. You can try "
@@ -87,8 +98,7 @@ def record(
     metric_attribute: str | None,
 ) -> None:
     """What ``module.log(name, value, ...)`` does with the module attached to ``trainer`` (or to none)."""
-    device = module.device
-    value = checked_value(name, value, device)
+    value = checked_value(name, value, module)
     if trainer is None:
         rank_zero_warn(
             "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet. "
@@ -101,8 +111,8 @@ def record(
 
         rank_zero_warn(LOG_WARNING)
         return
-    results = trainer.run_context.results
-    if results is None or trainer.predicting:
+    results = trainer.run_context.logger_connector.results
+    if results is None or is_stage(trainer.state.stage, _PREDICTING):
         raise MisconfigurationException(
             f"You are trying to `self.log({name!r})` but the loop's result collection is not registered yet. "
             "This is most likely because you are trying to log in a `predict` hook, but it doesn't support "
@@ -116,7 +126,7 @@ def record(
             "`dataloader_idx` when `add_dataloader_idx=True`: the suffix is added when several loaders run. "
             "Drop it from the name, or pass add_dataloader_idx=False."
         )
-    if is_metric(value) and metric_attribute is None:
+    if metric_attribute is None and not isinstance(value, Tensor):  # a Metric: checked_value gives tensors else
         metric_attribute = find_metric_attribute(module, name, value)
     if logger and not trainer.loggers:
         rank_zero_warn(

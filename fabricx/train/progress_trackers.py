@@ -8,7 +8,7 @@ Lightning does when a run restarts from a checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -19,24 +19,27 @@ class ReadyCompletedTracker:
     ready: int = 0
     completed: int = 0
 
+    # The counts are found through `fields()`, never `self.__dict__`: reading an instance's `__dict__` turns its
+    # attributes into a plain dict for good, and every `+= 1` of the per-batch counting gets about twice as slow.
     def state_dict(self) -> dict[str, int]:
         return asdict(self)
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        self.__dict__.update(state_dict)
+        for name, value in state_dict.items():
+            setattr(self, name, value)
 
     def reset(self) -> None:
-        for name in self.__dict__:
-            setattr(self, name, 0)
+        for count in fields(self):
+            setattr(self, count.name, 0)
 
     def reset_on_restart(self) -> None:
-        for name in self.__dict__:
-            if name != "completed":
-                setattr(self, name, self.completed)
+        for count in fields(self):
+            if count.name != "completed":
+                setattr(self, count.name, self.completed)
 
     def increment_by(self, n: int) -> None:
-        for name in self.__dict__:
-            setattr(self, name, getattr(self, name) + n)
+        for count in fields(self):
+            setattr(self, count.name, getattr(self, count.name) + n)
 
 
 @dataclass

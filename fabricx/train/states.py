@@ -57,6 +57,21 @@ class RunningStage(StrEnum):
         return self.value
 
 
+def is_stage(stage: object, expected: RunningStage) -> bool:
+    """Whether ``stage`` (``trainer.state.stage``) is ``expected``: by identity for a `RunningStage` (their values
+    differ, and StrEnum's ``==`` lower-cases both sides on every call: this runs in every ``self.log``), by ``==``
+    for anything else (a string set by hand).
+
+    Example:
+        ```python
+        is_stage(trainer.state.stage, RunningStage.PREDICTING)
+        ```
+    """
+    if type(stage) is RunningStage:
+        return stage is expected
+    return stage == expected
+
+
 @dataclass
 class TrainerState:
     """``trainer.state``: ``status`` (a TrainerStatus), ``fn`` (a TrainerFn or None), ``stage`` (a RunningStage).
@@ -87,4 +102,4 @@ class TrainerState:
     __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq
 
 
-__all__ = ["RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]
+__all__ = ["RunningStage", "TrainerFn", "TrainerState", "TrainerStatus", "is_stage"]

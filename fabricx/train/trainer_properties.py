@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fabricx.train import loaders as setup
 from fabricx.train.loader_setup import per_iterable, user_view
-from fabricx.train.states import RunningStage, TrainerFn, TrainerStatus
+from fabricx.train.states import RunningStage, TrainerFn, TrainerStatus, is_stage
 from fabricx.utilities.exceptions import FabricxError
 
 if TYPE_CHECKING:
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
     from fabricx.train.run_context import RunContext
     from fabricx.train.states import TrainerState
     from fabricx.wrappers import FabricModule
+
+
+# The stages as constants: a member read through its Enum class costs a lookup, and callbacks read these per batch.
+_TRAINING = RunningStage.TRAINING
+_SANITY_CHECKING = RunningStage.SANITY_CHECKING
+_VALIDATING = RunningStage.VALIDATING
+_TESTING = RunningStage.TESTING
+_PREDICTING = RunningStage.PREDICTING
 
 
 class TrainerProperties:
@@ -174,7 +182,7 @@ class TrainerProperties:
     @property
     def training(self) -> bool:
         """Whether the training loop runs now (``trainer.state.stage == "train"``)."""
-        return self.state.stage == RunningStage.TRAINING
+        return is_stage(self.state.stage, _TRAINING)
 
     @training.setter
     def training(self, value: bool) -> None:
@@ -183,7 +191,7 @@ class TrainerProperties:
     @property
     def sanity_checking(self) -> bool:
         """Whether the validation batches before training (``num_sanity_val_steps``) run now."""
-        return self.state.stage == RunningStage.SANITY_CHECKING
+        return is_stage(self.state.stage, _SANITY_CHECKING)
 
     @sanity_checking.setter
     def sanity_checking(self, value: bool) -> None:
@@ -191,7 +199,7 @@ class TrainerProperties:
 
     @property
     def validating(self) -> bool:
-        return self.state.stage == RunningStage.VALIDATING
+        return is_stage(self.state.stage, _VALIDATING)
 
     @validating.setter
     def validating(self, value: bool) -> None:
@@ -199,7 +207,7 @@ class TrainerProperties:
 
     @property
     def testing(self) -> bool:
-        return self.state.stage == RunningStage.TESTING
+        return is_stage(self.state.stage, _TESTING)
 
     @testing.setter
     def testing(self, value: bool) -> None:
@@ -207,7 +215,7 @@ class TrainerProperties:
 
     @property
     def predicting(self) -> bool:
-        return self.state.stage == RunningStage.PREDICTING
+        return is_stage(self.state.stage, _PREDICTING)
 
     @predicting.setter
     def predicting(self, value: bool) -> None:

@@ -25,6 +25,7 @@ from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from fabricx.train.hooks import Hooks
     from fabricx.train.optimizer_proxy import TrainerOptimizer
     from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
@@ -41,6 +42,10 @@ class TrainingSteps:
         self.step_schedulers: list[Any] = []
         self.epoch_schedulers: list[Any] = []
         self._before_optimizer_step_hooks: tuple[Any, Any, Any] = ((), None, None)
+        self._nothing_before_step = True  # no hooks before the optimizer step (clipping may still be on)
+        # The backward's hooks, looked up once per run's hooks (`_backward_hooks_of` says whose they are).
+        self._backward_hooks: tuple[Any, Any, Any, Any, Any] = ((), None, None, (), None)
+        self._backward_hooks_of: Any = None
 
     def build(self) -> None:
         """Look the hooks up once and build the automatic (or manual) step of the module being fitted."""
@@ -57,6 +62,7 @@ class TrainingSteps:
             hooks.module_hook("on_before_optimizer_step"),
             hooks.module_hook("configure_gradient_clipping"),
         )
+        self._nothing_before_step = self._before_optimizer_step_hooks == ((), None, None)
         if not run.automatic:
 
             def manual_step(batch: Any, batch_idx: int) -> dict[str, Any]:
@@ -73,17 +79,24 @@ class TrainingSteps:
         zero_grad_hook = module.optimizer_zero_grad
         optimizer_step_hook = module.optimizer_step
         optimizer = run.module_optimizers[0]
-        backward = self.backward
+        # Without backward hooks (or a profiler to time it), the backward is the Fabric's own.
+        plain_backward = self._backward_hooks_for(hooks) == ((), None, None, (), None) and not run.profiling
+        backward = run.fabric.backward if plain_backward else self.backward
+        progress = trainer.progress  # `trainer.current_epoch` without its property, twice a step
         counts = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer
         step_counts, zero_grad_counts = counts.step, counts.zero_grad
 
         def automatic_step(batch: Any, batch_idx: int, boundary: bool) -> dict[str, Any]:
-            reported: dict[str, Any] = {}
+            reported: dict[str, Any] | None = None
 
             def closure() -> Any:
+                nonlocal reported
                 outputs = training_step(batch, batch_idx) if with_batch_idx else training_step(batch)
                 loss, found = training_output(outputs, True, scale)
-                reported.update(found)
+                if reported is None:
+                    reported = found
+                else:  # an optimizer that evaluates the closure again (LBFGS)
+                    reported.update(found)
                 if loss is None:
                     return None
                 run.last_loss = found["loss"]
@@ -94,18 +107,18 @@ class TrainingSteps:
                     if before_zero_module is not None:
                         before_zero_module(optimizer)
                     zero_grad_counts.increment_started()
-                    zero_grad_hook(trainer.current_epoch, batch_idx, optimizer)
+                    zero_grad_hook(progress.current_epoch, batch_idx, optimizer)
                     zero_grad_counts.increment_completed()
                 backward(loss)
                 return found["loss"]
 
             if boundary:
                 step_counts.increment_ready()
-                optimizer_step_hook(trainer.current_epoch, batch_idx, optimizer, closure)
+                optimizer_step_hook(progress.current_epoch, batch_idx, optimizer, closure)
                 step_counts.increment_completed()  # trainer.global_step counts it
             else:
                 closure()
-            return reported
+            return {} if reported is None else reported
 
         self.automatic_step = automatic_step
 
@@ -113,12 +126,11 @@ class TrainingSteps:
         """on_before_backward -> backward (the module's ``backward`` hook when overridden) -> on_after_backward."""
         run, trainer = self.run, self.trainer
         hooks, module = run.hooks, run.module
-        for method in hooks.callback_hooks("on_before_backward"):
+        before, before_module, custom, after, after_module = self._backward_hooks_for(hooks)
+        for method in before:
             method(trainer, module, loss)
-        hook = hooks.module_hook("on_before_backward")
-        if hook is not None:
-            hook(loss)
-        custom = hooks.module_hook("backward")
+        if before_module is not None:
+            before_module(loss)
         if custom is not None:
             custom(loss, *args, **kwargs)
         elif run.profiling:
@@ -126,16 +138,32 @@ class TrainingSteps:
                 run.fabric.backward(loss, *args, **kwargs)
         else:
             run.fabric.backward(loss, *args, **kwargs)
-        for method in hooks.callback_hooks("on_after_backward"):
+        for method in after:
             method(trainer, module)
-        hook = hooks.module_hook("on_after_backward")
-        if hook is not None:
-            hook()
+        if after_module is not None:
+            after_module()
+
+    def _backward_hooks_for(self, hooks: Hooks) -> tuple[Any, Any, Any, Any, Any]:
+        """The callbacks' and module's hooks around backward, and the module's own ``backward`` (looked up once
+        per run's `Hooks`)."""
+        if self._backward_hooks_of is not hooks:
+            self._backward_hooks = (
+                hooks.callback_hooks("on_before_backward"),
+                hooks.module_hook("on_before_backward"),
+                hooks.module_hook("backward"),
+                hooks.callback_hooks("on_after_backward"),
+                hooks.module_hook("on_after_backward"),
+            )
+            self._backward_hooks_of = hooks
+        return self._backward_hooks
 
     def before_optimizer_step(self, optimizer: TrainerOptimizer) -> None:
         """Called by ``LightningOptimizer.step`` after the closure: hooks, then (automatic) gradient clipping."""
+        trainer = self.trainer
+        if self._nothing_before_step and not trainer.gradient_clip_val:
+            return  # no hooks, no clipping: the usual step
         before, before_module, clipping = self._before_optimizer_step_hooks
-        trainer, module = self.trainer, self.run.module
+        module = self.run.module
         for method in before:
             method(trainer, module, optimizer)
         if before_module is not None:
@@ -199,11 +227,13 @@ class TrainingSteps:
 def training_output(outputs: Any, automatic: bool, scale: int) -> tuple[Tensor | None, dict[str, Any]]:
     """The loss to back-propagate and what ``on_train_batch_end`` receives (Lightning's shapes)."""
     if automatic:
+        if isinstance(outputs, Tensor):  # the usual return, answered first
+            if not outputs.requires_grad:
+                check_loss(outputs)  # raises
+            return outputs, {"loss": outputs.detach() if scale == 1 else outputs.detach() / scale}
         if outputs is None:
             return None, {}
-        if isinstance(outputs, Tensor):
-            loss, extra = outputs, {}
-        elif isinstance(outputs, Mapping) and "loss" in outputs:
+        if isinstance(outputs, Mapping) and "loss" in outputs:
             loss = outputs["loss"]
             extra = {k: v for k, v in outputs.items() if k != "loss"}
         else:

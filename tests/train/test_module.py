@@ -28,6 +28,8 @@ def _trainer(tmp_path, **kwargs):
         max_epochs=1,
     )
     options.update(kwargs)
+    if any(isinstance(cb, ModelCheckpoint) for cb in options.get("callbacks") or ()):
+        options["enable_checkpointing"] = True  # as Lightning, False with a ModelCheckpoint given is refused
     return Trainer(**options)
 
 

@@ -5,10 +5,6 @@ reasons are parts of issue 28 that belong to the Trainer, its module or its chec
 logger or Tuner under test; they turn into passes as those land (strict xfail then fails, so the mark is removed).
 """
 
-_NO_VAL_STEP = (
-    "TRAINER GAP (issue 28, theme 6): `model.validation_step = None` does not yet mean 'no validation loop'; "
-    "the evaluation loop calls None"
-)
 _THROWAWAY = (
     "DIFF: the Tuner runs its trials on a throwaway Trainer, so the user's Trainer has not set up the data "
     "afterwards (`trainer.train_dataloader` / `trainer.datamodule` stay None until the next fit)"
