@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -178,21 +178,11 @@ def run_evaluation(
             batches = _sequential(loaders, limits, trainer.current_epoch)
             fetcher = DataLoaderIter(batches, total) if feeds_iterator else None
             fetched = 0
-            while True:
+            while (item := _next_batch(batches, fetcher, process)) is not None:
+                batch, batch_idx, dataloader_idx = item
                 if fetcher is None:
-                    item = next(batches, None)
-                    if item is None:
-                        break
-                    batch, batch_idx, dataloader_idx = item
-                    if process is not None:
-                        batch = process(batch, dataloader_idx)
                     fetched += 1
                     counts.is_last_batch = fetched >= total
-                elif fetcher.done:
-                    break
-                else:
-                    # The step fetches its batch: the hooks before it see the last one fetched.
-                    batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
                 store_outputs(dataloader_idx)
                 extra = (dataloader_idx,) if multiple else ()
                 counts.increment_ready()
@@ -261,18 +251,8 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
         hooks.call("on_predict_epoch_start")
         batches = _sequential(loaders, limits, None)
         fetcher = DataLoaderIter(batches, sum(limits)) if feeds_iterator else None
-        while True:
-            if fetcher is None:
-                item = next(batches, None)
-                if item is None:
-                    break
-                batch, batch_idx, dataloader_idx = item
-                if process is not None:
-                    batch = process(batch, dataloader_idx)
-            elif fetcher.done:
-                break
-            else:
-                batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
+        while (item := _next_batch(batches, fetcher, process)) is not None:
+            batch, batch_idx, dataloader_idx = item
             extra = (dataloader_idx,) if multiple else ()
             hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
             if fetcher is None:
@@ -291,6 +271,22 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
         hooks.call("on_predict_end")
     trainer.predict_loop.keep(outputs if keep else [])
     return outputs if multiple else outputs[0]
+
+
+def _next_batch(
+    batches: Iterator[Fetched], fetcher: DataLoaderIter | None, process: Callable[[Any, int], Any] | None
+) -> Fetched | None:
+    """The next ``(batch, batch_idx, dataloader_idx)`` the hooks before a step see; ``None`` once the data is used up.
+
+    A step that takes ``dataloader_iter`` fetches its batch itself: the hooks before it see the last one fetched.
+    """
+    if fetcher is not None:
+        return None if fetcher.done else (fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx)
+    item = next(batches, None)
+    if item is None or process is None:
+        return item
+    batch, batch_idx, dataloader_idx = item
+    return process(batch, dataloader_idx), batch_idx, dataloader_idx
 
 
 def _loop_of(trainer: Trainer, stage: str) -> Any:
