@@ -63,7 +63,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "trainer_overhead", "Trainer overhead",
         "the same training as a hand-written Fabric loop (time per step, set-up subtracted)",
-        full={"steps": 300, "repeats": 3}, quick={"steps": 30, "repeats": 1}, timeout_s=600,
+        full={"steps": 300, "repeats": 5, "instruction_steps": 100}, quick={"steps": 40, "repeats": 1},
+        timeout_s=1500,
     ),
     Benchmark(
         "import_time", "Import time", "`import torch` in a fresh interpreter",

@@ -80,6 +80,25 @@ class MarkedDataset(TensorDataset):
         return [tuple(tensor[index] for tensor in self.tensors) for index in indices]
 
 
+class _SteadyClock:
+    """Times a run from the fetch of batch ``start`` to that of batch ``stop`` (the DataLoader's
+    ``__getitems__``, the same call on every side): the per-step time of the run's steady state, with no
+    set-up, first steps or shutdown in it, and no second run's set-up subtracted."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.fetched = 0
+        self.started_at: float | None = None
+        self.seconds_per_step: float | None = None
+
+    def __call__(self) -> None:
+        self.fetched += 1
+        if self.fetched == self.start:
+            self.started_at = time.perf_counter()
+        elif self.fetched == self.stop and self.started_at is not None:
+            self.seconds_per_step = (time.perf_counter() - self.started_at) / (self.stop - self.start)
+
+
 def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 
@@ -194,12 +213,14 @@ def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> d
     Each repeat runs every candidate for ``steps`` and for ``2 * steps`` steps: ``*_us_per_step`` is the
     median of (long - short) / steps, the cost of a step with each run's fixed set-up (building the
     Trainer, loggers, the first epoch's iterator) subtracted; ``*_with_setup_us_per_step`` is the long
-    run's time over its steps, set-up included.
+    run's time over its steps, set-up included; ``*_steady_us_per_step`` is the long run timed inside
+    itself, from the fetch of batch 60 to that of batch ``2 * steps - 2`` (epoch ends included), which
+    no set-up's noise moves (``steady_ratio``).
     """
     import logging
 
     torch.set_num_threads(1)
-    dataset = _data()
+    dataset = MarkedDataset(*_data().tensors)
     runs: dict[str, Any] = {
         "fabric_loop": lambda n, root: run_loop(dataset, n),
         "trainer": lambda n, root: run_trainer(dataset, n, root),
@@ -209,6 +230,7 @@ def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> d
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: False" lines
     per_step: dict[str, list[float]] = {name: [] for name in runs}
     with_setup: dict[str, list[float]] = {name: [] for name in runs}
+    steady: dict[str, list[float]] = {name: [] for name in runs}
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
         warnings.simplefilter("ignore")  # Lightning's advice (num_workers, logging interval) is not measured
         for run in runs.values():
@@ -216,15 +238,28 @@ def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> d
         for repeat in range(repeats):
             names = list(runs)
             for name in names[repeat % len(names):] + names[: repeat % len(names)]:
-                short, long = runs[name](steps, root), runs[name](2 * steps, root)
+                short = runs[name](steps, root)
+                clock = dataset.on_batch = _SteadyClock(start=WARM_STEPS, stop=2 * steps - 2)
+                long = runs[name](2 * steps, root)
+                dataset.on_batch = None
                 per_step[name].append((long - short) / steps)
                 with_setup[name].append(long / (2 * steps))
+                if clock.seconds_per_step is not None:
+                    steady[name].append(clock.seconds_per_step)
     medians = {name: statistics.median(values) for name, values in per_step.items()}
     result: dict[str, Any] = {f"{name}_us_per_step": value * 1e6 for name, value in medians.items()}
     result.update(
         {f"{name}_with_setup_us_per_step": statistics.median(v) * 1e6 for name, v in with_setup.items()}
     )
     result["ratio"] = medians["trainer"] / medians["fabric_loop"]
+    if all(steady.values()):
+        steady_medians = {name: statistics.median(values) for name, values in steady.items()}
+        result.update({f"{name}_steady_us_per_step": value * 1e6 for name, value in steady_medians.items()})
+        result["steady_ratio"] = steady_medians["trainer"] / steady_medians["fabric_loop"]
+        if "lightning_trainer" in steady_medians:
+            result["lightning_trainer_steady_ratio"] = (
+                steady_medians["lightning_trainer"] / steady_medians["fabric_loop"]
+            )
     if "lightning_trainer" in medians:
         result["lightning_trainer_ratio"] = medians["lightning_trainer"] / medians["fabric_loop"]
         result["trainer_vs_lightning_trainer"] = medians["trainer"] / medians["lightning_trainer"]
