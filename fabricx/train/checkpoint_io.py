@@ -15,6 +15,7 @@ from fabricx.train.checkpointing import (
     ProgressState,
     hook_view,
     is_legacy_folder,
+    restore_datamodule,
     with_hook_changes,
 )
 from fabricx.train.lightning_checkpoint import HParamsState, checkpoint_state, restore_lightning_keys
@@ -111,6 +112,7 @@ def restore_modules_and_callbacks(trainer: Trainer, path: str) -> RestoredModule
         isinstance(value, Tensor) and key in own and own[key].dtype != value.dtype for key, value in weights.items()
     )
     module.load_state_dict(weights, strict=getattr(module, "strict_loading", True))
+    restore_datamodule(trainer, checkpoint)
     for method in hooks.callback_hooks("on_load_checkpoint"):
         method(trainer, module, checkpoint)
     CallbackStates(trainer.callbacks).load_state_dict(checkpoint.get("callbacks") or {})
@@ -148,6 +150,7 @@ def restore_fit(trainer: Trainer, path: str, modules_restored: bool = False) -> 
             if name in optimizer.__dict__:
                 optimizer.__dict__[name] = inner.__dict__[name]
     if not modules_restored:
+        restore_datamodule(trainer, extras.values)
         hooks = trainer.run_context.hooks
         hook = hooks.module_hook("on_load_checkpoint")
         if hook is not None:

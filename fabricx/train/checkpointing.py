@@ -9,6 +9,7 @@ The top-level keys are Lightning's (see `fabricx.train.lightning_checkpoint`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,34 @@ class ProgressState:
         self.loaded = True
 
 
+def datamodule_key(trainer: Trainer) -> str | None:
+    """The checkpoint key of the trainer's DataModule state, Lightning's: the DataModule's class ``__qualname__``
+    (``None`` without a DataModule)."""
+    datamodule = trainer.datamodule
+    return None if datamodule is None else type(datamodule).__qualname__
+
+
+def datamodule_state(trainer: Trainer) -> dict[str, Any]:
+    """The DataModule's ``state_dict()`` (empty without a DataModule or one that defines no state)."""
+    datamodule = trainer.datamodule
+    state = datamodule.state_dict() if datamodule is not None and hasattr(datamodule, "state_dict") else None
+    return dict(state or {})
+
+
+def restore_datamodule(trainer: Trainer, checkpoint: Mapping[str, Any]) -> bool:
+    """Hand the DataModule its state from ``checkpoint`` (under Lightning's key), as Lightning does: before the
+    callbacks' states and before any of its loaders is requested. Returns whether there was one to restore."""
+    key = datamodule_key(trainer)
+    datamodule = trainer.datamodule
+    if key is None or key not in checkpoint or not hasattr(datamodule, "load_state_dict"):
+        return False
+    datamodule.load_state_dict(checkpoint[key])
+    return True
+
+
 class DataModuleState:
-    """The DataModule's ``state_dict`` (empty without one)."""
+    """The DataModule's ``state_dict`` (empty without one), as checkpoints of earlier fabricx versions stored it
+    (under a reserved key); current ones store it under Lightning's key (`datamodule_key`)."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer

@@ -106,7 +106,9 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     if train_loader is not None and not weights_only:
         state[LOADER_KEY] = train_loader
     state[METRICS_KEY] = ckpt.MetricStates(trainer.run_context)
-    state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)
+    datamodule_key, datamodule_state = ckpt.datamodule_key(trainer), ckpt.datamodule_state(trainer)
+    if datamodule_key is not None and datamodule_state:
+        state[datamodule_key] = datamodule_state  # Lightning's key and value: each Trainer reads the other's
     return state
 
 
@@ -217,8 +219,9 @@ def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...
 
     state = checkpoint_state(trainer)
     not_restored = ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters")
-    for key in (*not_restored, *restored):
+    for key in (*not_restored, *restored, ckpt.datamodule_key(trainer)):
         state.pop(key, None)  # they come back to the hooks as they are in the file
+    state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)  # where files of earlier fabricx versions hold it
     progress, loops = state[PROGRESS_KEY], state["loops"]
     try:
         remainder = trainer.fabric.load(path, state)
