@@ -309,6 +309,7 @@ class FitLoop:
         step_lr_schedulers = steps.step_lr_schedulers
         connector = run.logger_connector
         data = self.data
+        step_counter = epoch_loop.step_counter(automatic)  # `.completed` is trainer.global_step, read per batch
 
         while True:
             if limited and loader.batches_consumed >= limit:
@@ -351,7 +352,7 @@ class FitLoop:
                     break
                 counts.increment_started()
                 step_input = batch if fetcher is None else fetcher
-                steps_before = progress.global_step
+                steps_before = step_counter.completed
                 try:
                     if automatic:
                         assert automatic_step is not None
@@ -367,14 +368,14 @@ class FitLoop:
                         assert manual_step is not None
                         outputs = manual_step(step_input, batch_idx)
                         stepped = True
-                        progress.stepped = progress.global_step != steps_before
+                        progress.stepped = step_counter.completed != steps_before
                 except StopIteration:
                     if fetcher is None:
                         raise
                     if automatic:
                         break  # a dataloader_iter step found the data used up: the epoch ends, as in Lightning
                     outputs, stepped = None, True  # as Lightning, a manual step's batch then ends as any other
-                    progress.stepped = progress.global_step != steps_before
+                    progress.stepped = step_counter.completed != steps_before
                 if fetcher is not None:
                     # The hooks after the step see the batch it fetched.
                     batch, batch_idx = fetcher.batch, fetcher.batch_idx
@@ -398,7 +399,7 @@ class FitLoop:
             self._finish_batch(progress.val_pending, accumulating=accumulating)
             # The usual answer (no stop asked, steps left, no time limit) without a call.
             may_end = trainer.should_stop or self._started_at is not None
-            if (may_end or 0 <= trainer.max_steps <= progress.global_step) and self._should_end_epoch():
+            if (may_end or 0 <= trainer.max_steps <= step_counter.completed) and self._should_end_epoch():
                 # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
                 progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
                 break

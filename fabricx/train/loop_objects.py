@@ -18,6 +18,7 @@ from fabricx.train.progress_trackers import (
     OptimizationProgress,
     ProcessedTracker,
     Progress,
+    ReadyCompletedTracker,
     SchedulerProgress,
     ready_completed_progress,
 )
@@ -148,9 +149,13 @@ class TrainingEpochLoop:
     def global_step(self) -> int:
         """Optimizer steps taken, as Lightning counts them: the automatic optimization's completed steps, or
         under manual optimization every completed ``optimizer.step()``."""
-        if self._trainer.run_context.automatic:
-            return self.automatic_optimization.optim_progress.optimizer_steps
-        return self.manual_optimization.optim_step_progress.total.completed
+        return self.step_counter(self._trainer.run_context.automatic).completed
+
+    def step_counter(self, automatic: bool) -> ReadyCompletedTracker:
+        """The tracker whose ``completed`` is `global_step` (what the fit loop reads after every batch)."""
+        if automatic:
+            return self.automatic_optimization.optim_progress.optimizer.step.total
+        return self.manual_optimization.optim_step_progress.total
 
     @property
     def batch_idx(self) -> int:

@@ -93,6 +93,9 @@ class LightningOptimizer:
                 steps.before_optimizer_step(self)
                 return result
 
+            if steps.run.automatic:
+                return self._fabric_optimizer.step(closure=evaluate, **kwargs)  # the usual step, no extra call
+
             def step() -> Any:
                 return self._fabric_optimizer.step(closure=evaluate, **kwargs)
 

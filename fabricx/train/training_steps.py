@@ -82,7 +82,8 @@ class TrainingSteps:
         # Without backward hooks (or a profiler to time it), the backward is the Fabric's own.
         plain_backward = self._backward_hooks_for(hooks) == ((), None, None, (), None) and not run.profiling
         backward = run.fabric.backward if plain_backward else self.backward
-        progress = trainer.progress  # `trainer.current_epoch` without its property, twice a step
+        # `trainer.current_epoch` without its properties: the fit loop's epoch counter (reset in place).
+        epoch_counts = trainer.fit_loop.epoch_progress.current
         counts = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer
         step_counts, zero_grad_counts = counts.step, counts.zero_grad
 
@@ -107,14 +108,14 @@ class TrainingSteps:
                     if before_zero_module is not None:
                         before_zero_module(optimizer)
                     zero_grad_counts.increment_started()
-                    zero_grad_hook(progress.current_epoch, batch_idx, optimizer)
+                    zero_grad_hook(epoch_counts.completed, batch_idx, optimizer)
                     zero_grad_counts.increment_completed()
                 backward(loss)
                 return found["loss"]
 
             if boundary:
                 step_counts.increment_ready()
-                optimizer_step_hook(progress.current_epoch, batch_idx, optimizer, closure)
+                optimizer_step_hook(epoch_counts.completed, batch_idx, optimizer, closure)
                 step_counts.increment_completed()  # trainer.global_step counts it
             else:
                 closure()
