@@ -7,7 +7,6 @@ A reason starting with 'deliberate difference' is a row of docs/migrating/lightn
 KNOWN_GAPS: dict[str, str] = {
     'test_automatic_loop.py::test_skip_training_step_not_allowed[1]': 'deliberate difference (docs/migrating/lightning-trainer.md): `strategy.world_size` is read-only (read from the process group), so the test cannot fake two processes',
     'test_automatic_loop.py::test_skip_training_step_not_allowed[2]': 'deliberate difference (docs/migrating/lightning-trainer.md): `strategy.world_size` is read-only (read from the process group), so the test cannot fake two processes',
-    'test_datamodules.py::test_datamodule_hooks_are_profiled': "not yet conformant: AttributeError: 'SimpleProfiler' object has no attribute 'recorded_durations'",
     'test_env_vars.py::test_passing_env_variables_devices': "not yet conformant: AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
     'test_hooks.py::test_trainer_model_hook_system_fit[False-False-kwargs0]': "deliberate difference (docs/migrating/lightning-trainer.md): the checkpoint's `pytorch-lightning_version` is the installed Lightning's version, not fabricx's (the port swapped the import); with it the hook order is Lightning's",
     'test_hooks.py::test_trainer_model_hook_system_fit[False-True-kwargs0]': "deliberate difference (docs/migrating/lightning-trainer.md): the checkpoint's `pytorch-lightning_version` is the installed Lightning's version, not fabricx's (the port swapped the import); with it the hook order is Lightning's",
