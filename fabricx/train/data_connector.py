@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fabricx.train.current_hook import call_hook
 from fabricx.train.datamodule import DataModule, defines
 from fabricx.train.module import TrainModule
 from fabricx.utilities.exceptions import MisconfigurationError
@@ -73,7 +74,9 @@ def request_loaders(
     for source, kind_name in ((datamodule, "LightningDataModule"), (module, "LightningModule")):
         if _source_defines(source, method):
             action = f"[{kind_name}]{type(source).__name__}.{method}"
-            return profiled(profiler, action, getattr(source, method))()
+            function = profiled(profiler, action, getattr(source, method))
+            # As Lightning: the module's own loader method runs as its current hook (a DataModule has none).
+            return call_hook(source, method, function) if source is module else function()
     if required:
         where = {"train": "fit", "validate": "validate", "test": "test", "predict": "predict"}[kind]
         argument = "train_dataloaders" if kind == "train" else "dataloaders"

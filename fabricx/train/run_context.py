@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.current_hook import call_hook
 from fabricx.train.hooks import Hooks
 from fabricx.train.logger_connector import LoggerConnector
 from fabricx.train.logging_result import ResultCollection
@@ -123,7 +124,7 @@ class RunContext:
                 "access your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
             )
         optimizers, self.scheduler_configs = parse_optimizers(
-            module.configure_optimizers(),
+            call_hook(module, "configure_optimizers", module.configure_optimizers),
             manual=not self.automatic,
             custom_scheduler_step=is_overridden("lr_scheduler_step", module),
         )
