@@ -310,6 +310,41 @@ def test_reduce_fx_and_log_dict(tmp_path):
     assert float(metrics["biggest"]) == 4.0 and float(metrics["count"]) == 5.0 and float(metrics["total"]) == 1.0
 
 
+@pytest.mark.parametrize("compute_groups", [True, False])
+def test_log_dict_of_a_metric_collection_keeps_its_compute_groups(tmp_path, compute_groups):
+    from torchmetrics import MetricCollection
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassPrecision
+
+    calls = []
+
+    class Recorded(MetricCollection):
+        def items(self, keep_base=False, copy_state=True):
+            calls.append((keep_base, copy_state))
+            return super().items(keep_base=keep_base, copy_state=copy_state)
+
+    class WithMetrics(Regressor):
+        def __init__(self):
+            super().__init__()
+            average = {"num_classes": 3, "average": "micro"}
+            self.metrics = Recorded(
+                [MulticlassAccuracy(**average), MulticlassPrecision(**average)], compute_groups=compute_groups
+            )
+
+        def training_step(self, batch, batch_idx):
+            self.metrics(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 2, 0]))
+            calls.clear()
+            self.log_dict(self.metrics, on_step=False, on_epoch=True)
+            # As Lightning: asked once, without the base names, and without copying a compute group's state.
+            assert calls == [(False, not compute_groups)]
+            return super().training_step(batch, batch_idx)
+
+    trainer = _trainer(tmp_path, limit_train_batches=2)
+    trainer.fit(WithMetrics(), loader(regression_data(32)))
+    metrics = trainer.callback_metrics
+    assert float(metrics["MulticlassAccuracy"]) == pytest.approx(0.75)
+    assert float(metrics["MulticlassPrecision"]) == pytest.approx(0.75)
+
+
 def test_test_and_predict(tmp_path):
     class WithTest(Regressor):
         def test_step(self, batch, batch_idx):
