@@ -146,8 +146,9 @@ class Fabric:
         # Weak: an id() of a collected module can be reused by a new one, which was then refused.
         self._setup_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._models_setup = 0
-        if self._strategy.world_size == 1 or self._strategy.launcher is None:
-            # One process, or processes started by an outside launcher: nothing to spawn.
+        # One process, or processes started by an outside launcher: nothing to spawn.
+        self._runs_in_this_process = self._strategy.world_size == 1 or self._strategy.launcher is None
+        if self._runs_in_this_process:
             if self._prepares_when_built:
                 self._prepare_process()
             else:
@@ -278,7 +279,7 @@ class Fabric:
             function, launcher is not None and launcher.requires_function, self._strategy.strategy_name
         )
         run: Callable[..., Any] | None = None if function is NO_FUNCTION else function
-        if launcher is not None and not self._launched:
+        if launcher is not None and not self._launched and not self._runs_in_this_process:
             if self._strategy.world_size > 1 and _process_group_initialized():
                 raise FabricxError(
                     "A torch.distributed process group is already initialised in this process; fabricx "
