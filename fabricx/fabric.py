@@ -95,6 +95,9 @@ class Fabric:
 
     # Whether setup() records itself on a LightningModule/TrainModule (module.fabric); the Trainer's own does not.
     _attaches_modules = True
+    # Whether a Fabric that starts no processes sets its process up (device, process group) as soon as it is built.
+    # The Trainer's own waits for its first run: as Lightning's, building a Trainer touches no device.
+    _prepares_when_built = True
 
     def __init__(
         self,
@@ -143,9 +146,13 @@ class Fabric:
         # Weak: an id() of a collected module can be reused by a new one, which was then refused.
         self._setup_modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._models_setup = 0
-        if self._strategy.world_size == 1 or self._strategy.launcher is None:
-            # One process, or processes started by an outside launcher: nothing to spawn.
-            self._prepare_process()
+        # One process, or processes started by an outside launcher: nothing to spawn.
+        self._runs_in_this_process = self._strategy.world_size == 1 or self._strategy.launcher is None
+        if self._runs_in_this_process:
+            if self._prepares_when_built:
+                self._prepare_process()
+            else:
+                set_global_rank(self._strategy.global_rank)  # rank-zero messages are right before the first run
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned processes receive the Fabric by pickling; a WeakSet and signal handlers cannot travel.
@@ -272,7 +279,7 @@ class Fabric:
             function, launcher is not None and launcher.requires_function, self._strategy.strategy_name
         )
         run: Callable[..., Any] | None = None if function is NO_FUNCTION else function
-        if launcher is not None and not self._launched:
+        if launcher is not None and not self._launched and not self._runs_in_this_process:
             if self._strategy.world_size > 1 and _process_group_initialized():
                 raise FabricxError(
                     "A torch.distributed process group is already initialised in this process; fabricx "

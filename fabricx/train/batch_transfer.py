@@ -16,7 +16,9 @@ def move_to_device(batch: Any, device: Any) -> Any:
 
 
 def _owner(name: str, module: Any, datamodule: Any) -> Any:
-    """Whose hook runs: the datamodule's when it overrides it, else the module's (Lightning's rule)."""
+    """Whose hook runs: the datamodule's when it overrides it, else the module's (Lightning's rule); the
+    module's runs as its current hook (``self.log`` refuses there, as in Lightning)."""
+    from fabricx.train.current_hook import named_hook
     from fabricx.train.datamodule import DataModule
     from fabricx.train.module import TrainModule
     from fabricx.train.overrides import is_overridden
@@ -30,7 +32,7 @@ def _owner(name: str, module: Any, datamodule: Any) -> Any:
         # Overridden in the class, or replaced on the instance (a wrapper without __func__): the module's hook
         # always runs in Lightning, so any replacement of it is called.
         if callable(method) and getattr(method, "__func__", None) is not getattr(TrainModule, name, None):
-            return method
+            return named_hook(module, name, method)
     return None
 
 

@@ -32,8 +32,10 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
 
 def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
     """``configure_callbacks()`` results replace the Trainer's callbacks of the same types."""
+    from fabricx.train.current_hook import call_hook
+
     hook = getattr(module, "configure_callbacks", None)
-    returned = hook() if callable(hook) else []
+    returned = call_hook(module, "configure_callbacks", hook) if callable(hook) else []
     extra = list(returned) if isinstance(returned, (list, tuple)) else ([returned] if returned else [])
     if not extra:
         return list(given)

@@ -93,15 +93,13 @@ class DataModuleState:
         self.trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
-        datamodule = self.trainer.datamodule
-        state = datamodule.state_dict() if datamodule is not None and hasattr(datamodule, "state_dict") else {}
+        state = self.trainer.run_context.call_datamodule_hook("state_dict")
         return {"state": state or {}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        datamodule = self.trainer.datamodule
         state = state_dict.get("state") or {}
-        if datamodule is not None and state and hasattr(datamodule, "load_state_dict"):
-            datamodule.load_state_dict(state)
+        if state:
+            self.trainer.run_context.call_datamodule_hook("load_state_dict", state)
 
 
 class CallbackStates:

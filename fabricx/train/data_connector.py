@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fabricx.train.current_hook import call_hook
 from fabricx.train.datamodule import DataModule, defines
 from fabricx.train.module import TrainModule
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.profilers import Profiler, profiled
 
 _METHOD = {
     "train": "train_dataloader",
@@ -53,8 +55,13 @@ def defines_loader(datamodule: Any, module: Any, kind: str) -> bool:
     return any(_source_defines(source, _METHOD[kind]) for source in (datamodule, module))
 
 
-def request_loaders(kind: str, given: Any, datamodule: Any, module: Any, required: bool) -> Any:
+def request_loaders(
+    kind: str, given: Any, datamodule: Any, module: Any, required: bool, profiler: Profiler | None = None
+) -> Any:
     """The raw loader(s) for ``kind`` (``"train"``, ``"validate"``, ``"test"``, ``"predict"``), or ``None``.
+
+    With a ``profiler``, the loader method is timed as Lightning names it
+    (``[LightningDataModule]MyData.train_dataloader`` or ``[LightningModule]MyModel.train_dataloader``).
 
     Example:
         ```python
@@ -64,9 +71,12 @@ def request_loaders(kind: str, given: Any, datamodule: Any, module: Any, require
     if given is not None:
         return given
     method = _METHOD[kind]
-    for source in (datamodule, module):
+    for source, kind_name in ((datamodule, "LightningDataModule"), (module, "LightningModule")):
         if _source_defines(source, method):
-            return getattr(source, method)()
+            action = f"[{kind_name}]{type(source).__name__}.{method}"
+            function = profiled(profiler, action, getattr(source, method))
+            # As Lightning: the module's own loader method runs as its current hook (a DataModule has none).
+            return call_hook(source, method, function) if source is module else function()
     if required:
         where = {"train": "fit", "validate": "validate", "test": "test", "predict": "predict"}[kind]
         argument = "train_dataloaders" if kind == "train" else "dataloaders"

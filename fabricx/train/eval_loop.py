@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabricx.train.current_hook import named_hook
 from fabricx.train.dataloader_iter import DataLoaderIter, Fetched, takes_dataloader_iter
 from fabricx.train.logging_result import ResultCollection, to_float
 
@@ -90,8 +91,10 @@ def _model_mode_hooks(module: Any, prefix: str) -> tuple[Any, Any]:
     from fabricx.train.datamodule import defines
     from fabricx.train.module import TrainModule
 
-    eval_hook = getattr(module, f"on_{prefix}_model_eval", None) if isinstance(module, TrainModule) else None
-    train_name = f"on_{prefix}_model_train"
+    eval_name, train_name = f"on_{prefix}_model_eval", f"on_{prefix}_model_train"
+    eval_hook = getattr(module, eval_name, None) if isinstance(module, TrainModule) else None
+    if eval_hook is not None:
+        eval_hook = named_hook(module, eval_name, eval_hook)
     train_hook = None
     if (
         isinstance(module, TrainModule)
@@ -99,6 +102,8 @@ def _model_mode_hooks(module: Any, prefix: str) -> tuple[Any, Any]:
         and defines(module, train_name, TrainModule)
     ):
         train_hook = getattr(module, train_name)
+    if train_hook is not None:
+        train_hook = named_hook(module, train_name, train_hook)
     return eval_hook, train_hook
 
 

@@ -174,7 +174,7 @@ class FitData:
     def _build_train_loader(self, given: Any) -> Any:
         """The training data as the fit loop runs it: one set-up loader, or a `LoaderGroup` for a collection."""
         trainer, run = self.trainer, self.run
-        raw = data.request_loaders("train", given, run.datamodule, run.module, required=True)
+        raw = data.request_loaders("train", given, run.datamodule, run.module, required=True, profiler=run.profiler)
         # A sequential CombinedLoader is counted (`num_training_batches`) and refused when the epoch starts.
         flat, spec, mode, source = setup.flatten_loaders(raw)
         if trainer.overfit_batches:
@@ -196,7 +196,9 @@ class FitData:
         trainer, run = self.trainer, self.run
         raw = None
         if defines_step(run.module, "validation_step"):
-            raw = data.request_loaders("validate", given, run.datamodule, run.module, required=False)
+            raw = data.request_loaders(
+                "validate", given, run.datamodule, run.module, required=False, profiler=run.profiler
+            )
         # Not `if raw`: the truth value of a loader is its len(), which an iterable dataset does not have.
         empty = raw is None or (isinstance(raw, (list, tuple, dict)) and not raw)
         where = "Trainer.fit(val_dataloaders)"

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
+from fabricx.train.current_hook import named_hook
 from fabricx.train.module import TrainModule
 from fabricx.utilities.profilers import profiled
 
@@ -17,7 +18,8 @@ class Hooks:
     """Bound hook methods of a module and its callbacks, cached per hook name.
 
     Hooks a class inherits unchanged from `TrainModule`/`Callback` are skipped, so an
-    unused hook costs one empty loop.
+    unused hook costs one empty loop. Each hook found runs as the module's current hook (what ``self.log``
+    inside it is checked against, as in Lightning) and is timed by the Trainer's profiler.
 
     Example:
         ```python
@@ -54,7 +56,8 @@ class Hooks:
                 inherited = getattr(method, "__func__", None) is getattr(Callback, name, None)
                 if isinstance(callback, Callback) and inherited:
                     continue
-                methods.append(self._profiled(f"[Callback]{type(callback).__name__}.{name}", method))
+                method = self._profiled(f"[Callback]{type(callback).__name__}.{name}", method)
+                methods.append(named_hook(self.module, name, method))
             found = self._callback_cache[key] = tuple(methods)
         return found
 
@@ -71,6 +74,7 @@ class Hooks:
                 method = None
         if method is not None:
             method = self._profiled(f"[LightningModule]{type(self.module).__name__}.{name}", method)
+            method = named_hook(self.module, name, method)
         self._module_cache[name] = method
         return method
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 _REDUCE_NAMES = ("mean", "sum", "max", "min")
 _FLOAT_DTYPES = (torch.float32, torch.float64)  # looked up once: every logged value's dtype is checked
 _SUFFIX = "/dataloader_idx_{}"
+_STEP_OF_STAGE = {"validate": "validation_step"}  # the stage is the entry point's name, the step Lightning's
 
 
 def reduce_name(reduce_fx: Any) -> str:
@@ -256,7 +257,7 @@ class ResultCollection:
         #: True inside steps and batch hooks, False inside epoch-level hooks.
         self.in_step = True
         #: The hook a ``self.log`` call is attributed to when the module does not say.
-        self.hook = "training_step" if training else f"{stage}_step"
+        self.hook = "training_step" if training else _STEP_OF_STAGE.get(stage, f"{stage}_step")
         #: The evaluation loader running now, when there are several (``None`` otherwise).
         self.dataloader_idx: int | None = None
         self._batch: Any = None

@@ -568,13 +568,15 @@ class TrainModule(ModuleHooks, nn.Module):
         if fabric is not None:  # one call, so the loggers get the values as one step's metrics
             log_through_fabric(fabric, dict(dictionary), logger, f"self.log_dict({dict(dictionary)!r})")
             return
-        items: Any = dictionary.items()
         if is_metric_collection(dictionary):
-            # As Lightning: the collection's own names, without copying the states of its compute groups.
+            # As Lightning: the collection's own names, without copying the states of its compute groups
+            # (its items() is asked once, with these arguments: a copy per call would undo the groups).
             kwargs: dict[str, bool] = {"keep_base": False}
             if getattr(dictionary, "_enable_compute_groups", False):
                 kwargs["copy_state"] = False
-            items = dictionary.items(**kwargs)  # type: ignore[call-arg]
+            items: Any = dictionary.items(**kwargs)  # type: ignore[call-arg]
+        else:
+            items = dictionary.items()
         for name, value in items:
             self.log(
                 name,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabricx.train.batch_transfer import batch_processor
+from fabricx.train.current_hook import call_hook
 from fabricx.train.hooks import Hooks
 from fabricx.train.logger_connector import LoggerConnector
 from fabricx.train.logging_result import ResultCollection
@@ -123,7 +124,7 @@ class RunContext:
                 "access your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
             )
         optimizers, self.scheduler_configs = parse_optimizers(
-            module.configure_optimizers(),
+            call_hook(module, "configure_optimizers", module.configure_optimizers),
             manual=not self.automatic,
             custom_scheduler_step=is_overridden("lr_scheduler_step", module),
         )
@@ -162,16 +163,28 @@ class RunContext:
         method = self.hooks.module_hook(name)
         return method(*args) if method is not None else None
 
+    def call_datamodule_hook(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The DataModule's ``name`` method called (``None`` without a DataModule or such a method).
+
+        Profiled as Lightning names it: ``[LightningDataModule]{class name}.{name}``.
+        """
+        datamodule = self.datamodule
+        method = getattr(datamodule, name, None) if datamodule is not None else None
+        if not callable(method):
+            return None
+        if not self.profiling:
+            return method(*args, **kwargs)
+        with self.profiler.profile(f"[LightningDataModule]{type(datamodule).__name__}.{name}"):
+            return method(*args, **kwargs)
+
     def call_setup(self, stage: str) -> None:
         """The DataModule's and the hooks' ``setup(stage)``, then ``configure_model``."""
-        if self.datamodule is not None and callable(getattr(self.datamodule, "setup", None)):
-            self.datamodule.setup(stage=stage)
+        self.call_datamodule_hook("setup", stage=stage)
         self.hooks.call("setup", stage=stage)
         self.call_module_hook("configure_model")
 
     def call_teardown(self, stage: str) -> None:
-        if self.datamodule is not None and callable(getattr(self.datamodule, "teardown", None)):
-            self.datamodule.teardown(stage=stage)
+        self.call_datamodule_hook("teardown", stage=stage)
         self.hooks.call("teardown", stage=stage)
 
     def prepare_data(self) -> None:
@@ -183,7 +196,10 @@ class RunContext:
                 continue
             per_node = getattr(owner, "prepare_data_per_node", True)
             if (fabric.local_rank == 0) if per_node else fabric.is_global_zero:
-                hook()
+                if owner is self.datamodule:
+                    self.call_datamodule_hook("prepare_data")
+                else:
+                    self.call_module_hook("prepare_data")  # profiled as the module's other hooks
         if fabric.world_size > 1:
             fabric.barrier()
 

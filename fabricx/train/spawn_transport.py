@@ -30,6 +30,9 @@ class TrainerFabric(Fabric):
     """
 
     _attaches_modules = False
+    # As Lightning's Trainer: the device and the process group are set up by the first fit/validate/test/predict
+    # (Trainer(accelerator="gpu") selects no CUDA device and starts no process group when built).
+    _prepares_when_built = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -487,7 +487,7 @@ class Trainer(TrainerProperties):
             limit = self.limit_val_batches if stage == "validate" else self.limit_test_batches
             loaders: list[Any] = []
             if limit != 0:  # as Lightning: a zero limit skips the loop without asking for its data
-                raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True)
+                raw = data.request_loaders(kind, dataloaders, datamodule, module, required=True, profiler=run.profiler)
                 loaders = setup_eval_loaders(self, run, raw, f"Trainer.{stage}")
             flag = "limit_test_batches" if kind == "test" else "limit_val_batches"
             limits = [limited_length(loader, limit, flag) for loader in loaders]
@@ -517,7 +517,7 @@ class Trainer(TrainerProperties):
             run.setup_module_only(module)
             self._load_weights_for("predict", ckpt_path)
             module.zero_grad()  # as Lightning, before every stage's loop
-            raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True)
+            raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True, profiler=run.profiler)
             loaders = setup_eval_loaders(self, run, raw, "Trainer.predict")
             limit = self.limit_predict_batches
             limits = [limited_length(loader, limit, "limit_predict_batches") for loader in loaders]
@@ -596,9 +596,7 @@ class Trainer(TrainerProperties):
         self.state.status = TrainerStatus.INTERRUPTED
         for method in self._run.hooks.callback_hooks("on_exception"):
             method(self, self._run.module, exception)
-        datamodule_hook = getattr(self._run.datamodule, "on_exception", None)
-        if callable(datamodule_hook):
-            datamodule_hook(exception)
+        self._run.call_datamodule_hook("on_exception", exception)
         try:
             self._finalize_loggers("failed")
         except Exception:  # the original exception matters more than a logger failing to close

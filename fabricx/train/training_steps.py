@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fabricx.train.current_hook import call_hook
 from fabricx.train.eval_loop import takes_batch_idx
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -221,7 +222,7 @@ class TrainingSteps:
                     )
                 metric = metrics[config.monitor]
             counts.increment_ready()
-            hook(config.scheduler, metric)
+            call_hook(module, "lr_scheduler_step", hook, config.scheduler, metric)
             counts.increment_completed()
 
 

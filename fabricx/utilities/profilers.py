@@ -93,8 +93,14 @@ class SimpleProfiler(Profiler):
     def __init__(self, dirpath: str | os.PathLike | None = None, filename: str | None = None) -> None:
         super().__init__(dirpath, filename)
         self._started: dict[str, float] = {}
-        self.recorded: dict[str, list[float]] = defaultdict(list)
+        #: Each action's measured durations in seconds, one per occurrence (Lightning's name).
+        self.recorded_durations: dict[str, list[float]] = defaultdict(list)
         self._created = time.perf_counter()
+
+    @property
+    def recorded(self) -> dict[str, list[float]]:
+        """The older name of `recorded_durations` (the same dict)."""
+        return self.recorded_durations
 
     def start(self, action_name: str) -> None:
         if action_name in self._started:
@@ -105,13 +111,13 @@ class SimpleProfiler(Profiler):
         start = self._started.pop(action_name, None)
         if start is None:
             raise ValueError(f"Profiling of {action_name!r} was never started; call start() first.")
-        self.recorded[action_name].append(time.perf_counter() - start)
+        self.recorded_durations[action_name].append(time.perf_counter() - start)
 
     def summary(self) -> str:
-        if not self.recorded:
+        if not self.recorded_durations:
             return ""
         total_run = time.perf_counter() - self._created
-        rows = sorted(self.recorded.items(), key=lambda item: sum(item[1]), reverse=True)
+        rows = sorted(self.recorded_durations.items(), key=lambda item: sum(item[1]), reverse=True)
         width = max(len("Action"), *(len(name) for name, _ in rows))
         lines = [
             "Profiler report (SimpleProfiler)",

@@ -184,3 +184,19 @@ def test_resume_after_a_max_steps_cut_continues_the_epoch(tmp_path):
         assert torch.equal(resumed.state_dict()[key], value), key
     assert trainer.global_step == 12 and trainer.callback_metrics == full_trainer.callback_metrics
     assert "val_loss" in trainer.callback_metrics
+
+
+def test_building_a_trainer_selects_no_device_until_its_first_run(tmp_path, monkeypatch):
+    # A CUDA device cannot exist on this machine: CUDA is reported present and set_device recorded.
+    selected: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    trainer = Trainer(accelerator="gpu", devices=1, default_root_dir=tmp_path, logger=False)
+    # As Lightning's Trainer: __init__ only builds objects, the device is set up when a run starts.
+    assert trainer.num_devices == 1 and trainer.global_rank == 0
+    assert selected == []
+    from fabricx import Fabric
+
+    Fabric(accelerator="cuda", devices=1)  # a plain Fabric is ready to use as soon as it is built
+    assert selected == [torch.device("cuda", 0)]

@@ -206,6 +206,57 @@ def test_log_with_on_step_in_epoch_hook_is_an_error(tmp_path):
         _trainer(tmp_path).fit(Bad(), loader(regression_data(32)))
 
 
+_REFUSING_HOOKS = [
+    "prepare_data", "setup", "configure_callbacks", "configure_model", "configure_optimizers", "on_fit_start",
+    "train_dataloader", "val_dataloader", "on_before_batch_transfer", "transfer_batch_to_device",
+    "on_after_batch_transfer", "on_validation_model_eval", "lr_scheduler_step", "on_save_checkpoint",
+    "on_train_end", "on_fit_end", "teardown",
+]
+
+
+@pytest.mark.parametrize("hook", _REFUSING_HOOKS)
+def test_log_in_a_hook_lightning_refuses_is_refused(tmp_path, hook):
+    class WithData(Regressor):
+        def train_dataloader(self):
+            return loader(regression_data(16))
+
+        def val_dataloader(self):
+            return loader(regression_data(8), shuffle=False)
+
+    def logging_hook(self, *args, **kwargs):
+        self.log("x", 1.0)
+        return getattr(super(Logs, self), hook)(*args, **kwargs)
+
+    Logs = type("Logs", (WithData,), {hook: logging_hook})
+    trainer = _trainer(tmp_path, limit_train_batches=2, limit_val_batches=1, callbacks=[ModelCheckpoint(tmp_path)])
+    with pytest.raises(MisconfigurationException, match=f"You can't `self.log\\(\\)` inside `{hook}`"):
+        trainer.fit(Logs(scheduler="step"))
+
+
+def test_callback_hooks_log_as_the_hook_they_are(tmp_path):
+    from fabricx.callbacks import Callback
+
+    class Refused(Callback):
+        def on_fit_start(self, trainer, module):
+            module.log("x", 1.0)
+
+    class Allowed(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            module.log("from_batch_end", 2.0)  # a step hook: per step by default
+
+        def on_train_epoch_end(self, trainer, module):
+            with pytest.raises(MisconfigurationException, match="on_step=True.*on_train_epoch_end"):
+                module.log("per_step", 1.0, on_step=True)
+
+    with pytest.raises(MisconfigurationException, match="You can't `self.log\\(\\)` inside `on_fit_start`"):
+        _trainer(tmp_path, callbacks=[Refused()]).fit(Regressor(), loader(regression_data(16)))
+    module = Regressor()
+    trainer = _trainer(tmp_path, callbacks=[Allowed()])
+    trainer.fit(module, loader(regression_data(16)))
+    assert float(trainer.callback_metrics["from_batch_end"]) == 2.0
+    assert module.__dict__.get("_current_fx_name") is None  # each hook restores the one around it
+
+
 # -- evaluation ----------------------------------------------------------------------------------------------
 def test_validation_has_no_gradients_and_restores_modes_even_after_an_exception(tmp_path):
     seen = {}
@@ -257,6 +308,41 @@ def test_reduce_fx_and_log_dict(tmp_path):
     trainer.fit(Reductions(), loader(regression_data(40)))  # 5 batches
     metrics = trainer.callback_metrics
     assert float(metrics["biggest"]) == 4.0 and float(metrics["count"]) == 5.0 and float(metrics["total"]) == 1.0
+
+
+@pytest.mark.parametrize("compute_groups", [True, False])
+def test_log_dict_of_a_metric_collection_keeps_its_compute_groups(tmp_path, compute_groups):
+    from torchmetrics import MetricCollection
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassPrecision
+
+    calls = []
+
+    class Recorded(MetricCollection):
+        def items(self, keep_base=False, copy_state=True):
+            calls.append((keep_base, copy_state))
+            return super().items(keep_base=keep_base, copy_state=copy_state)
+
+    class WithMetrics(Regressor):
+        def __init__(self):
+            super().__init__()
+            average = {"num_classes": 3, "average": "micro"}
+            self.metrics = Recorded(
+                [MulticlassAccuracy(**average), MulticlassPrecision(**average)], compute_groups=compute_groups
+            )
+
+        def training_step(self, batch, batch_idx):
+            self.metrics(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 2, 0]))
+            calls.clear()
+            self.log_dict(self.metrics, on_step=False, on_epoch=True)
+            # As Lightning: asked once, without the base names, and without copying a compute group's state.
+            assert calls == [(False, not compute_groups)]
+            return super().training_step(batch, batch_idx)
+
+    trainer = _trainer(tmp_path, limit_train_batches=2)
+    trainer.fit(WithMetrics(), loader(regression_data(32)))
+    metrics = trainer.callback_metrics
+    assert float(metrics["MulticlassAccuracy"]) == pytest.approx(0.75)
+    assert float(metrics["MulticlassPrecision"]) == pytest.approx(0.75)
 
 
 def test_test_and_predict(tmp_path):

@@ -24,7 +24,7 @@ def test_simple_profiler_counts_calls_and_writes_per_rank(tmp_path):
             torch.mm(torch.randn(32, 32), torch.randn(32, 32))
     with profiler.profile("validation_step"):
         pass
-    assert len(profiler.recorded["training_step"]) == 3
+    assert len(profiler.recorded_durations["training_step"]) == 3
     summary = profiler.summary()
     assert "training_step" in summary and "validation_step" in summary
     profiler.describe()
@@ -70,11 +70,47 @@ def test_trainer_profiler_times_steps_backward_and_hooks(tmp_path, capsys):
         enable_model_summary=False, enable_checkpointing=False, limit_val_batches=2,
     )
     trainer.fit(Regressor(), loader(regression_data(64), batch_size=8), loader(regression_data(16), shuffle=False))
-    assert len(profiler.recorded["[Strategy]training_step"]) == 8
-    assert len(profiler.recorded["[Strategy]backward"]) == 8
-    assert len(profiler.recorded["[Strategy]validation_step"]) == 2 + 2  # sanity check, then the epoch's
+    assert len(profiler.recorded_durations["[Strategy]training_step"]) == 8
+    assert len(profiler.recorded_durations["[Strategy]backward"]) == 8
+    assert len(profiler.recorded_durations["[Strategy]validation_step"]) == 2 + 2  # sanity check, then the epoch's
     assert "[Strategy]training_step" in (tmp_path / "profile" / "fit-rank0.txt").read_text()
     simple = Trainer(accelerator="cpu", max_epochs=1, profiler="simple", default_root_dir=tmp_path,
                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     simple.fit(Regressor(), loader(regression_data(16), batch_size=8))
     assert "Profiler report (SimpleProfiler)" in capsys.readouterr().out
+
+
+def test_trainer_profiler_times_datamodule_hooks_under_lightnings_names(tmp_path):
+    from fabricx.train import DataModule, Trainer
+    from tests.train._train_helpers import Regressor, loader, regression_data
+
+    class Data(DataModule):
+        def prepare_data(self):
+            pass
+
+        def train_dataloader(self):
+            return loader(regression_data(16), batch_size=8)
+
+        def state_dict(self):
+            return {"seen": 1}
+
+        def load_state_dict(self, state_dict):
+            self.loaded = state_dict
+
+    def fit(ckpt_path=None):
+        trainer = Trainer(
+            accelerator="cpu", max_steps=1, profiler="simple", default_root_dir=tmp_path, logger=False,
+            enable_progress_bar=False, enable_model_summary=False,
+        )
+        trainer.fit(Regressor(), datamodule=data, ckpt_path=ckpt_path)
+        return trainer
+
+    data = Data()
+    first = fit()
+    recorded = first.profiler.recorded_durations
+    for hook in ("prepare_data", "setup", "train_dataloader", "state_dict", "teardown"):
+        assert len(recorded[f"[LightningDataModule]Data.{hook}"]) == 1, hook
+    assert "[LightningDataModule]Data.load_state_dict" not in recorded
+    resumed = fit(first.checkpoint_callback.best_model_path)
+    assert len(resumed.profiler.recorded_durations["[LightningDataModule]Data.load_state_dict"]) == 1
+    assert data.loaded == {"seen": 1}
