@@ -8,7 +8,8 @@ go into the DCP folder as their shards, each rank writing its own: a model's key
 optimizer's by parameter names (``param_groups`` pickled by DCP), as Lightning's ``save_checkpoint``
 writes them, so Lightning's ``fabric.load`` restores a checkpoint fabricx wrote and fabricx one Lightning
 wrote. Other modules and optimizers go in as their full state dicts. ``meta.pt`` is a single-file
-checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0;
+checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0 through
+the host's `fabricx.checkpoint.io.CheckpointIO` (``write_file``, as a single-file save writes);
 Lightning reads it with ``torch.load`` and returns fabricx's own entries as unrequested ones.
 
 Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with fabricx's restricted
@@ -48,6 +49,7 @@ from torch.optim import Optimizer
 
 from fabricx.checkpoint import atomic
 from fabricx.checkpoint.contents import (
+    checkpoint_io_of,
     claimed_entries,
     entry_storage_of,
     is_reserved,
@@ -139,11 +141,12 @@ def _refusal(folder: Path) -> str | None:
     return f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
 
 
-def _meta_writer(contents: dict[str, Any] | None) -> Callable[[Path], None] | None:
-    """Rank 0's last file of the save: ``meta.pt`` (``None``: the other ranks, which write none)."""
+def _meta_writer(contents: dict[str, Any] | None, io: CheckpointIO) -> Callable[[Path], None] | None:
+    """Rank 0's last file of the save: ``meta.pt``, written through the host's `CheckpointIO` (so a user's I/O
+    plugin sees it, as it sees a single file); ``None`` on the other ranks, which write none."""
     if contents is None:
         return None
-    return lambda staging: torch.save(contents, staging / META_FILE)
+    return lambda staging: io.write_file(staging / META_FILE, lambda handle: torch.save(contents, handle))
 
 
 def save_dcp(
@@ -173,6 +176,7 @@ def save_dcp(
     # Checked (every rank's entries weights-only) before anything on disk changes.
     contents = file_contents(host, folder / META_FILE, shared, per_rank, [key for key in shared if is_reserved(key)])
     staging = staged_folder.open_staging(host, folder, _is_dcp_folder, _refusal)
+    io = checkpoint_io_of(host)
     try:
         with warnings.catch_warnings():  # one process without a process group is a save like any other
             warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
@@ -188,7 +192,7 @@ def save_dcp(
         error: BaseException | None = None
         if host.is_global_zero:
             try:
-                staged_folder.commit_staging(staging, folder, _meta_writer(staged))
+                staged_folder.commit_staging(staging, folder, _meta_writer(staged, io))
             except Exception as failure:
                 error = failure
         mode.share_outcome(host, error)
