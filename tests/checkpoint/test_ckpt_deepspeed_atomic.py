@@ -6,7 +6,7 @@ a script, one process, ``DS_ACCELERATOR=cpu``, ZeRO stage 2) that forks a writer
 one SIGKILLed when the commit starts, one between the swap's two renames, and a sweep killing it just before
 each of its file-system steps. After each crash the parent loads the path: the weights, the ZeRO fp32 master
 partition and ``step`` must be one version's, never a mix or nothing; then a clean save must leave the target
-alone in Lightning's files and load the new version.
+alone in Lightning's files and load the new version. An async save commits in the background.
 """
 
 from __future__ import annotations
@@ -118,6 +118,19 @@ def _crashes(root: Path) -> dict[str, Any]:
         report[f"{name}_left"] = sorted(p.name.split("-")[0] for p in folder.iterdir())
         report[f"{name}_loaded"] = _loaded_version(run, folder / "ckpt")
         report[f"{name}_recovered"] = _recovers(run, folder, 3)
+    fabric, model, optimizer = run
+    _set_version(model, 4)
+    handle = fabric.save(
+        root / "async" / "ckpt",
+        {"model": model, "optimizer": optimizer, "step": 4},
+        async_save=True,
+        layout="deepspeed",
+    )
+    report["async_handle"] = handle is not None
+    if handle is not None:
+        handle.wait()
+    report["async_left"] = sorted(p.name for p in (root / "async").iterdir())
+    report["async_loaded"] = _loaded_version(run, root / "async" / "ckpt")
     base = root / "base"
     _save(run, base / "ckpt", 0)
     _save(run, root / "probe" / "ckpt", 0)
@@ -164,6 +177,8 @@ def test_a_killed_deepspeed_save_leaves_the_previous_checkpoint_or_the_new_one(t
     assert report["mid_swap_left"] == ["ckpt.old", "ckpt.tmp"]
     assert report["mid_swap_loaded"] == 1
     assert report["mid_swap_recovered"]
+    # In the background: the engine's files are written before save() returns, the commit after.
+    assert report["async_handle"] and report["async_left"] == ["ckpt"] and report["async_loaded"] == 4
     # Killed before any step of its own: always one whole version, the old one until the swap.
     steps = report["steps"]
     assert steps >= 8, report  # the engine's folders, the staging folder, fsyncs, the swap, the removal
