@@ -867,7 +867,9 @@ class Fabric:
         ``Fabric.load`` read it. Any other path (or ``layout="directory"``) is a fabricx checkpoint
         directory. Either is written atomically: a failed save never damages a previous one.
         ``layout="dcp"`` writes a torch.distributed.checkpoint folder plus ``meta.pt``, as Lightning's
-        FSDP / ModelParallel strategies write a sharded checkpoint (also atomically, unlike theirs).
+        FSDP / ModelParallel strategies write a sharded checkpoint (also atomically, unlike theirs);
+        ``layout="deepspeed"`` (DeepSpeed strategy) the engine's own folder, as Lightning's DeepSpeedStrategy
+        writes one (atomically too).
         Every rank's random generator states and the grad scaler are stored too, and inside an
         accumulation window its position and every rank's accumulated gradients, so the resumed run
         continues the window exactly. ``path`` may be an

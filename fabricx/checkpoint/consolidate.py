@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -11,8 +12,11 @@ from typing import Any
 
 import torch
 
+from fabricx.checkpoint.fabric_state import read_full, stored_entries
 from fabricx.checkpoint.format import CheckpointWriter, read_checkpoint
-from fabricx.checkpoint.sharded import REST_KEY, read_full_entries, require_own_bytes, sharded_info
+from fabricx.checkpoint.records import record_shared_keys, records_in
+from fabricx.checkpoint.tensor_bytes import require_own_bytes
+from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["consolidate_checkpoint", "default_output"]
@@ -31,11 +35,6 @@ def default_output(path: str | os.PathLike[str]) -> Path:
     """
     source = Path(path)
     return source.with_name(source.name + _SUFFIX)
-
-
-def _has_deepspeed_state(loaded: Any) -> bool:
-    extra = loaded.meta.get("extra_meta") or {}
-    return "deepspeed" in extra or (loaded.path / "deepspeed").is_dir()
 
 
 def consolidate_checkpoint(
@@ -59,9 +58,7 @@ def consolidate_checkpoint(
     loaded = read_checkpoint(path, rank=0)
     if loaded.legacy:
         raise CheckpointError(f"{path} is a single-file checkpoint; it holds full tensors already.")
-    info = sharded_info(loaded.meta)
-    deepspeed = _has_deepspeed_state(loaded)
-    if info is None and not deepspeed:
+    if not records_in(loaded.meta):  # each record's module reads its own files (`fabricx.checkpoint.records`)
         raise CheckpointError(
             f"{loaded.path} is not a sharded checkpoint (its meta.json lists no sharded entries); it already "
             "holds full tensors and loads as it is."
@@ -73,14 +70,11 @@ def consolidate_checkpoint(
     target = Path(output) if output is not None else default_output(loaded.path)
     if target.resolve() == loaded.path.resolve():
         raise CheckpointError(f"The output {target} is the checkpoint itself; choose another path.")
-    shared = dict(loaded.shared)
-    if info is not None:
-        rest = shared.pop(REST_KEY, {})
-        shared.update(read_full_entries(loaded.path / info["directory"], rest, info["entries"]))
-    if deepspeed:
-        from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
-
-        shared.update(deepspeed_model_states(loaded.path, allow_pickle=allow_pickle))
+    records_own = record_shared_keys(loaded.meta)
+    shared = {key: value for key, value in loaded.shared.items() if key not in records_own}
+    opt_in = allow_unsafe_pickle(loaded.path, "each engine file") if allow_pickle else contextlib.nullcontext()
+    with opt_in:
+        shared.update(read_full(loaded, list(stored_entries(loaded.meta))))
     extra = {"consolidated_from": str(loaded.path), "source_world_size": loaded.meta["world_size"]}
     writer = CheckpointWriter(target, rank=0, world_size=1, extra_meta=extra)
     tmp = writer.begin()

@@ -79,6 +79,9 @@ class EntryStorage(ABC):
     #: Whether the claimed entries' full state (the strategy's ``get_module_state_dict``/``get_optimizer_state``)
     #: can be written into one file instead (the single-file layout); ``False`` refuses a file path.
     full_state_in_one_file: bool = True
+    #: The layout key whose folder this storage writes with its engine's own checkpoint call
+    #: (`save_engine_folder()`, e.g. ``"deepspeed"``); ``None``: it has none.
+    engine_folder_layout: str | None = None
 
     def claims(self, key: str, obj: Any) -> bool:
         """Whether this storage writes ``state[key]`` itself."""
@@ -102,6 +105,14 @@ class EntryStorage(ABC):
     @abstractmethod
     def save(self, staging: Path, entries: dict[str, Any], filter: Mapping[str, Callable] | None) -> dict[str, Any]:
         """Every rank: write the claimed entries under ``staging``; return extra shared (JSON-side) entries."""
+
+    def save_engine_folder(self, folder: Path, entries: dict[str, Any], client_state: dict[str, Any], tag: str) -> None:
+        """Every rank: write the claimed ``entries`` into ``folder`` as the engine's own checkpoint (tag folder
+        ``tag``), with ``client_state`` (this rank's other contents) stored beside them, as the engine does.
+
+        Only a storage with an `engine_folder_layout` has this form.
+        """
+        raise NotImplementedError(f"{type(self).__name__} writes no engine checkpoint folder.")
 
     @abstractmethod
     def load(self, loaded: LoadedCheckpoint, entries: dict[str, Any], strict: bool) -> None:

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from fabricx._compat.dcp_metadata import safe_member
 from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file, safe_engine_loading
+from fabricx.checkpoint.tensor_bytes import require_own_bytes
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -147,11 +148,51 @@ def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]
         raise CheckpointError(f"{files[0]} has no 'module' state dict.")
     if not all(isinstance(name, str) and isinstance(t, Tensor) for name, t in module.items()):
         raise CheckpointError(f"{files[0]} is damaged: its 'module' entry is not a state dict of tensors.")
-    from fabricx.checkpoint.sharded import require_own_bytes
-
     for name, tensor in module.items():  # .float() below copies each one out whole
         require_own_bytes(tensor, f"{files[0]} is damaged: its module entry {name!r}")
     return {name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()}
+
+
+def engine_location(meta: Mapping[str, Any], key: str) -> tuple[str, str]:
+    """``(folder, tag)`` of the engine files of the model ``key``: ``folder`` relative to the checkpoint
+    (``"."``: the checkpoint folder itself, as in the ``"deepspeed"`` layout), ``tag`` the engine's tag folder
+    in it. Without a location in the record, fabricx's directory layout: ``deepspeed/<key>/``.
+
+    Example:
+        ```python
+        engine_location(read_meta("ckpt"), "model")  # ("deepspeed", "model")
+        ```
+    """
+    record = (meta.get("extra_meta") or {}).get(META_KEY) or {}
+    models = record.get("models") if isinstance(record, Mapping) else None
+    entry = models.get(key) if isinstance(models, Mapping) else None
+    folder = record.get("folder", ENGINE_FOLDER) if isinstance(record, Mapping) else ENGINE_FOLDER
+    tag = entry.get("tag", key) if isinstance(entry, Mapping) else key
+    if folder != ".":
+        safe_member(folder, "The checkpoint's DeepSpeed record (engine folder)")
+    return folder, safe_member(tag, "The checkpoint's DeepSpeed record (model tag)")
+
+
+def engine_model_states(
+    root: str | os.PathLike[str], meta: Mapping[str, Any], keys: Iterable[str], *, allow_pickle: bool = False
+) -> dict[str, dict[str, Tensor]]:
+    """``{state key: full fp32 state dict}`` of the DeepSpeed models ``keys`` of the checkpoint at ``root``,
+    wherever its record says their engine files are (`engine_location()`).
+
+    Example:
+        ```python
+        engine_model_states("lightning_ckpt", loaded.meta, ["model"])  # {"model": {"0.weight": ...}}
+        ```
+    """
+    states = {}
+    for key in keys:
+        safe_member(key, "The checkpoint's DeepSpeed record (model key)")
+        folder, tag = engine_location(meta, key)
+        engine_dir = Path(root) if folder == "." else Path(root) / folder
+        if engine_dir.is_symlink() or not engine_dir.is_dir():
+            raise CheckpointError(f"{root} holds no {folder}/ folder of DeepSpeed engine files.")
+        states[key] = _consolidate_tag(engine_dir, tag, allow_pickle)
+    return states
 
 
 def saved_engines(meta: Mapping[str, Any]) -> dict[str, str | None]:
@@ -167,6 +208,8 @@ def saved_engines(meta: Mapping[str, Any]) -> dict[str, str | None]:
     if record is None:
         return {}
     models = record.get("models") if isinstance(record, Mapping) else None
+    if isinstance(models, list):  # model keys alone: no optimizer stored with them
+        return dict.fromkeys(models)
     if not isinstance(models, Mapping):
         raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {record!r:.200}.")
     engines: dict[str, str | None] = {}
@@ -182,13 +225,15 @@ class EngineRecord:
     An engine's optimizer lives in its model's files and has no full form: `read_full()` leaves it out.
     """
 
+    shared_keys: tuple[str, ...] = ()
+
     def entries(self, meta: Mapping[str, Any]) -> list[str]:
         engines = saved_engines(meta)
         return [*engines, *(optimizer for optimizer in engines.values() if optimizer is not None)]
 
     def read_full(self, loaded: LoadedCheckpoint, keys: list[str]) -> dict[str, Any]:
         models = [key for key in keys if key in saved_engines(loaded.meta)]
-        return dict(deepspeed_model_states(loaded.path, keys=models)) if models else {}
+        return dict(engine_model_states(loaded.path, loaded.meta, models))
 
 
 RECORD = EngineRecord()
@@ -201,5 +246,7 @@ __all__ = [
     "EngineRecord",
     "consolidate_deepspeed_checkpoint",
     "deepspeed_model_states",
+    "engine_location",
+    "engine_model_states",
     "saved_engines",
 ]

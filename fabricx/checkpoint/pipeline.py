@@ -85,6 +85,9 @@ def load_checkpoint(
     for attempt in range(_LOAD_ATTEMPTS):
         loaded = layout.read(path, host.global_rank, checkpoint_io_of(host))
         try:
+            match_state = getattr(layout, "match_state", None)  # optional: see Layout
+            if state is not None and match_state is not None:
+                match_state(loaded, host, state)
             result = apply_checkpoint(host, loaded, path, state, strict)
         finally:
             if loaded.pin is not None:

@@ -25,7 +25,7 @@ from fabricx.utilities.exceptions import CheckpointError
 if TYPE_CHECKING:
     from fabricx.checkpoint.loaded import LoadedCheckpoint
 
-__all__ = ["StoredRecord", "record_keys", "stored_keys", "stored_record"]
+__all__ = ["StoredRecord", "record_keys", "record_shared_keys", "records_in", "stored_keys", "stored_record"]
 
 
 class StoredRecord(Protocol):
@@ -35,10 +35,14 @@ class StoredRecord(Protocol):
 
     ```python
     class ToyRecord:
+        shared_keys = ()
         def entries(self, meta): return list(meta["extra_meta"]["toy"]["keys"])
         def read_full(self, loaded, keys): return {key: torch.load(loaded.path / f"{key}.pt") for key in keys}
     ```
     """
+
+    #: Reserved shared-state keys this record's storage adds beside its files (read with them, never an entry).
+    shared_keys: tuple[str, ...]
 
     def entries(self, meta: Mapping[str, Any]) -> list[str]:
         """The state keys this record's storage holds in the checkpoint whose metadata is ``meta``."""
@@ -91,3 +95,30 @@ def stored_keys(meta: Mapping[str, Any]) -> dict[str, str]:
         if extra.get(key) is not None:
             found.update(dict.fromkeys(stored_record(key).entries(meta), key))
     return found
+
+
+def records_in(meta: Mapping[str, Any]) -> list[str]:
+    """The record keys the checkpoint of ``meta`` holds (a strategy stored entries its own way), even empty ones.
+
+    Example:
+
+    ```python
+    records_in(read_meta("ckpt"))  # ["fabricx_sharded"]
+    ```
+    """
+    extra = meta.get("extra_meta") or {}
+    if not isinstance(extra, Mapping):
+        raise CheckpointError(f"The checkpoint metadata's extra_meta is damaged: {extra!r:.200}.")
+    return [key for key in _BUILT_IN if extra.get(key) is not None]
+
+
+def record_shared_keys(meta: Mapping[str, Any]) -> set[str]:
+    """The reserved shared-state keys the records of the checkpoint of ``meta`` added beside their files.
+
+    Example:
+
+    ```python
+    record_shared_keys(read_meta("ckpt"))  # {"__fabricx_sharded_rest__"}
+    ```
+    """
+    return {key for record in records_in(meta) for key in stored_record(record).shared_keys}

@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 from fabricx._compat.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
 from fabricx.checkpoint.contents import reserved_key
 from fabricx.checkpoint.format import CheckpointWriter
+from fabricx.checkpoint.tensor_bytes import require_own_bytes
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -512,6 +513,8 @@ def dcp_contents(directory: str | os.PathLike[str]) -> tuple[dict[str, str], dic
 class ShardedRecord:
     """The `fabricx.checkpoint.records.StoredRecord` of DCP shards (``extra_meta["fabricx_sharded"]``)."""
 
+    shared_keys = (REST_KEY,)  # the non-tensor parts of the sharded entries
+
     def entries(self, meta: Mapping[str, Any]) -> list[str]:
         info = sharded_info(meta)
         return [] if info is None else list(info["entries"])
@@ -666,23 +669,6 @@ def _stored_tensor(file: Path, data: bytes, fqn: str) -> Tensor:
         raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a dense tensor.")
     require_own_bytes(tensor, f"{file} is damaged: the item {fqn!r}")
     return tensor
-
-
-def require_own_bytes(tensor: Tensor, what: str) -> None:
-    """Refuse a tensor whose elements do not all have their own bytes (a stride-0, expanded view): read
-    from a file, it claims more memory than the file holds, and copying it out would allocate all of it.
-
-    Example:
-
-    ```python
-    require_own_bytes(torch.zeros(1).expand(10), "state['w']")  # raises CheckpointError
-    ```
-    """
-    if tensor.numel() and tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
-        raise CheckpointError(
-            f"{what} is a {tuple(tensor.shape)} view of only {tensor.untyped_storage().nbytes()} bytes (an "
-            "expanded tensor); a checkpoint stores every element."
-        )
 
 
 _SAFE_READER: type | None = None

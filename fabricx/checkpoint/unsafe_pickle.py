@@ -20,8 +20,9 @@ def pickle_allowed() -> bool:
 
 
 @contextlib.contextmanager
-def allow_unsafe_pickle(path: object) -> Generator[None, None, None]:
-    """Let single-file readers inside unpickle arbitrary objects, with a warning naming ``path``.
+def allow_unsafe_pickle(path: object, what: str = "a single-file checkpoint") -> Generator[None, None, None]:
+    """Let single-file readers inside unpickle arbitrary objects, with a warning naming ``path`` (and ``what``
+    is unpickled).
 
     Example:
         ```python
@@ -30,7 +31,7 @@ def allow_unsafe_pickle(path: object) -> Generator[None, None, None]:
         ```
     """
     warnings.warn(
-        f"Loading {path} with weights_only=False: a single-file checkpoint is unpickled, which can run arbitrary "
+        f"Loading {path} with weights_only=False: {what} is unpickled, which can run arbitrary "
         "code stored in it. Do this only for files you trust; fabricx's own checkpoints never need it.",
         UserWarning,
         stacklevel=3,

@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _crash_steps import count_steps, kill_at_step, kill_before_commit, kill_mid_swap, killed
 
-_HOOKED = ("rename", "replace", "unlink", "rmdir", "mkdir", "fsync")
 #: What Lightning's FSDP / ModelParallel strategies write for one process, and nothing else.
 _LIGHTNING_FILES = [".metadata", "__0_0.distcp", "meta.pt"]
 
@@ -60,91 +59,11 @@ def _loaded_version(fabric: Any, path: Path) -> int:
 
 def _killed(fabric: Any, path: Path, version: int, arm: Any) -> bool:
     """Fork a writer whose save ``arm()`` (called in the writer) makes it SIGKILL itself; True if it was killed."""
-    pid = os.fork()
-    if pid == 0:  # the writer
-        try:
-            arm()
-            _save(fabric, path, version)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    return killed(lambda: _save(fabric, path, version), arm)
 
 
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _kill_before_commit() -> None:
-    """In the writer: die when the commit starts, every shard and ``meta.pt`` written into the staging folder."""
-    from fabricx.checkpoint import atomic
-
-    def commit(tmp: Any, path: Any) -> None:
-        assert sorted(os.listdir(tmp)) == _LIGHTNING_FILES  # the shards were written, only the swap is left
-        _die()
-
-    atomic.commit_directory = commit
-
-
-def _kill_mid_swap() -> None:
-    """In the writer: die after the commit moved the old checkpoint aside, before the new one is renamed in."""
-    from fabricx.checkpoint import atomic
-
-    original = atomic.commit_directory
-
-    def commit(tmp: Any, path: Any) -> None:
-        rename, renames = os.rename, [0]
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            renames[0] += 1
-            if renames[0] == 2:
-                _die()
-            return rename(*args, **kwargs)
-
-        os.rename = counted
-        original(tmp, path)
-
-    atomic.commit_directory = commit
-
-
-def _count_steps(fabric: Any, path: Path, version: int) -> int:
-    calls = [0]
-    originals = {name: getattr(os, name) for name in _HOOKED}
-
-    def counting(name: str) -> Any:
-        def hooked(*args: Any, **kwargs: Any) -> Any:
-            calls[0] += 1
-            return originals[name](*args, **kwargs)
-
-        return hooked
-
-    for name in _HOOKED:
-        setattr(os, name, counting(name))
-    try:
-        _save(fabric, path, version)
-    finally:
-        for name, original in originals.items():
-            setattr(os, name, original)
-    return calls[0]
-
-
-def _kill_at_step(step: int) -> Any:
-    def arm() -> None:
-        calls = [0]
-
-        def killing(original: Any) -> Any:
-            def hooked(*args: Any, **kwargs: Any) -> Any:
-                calls[0] += 1
-                if calls[0] == step:
-                    _die()
-                return original(*args, **kwargs)
-
-            return hooked
-
-        for name in _HOOKED:
-            setattr(os, name, killing(getattr(os, name)))
-
-    return arm
+def _check_staged(names: list[str]) -> None:
+    assert names == _LIGHTNING_FILES  # the shards were written, only the swap is left
 
 
 def _recovers(fabric: Any, folder: Path, version: int) -> bool:
@@ -163,7 +82,7 @@ def _crashes(root: Path) -> dict[str, Any]:
     torch.set_num_threads(1)
     fabric = _fabric()
     report: dict[str, Any] = {}
-    for name, arm in (("before_commit", _kill_before_commit), ("mid_swap", _kill_mid_swap)):
+    for name, arm in (("before_commit", kill_before_commit(_check_staged)), ("mid_swap", kill_mid_swap)):
         folder = root / name
         _save(fabric, folder / "ckpt", 1)
         report[f"{name}_killed"] = _killed(fabric, folder / "ckpt", 2, arm)
@@ -173,12 +92,12 @@ def _crashes(root: Path) -> dict[str, Any]:
     base = root / "base"
     _save(fabric, base / "ckpt", 0)
     _save(fabric, root / "probe" / "ckpt", 0)
-    steps = _count_steps(fabric, root / "probe" / "ckpt", 1)  # replacing a checkpoint: the longest path
+    steps = count_steps(lambda: _save(fabric, root / "probe" / "ckpt", 1))  # replacing one: the longest path
     report.update(steps=steps, killed=0, loaded=[], recovered=True)
     for step in range(1, steps + 1):
         work = root / f"sweep_{step}"
         shutil.copytree(base, work)
-        report["killed"] += _killed(fabric, work / "ckpt", 1, _kill_at_step(step))
+        report["killed"] += _killed(fabric, work / "ckpt", 1, kill_at_step(step))
         report["loaded"].append(_loaded_version(fabric, work / "ckpt"))
         report["recovered"] &= _recovers(fabric, work, 2)
         shutil.rmtree(work)

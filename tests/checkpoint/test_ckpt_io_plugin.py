@@ -76,3 +76,20 @@ def test_a_pickling_checkpoint_plugin_is_refused_with_the_alternative() -> None:
 
     with pytest.raises(MisconfigurationError, match="subclass fabricx.checkpoint.CheckpointIO"):
         Fabric(accelerator="cpu", plugins=[TorchSaveIO()])
+
+
+def test_a_dcp_folder_writes_its_meta_file_through_the_plugin(tmp_path: Path) -> None:
+    written: list[str] = []
+
+    class FileRecordingIO(LocalCheckpointIO):
+        def write_file(self, path, write):
+            written.append(Path(path).name)
+            super().write_file(path, write)
+
+    fabric = Fabric(accelerator="cpu", plugins=[FileRecordingIO()])
+    model = fabric.setup_module(nn.Linear(3, 2))
+    fabric.save(tmp_path / "ckpt", {"model": model, "step": 4}, layout="dcp")
+    assert written == ["meta.pt"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [".metadata", "__0_0.distcp", "meta.pt"]
+    state = {"model": model, "step": 0}
+    assert fabric.load(tmp_path / "ckpt", state) == {} and state["step"] == 4

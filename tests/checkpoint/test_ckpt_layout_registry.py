@@ -90,9 +90,9 @@ def test_a_registered_layout_saves_and_loads_through_fabric(tmp_path: Path, toy:
 
 
 def test_registration_adds_a_key_and_leaves_the_built_in_choice(toy: ToyLayout) -> None:
-    assert layout_keys() == ("directory", "single_file", "dcp", "toy")
+    assert layout_keys() == ("directory", "single_file", "dcp", "deepspeed", "toy")
     assert layout_for("out/model.pth") == "single_file" and layout_for("out/step_1") == "directory"
     assert layout_for("out/step_1", requested="toy") == "toy"
     unregister_layout("toy")
-    with pytest.raises(ValueError, match=r"choose one of \['directory', 'single_file', 'dcp'\]"):
+    with pytest.raises(ValueError, match=r"choose one of \['directory', 'single_file', 'dcp', 'deepspeed'\]"):
         layout_for("out/step_1", requested="toy")

@@ -2,10 +2,11 @@
 
 ``"directory"`` is the fabricx checkpoint directory (``meta.json``, shared and per-rank files, what a
 strategy adds); ``"single_file"`` is one ``torch.save`` zip file; ``"dcp"`` is a torch.distributed.checkpoint
-folder plus ``meta.pt``, as Lightning's FSDP / ModelParallel strategies write a sharded checkpoint. A path
-that names a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) takes the single-file layout, any other path
-the directory; ``fabric.save(path, state, layout="dcp")`` asks for one explicitly. Loading asks each
-layout whether it holds the path, so ``fabric.load`` reads all three.
+folder plus ``meta.pt``, as Lightning's FSDP / ModelParallel strategies write a sharded checkpoint;
+``"deepspeed"`` is a DeepSpeed engine's own checkpoint folder, as Lightning's DeepSpeedStrategy writes one.
+A path that names a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) takes the single-file layout, any other
+path the directory; ``fabric.save(path, state, layout="dcp")`` asks for one explicitly. Loading asks each
+layout whether it holds the path, so ``fabric.load`` reads all four.
 
 A layout is one backend module with a `Layout` object named ``LAYOUT``, plus one line in `_BUILT_IN`
 (or a `register_layout()` call from outside fabricx). The registry imports a backend only when its key
@@ -84,6 +85,9 @@ class Layout(Protocol):
         """Rank ``rank``'s view of the checkpoint at ``path``, on the CPU, without running code.
 
         A directory read keeps its ``pin`` open (the pipeline closes it once the strategy's own files are read).
+        A layout whose files do not name the entries' keys (Lightning's DeepSpeed folders) may also have
+        ``match_state(loaded, host, state)``, which the pipeline calls after each read into a ``state`` to
+        name them after the live objects.
         """
         ...
 
@@ -93,6 +97,7 @@ _BUILT_IN: dict[str, str] = {
     "directory": "fabricx.checkpoint.layouts.directory",
     "single_file": "fabricx.checkpoint.layouts.single_file",
     "dcp": "fabricx.checkpoint.layouts.dcp",
+    "deepspeed": "fabricx.checkpoint.layouts.deepspeed",
 }
 _registered: dict[str, Layout | str] = dict(_BUILT_IN)
 

@@ -8,7 +8,8 @@ go into the DCP folder as their shards, each rank writing its own: a model's key
 optimizer's by parameter names (``param_groups`` pickled by DCP), as Lightning's ``save_checkpoint``
 writes them, so Lightning's ``fabric.load`` restores a checkpoint fabricx wrote and fabricx one Lightning
 wrote. Other modules and optimizers go in as their full state dicts. ``meta.pt`` is a single-file
-checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0;
+checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0 through
+the host's `fabricx.checkpoint.io.CheckpointIO` (``write_file``, as a single-file save writes);
 Lightning reads it with ``torch.load`` and returns fabricx's own entries as unrequested ones.
 
 Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with fabricx's restricted
@@ -37,7 +38,6 @@ fabric.load("ckpt/step_10", state)                  # or a folder Lightning's FS
 
 from __future__ import annotations
 
-import secrets
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -49,6 +49,7 @@ from torch.optim import Optimizer
 
 from fabricx.checkpoint import atomic
 from fabricx.checkpoint.contents import (
+    checkpoint_io_of,
     claimed_entries,
     entry_storage_of,
     is_reserved,
@@ -56,8 +57,9 @@ from fabricx.checkpoint.contents import (
     split_state,
     unwrap_object,
 )
-from fabricx.checkpoint.format import is_complete, write_failure
+from fabricx.checkpoint.layouts import staged_folder
 from fabricx.checkpoint.layouts.single_file import file_contents, read_single_file
+from fabricx.checkpoint.layouts.staged_folder import FABRICX_META
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.storage import is_url
 from fabricx.utilities.exceptions import CheckpointError
@@ -75,7 +77,6 @@ __all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "committed_folde
 META_FILE = "meta.pt"
 #: torch.distributed.checkpoint's metadata file, which marks a folder of this layout.
 METADATA_FILE = ".metadata"
-_FABRICX_META = "meta.json"
 
 
 def _filtered(key: str, value: Any, filter: Mapping[str, Callable] | None) -> Any:
@@ -106,7 +107,7 @@ def _state_dicts(
 
 
 def _is_dcp_folder(folder: Path) -> bool:
-    return (folder / METADATA_FILE).is_file() and not (folder / _FABRICX_META).exists()
+    return (folder / METADATA_FILE).is_file() and not (folder / FABRICX_META).exists()
 
 
 def committed_folder(folder: Path) -> Path | None:
@@ -119,18 +120,14 @@ def committed_folder(folder: Path) -> Path | None:
     committed_folder(Path("ckpt/step_10"))  # Path("ckpt/step_10")
     ```
     """
-    if folder.exists():  # a commit never leaves a damaged folder under the name: no other copy to look for
-        return folder if _is_dcp_folder(folder) else None
-    return atomic.resolve_directory(folder, _is_dcp_folder)
+    return staged_folder.committed_folder(folder, _is_dcp_folder)
 
 
 def _refusal(folder: Path) -> str | None:
     """Why ``folder`` must not be replaced by a ``"dcp"`` save (``None``: it may be)."""
     if folder.is_file():
         what = "a file"
-    elif (folder.is_dir() and (folder / _FABRICX_META).exists()) or (
-        not folder.exists() and atomic.resolve_directory(folder, is_complete) is not None
-    ):  # the second: a fabricx directory whose commit a crash interrupted, which a load still finds
+    elif staged_folder.fabricx_directory_there(folder):
         what = "a fabricx checkpoint directory (meta.json)"
     elif folder.is_dir():
         names = sorted(entry.name for entry in folder.iterdir())
@@ -144,42 +141,12 @@ def _refusal(folder: Path) -> str | None:
     return f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
 
 
-def _stage(host: CheckpointHost, folder: Path) -> Path:
-    """Every rank: the staging folder of this save, which rank 0 creates (or every rank raises the same error).
-
-    Rank 0 first puts back or removes what crashed saves left beside ``folder``, then names the staging
-    folder with a fresh token that every rank receives.
-    """
-    problem: str | None = None
-    token: str | None = None
-    if host.is_global_zero:
-        problem = _refusal(folder)
-        if problem is None:
-            token = secrets.token_hex(4)
-            try:
-                atomic.recover_directory(folder, _is_dcp_folder)
-                atomic.prepare_directory(folder, token)
-            except OSError as error:
-                problem = str(write_failure(folder, error))
-    if host.world_size > 1:
-        problem, token = host.broadcast((problem, token), src=0)
-    if problem is not None:
-        raise CheckpointError(problem)
-    assert token is not None
-    return atomic.temporary_name(folder, token)
-
-
-def _write_meta_and_commit(staging: Path, folder: Path, contents: dict[str, Any] | None) -> None:
-    """Rank 0, after every rank's shards are in ``staging``: add ``meta.pt``, flush, swap into place."""
-    try:
-        if contents is not None:
-            torch.save(contents, staging / META_FILE)
-        atomic.commit_directory(staging, folder)  # fsyncs every file first; the old copy goes last
-    except BaseException as error:
-        atomic.abort_directory(staging)
-        if isinstance(error, OSError):
-            raise write_failure(folder, error) from error
-        raise
+def _meta_writer(contents: dict[str, Any] | None, io: CheckpointIO) -> Callable[[Path], None] | None:
+    """Rank 0's last file of the save: ``meta.pt``, written through the host's `CheckpointIO` (so a user's I/O
+    plugin sees it, as it sees a single file); ``None`` on the other ranks, which write none."""
+    if contents is None:
+        return None
+    return lambda staging: io.write_file(staging / META_FILE, lambda handle: torch.save(contents, handle))
 
 
 def save_dcp(
@@ -208,7 +175,8 @@ def save_dcp(
     shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
     # Checked (every rank's entries weights-only) before anything on disk changes.
     contents = file_contents(host, folder / META_FILE, shared, per_rank, [key for key in shared if is_reserved(key)])
-    staging = _stage(host, folder)
+    staging = staged_folder.open_staging(host, folder, _is_dcp_folder, _refusal)
+    io = checkpoint_io_of(host)
     try:
         with warnings.catch_warnings():  # one process without a process group is a save like any other
             warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
@@ -224,7 +192,7 @@ def save_dcp(
         error: BaseException | None = None
         if host.is_global_zero:
             try:
-                _write_meta_and_commit(staging, folder, staged)
+                staged_folder.commit_staging(staging, folder, _meta_writer(staged, io))
             except Exception as failure:
                 error = failure
         mode.share_outcome(host, error)

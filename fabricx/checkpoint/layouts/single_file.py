@@ -71,6 +71,7 @@ __all__ = [
     "looks_like_torch_file",
     "read_single_file",
     "save_single_file",
+    "split_contents",
     "unpickling_detail",
     "write_file",
 ]
@@ -208,11 +209,19 @@ def _fabricx_version() -> str:
 
 
 def file_contents(
-    host: Host, path: Any, shared: dict[str, Any], per_rank: dict[str, Any], extra_keys: Collection[str]
+    host: Host,
+    path: Any,
+    shared: dict[str, Any],
+    per_rank: dict[str, Any],
+    extra_keys: Collection[str],
+    *,
+    rank_view: bool = False,
 ) -> dict[str, Any] | None:
     """Every rank: check, gather the per-rank entries to rank 0; rank 0 gets the file's dict, the others None.
 
     Every rank takes part in the same collectives and raises the same error when any rank's state is refused.
+    With ``rank_view=True`` the other ranks get their own view instead of None: the shared entries and
+    their own per-rank ones, without the file's metadata (what a tool that writes a file per rank stores).
 
     Example:
 
@@ -246,12 +255,14 @@ def file_contents(
                 ranks[str(src)] = torch.load(io.BytesIO(sent[1]), map_location="cpu", weights_only=True)
     if problem is not None:
         raise CheckpointError(problem)
-    if rank != 0:
+    if rank != 0 and not rank_view:
         return None
     contents: dict[str, Any] = {
         key: (_encode(value) if key in extra_keys else value) for key, value in _to_cpu(shared).items()
     }
     contents.update(own)
+    if rank != 0:
+        return contents
     contents[META_KEY] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -451,6 +462,20 @@ def read_single_file(file: Path, rank: int = 0) -> tuple[dict[str, Any], dict[st
     state = _load(file)
     if not isinstance(state, dict):
         raise CheckpointError(f"{file} holds a {type(state).__name__}; a single-file checkpoint must hold a dict.")
+    return split_contents(file, state, rank)
+
+
+def split_contents(
+    file: Path, state: dict[str, Any], rank: int = 0
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
+    """`read_single_file()` of contents already read (``state``, taken apart in place) from ``file``.
+
+    Example:
+
+    ```python
+    shared, per_rank, meta = split_contents(Path("x.pt"), torch.load("x.pt", weights_only=True), rank=0)
+    ```
+    """
     if META_KEY not in state:
         return state, None, {"format_version": 0, "legacy": True, "world_size": 1}
     meta = _check_meta(file, state.pop(META_KEY))

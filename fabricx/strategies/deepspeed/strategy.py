@@ -617,6 +617,7 @@ class _EngineEntries(EntryStorage):
 
     meta_key = META_KEY
     full_state_in_one_file = False  # an engine's ZeRO optimizer state has no full form
+    engine_folder_layout = "deepspeed"  # what Lightning's DeepSpeedStrategy.save_checkpoint writes
 
     def __init__(self, strategy: DeepSpeedStrategy) -> None:
         self.strategy = strategy
@@ -675,10 +676,39 @@ class _EngineEntries(EntryStorage):
                     exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
                 )
 
+    def save_engine_folder(self, folder: Any, entries: dict[str, Any], client_state: dict[str, Any], tag: str) -> None:
+        """Every rank: the one model's engine writes ``folder/<tag>/`` and ``folder/latest``, with
+        ``client_state`` in its model states file (Lightning's ``DeepSpeedStrategy.save_checkpoint``).
+
+        ZeRO-1/2 shards are written rigid, as with Lightning's default config: DeepSpeed loads elastic ones
+        into a rigid engine only when the optimizer keeps its step in its param groups, which torch's do not.
+        """
+        models, _, _ = self.strategy._split_engine_state(entries)
+        if len(models) != 1:
+            raise CheckpointError(
+                f"layout='deepspeed' saves one DeepSpeed model per checkpoint, as Lightning's DeepSpeedStrategy "
+                f"does; the state holds {sorted(models)}. Save each model to its own path, or save without "
+                "layout= for a checkpoint directory that holds them all."
+            )
+        (engine,) = models.values()
+        elastic = _elastic_engine(engine)
+        if elastic:
+            engine.optimizer.elastic_checkpoint = False  # read by its state_dict() alone
+        try:
+            engine.save_checkpoint(
+                os.fspath(folder),
+                tag=tag,
+                client_state=client_state,
+                save_latest=True,
+                exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
+            )
+        finally:
+            if elastic:
+                engine.optimizer.elastic_checkpoint = True
+
     def load(self, loaded: Any, entries: dict[str, Any], strict: bool) -> None:
         models, optimizer_keys, _ = self.strategy._split_engine_state(entries, require_models=False)
         saved = _saved_models(loaded.meta)
-        engine_dir = os.fspath(loaded.path / ENGINE_FOLDER)
         loose = set(entries) - set(models) - set(optimizer_keys.values())
         if loose and strict:
             raise CheckpointKeyError(
@@ -698,29 +728,32 @@ class _EngineEntries(EntryStorage):
             if not with_optimizer and engine.zero_optimization_partition_weights():
                 # ZeRO-3 keeps the weights only in the optimizer shards, and DeepSpeed's model-only load
                 # reads whichever tag a 'latest' file names: merge this tag's shards here instead.
-                from fabricx.checkpoint.deepspeed_consolidate import deepspeed_model_states
+                from fabricx.checkpoint.deepspeed_consolidate import engine_model_states
 
-                weights = deepspeed_model_states(loaded.path, keys=[key])[key]
+                weights = engine_model_states(loaded.path, loaded.meta, [key])[key]
                 self.strategy.load_module_state_dict(engine.module, weights, strict=strict)
                 continue
             elastic = with_optimizer and self._elastic(engine, loaded)
             if with_optimizer and not elastic and int(loaded.meta["world_size"]) != self.strategy.world_size:
                 self._refuse_resharding(engine, loaded, key)
+            from fabricx.checkpoint.deepspeed_consolidate import engine_location
             from fabricx.checkpoint.deepspeed_files import check_engine_folder, safe_engine_loading
 
-            check_engine_folder(os.path.join(engine_dir, key))
+            folder, tag = engine_location(loaded.meta, key)
+            engine_dir = os.fspath(loaded.path if folder == "." else loaded.path / folder)
+            check_engine_folder(os.path.join(engine_dir, tag))
             with safe_engine_loading(engine):  # DeepSpeed's files are read weights-only
                 load_path, _ = engine.load_checkpoint(
                     engine_dir,
-                    tag=key,
+                    tag=tag,
                     load_module_strict=strict,
                     load_optimizer_states=with_optimizer and not elastic,
                     load_lr_scheduler_states=False,
                 )
                 if load_path is None:
-                    raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{key}; see its log above.")
+                    raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{tag}; see its log above.")
                 if elastic:
-                    _load_elastic_optimizer(engine, engine_dir, key)
+                    _load_elastic_optimizer(engine, engine_dir, tag)
 
     @staticmethod
     def _elastic(engine: Any, loaded: Any) -> bool:

@@ -1,0 +1,342 @@
+"""The ``"deepspeed"`` layout: a checkpoint as Lightning Fabric's DeepSpeedStrategy writes one.
+
+    <path>/checkpoint/mp_rank_00_model_states.pt          the engine's model state, plus the client state
+    <path>/checkpoint/zero_pp_rank_<r>_mp_rank_00_*.pt     ZeRO shards (optimizer; ZeRO-3: model states too)
+    <path>/latest                                          the tag, ``checkpoint``
+
+The files are the DeepSpeed engine's own ``save_checkpoint(path, client_state=..., tag="checkpoint")``
+(the strategy's `fabricx.checkpoint.contents.EntryStorage.save_engine_folder`), for the state's one
+DeepSpeed model and its optimizer. Everything else of the state is the client state, which the engine
+stores in its model states file: rank 0's is a single-file checkpoint's contents
+(`fabricx.checkpoint.layouts.single_file.file_contents`: the user's entries at the top, every rank's
+per-rank ones, fabricx's own under reserved keys, among them the engine record `RECORD_KEY` that names
+the model's and optimizer's keys). Lightning's ``fabric.load`` restores such a folder and returns
+fabricx's entries as unrequested ones; fabricx loads a folder Lightning wrote, taking the state's
+DeepSpeed model (and optimizer) for the engine's, whatever their keys.
+
+Reading never runs code: the model states file is read weights-only with DeepSpeed's own types
+allowed (`fabricx.checkpoint.deepspeed_files`), and the engine's own load goes through the same reader.
+A folder holds this layout when its ``checkpoint/`` folder has a model states file and it has no fabricx
+``meta.json``.
+
+A save is atomic (`fabricx.checkpoint.layouts.staged_folder`): the engine writes into a staging folder
+beside ``<path>``, which rank 0 swaps into place once every rank wrote its files; a save that dies
+midway leaves the previous checkpoint. With ``async_save=True`` the engine's files are written before
+the save returns, the commit in the background.
+
+Example:
+
+```python
+fabric = Fabric(strategy=DeepSpeedStrategy(stage=2), ...)
+fabric.save("ckpt/step_10", {"model": model, "optimizer": optimizer, "step": 10}, layout="deepspeed")
+fabric.load("ckpt/step_10", state)                  # or a folder Lightning's DeepSpeedStrategy wrote
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch.nn import Module
+from torch.optim import Optimizer
+
+from fabricx.checkpoint import atomic
+from fabricx.checkpoint.contents import (
+    claimed_entries,
+    entry_storage_of,
+    is_reserved,
+    reserved_key,
+    split_state,
+    unwrap_object,
+)
+from fabricx.checkpoint.deepspeed_consolidate import META_KEY
+from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file
+from fabricx.checkpoint.layouts import staged_folder
+from fabricx.checkpoint.layouts.single_file import file_contents, split_contents
+from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.storage import is_url
+from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.io import CheckpointIO
+    from fabricx.checkpoint.save_modes import SaveMode
+
+__all__ = ["ENGINE_STATE_KEYS", "LATEST_FILE", "LAYOUT", "RECORD_KEY", "TAG", "DeepSpeedLayout", "read_deepspeed"]
+
+#: The engine's tag folder, as Lightning's DeepSpeedStrategy names it.
+TAG = "checkpoint"
+#: The file naming the newest tag, which DeepSpeed writes beside the tag folder.
+LATEST_FILE = "latest"
+#: The client-state entry holding the engine record (which keys the model and optimizer had).
+RECORD_KEY = reserved_key("deepspeed")
+#: What the engine stores beside the client state in a model states file (DeepSpeed's
+#: ``_common_checkpoint_state``); a state key among these would be overwritten, so a save refuses it.
+ENGINE_STATE_KEYS = frozenset(
+    {
+        "module",
+        "buffer_names",
+        "optimizer",
+        "param_shapes",
+        "frozen_param_shapes",
+        "shared_params",
+        "frozen_param_fragments",
+        "lr_scheduler",
+        "data_sampler",
+        "random_ltd",
+        "sparse_tensor_module_names",
+        "skipped_steps",
+        "global_steps",
+        "global_samples",
+        "dp_world_size",
+        "mp_world_size",
+        "ds_config",
+        "ds_version",
+        "checkpoint_parallel_dimensions",
+        "universal_checkpoint_info",
+    }
+)
+#: The model's and optimizer's keys assumed for a folder that does not name them (Lightning's), until
+#: `DeepSpeedLayout.match_state` finds them in the state loaded into.
+_ROLE_MODEL, _ROLE_OPTIMIZER = "model", "optimizer"
+_MODEL_FILES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")
+#: What DeepSpeed writes at the top of its folder (the last two: its recovery scripts).
+_OWN_NAMES = frozenset({TAG, LATEST_FILE, "zero_to_fp32.py", "zero_to_torch.py"})
+
+
+def _is_deepspeed_folder(folder: Path) -> bool:
+    tag = folder / TAG
+    if (folder / staged_folder.FABRICX_META).exists() or not tag.is_dir():
+        return False
+    return any((tag / name).is_file() for name in _MODEL_FILES)
+
+
+def _refusal(folder: Path) -> str | None:
+    """Why ``folder`` must not be replaced by a ``"deepspeed"`` save (``None``: it may be)."""
+    if folder.is_file():
+        what = "a file"
+    elif staged_folder.fabricx_directory_there(folder):
+        what = "a fabricx checkpoint directory (meta.json)"
+    elif folder.is_dir():
+        names = sorted(entry.name for entry in folder.iterdir())
+        if not names or set(names) <= _OWN_NAMES:  # empty, a DeepSpeed checkpoint, or what a crashed save left
+            return None
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        what = f"a folder of other files ({shown}), which the save would replace,"
+    else:
+        return None
+    return f"Cannot save layout='deepspeed' to {folder}: {what} is there. Remove it or save to another path."
+
+
+def _engine_record(host: CheckpointHost, state: dict[str, Any], filter: Any) -> tuple[dict[str, Any], Any]:
+    """(the state's engine entries, its storage), checked before anything is written."""
+    storage = entry_storage_of(host)
+    if storage is None or storage.engine_folder_layout != "deepspeed":
+        raise CheckpointError(
+            f"layout='deepspeed' writes a DeepSpeed engine's own checkpoint files; {type(host).__name__} has no "
+            "DeepSpeed engine. Save with DeepSpeedStrategy, or without layout= (or layout='dcp' for shards)."
+        )
+    claimed = claimed_entries(storage, state)
+    if not any(isinstance(unwrap_object(obj), Module) for obj in claimed.values()):
+        raise CheckpointError(
+            "Could not find a DeepSpeed model in the state to save with layout='deepspeed'; put the model set up by "
+            "fabric.setup() in it: fabric.save(path, {'model': model, 'optimizer': optimizer, ...})."
+        )
+    storage.check_filter(list(claimed), dict(filter) if filter else None)
+    return claimed, storage
+
+
+def _client_state(
+    host: CheckpointHost, path: Path, others: dict[str, Any], filter: Mapping[str, Callable] | None, record: Any
+) -> dict[str, Any]:
+    """This rank's client state: on rank 0 a single file's contents (every rank's per-rank entries), on the
+    others their own view (what Lightning stores in a ZeRO-3 rank's own model states file)."""
+    clash = sorted(key for key in others if key in ENGINE_STATE_KEYS)
+    if clash:
+        raise CheckpointError(
+            f"Cannot save {clash} with layout='deepspeed': DeepSpeed stores its own engine state under those keys "
+            "in the same file, so they would not come back. Rename those entries."
+        )
+    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in others} or None
+    shared, per_rank = split_state(host, others, plain_filter)
+    shared[RECORD_KEY] = record
+    reserved = [key for key in shared if is_reserved(key)]
+    contents = file_contents(host, path / TAG, shared, per_rank, reserved, rank_view=True)
+    assert contents is not None  # rank_view: every rank gets its own
+    return contents
+
+
+def save_deepspeed(
+    host: CheckpointHost,
+    path: str,
+    state: dict[str, Any],
+    filter: Mapping[str, Callable] | None,
+    mode: SaveMode,
+) -> AsyncSave | None:
+    """Every rank: write ``state`` at ``path`` as the DeepSpeed engine's own checkpoint folder, atomically;
+    the handle of an async save.
+
+    Example:
+
+    ```python
+    save_deepspeed(fabric.strategy, "ckpt", {"model": model, "optimizer": optimizer, "step": 3}, None, mode)
+    ```
+    """
+    if is_url(path):
+        raise CheckpointError(f"layout='deepspeed' writes local folders; {path} is a URL. Save without layout= there.")
+    folder = Path(path)
+    claimed, storage = _engine_record(host, state, filter)
+    record = storage.record(claimed)
+    models = dict(record.get("models") or {})
+    if len(models) != 1:
+        raise CheckpointError(
+            f"layout='deepspeed' saves one DeepSpeed model per checkpoint, as Lightning's DeepSpeedStrategy does; "
+            f"the state holds {sorted(models)}. Save each model to its own path, or save without layout= for a "
+            "checkpoint directory that holds them all."
+        )
+    # The engine writes rigid ZeRO shards in this layout (see `save_engine_folder`), as Lightning's config does.
+    record = {
+        **record,
+        "elastic_checkpoint": False,
+        "folder": ".",
+        "models": {k: {**v, "tag": TAG} for k, v in models.items()},
+    }
+    others = {key: obj for key, obj in state.items() if key not in claimed}
+    client = _client_state(host, folder, others, filter, record)
+    staging = staged_folder.open_staging(host, folder, _is_deepspeed_folder, _refusal)
+    try:
+        storage.save_engine_folder(staging, claimed, client, TAG)  # every rank: the engine's own files
+    except BaseException:
+        if host.is_global_zero:
+            atomic.abort_directory(staging)
+        raise
+
+    def job() -> None:
+        error: BaseException | None = None
+        if host.is_global_zero:
+            try:
+                staged_folder.commit_staging(staging, folder, None)
+            except Exception as failure:
+                error = failure
+        mode.share_outcome(host, error)
+
+    return mode.run(path, job)
+
+
+def _model_file(tag_dir: Path) -> Path:
+    for name in _MODEL_FILES:
+        if (tag_dir / name).is_file():
+            return tag_dir / name
+    raise CheckpointError(f"{tag_dir} holds no DeepSpeed model states file ({' or '.join(_MODEL_FILES)}).")
+
+
+def _foreign_record(tag_dir: Path, engine_state: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine record of a folder that names no keys (Lightning's): the model and optimizer by their roles."""
+    config = engine_state.get("ds_config")
+    zero = config.get("zero_optimization") if isinstance(config, Mapping) else None
+    zero = zero if isinstance(zero, Mapping) else {}
+    stage = zero.get("stage", 0)
+    stage = stage if isinstance(stage, int) and not isinstance(stage, bool) else 0
+    has_optimizer = engine_state.get("optimizer") is not None or any(tag_dir.glob("*optim_states.pt"))
+    return {
+        "zero_stage": stage,
+        "elastic_checkpoint": stage in (1, 2) and zero.get("elastic_checkpoint") is True,
+        "folder": ".",
+        "models": {_ROLE_MODEL: {"optimizer": _ROLE_OPTIMIZER if has_optimizer else None, "tag": TAG}},
+        "named_by_role": True,
+    }
+
+
+def _saved_world_size(file: Path, engine_state: Mapping[str, Any]) -> int:
+    sizes = [engine_state.get(key, 1) for key in ("dp_world_size", "mp_world_size")]
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes):
+        raise CheckpointError(f"{file} is damaged: its world sizes are {sizes!r}, expected ints >= 1.")
+    return sizes[0] * sizes[1]
+
+
+def read_deepspeed(folder: Path, rank: int) -> LoadedCheckpoint:
+    """Rank ``rank``'s view of a ``"deepspeed"`` folder (fabricx's or Lightning's), without running code.
+
+    The engine's entries are described by a ``deepspeed`` record whose engine folder is the checkpoint
+    itself (tag ``checkpoint``), so the DeepSpeed strategy restores them through its engine and any other
+    reads the model in full.
+
+    Example:
+
+    ```python
+    loaded = read_deepspeed(Path("lightning_ckpt"), rank=0)
+    loaded.meta["extra_meta"]["deepspeed"]["models"]  # {"model": {"optimizer": "optimizer", "tag": "checkpoint"}}
+    ```
+    """
+    tag_dir = check_engine_folder(folder / TAG)
+    file = _model_file(tag_dir)
+    contents = load_engine_file(file)
+    if not isinstance(contents, dict):
+        raise CheckpointError(f"{file} holds a {type(contents).__name__}; a DeepSpeed model states file holds a dict.")
+    engine_state = {key: contents.pop(key) for key in ENGINE_STATE_KEYS if key in contents}
+    record = contents.pop(RECORD_KEY, None)
+    shared, per_rank, file_meta = split_contents(file, contents, rank)
+    if record is None:
+        record, world_size = _foreign_record(tag_dir, engine_state), _saved_world_size(file, engine_state)
+    elif isinstance(record, dict) and isinstance(record.get("models"), dict):
+        world_size = file_meta["world_size"]
+    else:
+        raise CheckpointError(f"{file} is damaged: its {RECORD_KEY!r} entry is {record!r:.200}.")
+    meta = {"world_size": world_size, "layout": "deepspeed", "extra_meta": {META_KEY: record}}
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=folder)
+
+
+def _live_key(candidates: Mapping[str, Any], kind: type, role: str) -> str:
+    found = [key for key, obj in candidates.items() if isinstance(unwrap_object(obj), kind)]
+    return found[0] if len(found) == 1 else role
+
+
+class DeepSpeedLayout:
+    """The `fabricx.checkpoint.layouts.Layout` of DeepSpeed engine checkpoint folders (Lightning's layout)."""
+
+    def save(
+        self,
+        host: CheckpointHost,
+        path: str,
+        state: dict[str, Any],
+        filter: Mapping[str, Callable] | None,
+        mode: SaveMode,
+    ) -> AsyncSave | None:
+        return save_deepspeed(host, path, state, filter, mode)
+
+    def holds(self, path: str) -> bool:
+        return not is_url(path) and staged_folder.committed_folder(Path(path), _is_deepspeed_folder) is not None
+
+    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
+        found = staged_folder.committed_folder(Path(path), _is_deepspeed_folder)
+        if found is None:
+            raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
+        # The engine reads its files by name later: the pin tells whether a save replaced the folder meanwhile.
+        pin = atomic.DirectoryPin(found)
+        try:
+            loaded = read_deepspeed(found, rank)
+        except BaseException:
+            pin.close()
+            raise
+        loaded.pin = pin
+        return loaded
+
+    def match_state(self, loaded: LoadedCheckpoint, host: CheckpointHost, state: dict[str, Any]) -> None:
+        """A folder that names no keys (Lightning's) holds the state's DeepSpeed model and its optimizer:
+        the record takes their keys (the entries the strategy claims, else the state's one model and one
+        optimizer), as Lightning's load finds the engine whatever its key."""
+        record = loaded.meta["extra_meta"][META_KEY]
+        if not record.pop("named_by_role", False):
+            return
+        claimed = claimed_entries(entry_storage_of(host), state)
+        candidates = claimed or state
+        entry = dict(record["models"][_ROLE_MODEL])
+        if entry.get("optimizer") is not None:
+            entry["optimizer"] = _live_key(candidates, Optimizer, _ROLE_OPTIMIZER)
+        record["models"] = {_live_key(candidates, Module, _ROLE_MODEL): entry}
+
+
+LAYOUT = DeepSpeedLayout()
