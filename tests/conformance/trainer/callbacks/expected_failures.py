@@ -26,10 +26,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_pl_csv.py::test_manual_versioning_file_exists": (
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
     ),
-    "test_pl_tensorboard.py::test_tensorboard_log_graph[example_input_array1]": (
-        "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
-        "Lightning's LightningModule answers None while TorchScript/tracing inspects it"
-    ),
     # -- Tuner ----------------------------------------------------------------------------------------
     "test_pl_lr_finder.py::test_trainer_reset_correctly": _FIT_LOOP,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]": _THROWAWAY,
