@@ -97,6 +97,17 @@ class TensorBoardLogger(VersionedFolder, Logger):
         self.hparams: dict[str, Any] = {}
 
     @property
+    def logs_graph(self) -> bool:
+        """Whether a Trainer logs the module's graph here when fit starts (the constructor's ``log_graph``).
+
+        Example:
+            ```python
+            assert TensorBoardLogger("logs", log_graph=True).logs_graph
+            ```
+        """
+        return self._log_graph
+
+    @property
     def sub_dir(self) -> str | None:
         return self._sub_dir
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 import torch
@@ -78,9 +79,23 @@ def export_onnx(
         module.train(mode)
 
 
+def log_graph_to_loggers(module: TrainModule, loggers: Iterable[Any]) -> None:
+    """The module's graph to each logger that asks for it (``TensorBoardLogger(log_graph=True)``), traced from
+    `example_input_array` on the module's device, as Lightning's Trainer does when fit starts (a logger warns
+    when the module has no example input)."""
+    asking = [logger for logger in loggers if getattr(logger, "logs_graph", False)]
+    if not asking:
+        return
+    example = module.example_input_array
+    if example is not None:
+        example = example_on_device(module, example)
+    for logger in asking:
+        logger.log_graph(module, example)
+
+
 def _path_or_file(file_path: Any) -> Any:  # torch's annotations say str, but files work
     # A path as a string; an open file (``io.BytesIO``) as it is.
     return os.fspath(file_path) if isinstance(file_path, os.PathLike) else file_path
 
 
-__all__ = ["compile_torchscript", "example_on_device", "export_onnx"]
+__all__ = ["compile_torchscript", "example_on_device", "export_onnx", "log_graph_to_loggers"]

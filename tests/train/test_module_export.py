@@ -4,6 +4,7 @@ LightningModule is: TorchScript reads every attribute of a module, and `trainer`
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 import torch
@@ -94,3 +95,33 @@ def test_tensorboard_log_graph_of_a_train_module(tmp_path):
     events = EventAccumulator(logger.log_dir)
     events.Reload()
     assert events.Graph() is not None
+
+
+@pytest.mark.parametrize("log_graph", [True, False])
+def test_the_trainer_logs_the_graph_when_the_tensorboard_logger_asks(tmp_path, log_graph):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Trained(Outer):
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            return self(x).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    model = Trained()
+    model.example_input_array = torch.randn(2, 4)
+    logger = TensorBoardLogger(tmp_path, log_graph=log_graph)
+    assert logger.logs_graph is log_graph
+    trainer = Trainer(
+        accelerator="cpu", logger=logger, max_steps=1, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+    graph = False
+    if os.path.isdir(logger.log_dir):  # nothing else is logged in one step: without the graph, no file at all
+        events = EventAccumulator(logger.log_dir)
+        events.Reload()
+        graph = bool(events.Tags()["graph"])
+    assert graph is log_graph
