@@ -8,6 +8,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
+from fabricx.train.current_hook import call_hook
 from fabricx.utilities.jit import jit_inspection
 
 if TYPE_CHECKING:
@@ -16,9 +17,9 @@ if TYPE_CHECKING:
 
 def example_on_device(module: TrainModule, example: Any) -> Any:
     """``example`` through the module's batch-transfer hooks onto its device, as Lightning moves an export's input."""
-    batch = module.on_before_batch_transfer(example, 0)
-    batch = module.transfer_batch_to_device(batch, module.device, 0)
-    return module.on_after_batch_transfer(batch, 0)
+    batch = call_hook(module, "on_before_batch_transfer", module.on_before_batch_transfer, example, 0)
+    batch = call_hook(module, "transfer_batch_to_device", module.transfer_batch_to_device, batch, module.device, 0)
+    return call_hook(module, "on_after_batch_transfer", module.on_after_batch_transfer, batch, 0)
 
 
 @torch.no_grad()
