@@ -16,12 +16,12 @@ from torch.optim import Optimizer
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.precision.precision import Precision
 from fabricx.utilities.apply import move_data_to_device
-from fabricx.utilities.types import LRSchedulerConfig
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.contents import EntryStorage
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.strategies.launchers.launcher import Launcher
+    from fabricx.utilities.types import LRSchedulerConfig  # type only: `import fabricx` does not load the types
 
 
 class ManualStepSync(Protocol):
