@@ -22,6 +22,7 @@ from fabricx.loggers.utils import (
     write_hparams_yaml,
 )
 from fabricx.utilities.imports import lazy_import
+from fabricx.utilities.jit import jit_inspection
 from fabricx.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 HPARAMS_FILE = "hparams.yaml"
@@ -96,6 +97,17 @@ class TensorBoardLogger(VersionedFolder, Logger):
         self.hparams: dict[str, Any] = {}
 
     @property
+    def logs_graph(self) -> bool:
+        """Whether a Trainer logs the module's graph here when fit starts (the constructor's ``log_graph``).
+
+        Example:
+            ```python
+            assert TensorBoardLogger("logs", log_graph=True).logs_graph
+            ```
+        """
+        return self._log_graph
+
+    @property
     def sub_dir(self) -> str | None:
         return self._sub_dir
 
@@ -163,9 +175,10 @@ class TensorBoardLogger(VersionedFolder, Logger):
                 " representing the positional arguments to the model's `forward()` implementation."
             )
         else:
-            # Traced through a plain wrapper: tracing reads every attribute of the top module, and a
-            # TrainModule's `trainer`/`fabric` refuse to be read outside a run.
-            self.experiment.add_graph(_GraphRoot(model), input_array)
+            # Tracing reads every attribute of the module (and its submodules); a TrainModule's `trainer` and
+            # `fabric` refuse to be read outside a run except while TorchScript inspects it.
+            with jit_inspection():
+                self.experiment.add_graph(model, input_array)
 
     @rank_zero_only
     def save(self) -> None:
@@ -188,15 +201,6 @@ class TensorBoardLogger(VersionedFolder, Logger):
         state = self.__dict__.copy()
         state["_experiment"] = None
         return state
-
-
-class _GraphRoot(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args: Any) -> Any:
-        return self.model(*args)
 
 
 def _hparam_value(value: Any) -> Any:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.contents import EntryStorage
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.strategies.launchers.launcher import Launcher
+    from fabricx.utilities.types import LRSchedulerConfig  # type only: `import fabricx` does not load the types
 
 
 class ManualStepSync(Protocol):
@@ -35,6 +36,19 @@ class ManualStepSync(Protocol):
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None: ...
 
     def step_body_done(self) -> None: ...
+
+
+class RunOptimizers(Protocol):
+    """What sets a Trainer's optimizers up: its ``run_context`` (`fabricx.train.run_context.RunContext`)."""
+
+    def setup_optimizers(self) -> None: ...
+
+
+class OptimizerHost(Protocol):
+    """What `Strategy.setup_optimizers` is handed: a `fabricx.train.Trainer`."""
+
+    @property
+    def run_context(self) -> RunOptimizers: ...
 
 
 class Strategy(ABC):
@@ -66,6 +80,11 @@ class Strategy(ABC):
         self._precision = precision
         self._launcher: Launcher | None = None
         self._checkpoint_io: CheckpointIO | None = None
+        #: The optimizers a `fabricx.train.Trainer` runs (its `optimizers`, the same list; empty under a plain
+        #: Fabric, whose `setup` hands the optimizers back instead). Set by `setup_optimizers()`.
+        self.optimizers: list[Optimizer] = []
+        #: The LR schedulers of those optimizers and when they step (the Trainer's `lr_scheduler_configs`).
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
 
     # -- objects handed in by the connector -------------------------------------------------
     @property
@@ -153,6 +172,26 @@ class Strategy(ABC):
         module = self.setup_module(module)
         optimizers = [self.setup_optimizer(optimizer) for optimizer in optimizers]
         return module, optimizers, scheduler
+
+    def setup_optimizers(self, trainer: OptimizerHost) -> None:
+        """The optimizers and LR schedulers of the module ``trainer`` runs, created anew by its
+        ``configure_optimizers`` and set up on the trainer's Fabric (Lightning's ``Strategy.setup_optimizers``):
+        `optimizers` and `lr_scheduler_configs`, the trainer's too, are then the new ones, and training steps them.
+
+        The Trainer sets the optimizers up itself when fit starts; call this from a hook to start over with new
+        ones, e.g. after unfreezing layers. The new optimizer steps from the next batch on; called inside an epoch,
+        schedulers of an interval the old ones lacked (``"step"``, ``"epoch"``) start stepping with the next epoch.
+
+        Example:
+            ```python
+            class Unfreeze(Callback):
+                def on_train_epoch_start(self, trainer, module):
+                    if trainer.current_epoch == 2:
+                        module.backbone.requires_grad_(True)
+                        trainer.strategy.setup_optimizers(trainer)
+            ```
+        """
+        trainer.run_context.setup_optimizers()
 
     def setup_module(self, module: Module) -> Module:
         """Wrap the module for this strategy (DDP, FSDP, ...); the identity on one device."""

@@ -219,7 +219,8 @@ def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...
 
     state = checkpoint_state(trainer)
     not_restored = ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters")
-    for key in (*not_restored, *restored, ckpt.datamodule_key(trainer)):
+    datamodule_entry = ckpt.datamodule_key(trainer)  # None without a DataModule
+    for key in (*not_restored, *restored, *((datamodule_entry,) if datamodule_entry is not None else ())):
         state.pop(key, None)  # they come back to the hooks as they are in the file
     state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)  # where files of earlier fabricx versions hold it
     progress, loops = state[PROGRESS_KEY], state["loops"]

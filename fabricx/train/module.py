@@ -7,7 +7,7 @@ import copy
 import inspect
 import os
 from collections.abc import Generator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -16,6 +16,7 @@ from fabricx.train.hparams import AttributeDict, collect_init_arguments
 from fabricx.train.module_hooks import ModuleHooks
 from fabricx.train.module_logging import is_metric_collection, log_through_fabric, record
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.jit import jit_inspecting
 
 _Module = TypeVar("_Module", bound="TrainModule")
 
@@ -53,6 +54,12 @@ class TrainModule(ModuleHooks, nn.Module):
         ```
     """
 
+    # What TorchScript must not compile (its properties, which describe the run, not the computation).
+    __jit_unused_properties__: list[str] = [
+        *("trainer", "fabric", "device", "dtype", "on_gpu", "global_step", "current_epoch", "global_rank"),
+        *("local_rank", "logger", "loggers", "hparams", "hparams_initial", "example_input_array"),
+    ]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Kept out of nn.Module's registries: the trainer is not a sub-module.
@@ -69,6 +76,8 @@ class TrainModule(ModuleHooks, nn.Module):
         """The Trainer running this module (an error when none is)."""
         trainer = self.__dict__.get("_trainer")
         if trainer is None:
+            if jit_inspecting():  # TorchScript reads every attribute; Lightning's module answers None then
+                return None  # type: ignore[return-value]
             raise FabricxError(
                 f"{type(self).__qualname__} is not attached to a `Trainer`. Pass it to Trainer.fit/validate/test/"
                 "predict; self.trainer exists only while one of them runs (or assign model.trainer = trainer)."
@@ -94,6 +103,8 @@ class TrainModule(ModuleHooks, nn.Module):
             ```
         """
         fabric = self._plain_fabric()
+        if fabric is None and self.__dict__.get("_trainer") is None and jit_inspecting():
+            return None  # type: ignore[return-value]
         return fabric if fabric is not None else self.trainer.fabric
 
     @fabric.setter
@@ -439,38 +450,32 @@ class TrainModule(ModuleHooks, nn.Module):
     #: Whether ``load_state_dict`` on checkpoint load is strict (Lightning's ``strict_loading``).
     strict_loading: bool = True
 
-    def to_torchscript(self, file_path: str | os.PathLike | None = None, method: str = "script", **kwargs: Any) -> Any:
-        """The module compiled by TorchScript (``method="script"`` or ``"trace"`` with ``example_inputs``)."""
-        mode = self.training
-        self.eval()
-        try:
-            if method == "script":
-                compiled = torch.jit.script(self, **kwargs)
-            elif method == "trace":
-                example = kwargs.pop("example_inputs", None)
-                example = self.example_input_array if example is None else example
-                if example is None:
-                    raise FabricxError("to_torchscript(method='trace') needs example_inputs or example_input_array.")
-                compiled = torch.jit.trace(self, example_inputs=example, **kwargs)
-            else:
-                raise MisconfigurationError(f"to_torchscript(method={method!r}); allowed are 'script' and 'trace'.")
-        finally:
-            self.train(mode)
-        if file_path is not None:
-            torch.jit.save(compiled, os.fspath(file_path))
-        return compiled
+    def to_torchscript(
+        self,
+        file_path: str | os.PathLike | IO[bytes] | None = None,
+        method: str | None = "script",
+        example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The module compiled by TorchScript in eval mode (``method="script"``, or ``"trace"`` with
+        ``example_inputs`` or `example_input_array`), saved to ``file_path`` when given.
 
-    def to_onnx(self, file_path: str | os.PathLike, input_sample: Any = None, **kwargs: Any) -> None:
+        Example:
+            ```python
+            scripted = model.to_torchscript("model.pt")
+            ```
+        """
+        from fabricx.train.module_export import compile_torchscript
+
+        return compile_torchscript(self, file_path, method, example_inputs, kwargs)
+
+    def to_onnx(
+        self, file_path: str | os.PathLike | IO[bytes] | None = None, input_sample: Any = None, **kwargs: Any
+    ) -> Any:
         """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
-        sample = self.example_input_array if input_sample is None else input_sample
-        if sample is None:
-            raise FabricxError("to_onnx needs input_sample or self.example_input_array.")
-        mode = self.training
-        self.eval()
-        try:
-            torch.onnx.export(self, sample, os.fspath(file_path), **kwargs)
-        finally:
-            self.train(mode)
+        from fabricx.train.module_export import export_onnx
+
+        return export_onnx(self, file_path, input_sample, kwargs)
 
     def configure_sharded_model(self) -> None:
         """Lightning's older name of `configure_model()`."""

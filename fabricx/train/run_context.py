@@ -117,13 +117,46 @@ class RunContext:
 
     def setup_for_fit(self, module: TrainModule) -> None:
         """``configure_optimizers``, checked as Lightning checks it, and the module and optimizers set up."""
+        optimizers, configs = self._configured_optimizers(module)
+        wrapped = self.wrapped.get(id(module))
+        if wrapped is None:
+            set_up = self.fabric.setup(module, *optimizers)
+            self.model = self.wrapped[id(module)] = set_up[0]
+            self._use_optimizers(list(set_up[1:]), configs)
+        else:
+            self.model = wrapped
+            self._use_optimizers(self._set_up_optimizers(optimizers), configs)
+        self._step_fns = {}
+
+    def setup_optimizers(self) -> None:
+        """The set-up module's optimizers and schedulers made anew by its ``configure_optimizers`` and set up on the
+        Fabric; the training step steps them from its next call (``trainer.strategy.setup_optimizers(trainer)``).
+
+        Example:
+            ```python
+            trainer.run_context.setup_optimizers()  # what trainer.strategy.setup_optimizers(trainer) does
+            ```
+        """
+        module, steps = self.module, self.steps
+        if module is None or self.model is None:
+            raise FabricxError(
+                "setup_optimizers() needs the module a Trainer has set up: call trainer.strategy.setup_optimizers("
+                "trainer) from a hook of a running fit (on_fit_start or later); the Trainer sets the optimizers "
+                "up itself when fit starts."
+            )
+        optimizers, configs = self._configured_optimizers(module)
+        self._use_optimizers(self._set_up_optimizers(optimizers), configs)
+        assert steps is not None, "the Trainer gives its context the training steps when it builds it"
+        steps.build()  # the schedulers stepped per step and per epoch, from the new configurations
+
+    def _configured_optimizers(self, module: TrainModule) -> tuple[list[Any], list[SchedulerConfig]]:
         if "optimizer_idx" in inspect.signature(module.training_step).parameters:
             raise FabricxError(
                 "Training with multiple optimizers is only supported with manual optimization. Remove the "
                 "`optimizer_idx` argument from `training_step`, set `self.automatic_optimization = False` and "
                 "access your optimizers in `training_step` with `opt1, opt2, ... = self.optimizers()`."
             )
-        optimizers, self.scheduler_configs = parse_optimizers(
+        optimizers, configs = parse_optimizers(
             call_hook(module, "configure_optimizers", module.configure_optimizers),
             manual=not self.automatic,
             custom_scheduler_step=is_overridden("lr_scheduler_step", module),
@@ -135,19 +168,21 @@ class RunContext:
                 "one. Set self.automatic_optimization = False in __init__ and step them in training_step "
                 "(opt_a, opt_b = self.optimizers(); self.manual_backward(loss); opt_a.step())."
             )
-        wrapped = self.wrapped.get(id(module))
-        if wrapped is None:
-            set_up = self.fabric.setup(module, *optimizers)
-            self.model = self.wrapped[id(module)] = set_up[0]
-            self.optimizers = list(set_up[1:])
-        else:
-            self.model = wrapped
-            set_up = self.fabric.setup_optimizers(*optimizers)
-            self.optimizers = list(set_up) if isinstance(set_up, tuple) else [set_up]
+        return optimizers, configs
+
+    def _set_up_optimizers(self, optimizers: list[Any]) -> list[Any]:
+        """Optimizers of the already set-up model, set up on the Fabric."""
+        set_up = self.fabric.setup_optimizers(*optimizers)
+        return list(set_up) if isinstance(set_up, tuple) else [set_up]
+
+    def _use_optimizers(self, optimizers: list[Any], configs: list[SchedulerConfig]) -> None:
+        """The optimizers and schedulers of this run, the strategy's too (Lightning's strategy holds them)."""
+        self.optimizers, self.scheduler_configs = optimizers, configs
         steps = self.steps
         assert steps is not None, "the Trainer gives its context the training steps when it builds it"
-        self.module_optimizers = [TrainerOptimizer(opt, steps, i) for i, opt in enumerate(self.optimizers)]
-        self._step_fns = {}
+        self.module_optimizers = [TrainerOptimizer(opt, steps, i) for i, opt in enumerate(optimizers)]
+        strategy = self.fabric.strategy
+        strategy.optimizers, strategy.lr_scheduler_configs = optimizers, configs
 
     def step_function(self, name: str) -> Any:
         """The set-up model's ``name`` step (``training_step``, ...), profiled when a profiler is given."""

@@ -30,6 +30,7 @@ from fabricx.train.logging_result import ResultCollection
 from fabricx.train.loop_checks import check_loop_configuration
 from fabricx.train.loop_objects import EvaluationLoop, PredictionLoop
 from fabricx.train.module import TrainModule
+from fabricx.train.module_export import log_graph_to_loggers
 from fabricx.train.progress import Progress
 from fabricx.train.run_context import RunContext
 from fabricx.train.spawn_transport import TrainerFabric, apply_spawn_result, is_spawn_result, spawn_result
@@ -571,16 +572,16 @@ class Trainer(TrainerProperties):
     # -- loggers and the end of a run --------------------------------------------------------------------------
     def _log_hyperparams(self) -> None:
         module, datamodule = self._run.module, self._run.datamodule
-        if not self.enable_autolog_hparams or not isinstance(module, TrainModule):
+        if not self.enable_autolog_hparams or not isinstance(module, TrainModule) or not self._fabric.is_global_zero:
             return
-        if not module.__dict__.get("_log_hyperparams", True):
-            return
-        hparams = dict(module.hparams)
-        if datamodule is not None and getattr(datamodule, "hparams", None):
-            hparams.update(datamodule.hparams)
-        if hparams and self._fabric.is_global_zero:
-            for logger in self._loggers:
-                logger.log_hyperparams(hparams)
+        if module.__dict__.get("_log_hyperparams", True):
+            hparams = dict(module.hparams)
+            if datamodule is not None and getattr(datamodule, "hparams", None):
+                hparams.update(datamodule.hparams)
+            if hparams:
+                for logger in self._loggers:
+                    logger.log_hyperparams(hparams)
+        log_graph_to_loggers(module, self._loggers)  # as Lightning, after the hyperparameters
 
     def _finalize_loggers(self, status: str) -> None:
         if self._fabric.is_global_zero:

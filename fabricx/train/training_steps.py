@@ -79,7 +79,6 @@ class TrainingSteps:
         before_zero_module = hooks.module_hook("on_before_zero_grad")
         zero_grad_hook = module.optimizer_zero_grad
         optimizer_step_hook = module.optimizer_step
-        optimizer = run.module_optimizers[0]
         # Without backward hooks (or a profiler to time it), the backward is the Fabric's own.
         plain_backward = self._backward_hooks_for(hooks) == ((), None, None, (), None) and not run.profiling
         backward = run.fabric.backward if plain_backward else self.backward
@@ -90,6 +89,7 @@ class TrainingSteps:
 
         def automatic_step(batch: Any, batch_idx: int, boundary: bool) -> dict[str, Any]:
             reported: dict[str, Any] | None = None
+            optimizer = run.module_optimizers[0]  # read each step: strategy.setup_optimizers may replace it
 
             def closure() -> Any:
                 nonlocal reported

@@ -7,10 +7,10 @@ own Trainer in both directions.
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import lightning as L
 from fabricx.train import DataModule, Trainer, TrainModule
 
 

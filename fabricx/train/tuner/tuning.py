@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.tuner.attributes import lightning_getattr, lightning_hasattr, lightning_setattr
@@ -111,7 +113,7 @@ class Tuner:
             max_trials=max_trials,
             max_val=max_val,
         )
-        with weights_restored(model):
+        with weights_restored(model), self._attached_after(model, datamodule):
             new_size, _ = search.adjust(value=init_val)
             new_size = search.power(new_size) if mode == "power" else search.binsearch(new_size, margin)
         log.info(f"Finished batch size finder, will continue with full run using batch size {new_size}")
@@ -150,7 +152,7 @@ class Tuner:
         finder = LRFinder(mode, min_lr, max_lr, num_training)
         callback = LRSearch(finder, early_stop_threshold)
         trainer = search_trainer(self._trainer, callbacks=[callback], max_steps=num_training, limit_val_batches=0)
-        with weights_restored(model):
+        with weights_restored(model), self._attached_after(model, datamodule):
             trainer.fit(model, train_dataloaders, val_dataloaders, datamodule=datamodule)
         if trainer.global_step != num_training:
             log.info(f"LR finder stopped early after {trainer.global_step} steps due to diverging loss.")
@@ -161,6 +163,17 @@ class Tuner:
                 lightning_setattr(model, attr_name, lr)
                 log.info(f"Learning rate set to {lr}")
         return finder
+
+    @contextmanager
+    def _attached_after(self, model: TrainModule, datamodule: Any) -> Iterator[None]:
+        """The module (and datamodule) attached to this Tuner's Trainer after a search, as after Lightning's,
+        which searches on that Trainer (the trials attach them to throwaway ones)."""
+        try:
+            yield
+        finally:
+            model.trainer = self._trainer
+            if datamodule is not None and hasattr(datamodule, "trainer"):
+                datamodule.trainer = self._trainer
 
 
 def _refuse_several_loaders(model: Any, datamodule: Any, prefix: str) -> None:

@@ -9,10 +9,6 @@ _THROWAWAY = (
     "DIFF: the Tuner runs its trials on a throwaway Trainer, so the user's Trainer has not set up the data "
     "afterwards (`trainer.train_dataloader` / `trainer.datamodule` stay None until the next fit)"
 )
-_FIT_LOOP = (
-    "TRAINER GAP (issue 28, strategy): the Tuner's reset check calls `trainer.strategy.setup_optimizers`, which "
-    "fabricx's strategies lack (the Trainer sets optimizers up through its Fabric)"
-)
 
 EXPECTED_FAILURES: dict[str, str] = {
     # -- EarlyStopping --------------------------------------------------------------------------------
@@ -26,12 +22,7 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_pl_csv.py::test_manual_versioning_file_exists": (
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
     ),
-    "test_pl_tensorboard.py::test_tensorboard_log_graph[example_input_array1]": (
-        "TRAINER GAP (module): tracing a TrainModule reads its `trainer` property, which raises outside a run; "
-        "Lightning's LightningModule answers None while TorchScript/tracing inspects it"
-    ),
     # -- Tuner ----------------------------------------------------------------------------------------
-    "test_pl_lr_finder.py::test_trainer_reset_correctly": _FIT_LOOP,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]": _THROWAWAY,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2-2]": _THROWAWAY,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[None-2]": _THROWAWAY,
