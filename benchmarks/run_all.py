@@ -4,7 +4,8 @@ Each benchmark module exposes ``measure(**sizes) -> dict``; keys named ``ratio``
 ``_ratio`` are times (or bytes) relative to plain PyTorch measured in the same run, so 1.0 means
 "as fast as plain PyTorch" and lower is better. A module that is not there yet is skipped with a note.
 
-Run: ``python -m benchmarks [--quick] [--only NAME ...] [--out DIR] [--no-docs] [--render JSON]``
+Run: ``python -m benchmarks [--quick] [--only NAME ... [--update]] [--out DIR] [--no-docs] [--render JSON]``
+(``--update``: the named benchmarks re-run, their figures put into the full run's results in place of the old)
 """
 
 from __future__ import annotations
@@ -295,6 +296,9 @@ def write_markdown(report: dict[str, Any], chart_name: str, path: Path) -> None:
         f"{' (quick sizes)' if report['quick'] else ''}"
         + "".join(f", {name} {version}" for name, version in info.get("peers", {}).items())
         + ".",
+        *[f"Re-run since: {', '.join(update['names'])} at {update['date']}" + (
+            f" (load average {_format(update['load_average'])} at the start)." if update.get("load_average") else "."
+        ) for update in report.get("updated", [])],
         "",
         "## fabricx, Lightning and Accelerate against plain PyTorch",
         "",
@@ -327,7 +331,8 @@ def write_markdown(report: dict[str, Any], chart_name: str, path: Path) -> None:
             continue
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {_readable(key)} | {_format(value)} |" for key, value in _flatten(record["result"]).items()]
-        lines.append(f"\nSizes: `{json.dumps(record.get('kwargs', {}))}`; took {record['seconds']} s.")
+        measured = f" (measured {record['measured_at']})" if record.get("measured_at") else ""
+        lines.append(f"\nSizes: `{json.dumps(record.get('kwargs', {}))}`; took {record['seconds']} s{measured}.")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
@@ -348,6 +353,7 @@ def run(
     for bench in selected:
         print(f"[benchmarks] {bench.name} ...", flush=True)
         record = run_one(bench, quick)
+        record["measured_at"] = report["machine"]["date"]
         report["benchmarks"][bench.name] = record
         if record["status"] == "ok":
             shown = {k: round(v, 3) for k, v in ratios({bench.name: record}).items()}
@@ -364,6 +370,25 @@ def run(
     if docs:
         render_docs(report)
     return report
+
+
+def merge_reports(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``base`` (a full run) with the benchmarks of ``update`` (a later run of some of them) in place of its own
+    records; the page then says which were re-run, when, and on how busy a machine.
+
+    Example:
+        ```python
+        report = merge_reports(json.loads(full.read_text()), json.loads(partial.read_text()))
+        ```
+    """
+    if update.get("quick") and not base.get("quick"):
+        raise SystemExit("A --quick run cannot update a full run's figures; run the benchmarks at full size.")
+    merged = {**base, "benchmarks": {**base["benchmarks"], **update["benchmarks"]}}
+    rerun = {"names": list(update["benchmarks"]), "date": update["machine"]["date"],
+             "load_average": update["machine"]["load_average"]}
+    merged["updated"] = [*base.get("updated", []), rerun]
+    merged["ratios"] = ratios(merged["benchmarks"])
+    return merged
 
 
 def render_docs(report: dict[str, Any]) -> None:
@@ -383,9 +408,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--render", type=Path, metavar="JSON", help="only rewrite the chart and docs/benchmarks.md from a results file"
     )
+    parser.add_argument(
+        "--update", action="store_true",
+        help="with --only: put the new figures into benchmarks/results/results.json in place of the old ones",
+    )
     args = parser.parse_args(argv)
     if args.render is not None:
         render_docs(json.loads(args.render.read_text()))
+        return
+    if args.update:
+        if not args.only:
+            raise SystemExit("--update re-runs some benchmarks: name them with --only.")
+        results = ROOT / "benchmarks" / "results" / "results.json"
+        base = json.loads(results.read_text())
+        partial = run(names=args.only, quick=args.quick, out=args.out or ROOT / ".cache" / "benchmarks-update",
+                      docs=False)
+        merged = merge_reports(base, partial)
+        results.write_text(json.dumps(merged, indent=2) + "\n")
+        write_chart(merged["ratios"], results.parent / "ratios.png", merged)
+        if not args.no_docs:
+            render_docs(merged)
         return
     run(names=args.only, quick=args.quick, out=args.out, docs=not args.no_docs)
 

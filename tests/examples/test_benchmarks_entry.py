@@ -170,3 +170,29 @@ def test_gpu_check_exits_non_zero_when_a_part_fails(tmp_path: Path, monkeypatch:
                                    "cases": [{"test": "t::x", "outcome": "failed", "seconds": 0, "detail": "boom"}]}})
     assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--skip", "throughput", "checkpoint"]) == 1
     assert "| `t::x` | failed | boom |" in (tmp_path / "gpu-check.md").read_text()
+
+
+def test_an_update_replaces_the_rerun_benchmarks_and_says_when(tmp_path: Path) -> None:
+    """`python -m benchmarks --only X --update`: X's new figures replace its old ones in the full run's report,
+    the others stay, and the page names what was re-run and when."""
+    from benchmarks import run_all
+
+    machine = {"python": "3", "torch": "2", "cpus": 2}
+
+    def record(ratio: float, when: str) -> dict:
+        return {"title": "T", "status": "ok", "result": {"ratio": ratio}, "seconds": 1.0, "measured_at": when}
+
+    full = {"machine": {**machine, "date": "09:00 UTC", "load_average": 0.5}, "quick": False,
+            "benchmarks": {"a": record(1.5, "09:00 UTC"), "b": record(1.2, "09:00 UTC")}}
+    partial = {"machine": {**machine, "date": "11:00 UTC", "load_average": 0.7}, "quick": False,
+               "benchmarks": {"a": record(1.1, "11:00 UTC")}}
+    merged = run_all.merge_reports(full, partial)
+    assert merged["ratios"] == {"a.ratio": 1.1, "b.ratio": 1.2}
+    assert merged["machine"]["date"] == "09:00 UTC"
+    page = tmp_path / "benchmarks.md"
+    run_all.write_markdown(merged, "chart.png", page)
+    text = page.read_text()
+    assert "Re-run since: a at 11:00 UTC (load average 0.7 at the start)." in text
+    assert "(measured 11:00 UTC)" in text and "(measured 09:00 UTC)" in text
+    with pytest.raises(SystemExit, match="--quick run cannot update"):
+        run_all.merge_reports(full, {**partial, "quick": True})
