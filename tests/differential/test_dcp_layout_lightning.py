@@ -9,15 +9,12 @@ full in one process. Every model and optimizer tensor must come back bit for bit
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from fabricx.environments.local import find_free_port
+from tests.differential._two_ranks import launch_two_ranks
 
 JOB = Path(__file__).with_name("_dcp_layout_job.py")
 # About 40 s on 2 busy cores, most of it importing Lightning in both processes.
@@ -25,27 +22,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300
 
 
 def _launch(out: Path) -> None:
-    base = {key: value for key, value in os.environ.items() if key not in ("FABRICX_GLOBAL_SEED", "PL_GLOBAL_SEED")}
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(find_free_port()), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    base.update(GROUP_RANK="0", NODE_RANK="0")
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(JOB), str(out)],
-            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    for rank, process in enumerate(ranks):
-        try:
-            _, stderr = process.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for other in ranks:
-                other.kill()
-            raise
-        assert process.returncode == 0, f"rank {rank} exited with {process.returncode}:\n{stderr[-4000:]}"
+    launch_two_ranks(JOB, str(out))
 
 
 def test_dcp_layout_is_what_lightning_model_parallel_reads_and_writes(tmp_path: Path) -> None:

@@ -9,16 +9,13 @@ rank's weights, fp32 master partition and Adam state must come back bit for bit,
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from fabricx.checkpoint.layouts.deepspeed import ENGINE_STATE_KEYS
-from fabricx.environments.local import find_free_port
+from tests.differential._two_ranks import launch_two_ranks
 
 pytest.importorskip("deepspeed")
 JOB = Path(__file__).with_name("_deepspeed_layout_job.py")
@@ -27,27 +24,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.deepspeed, pytest.mark.slow, 
 
 
 def _launch(out: Path) -> None:
-    base = {key: value for key, value in os.environ.items() if key not in ("FABRICX_GLOBAL_SEED", "PL_GLOBAL_SEED")}
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(find_free_port()), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    base.update(GROUP_RANK="0", NODE_RANK="0", DS_ACCELERATOR="cpu")
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(JOB), str(out)],
-            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    for rank, process in enumerate(ranks):
-        try:
-            _, stderr = process.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for other in ranks:
-                other.kill()
-            raise
-        assert process.returncode == 0, f"rank {rank} exited with {process.returncode}:\n{stderr[-4000:]}"
+    launch_two_ranks(JOB, str(out), env={"DS_ACCELERATOR": "cpu"})
 
 
 def _files(folder: Path) -> list[str]:
