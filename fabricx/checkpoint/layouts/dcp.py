@@ -47,7 +47,6 @@ import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint import atomic
 from fabricx.checkpoint.contents import (
     checkpoint_io_of,
     claimed_entries,
@@ -125,20 +124,12 @@ def committed_folder(folder: Path) -> Path | None:
 
 def _refusal(folder: Path) -> str | None:
     """Why ``folder`` must not be replaced by a ``"dcp"`` save (``None``: it may be)."""
-    if folder.is_file():
-        what = "a file"
-    elif staged_folder.fabricx_directory_there(folder):
-        what = "a fabricx checkpoint directory (meta.json)"
-    elif folder.is_dir():
-        names = sorted(entry.name for entry in folder.iterdir())
-        dcp_like = [name for name in names if name in (METADATA_FILE, META_FILE) or name.endswith(".distcp")]
-        if not names or dcp_like:  # empty, a DCP checkpoint, or what a crashed in-place save left
-            return None
-        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-        what = f"a folder of other files ({shown}), which the save would replace,"
-    else:
-        return None
-    return f"Cannot save layout='dcp' to {folder}: {what} is there. Remove it or save to another path."
+    return staged_folder.refusal(folder, "dcp", _dcp_names)
+
+
+def _dcp_names(names: list[str]) -> bool:
+    """A DCP checkpoint's files, or what a crashed in-place save left."""
+    return any(name in (METADATA_FILE, META_FILE) or name.endswith(".distcp") for name in names)
 
 
 def _meta_writer(contents: dict[str, Any] | None, io: CheckpointIO) -> Callable[[Path], None] | None:
@@ -175,29 +166,17 @@ def save_dcp(
     shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
     # Checked (every rank's entries weights-only) before anything on disk changes.
     contents = file_contents(host, folder / META_FILE, shared, per_rank, [key for key in shared if is_reserved(key)])
-    staging = staged_folder.open_staging(host, folder, _is_dcp_folder, _refusal)
-    io = checkpoint_io_of(host)
-    try:
+    staged = None if contents is None else mode.copy(contents)
+
+    def write_shards(staging: Path) -> None:
         with warnings.catch_warnings():  # one process without a process group is a save like any other
             warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
             # Every rank writes its own shards; DCP returns on every rank once all of them are written.
             state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(staging))
-    except BaseException:
-        if host.is_global_zero:
-            atomic.abort_directory(staging)
-        raise
-    staged = None if contents is None else mode.copy(contents)
 
-    def job() -> None:
-        error: BaseException | None = None
-        if host.is_global_zero:
-            try:
-                staged_folder.commit_staging(staging, folder, _meta_writer(staged, io))
-            except Exception as failure:
-                error = failure
-        mode.share_outcome(host, error)
-
-    return mode.run(path, job)
+    return staged_folder.save_staged(
+        host, path, _is_dcp_folder, _refusal, write_shards, _meta_writer(staged, checkpoint_io_of(host)), mode
+    )
 
 
 def read_dcp(folder: Path, rank: int) -> LoadedCheckpoint:
@@ -250,18 +229,6 @@ class DcpLayout:
         return not is_url(path) and committed_folder(Path(path)) is not None
 
     def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
-        found = committed_folder(Path(path))
-        if found is None:
-            raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
-        # The shards are read by name later: the pin tells the loader whether a save replaced the folder meanwhile.
-        pin = atomic.DirectoryPin(found)
-        try:
-            loaded = read_dcp(found, rank)
-        except BaseException:
-            pin.close()
-            raise
-        loaded.pin = pin
-        return loaded
-
+        return staged_folder.read_committed(path, _is_dcp_folder, lambda folder: read_dcp(folder, rank))
 
 LAYOUT = DcpLayout()

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint import atomic
 from fabricx.checkpoint.contents import (
     claimed_entries,
     entry_storage_of,
@@ -115,20 +114,9 @@ def _is_deepspeed_folder(folder: Path) -> bool:
 
 
 def _refusal(folder: Path) -> str | None:
-    """Why ``folder`` must not be replaced by a ``"deepspeed"`` save (``None``: it may be)."""
-    if folder.is_file():
-        what = "a file"
-    elif staged_folder.fabricx_directory_there(folder):
-        what = "a fabricx checkpoint directory (meta.json)"
-    elif folder.is_dir():
-        names = sorted(entry.name for entry in folder.iterdir())
-        if not names or set(names) <= _OWN_NAMES:  # empty, a DeepSpeed checkpoint, or what a crashed save left
-            return None
-        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-        what = f"a folder of other files ({shown}), which the save would replace,"
-    else:
-        return None
-    return f"Cannot save layout='deepspeed' to {folder}: {what} is there. Remove it or save to another path."
+    """Why ``folder`` must not be replaced by a ``"deepspeed"`` save (``None``: it may be): anything but a
+    DeepSpeed checkpoint or what a crashed save left."""
+    return staged_folder.refusal(folder, "deepspeed", lambda names: set(names) <= _OWN_NAMES)
 
 
 def _engine_record(host: CheckpointHost, state: dict[str, Any], filter: Any) -> tuple[dict[str, Any], Any]:
@@ -206,24 +194,15 @@ def save_deepspeed(
     }
     others = {key: obj for key, obj in state.items() if key not in claimed}
     client = _client_state(host, folder, others, filter, record)
-    staging = staged_folder.open_staging(host, folder, _is_deepspeed_folder, _refusal)
-    try:
-        storage.save_engine_folder(staging, claimed, client, TAG)  # every rank: the engine's own files
-    except BaseException:
-        if host.is_global_zero:
-            atomic.abort_directory(staging)
-        raise
-
-    def job() -> None:
-        error: BaseException | None = None
-        if host.is_global_zero:
-            try:
-                staged_folder.commit_staging(staging, folder, None)
-            except Exception as failure:
-                error = failure
-        mode.share_outcome(host, error)
-
-    return mode.run(path, job)
+    return staged_folder.save_staged(
+        host,
+        path,
+        _is_deepspeed_folder,
+        _refusal,
+        lambda staging: storage.save_engine_folder(staging, claimed, client, TAG),  # every rank: the engine's files
+        None,
+        mode,
+    )
 
 
 def _model_file(tag_dir: Path) -> Path:
@@ -311,18 +290,7 @@ class DeepSpeedLayout:
         return not is_url(path) and staged_folder.committed_folder(Path(path), _is_deepspeed_folder) is not None
 
     def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
-        found = staged_folder.committed_folder(Path(path), _is_deepspeed_folder)
-        if found is None:
-            raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
-        # The engine reads its files by name later: the pin tells whether a save replaced the folder meanwhile.
-        pin = atomic.DirectoryPin(found)
-        try:
-            loaded = read_deepspeed(found, rank)
-        except BaseException:
-            pin.close()
-            raise
-        loaded.pin = pin
-        return loaded
+        return staged_folder.read_committed(path, _is_deepspeed_folder, lambda folder: read_deepspeed(folder, rank))
 
     def match_state(self, loaded: LoadedCheckpoint, host: CheckpointHost, state: dict[str, Any]) -> None:
         """A folder that names no keys (Lightning's) holds the state's DeepSpeed model and its optimizer:

@@ -10,9 +10,8 @@ refuses to replace (``refusal``).
 Example:
 
 ```python
-staging = open_staging(host, Path("ckpt"), is_dcp_folder, refusal)   # every rank
-...                                                                   # every rank writes into staging
-commit_staging(staging, Path("ckpt"), write_last=None)                # rank 0
+save_staged(host, "ckpt", is_dcp_folder, refuse, write_shards, write_last=None, mode=mode)  # every rank
+loaded = read_committed("ckpt", is_dcp_folder, lambda folder: read_dcp(folder, rank))
 ```
 """
 
@@ -21,16 +20,28 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint import atomic
 from fabricx.checkpoint.format import is_complete, write_failure
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
     from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.loaded import LoadedCheckpoint
+    from fabricx.checkpoint.save_modes import SaveMode
 
-__all__ = ["FABRICX_META", "commit_staging", "committed_folder", "fabricx_directory_there", "open_staging"]
+__all__ = [
+    "FABRICX_META",
+    "commit_staging",
+    "committed_folder",
+    "fabricx_directory_there",
+    "open_staging",
+    "read_committed",
+    "refusal",
+    "save_staged",
+]
 
 #: The metadata file of a fabricx checkpoint directory, which such a layout never replaces.
 FABRICX_META = "meta.json"
@@ -100,3 +111,82 @@ def commit_staging(staging: Path, folder: Path, write_last: Callable[[Path], Non
         if isinstance(error, OSError):
             raise write_failure(folder, error) from error
         raise
+
+
+def refusal(folder: Path, layout: str, own_names: Callable[[list[str]], bool]) -> str | None:
+    """Why ``folder`` must not be replaced by a save of ``layout`` (``None``: it may be): a file, a fabricx
+    directory, or a folder of other files; ``own_names(names)`` says whether a folder's entries are the layout's
+    own (or what a crashed save of it left).
+
+    Example:
+
+    ```python
+    refusal(Path("notes"), "dcp", lambda names: ".metadata" in names)  # "Cannot save layout='dcp' to notes: ..."
+    ```
+    """
+    if folder.is_file():
+        what = "a file"
+    elif fabricx_directory_there(folder):
+        what = "a fabricx checkpoint directory (meta.json)"
+    elif folder.is_dir():
+        names = sorted(entry.name for entry in folder.iterdir())
+        if not names or own_names(names):
+            return None
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        what = f"a folder of other files ({shown}), which the save would replace,"
+    else:
+        return None
+    return f"Cannot save layout={layout!r} to {folder}: {what} is there. Remove it or save to another path."
+
+
+def save_staged(
+    host: CheckpointHost,
+    path: str,
+    is_layout: Callable[[Path], bool],
+    refuse: Callable[[Path], str | None],
+    write: Callable[[Path], Any],
+    write_last: Callable[[Path], None] | None,
+    mode: SaveMode,
+) -> AsyncSave | None:
+    """Every rank: `write(staging)` its files into this save's staging folder; then rank 0 commits it (with
+    ``write_last`` first; in the background for an async ``mode``) and every rank learns the outcome.
+
+    A failed write removes the staging folder and leaves the previous checkpoint.
+    """
+    folder = Path(path)
+    staging = open_staging(host, folder, is_layout, refuse)
+    try:
+        write(staging)
+    except BaseException:
+        if host.is_global_zero:
+            atomic.abort_directory(staging)
+        raise
+
+    def job() -> None:
+        error: BaseException | None = None
+        if host.is_global_zero:
+            try:
+                commit_staging(staging, folder, write_last)
+            except Exception as failure:
+                error = failure
+        mode.share_outcome(host, error)
+
+    return mode.run(path, job)
+
+
+def read_committed(
+    path: str, is_layout: Callable[[Path], bool], read: Callable[[Path], LoadedCheckpoint]
+) -> LoadedCheckpoint:
+    """`read` the committed folder of the checkpoint at ``path`` (see `committed_folder`), pinned: its files are
+    read by name later, and the pin tells the loader whether a save replaced the folder meanwhile."""
+    found = committed_folder(Path(path), is_layout)
+    if found is None:
+        raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
+    pin = atomic.DirectoryPin(found)
+    try:
+        loaded = read(found)
+    except BaseException:
+        pin.close()
+        raise
+    loaded.pin = pin
+    return loaded
