@@ -8,10 +8,33 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabricx._compat.lr_scheduler import STEP_WRAPPED_FLAG
+from fabricx._compat.optimizer_hooks import has_step_pre_hooks
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
     from fabricx.train.training_steps import TrainingSteps
+
+# torch's own optimizers evaluate the closure first thing in `step`, before they read a parameter (LBFGS, which
+# evaluates it again, is not one of them). For them the closure can run before `step()` is called: the same work in
+# the same order, without torch's closure scaffolding (an `enable_grad` context, more frames) on every step. Each
+# class maps to its own `step`: a patched one (a test's mock, a compiled step) is not known to do that.
+_CLOSURE_FIRST_STEPS: dict[type, Any] = {
+    cls: cls.step
+    for cls in (
+        torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adamax, torch.optim.Adagrad,
+        torch.optim.Adadelta, torch.optim.NAdam, torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Rprop,
+        torch.optim.ASGD, torch.optim.SparseAdam,
+    )
+}
+
+
+def _closure_first_step(optimizer: Any) -> Any:
+    """The class's `step` when it is one of `_CLOSURE_FIRST_STEPS` (as torch's profiling wrapper of it, which the
+    first instance installs on the class), else ``None``."""
+    own = _CLOSURE_FIRST_STEPS.get(type(optimizer))
+    step = type(optimizer).step
+    return step if own is not None and (step is own or getattr(step, "__wrapped__", None) is own) else None
 
 
 class LightningOptimizer:
@@ -45,6 +68,7 @@ class LightningOptimizer:
         # re-evaluates the closure (and a scaler refuses it with a message).
         in_step = bool(getattr(optimizer, "steps_with_closure", False)) or isinstance(inner, torch.optim.LBFGS)
         object.__setattr__(self, "_closure_in_step", in_step)
+        object.__setattr__(self, "_closure_first_step", _closure_first_step(inner) if in_step else None)
         object.__setattr__(
             self, "__class__", type("Trainer" + type(inner).__name__, (LightningOptimizer, type(inner)), {})
         )
@@ -86,6 +110,11 @@ class LightningOptimizer:
             self._fabric_optimizer.step(**kwargs)
             return result
         if self._closure_in_step:
+            if self._closure_first_step is not None and steps.run.automatic and self._closure_can_run_first():
+                result = closure() if closure is not None else None
+                steps.before_optimizer_step(self)
+                self._fabric_optimizer.step(**kwargs)
+                return result
 
             def evaluate() -> Any:
                 # Each evaluation (LBFGS makes several) runs the step's hooks and clipping after its backward.
@@ -110,6 +139,19 @@ class LightningOptimizer:
         if steps.run.automatic:
             return step()
         return steps.manual_optimizer_step(step)
+
+    def _closure_can_run_first(self) -> bool:
+        """Whether running the closure before ``step()`` is the same as the optimizer's step running it: torch's
+        own step (or the LR scheduler's tracking wrapper of it), no step pre-hook (it runs before the closure),
+        no profiler scope to keep the step in, gradients on (the step would enable them)."""
+        inner = self._fabricx_unwrapped
+        if type(inner).step is not self._closure_first_step or has_step_pre_hooks(inner):
+            return False
+        patched = inner.__dict__.get("step")
+        if patched is not None and not getattr(patched, STEP_WRAPPED_FLAG, False):
+            return False
+        steps = self._steps
+        return steps is not None and not steps.run.profiling and torch.is_grad_enabled()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zero (or drop) the gradients of this optimizer's parameters."""

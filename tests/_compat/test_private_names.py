@@ -254,3 +254,21 @@ def test_mkldnn_fp16_check_still_answers():
 
     assert hasattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported"), "update fabricx/_compat/torch_internals.py"
     assert isinstance(mkldnn_fp16_supported(), bool)
+
+
+def test_step_pre_hooks_are_still_found_in_torchs_registries():
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from fabricx._compat.optimizer_hooks import has_step_pre_hooks
+
+    optimizer = _optimizer()
+    assert not has_step_pre_hooks(optimizer)
+    handle = optimizer.register_step_pre_hook(lambda opt, args, kwargs: None)
+    assert has_step_pre_hooks(optimizer), "update fabricx/_compat/optimizer_hooks.py: a per-optimizer hook is unseen"
+    handle.remove()
+    assert not has_step_pre_hooks(optimizer)
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: None)
+    try:
+        assert has_step_pre_hooks(optimizer), "update fabricx/_compat/optimizer_hooks.py: a global hook is unseen"
+    finally:
+        handle.remove()
