@@ -8,8 +8,8 @@ closure, so its presence decides how a step runs); those two private names live 
 
 from __future__ import annotations
 
+import torch.optim.optimizer as _optimizer_module
 from torch.optim import Optimizer
-from torch.optim import optimizer as _optimizer_module
 
 
 def has_step_pre_hooks(optimizer: Optimizer) -> bool:

@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from fabricx.train.grad_clipping import GradClipAlgorithmType
     from fabricx.train.hparams import AttributeDict
     from fabricx.train.loader_setup import has_len_all_ranks
+    from fabricx.train.loops.progress import Progress
     from fabricx.train.module import TrainModule
     from fabricx.train.optimizer_proxy import LightningOptimizer
     from fabricx.train.overrides import is_overridden
-    from fabricx.train.progress import Progress
     from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
     from fabricx.train.trainer import Trainer
     from fabricx.train.tuner import Tuner
@@ -48,7 +48,7 @@ _WHERE = {
     "DataModule": "fabricx.train.datamodule",
     "GradClipAlgorithmType": "fabricx.train.grad_clipping",
     "LightningOptimizer": "fabricx.train.optimizer_proxy",
-    "Progress": "fabricx.train.progress",
+    "Progress": "fabricx.train.loops.progress",
     "RunningStage": "fabricx.train.states",
     "TrainerFn": "fabricx.train.states",
     "TrainerState": "fabricx.train.states",

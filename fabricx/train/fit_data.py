@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fabricx.train import data_connector as data
 from fabricx.train import loaders as setup
 from fabricx.train.loader_setup import limited_length, setup_eval_loaders, setup_loaders, shuffled, without_shuffle
-from fabricx.train.loop_checks import defines_step, warn_val_mismatch
+from fabricx.train.loops.loop_checks import defines_step, warn_val_mismatch
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.utilities.warnings import PossibleUserWarning

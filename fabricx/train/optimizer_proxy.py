@@ -13,7 +13,7 @@ from fabricx._compat.optimizer_hooks import has_step_pre_hooks
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
-    from fabricx.train.training_steps import TrainingSteps
+    from fabricx.train.loops.training_steps import TrainingSteps
 
 # torch's own optimizers evaluate the closure first thing in `step`, before they read a parameter (LBFGS, which
 # evaluates it again, is not one of them). For them the closure can run before `step()` is called: the same work in

@@ -27,9 +27,9 @@ from fabricx.wrappers.step_methods import step_caller
 
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
+    from fabricx.train.loops.training_steps import TrainingSteps
     from fabricx.train.module import TrainModule
     from fabricx.train.trainer import Trainer
-    from fabricx.train.training_steps import TrainingSteps
     from fabricx.wrappers import FabricModule
 
 

@@ -23,20 +23,20 @@ from fabricx.train.checkpoint_io import (
 from fabricx.train.ckpt_path import select_ckpt_path
 from fabricx.train.config import TrainerConfig
 from fabricx.train.env_defaults import defaults_from_env_vars
-from fabricx.train.eval_loop import run_evaluation, run_prediction
-from fabricx.train.fit_loop import FitLoop
 from fabricx.train.loader_setup import limited_length, setup_eval_loaders
 from fabricx.train.logging_result import ResultCollection
-from fabricx.train.loop_checks import check_loop_configuration
-from fabricx.train.loop_objects import EvaluationLoop, PredictionLoop
+from fabricx.train.loops.evaluation import run_evaluation, run_prediction
+from fabricx.train.loops.fit import FitLoop
+from fabricx.train.loops.loop_checks import check_loop_configuration
+from fabricx.train.loops.loop_objects import EvaluationLoop, PredictionLoop
+from fabricx.train.loops.progress import Progress
+from fabricx.train.loops.training_steps import TrainingSteps
 from fabricx.train.module import TrainModule
 from fabricx.train.module_export import log_graph_to_loggers
-from fabricx.train.progress import Progress
 from fabricx.train.run_context import RunContext
 from fabricx.train.spawn_transport import TrainerFabric, apply_spawn_result, is_spawn_result, spawn_result
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fabricx.train.trainer_properties import TrainerProperties
-from fabricx.train.training_steps import TrainingSteps
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.profilers import Profiler
 from fabricx.utilities.rank_zero import rank_zero_info

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
     from fabricx.fabric import Fabric
     from fabricx.train.config import TrainerConfig
-    from fabricx.train.fit_loop import FitLoop
+    from fabricx.train.loops.fit import FitLoop
+    from fabricx.train.loops.progress import Progress
     from fabricx.train.module import TrainModule
     from fabricx.train.optimizers import SchedulerConfig
-    from fabricx.train.progress import Progress
     from fabricx.train.run_context import RunContext
     from fabricx.train.states import TrainerState
     from fabricx.wrappers import FabricModule

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabricx.train.current_hook import named_hook
-from fabricx.train.dataloader_iter import DataLoaderIter, Fetched, takes_dataloader_iter
 from fabricx.train.logging_result import ResultCollection, to_float
+from fabricx.train.loops.dataloader_iter import DataLoaderIter, Fetched, takes_dataloader_iter
 
 if TYPE_CHECKING:
     from fabricx.train.run_context import RunContext

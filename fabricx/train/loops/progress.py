@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fabricx.train.fit_loop import FitLoop
+    from fabricx.train.loops.fit import FitLoop
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from fabricx.train.current_hook import call_hook
-from fabricx.train.eval_loop import takes_batch_idx
+from fabricx.train.loops.evaluation import takes_batch_idx
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 

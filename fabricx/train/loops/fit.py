@@ -31,21 +31,21 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from fabricx.train.dataloader_iter import DataLoaderIter, takes_dataloader_iter
-from fabricx.train.eval_loop import run_evaluation
 from fabricx.train.fit_data import FitData
 from fabricx.train.loaders import LoaderGroup
-from fabricx.train.loop_objects import TrainingEpochLoop, processed_counts
-from fabricx.train.progress_trackers import ProcessedTracker, Progress
+from fabricx.train.loops.dataloader_iter import DataLoaderIter, takes_dataloader_iter
+from fabricx.train.loops.evaluation import run_evaluation
+from fabricx.train.loops.loop_objects import TrainingEpochLoop, processed_counts
+from fabricx.train.loops.progress_trackers import ProcessedTracker, Progress
 from fabricx.train.states import RunningStage
 from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
+    from fabricx.train.loops.training_steps import TrainingSteps
     from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
-    from fabricx.train.training_steps import TrainingSteps
 
 log = logging.getLogger(__name__)
 

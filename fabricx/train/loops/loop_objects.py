@@ -2,8 +2,8 @@
 `predict_loop`.
 
 They own the loops' progress counters (`epoch_loop.batch_progress`, the optimizer and scheduler counts, the
-validation loop's batches), which the fit loop (`fit_loop.py`, `FitLoop`) and the evaluation passes
-(`eval_loop.py`) increment where Lightning's do, and which a checkpoint holds under `loops`.
+validation loop's batches), which the fit loop (`fit.py`, `FitLoop`) and the evaluation passes
+(`evaluation.py`) increment where Lightning's do, and which a checkpoint holds under `loops`.
 `fit_loop.epoch_loop.val_loop.run()` is the validation that fit runs (replaceable, as in Lightning, e.g. by a
 mock that counts its calls).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from fabricx.train.progress_trackers import (
+from fabricx.train.loops.progress_trackers import (
     BatchProgress,
     OptimizationProgress,
     ProcessedTracker,
