@@ -531,21 +531,9 @@ class TrainModule(ModuleHooks, nn.Module):
         if fabric is not None:  # as Lightning: straight to the Fabric's loggers (there is nothing to reduce)
             log_through_fabric(fabric, {name: value}, logger, f"self.log({name!r}, {value!r})")
             return
-        record(
-            self,
-            trainer,
-            name,
-            value,
-            prog_bar=prog_bar,
-            logger=logger,
-            on_step=on_step,
-            on_epoch=on_epoch,
-            reduce_fx=reduce_fx,
-            sync_dist=sync_dist,
-            add_dataloader_idx=add_dataloader_idx,
-            batch_size=batch_size,
-            metric_attribute=metric_attribute,
-        )
+        # Positional: self.log runs several times a step, and keyword arguments cost a name match each.
+        record(self, trainer, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist,
+               add_dataloader_idx, batch_size, metric_attribute)
 
     def log_dict(
         self,

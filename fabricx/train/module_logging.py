@@ -134,18 +134,9 @@ def record(
             "by doing `Trainer(logger=ALogger(...))`; the value is still in trainer.logged_metrics."
         )
     results.log(
-        fx,
-        name,
-        value,
-        prog_bar=prog_bar,
-        logger=True if logger is None else logger,
-        on_step=on_step,
-        on_epoch=on_epoch,
-        reduce_fx=reduce_fx,
-        sync=trainer.fabric if sync_dist and trainer.world_size > 1 else None,
-        batch_size=batch_size,
-        add_dataloader_idx=add_dataloader_idx,
-        metric_attribute=metric_attribute,
+        fx, name, value, prog_bar, True if logger is None else logger, on_step, on_epoch, reduce_fx,
+        trainer.fabric if sync_dist and trainer.world_size > 1 else None, batch_size, add_dataloader_idx,
+        metric_attribute,
     )
 
 
