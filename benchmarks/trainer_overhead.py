@@ -17,7 +17,9 @@ checkpointing or validation), where lightning is installed. The three take turns
 
 ``instruction_steps > 0`` also counts the instructions of a step of each (valgrind's callgrind, as
 :mod:`benchmarks.instructions` counts the loops): ``instructions_ratio`` (the Trainer over the Fabric loop) and
-``lightning_trainer_instructions_ratio``, figures a busy machine does not move. All three run in one process
+``lightning_trainer_instructions_ratio``, figures a busy machine does not move, and
+``without_log_instructions_ratio``: the Trainer running the module without its ``self.log`` (what the Trainer's
+own step costs, apart from logging a value). All of them run in one process
 under ``valgrind --instr-atstart=no``, one epoch each; the dataset itself marks the steps (its
 ``__getitems__``, called once per batch by the DataLoader on every side alike), and counting runs from the
 fetch of batch W to that of W+N and from there to W+3N: the difference of the two counts over N is the cost
@@ -121,6 +123,15 @@ class MLPModule(TrainModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class MLPModuleWithoutLog(MLPModule):
+    """`MLPModule` without its ``self.log``: the instruction count of the Trainer's own work per step, apart
+    from what logging a value costs (a detached copy, as Lightning makes, and its bookkeeping)."""
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self(x), y)
+
+
 def run_loop(dataset: TensorDataset, steps: int) -> float:
     """The hand-written Fabric loop; returns seconds."""
     start = time.perf_counter()
@@ -142,7 +153,7 @@ def run_loop(dataset: TensorDataset, steps: int) -> float:
     return time.perf_counter() - start
 
 
-def run_trainer(dataset: TensorDataset, steps: int, root: str) -> float:
+def run_trainer(dataset: TensorDataset, steps: int, root: str, module_class: type[MLPModule] = MLPModule) -> float:
     """The same training through Trainer.fit; returns seconds."""
     start = time.perf_counter()
     trainer = Trainer(
@@ -155,7 +166,7 @@ def run_trainer(dataset: TensorDataset, steps: int, root: str) -> float:
         default_root_dir=root,
         seed=0,
     )
-    trainer.fit(MLPModule(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    trainer.fit(module_class(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
     assert trainer.global_step == steps
     return time.perf_counter() - start
 
@@ -299,12 +310,14 @@ def summarize_instructions(labels: dict[str, int], steps: int) -> dict[str, Any]
     """Per-step instructions of each side from its N- and 2N-step counts, and the ratios to the Fabric loop."""
     result: dict[str, Any] = {"instructions_steps": steps}
     per_step = {}
-    for side in ("fabric_loop", "trainer", "lightning_trainer"):
+    for side in ("fabric_loop", "trainer", "trainer_without_log", "lightning_trainer"):
         if f"{side}-{steps}" not in labels:
             continue
         per_step[side] = (labels[f"{side}-{2 * steps}"] - labels[f"{side}-{steps}"]) / steps
         result[f"{side}_instructions_per_step"] = per_step[side]
     result["instructions_ratio"] = per_step["trainer"] / per_step["fabric_loop"]
+    if "trainer_without_log" in per_step:
+        result["without_log_instructions_ratio"] = per_step["trainer_without_log"] / per_step["fabric_loop"]
     if "lightning_trainer" in per_step:
         result["lightning_trainer_instructions_ratio"] = per_step["lightning_trainer"] / per_step["fabric_loop"]
     return result
@@ -350,6 +363,7 @@ def _count_child(steps: int) -> None:
     runs: dict[str, Callable[[int, str], float]] = {
         "fabric_loop": lambda n, root: run_loop(dataset, n),
         "trainer": lambda n, root: run_trainer(dataset, n, root),
+        "trainer_without_log": lambda n, root: run_trainer(dataset, n, root, MLPModuleWithoutLog),
     }
     if importlib.util.find_spec("lightning") is not None:
         runs["lightning_trainer"] = lambda n, root: run_lightning_trainer(dataset, n, root)
