@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 
@@ -21,13 +22,26 @@ class AccumulationState:
         ```
     """
 
-    __slots__ = ("active_loader", "counter", "in_window", "sync_gradients", "window_length")
+    __slots__ = ("_active_loader", "counter", "in_window", "sync_gradients", "window_length")
 
     def __init__(self) -> None:
-        #: The fabricx loader that yielded the current batch (its epoch decides the last window's length).
-        self.active_loader: Any = None
+        # Weak: the loader holds this state, and a strong reference back would make the two a reference cycle,
+        # which keeps the loader's iterator, and its worker processes, alive until a garbage collection ends
+        # them (where torch waits 5 s for each worker, its queues already closed by the collector).
+        self._active_loader: weakref.ref[Any] | None = None
         self.sync_gradients = True
         self.in_window = False
         #: Micro-batches seen in the current window.
         self.counter = 0
         self.window_length = 1
+
+    @property
+    def active_loader(self) -> Any:
+        """The fabricx loader that yielded the current batch (its epoch decides the last window's length);
+        ``None`` before the first batch or once that loader is gone."""
+        ref = self._active_loader
+        return None if ref is None else ref()
+
+    @active_loader.setter
+    def active_loader(self, loader: Any) -> None:
+        self._active_loader = None if loader is None else weakref.ref(loader)

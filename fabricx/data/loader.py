@@ -457,6 +457,8 @@ class FabricDataLoader:
         self._batch_offset = 0
         # Whether the inner loader holds an iterator of the current epoch (built or restored).
         self._inner_live = False
+        # `state_dict()` as it was when `shutdown_workers()` let the pass's iterator go (until the next pass).
+        self._parked_state: dict[str, Any] | None = None
         # Random state just before this epoch's iterator was built (replayed when resuming it).
         self._epoch_start: dict[str, Any] | None = None
         # len() when the current epoch's iterator was built: read by accumulation windows, which
@@ -516,6 +518,7 @@ class FabricDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next ``iter()`` starts (shuffle order of distributed samplers)."""
+        self._parked_state = None
         self._epoch = epoch
         self._started = False
         self._resume_pending = False
@@ -531,6 +534,7 @@ class FabricDataLoader:
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        self._parked_state = None
         resuming = self._resume_pending
         self._resume_pending = False
         if not resuming:
@@ -568,6 +572,32 @@ class FabricDataLoader:
             yield batch if device is None else move_data_to_device(batch, device)
         self._finished = True
 
+    def shutdown_workers(self) -> None:
+        """End the worker processes of the current pass now, keeping its exact position.
+
+        ``state_dict()`` answers as before, so a checkpoint written afterwards still resumes at the next unseen
+        batch; the next ``iter()`` starts new workers. The Trainer calls this when ``fit``, ``validate``,
+        ``test`` or ``predict`` returns, as Lightning ends its loaders' workers then. A loop of your own needs it
+        only to end the processes before you drop the loader (a pass read to its end ends its workers itself,
+        unless they are persistent).
+
+        Example:
+            ```python
+            for step, batch in enumerate(loader):
+                if step == max_steps:
+                    break
+            loader.shutdown_workers()
+            ```
+        """
+        if self._kept or not self._inner_live or getattr(self._loader, "num_workers", 0) == 0:
+            return
+        parked = self.state_dict()
+        # torchdata's StatefulDataLoader lets go of its iterator on load_state_dict; with no other reference
+        # left, torch's iterator ends its workers as it is freed (its queues still open, so at once).
+        self._loader.load_state_dict({})
+        self._inner_live = False
+        self._parked_state = parked
+
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position and random state of this rank's loader (plain values and tensors).
@@ -576,6 +606,8 @@ class FabricDataLoader:
         of its samples all ranks together consumed, so that a run with another number of processes
         can deal exactly the remaining ones.
         """
+        if self._parked_state is not None:
+            return dict(self._parked_state)
         if self._kept:
             return self._kept_state()
         try:
@@ -612,6 +644,7 @@ class FabricDataLoader:
                 f"This is not a fabricx data loader state (keys: {sorted(state_dict)}). Pass what "
                 "FabricDataLoader.state_dict() returned, or load the checkpoint through fabric.load()."
             )
+        self._parked_state = None
         self._epoch = int(state_dict["epoch"])
         self._started = bool(state_dict["started"])
         self._finished = bool(state_dict["finished"])

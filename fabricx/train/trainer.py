@@ -24,6 +24,7 @@ from fabricx.train.ckpt_path import select_ckpt_path
 from fabricx.train.config import TrainerConfig
 from fabricx.train.env_defaults import defaults_from_env_vars
 from fabricx.train.loader_setup import limited_length, setup_eval_loaders
+from fabricx.train.loaders import shutdown_workers
 from fabricx.train.logging_result import ResultCollection
 from fabricx.train.loops.evaluation import run_evaluation, run_prediction
 from fabricx.train.loops.fit import FitLoop
@@ -469,10 +470,19 @@ class Trainer(TrainerProperties):
             self._on_exception(exception)
             raise
         finally:
+            self._shutdown_loader_workers("fit")
             run.call_teardown("fit")
             run.report_profile()
             self._end_state()
         return spawn_result(self, None) if self._spawns else None
+
+    def _shutdown_loader_workers(self, stage: str) -> None:
+        # As Lightning's loops when an entry point returns: the loaders' worker processes end, their positions
+        # kept for a checkpoint written afterwards. Else they would live as long as this Trainer, a reference
+        # cycle that only a garbage collection ends, and there torch waits 5 s for each worker.
+        data = self._data
+        loaders = [data.train_loader, *data.val_loaders] if stage == "fit" else self._run.eval_loaders.get(stage, [])
+        shutdown_workers(*loaders)
 
     def _evaluate_in_process(
         self, fabric: Fabric, module: TrainModule, dataloaders: Any, datamodule: Any, ckpt_path: Any, stage: str
@@ -503,6 +513,7 @@ class Trainer(TrainerProperties):
             self._on_exception(exception)
             raise
         finally:
+            self._shutdown_loader_workers(stage)
             run.call_teardown(stage)
             run.report_profile()
             self._end_state()
@@ -528,6 +539,7 @@ class Trainer(TrainerProperties):
             self._on_exception(exception)
             raise
         finally:
+            self._shutdown_loader_workers("predict")
             run.call_teardown("predict")
             run.report_profile()
             self._end_state()
