@@ -45,3 +45,17 @@ class AccumulationState:
     @active_loader.setter
     def active_loader(self, loader: Any) -> None:
         self._active_loader = None if loader is None else weakref.ref(loader)
+
+    def reset(self) -> None:
+        """Forget a window in progress: the next micro-batch starts a new window (for a run abandoned mid-window
+        in a process that then trains something else).
+
+        Example:
+            ```python
+            fabric.accumulation_state.reset()
+            ```
+        """
+        self.sync_gradients = True
+        self.in_window = False
+        self.counter = 0
+        self.window_length = 1

@@ -11,7 +11,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 from torchdata.stateful_dataloader.stateful import Stateful
 
-__all__ = ["ResumableBatchSampler", "with_resumable_batches"]
+__all__ = ["ReplayedBatchSampler", "ResumableBatchSampler", "replayed", "with_resumable_batches"]
 
 _SAMPLES_YIELDED = "samples_yielded"
 _SAMPLER_STATE = "sampler_state"
@@ -95,3 +95,66 @@ def with_resumable_batches(loader: StatefulDataLoader) -> StatefulDataLoader:
         replacement = ResumableBatchSampler(batch_sampler.sampler, batch_sampler.batch_size, batch_sampler.drop_last)
         object.__setattr__(loader, "batch_sampler", replacement)
     return loader
+
+
+class ReplayedBatchSampler(Stateful):
+    """A user's batch sampler without state of its own, made resumable by replaying its epoch up to the position.
+
+    Its iterator counts the batches handed out; restoring one builds the user's iterator again and takes that
+    many batches at once. The replay happens while the loader rebuilds the epoch under the random state the epoch
+    began with, so a sampler that draws its order from the global generator (``RandomSampler`` without a
+    generator) draws the same order, and the training loop's own draws are not disturbed (torchdata's fallback
+    skips lazily, at the first batch after the resume, drawing from whatever the generator holds then).
+    Everything else (``sampler``, ``batch_size``, ``len()``) is the wrapped batch sampler's.
+
+    Example:
+        ```python
+        batches = ReplayedBatchSampler(BatchSampler(RandomSampler(dataset), 4, drop_last=False))
+        iterator = iter(batches); next(iterator); state = iterator.state_dict()  # {"yielded": 1}
+        ```
+    """
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        return _ReplayedBatches(self.batch_sampler)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "batch_sampler":
+            raise AttributeError(name)
+        return getattr(self.batch_sampler, name)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return None
+
+
+class _ReplayedBatches(Iterator[Any], Stateful):
+    def __init__(self, batch_sampler: Any) -> None:
+        self._batch_sampler = batch_sampler
+        self._batches = iter(batch_sampler)
+        self.yielded = 0
+
+    def __next__(self) -> Any:
+        batch = next(self._batches)
+        self.yielded += 1
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"yielded": self.yielded}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._batches = iter(self._batch_sampler)
+        self.yielded = int(state_dict["yielded"])
+        collections.deque(itertools.islice(self._batches, self.yielded), maxlen=0)
+
+
+def replayed(batch_sampler: Any) -> Any:
+    """``batch_sampler`` as it is when it keeps its own state, else in a `ReplayedBatchSampler`."""
+    return batch_sampler if isinstance(batch_sampler, Stateful) else ReplayedBatchSampler(batch_sampler)

@@ -28,8 +28,13 @@ from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchS
 
 from fabricx._compat.sampler import given_num_samples
 from fabricx.data import elastic
-from fabricx.data.batching import ResumableBatchSampler, with_resumable_batches
-from fabricx.data.sampler import ElasticDistributedSampler, ResumableRandomSampler, distributed_sampler_for
+from fabricx.data.batching import ResumableBatchSampler, replayed, with_resumable_batches
+from fabricx.data.sampler import (
+    ElasticDistributedSampler,
+    ResumableRandomSampler,
+    close_restored_epoch,
+    distributed_sampler_for,
+)
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -117,7 +122,7 @@ def build_stateful_loader(
                 "fabricx cannot split across ranks. Give each rank its own batch sampler and pass "
                 "use_distributed_sampler=False."
             )
-        return _stateful_loader(source, batch_sampler=loader.batch_sampler, **_settings(loader))
+        return _stateful_loader(source, batch_sampler=replayed(loader.batch_sampler), **_settings(loader))
     sampler = loader.sampler
     kwargs = _settings(loader)
     if distributed:
@@ -450,6 +455,8 @@ class FabricDataLoader:
         self._started = False
         self._finished = False
         self._resume_pending = False
+        # Whether the inner loader holds an iterator restored inside a pass (until the next iter()).
+        self._restored_pass = False
         self._yielded = 0
         # After a resume at another number of processes: the batches this rank's share of the epoch
         # would have had before the remainder it reads now (so len() and batches_consumed keep their
@@ -516,8 +523,22 @@ class FabricDataLoader:
             raise AttributeError(name)
         return getattr(self._loader, name)
 
+    def end_pass(self) -> None:
+        """Stop reading the pass in progress: the next ``iter()`` starts the next epoch, also right after a resume
+        inside a pass (where it would otherwise continue the restored pass).
+
+        Example:
+            ```python
+            fabric.load(path, state)  # saved in the middle of an epoch
+            loader.end_pass()  # this run starts with the next epoch instead
+            ```
+        """
+        self._resume_pending = False
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next ``iter()`` starts (shuffle order of distributed samplers)."""
+        if self._resume_pending and epoch == self._epoch:
+            return  # a loop that tells the loader its epoch again as it resumes: the restored position stays
         self._parked_state = None
         self._epoch = epoch
         self._started = False
@@ -537,6 +558,11 @@ class FabricDataLoader:
         self._parked_state = None
         resuming = self._resume_pending
         self._resume_pending = False
+        if self._restored_pass and not resuming:
+            # A pass restored from a checkpoint that is not continued (set_epoch(), end_pass()): torchdata would hand
+            # out the restored iterator again, so it is let go and the next pass starts from its beginning.
+            self._loader.load_state_dict({})
+        self._restored_pass = False
         if not resuming:
             if self._started:
                 self._epoch += 1
@@ -677,12 +703,14 @@ class FabricDataLoader:
                 "Build the loader with the same settings as the run that saved it."
             )
         inner = state_dict["loader"]
-        if not self._started or inner is None:
+        if inner is None:
             # No iterator to restore; the generators (e.g. a shuffle seed drawn when the loader was
             # built) still decide the next epoch's order.
             for generator, state in zip(self._generators, saved_generators, strict=True):
                 generator.set_state(state)
             return
+        # Also restored when the epoch is over, or when set_epoch() was called after it (not started): persistent
+        # workers then go on from their own state, and the next epoch's iterator is made as in the saving run.
         self._set_sampler_epoch()
         self._loader.load_state_dict(inner)
         with self._replaying_epoch_start(saved_generators):
@@ -690,7 +718,19 @@ class FabricDataLoader:
             self._loader.state_dict()
         self._inner_live = True
         # Mid-epoch: the next iter() continues this epoch; otherwise it starts the next one.
-        self._resume_pending = not self._finished
+        self._resume_pending = self._restored_pass = self._started and not self._finished
+        if not self._resume_pending:
+            for sampler in self._samplers():
+                close_restored_epoch(sampler)
+
+    def _samplers(self) -> list[Any]:
+        """The loader's sampler and its batch sampler's, each once."""
+        batch_sampler = getattr(self._loader, "batch_sampler", None)
+        found: list[Any] = []
+        for sampler in (self._loader.sampler, batch_sampler, getattr(batch_sampler, "sampler", None)):
+            if sampler is not None and all(sampler is not s for s in found):
+                found.append(sampler)
+        return found
 
     @contextlib.contextmanager
     def _replaying_epoch_start(self, saved_generators: list[Any]) -> Generator[None, None, None]:
@@ -750,7 +790,7 @@ class FabricDataLoader:
         with self._replaying_epoch_start(saved_generators):
             self._loader.state_dict()  # builds this epoch's iterator now; the next iter() reuses it
         self._inner_live = True
-        self._resume_pending = True
+        self._resume_pending = self._restored_pass = True
 
     def _replace_loader(self, sampler: Any) -> None:
         self._loader = _with_sampler(self._loader, sampler)

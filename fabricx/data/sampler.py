@@ -346,6 +346,33 @@ class DistributedSamplerWrapper(StatefulDistributedSampler):
         restored = state_dict.get(_GENERATOR_STATE)
         self._restored_generator_state = restored if restored is None else torch.as_tensor(restored)
 
+    def close_restored_epoch(self) -> None:
+        """The restored epoch was read to its end: its position must not reach the next epoch, and the
+        wrapped sampler's generator moves on past that epoch's draw, as it had in the run that saved."""
+        self.next_yielded = None
+        if self._restored_generator_state is not None:
+            self._draw()
+
+
+def close_restored_epoch(sampler: Any) -> None:
+    """Drop the position a sampler was restored to once that epoch is known to be over.
+
+    torchdata's ``StatefulDistributedSampler`` keeps a restored position on the sampler itself (not on
+    its iterator) until the next ``iter()`` reads it; restored at an epoch's end, that next ``iter()``
+    is the following epoch's, which would then start past its end and yield nothing.
+
+    Example:
+        ```python
+        sampler.load_state_dict({"yielded": 32})  # the whole share of an epoch that had ended
+        close_restored_epoch(sampler)  # the next epoch starts at its first index
+        ```
+    """
+    close = getattr(sampler, "close_restored_epoch", None)
+    if close is not None:
+        close()
+    elif isinstance(sampler, StatefulDistributedSampler):
+        sampler.next_yielded = None
+
 
 def distributed_sampler_for(
     sampler: Sampler, dataset: Sized, num_replicas: int, rank: int, seed: int, drop_last: bool = False

@@ -140,6 +140,7 @@ class LoaderGroup:
         self.source = source
         self.batches_consumed = 0
         self._started = False
+        self._finished = False
         self._resuming = False
 
     @property
@@ -161,28 +162,34 @@ class LoaderGroup:
             loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        if not self._resuming:
+        resuming, self._resuming = self._resuming, False
+        if not resuming:
             self.batches_consumed = 0
-        self._resuming = False
         self._started = True
-        combined = CombinedLoader(self.loaders, self.mode)  # type: ignore[arg-type]
-        for values, _, _ in combined:
+        self._finished = False
+        # A resumed "max_size_cycle" pass no longer knows which loaders it had already cycled (that is what ends
+        # an uninterrupted pass): it ends at the pass's length instead, the same place.
+        limit = len(self) if resuming and self.mode == "max_size_cycle" else None
+        combined = iter(CombinedLoader(self.loaders, self.mode))  # type: ignore[arg-type]
+        while limit is None or self.batches_consumed < limit:
+            try:
+                values, _, _ = next(combined)
+            except StopIteration:
+                break
             self.batches_consumed += 1
             yield unflatten(values, self.spec)
+        self._finished = True
 
     @property
     def resumable(self) -> bool:
         return all(getattr(loader, "resumable", True) for loader in self.loaders)
 
     def state_dict(self) -> dict[str, Any]:
-        try:
-            finished = self.batches_consumed >= len(self)
-        except TypeError:
-            finished = False
         return {
             "batches_consumed": self.batches_consumed,
             "started": self._started and self.batches_consumed > 0,
-            "finished": finished,
+            # The pass ran to its end (not only its last batch handed out: a loop still inside it continues it).
+            "finished": self._finished,
             "loaders": [loader.state_dict() for loader in self.loaders],
         }
 
@@ -190,8 +197,15 @@ class LoaderGroup:
         self.batches_consumed = int(state_dict["batches_consumed"])
         for loader, state in zip(self.loaders, state_dict["loaders"], strict=True):
             loader.load_state_dict(state)
-        self._resuming = self.batches_consumed > 0
-        self._started = self._resuming
+        self._started = self.batches_consumed > 0
+        self._resuming = self._started and not state_dict.get("finished", False)
+        if not self._resuming:
+            # The next pass of the group starts every loader's next pass, as it does in an uninterrupted run (a
+            # shorter loader cycled by "max_size_cycle" stops in the middle of its own pass).
+            for loader in self.loaders:
+                end_pass = getattr(loader, "end_pass", None)
+                if end_pass is not None:
+                    end_pass()
 
 
 def shutdown_workers(*loaders: Any) -> None:

@@ -607,6 +607,7 @@ class Trainer(TrainerProperties):
 
     def _on_exception(self, exception: BaseException) -> None:
         self.state.status = TrainerStatus.INTERRUPTED
+        self.fit_loop.rewind_interrupted_validation()
         for method in self._run.hooks.callback_hooks("on_exception"):
             method(self, self._run.module, exception)
         self._run.call_datamodule_hook("on_exception", exception)

@@ -118,6 +118,17 @@ class _PlannedBatches:
         yield from plan[skip:]
 
 
+def _plain_batch(batch: Any) -> bool:
+    """Whether a checkpoint can hold ``batch`` as data: tensors, numbers and strings in lists, tuples and dicts."""
+    if batch is None or isinstance(batch, Tensor | int | float | str | bool):
+        return batch is not None
+    if isinstance(batch, list | tuple):
+        return all(_plain_batch(item) for item in batch)
+    if isinstance(batch, dict):
+        return all(isinstance(key, str) and _plain_batch(value) for key, value in batch.items())
+    return False
+
+
 def _capture_rng() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
@@ -219,6 +230,9 @@ class AcceleratedDataLoader:
         self._in_pass = False
         self._resume: dict[str, Any] | None = None
         self._pass_start: dict[str, Any] | None = None
+        # The batch read ahead of the one handed out (Accelerate reads one ahead to know the last batch): it was
+        # read, its random draws made, before the step that a checkpoint follows, so the checkpoint holds it.
+        self._lookahead: Any = None
         # A pass continued from another number of processes: samples consumed, and steps counted, before it.
         self._consumed_base = 0
         self._yielded_base = 0
@@ -418,7 +432,7 @@ class AcceleratedDataLoader:
         dist.broadcast(state, src=0)
         generator.set_state(state)
 
-    def _start_pass(self, resume: dict[str, Any] | None, read: bool = True) -> Iterator[Any]:
+    def _start_pass(self, resume: dict[str, Any] | None, read: bool = True, read_ahead: bool = False) -> Iterator[Any]:
         """``iter()`` of the inner loader, replaying the random state of the interrupted pass when resuming."""
         if resume is None:
             self._yielded = 0
@@ -461,12 +475,15 @@ class AcceleratedDataLoader:
 
         # Dispatched batches are read again and not handed out (the padding of the last round needs the
         # pass's first samples); the others skip the indices (map-style) or read again (iterable).
-        inner_skip = 0 if self._dispatch else skip
+        inner_skip = 0 if self._dispatch else skip + int(read_ahead)  # the read-ahead batch came with the state
         if self._planned is not None:
             if "consumed" in resume:  # continued at another size: this process's share of the rest
                 inner_skip = 0
                 self._planned.replan = self._rest_of_pass
-            self._planned.skip = inner_skip
+            # Workers draw their random numbers (augmentation) batch by batch: they read the skipped batches again,
+            # so that each continues from the state it had, instead of the plan skipping them.
+            read_again = inner_skip if read and self._loader.num_workers > 0 else 0
+            self._planned.skip = inner_skip - read_again
             self._planned.on_planned = back_to_now
             iterator = iter(self._inner)
             to_reading()
@@ -474,6 +491,8 @@ class AcceleratedDataLoader:
                 self._planned.on_planned = None
                 self._planned.skip = 0
                 back_to_now()
+            for _ in range(read_again):
+                next(iterator, None)
             # Otherwise the plan is drawn (and the random state put back) at the first batch, or
             # already now when workers prefetch.
             return iterator
@@ -497,20 +516,29 @@ class AcceleratedDataLoader:
         return batch
 
     def _own(self, resume: dict[str, Any] | None) -> Iterator[Any]:
-        iterator = self._start_pass(resume)
-        try:
-            current = next(iterator)
-        except StopIteration:
-            return
-        while True:
+        saved_lookahead = None if resume is None else resume.get("lookahead")
+        iterator = self._start_pass(resume, read_ahead=saved_lookahead is not None)
+        if saved_lookahead is not None:
+            current = saved_lookahead
+        else:
             try:
-                following = next(iterator)
+                current = next(iterator)
             except StopIteration:
-                self.end_of_dataloader = True
-                yield self._deliver(current)
                 return
-            yield self._deliver(current)
-            current = following
+        try:
+            while True:
+                try:
+                    following = next(iterator)
+                except StopIteration:
+                    self.end_of_dataloader = True
+                    self._lookahead = None
+                    yield self._deliver(current)
+                    return
+                self._lookahead = following
+                yield self._deliver(current)
+                current = following
+        finally:
+            self._lookahead = None
 
     def _dispatched(self, resume: dict[str, Any] | None) -> Iterator[Any]:
         """Rank 0 reads, every process receives its slice (Accelerate's ``dispatch_batches=True``)."""
@@ -571,6 +599,7 @@ class AcceleratedDataLoader:
             "process_index": self._options.process_index,
             "num_processes": self._options.num_processes,
             "position": self._position(),
+            "lookahead": self._lookahead if _plain_batch(self._lookahead) else None,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -620,6 +649,7 @@ class AcceleratedDataLoader:
             # as before when the global batch is kept).
             self._yielded = self._yielded_base = consumed // self._samples_per_step()
             self._resume["yielded"] = self._yielded
+            self._resume["lookahead"] = None  # the rest of the pass is dealt again at this size
             self._consumed_base = consumed
 
     # -- continuing a pass at another number of processes (fabricx/compat/accelerate/elastic.py) ----

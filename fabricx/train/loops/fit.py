@@ -63,6 +63,7 @@ class FitLoop:
     """
 
     def __init__(self, trainer: Trainer, run: RunContext, steps: TrainingSteps) -> None:
+        self._validation_start_rng: dict[str, Any] | None = None
         self._trainer = trainer
         self._run = run
         self._steps = steps
@@ -544,12 +545,24 @@ class FitLoop:
         """One validation pass of fit (`epoch_loop.val_loop.run()`); the loaders are (re)built when it runs."""
         trainer, run, data = self._trainer, self._run, self.data
         trainer.state.stage = RunningStage.VALIDATING
+        # A run that stops inside this pass restarts it when resumed: what it must resume with is the random
+        # state the pass began with (its loaders' iterators draw from it), see `rewind_interrupted_validation`.
+        self._validation_start_rng = capture_rng_states()
         try:
             data.ensure_val_loaders()
             run_evaluation(trainer, run, "validate", run.val_results, data.val_loaders, data.val_limits)
             data.validation_ended(data.val_limits)
+            self._validation_start_rng = None
         finally:
             trainer.state.stage = RunningStage.TRAINING
+
+    def rewind_interrupted_validation(self) -> None:
+        """Put the random generators back to where the validation pass an exception interrupted began, so that a
+        checkpoint written now (`OnExceptionCheckpoint`) resumes as the uninterrupted run went on: the resumed run
+        runs that pass again from its start."""
+        rng, self._validation_start_rng = self._validation_start_rng, None
+        if rng is not None:
+            restore_rng_states(rng)
 
     def run_sanity_check(self) -> None:
         """``num_sanity_val_steps`` validation batches before training; they change no state, random generators

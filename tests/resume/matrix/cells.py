@@ -1,0 +1,201 @@
+"""The resume matrix: every cell is one way a user trains and one place the run stops.
+
+A cell is run twice: uninterrupted, and stopped at its stop point then resumed in a fresh process. The two
+must agree bit for bit: every batch's sample ids and loss, the final weights, the optimizer state and the
+random generators (`compare.py`). `all_cells()` is the whole matrix (``-m slow``); `fast_sample()` a seeded
+part of it for the fast suite. Axes:
+
+* API: the Fabric loop with ``fabric.save``/``fabric.load`` (``fabric``) or ``save_checkpoint``/
+  ``load_latest`` (``fabric_latest``, the one a SIGKILL resumes with); the Trainer (``trainer``:
+  ``ckpt_path="last"``, an explicit path, `OnExceptionCheckpoint`); the Accelerate adapter (``accelerate``:
+  ``save_state``/``load_state`` with the stateful loader, or Accelerate's ``skip_first_batches``).
+* Processes: 1; 2 under ``ddp``, ``ddp_spawn``, ``fsdp`` and ``deepspeed_stage_2``; 2 -> 1 and 1 -> 2.
+* Loader: see `LOADERS`.
+* Accumulation 1 or 3 (epochs of 5 batches: windows of 3 and 2), gradient clipping, a scheduler stepped per
+  step or per epoch, ``torch.compile``.
+* Stop point: see `STOPS`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import asdict, dataclass
+
+#: Loaders of the Fabric and adapter rows (the Trainer rows add ``combined``).
+LOADERS = (
+    "shuffle",  # DataLoader(shuffle=True): torch's global generator draws the order
+    "shuffle_generator",  # shuffle=True with a user's torch.Generator
+    "uneven",  # 42 samples: DistributedSampler pads the last share
+    "uneven_drop_last",  # 42 samples, DataLoader(drop_last=True)
+    "dist_sampler",  # the user's own DistributedSampler (drop_last=False), set_epoch by fabricx
+    "dist_sampler_drop_last",  # the user's own DistributedSampler(drop_last=True)
+    "custom_sampler",  # WeightedRandomSampler (global generator; split across ranks by fabricx)
+    "batch_sampler",  # a custom batch sampler (per rank, use_distributed_sampler=False)
+    "iterable",  # an IterableDataset without state: fast-forwarded
+    "iterable_stateful",  # an IterableDataset with state_dict/load_state_dict
+    "workers",  # shuffle with num_workers=2 and random augmentation in the workers
+    "workers_persistent",  # the same with persistent_workers=True
+    "set_epoch_loop",  # shuffle, and the loop calls loader.set_epoch(epoch) itself
+)
+
+#: Where the first run stops (epoch-bound stops happen in the cell's ``stop_epoch``).
+STOPS = (
+    "start",  # after setup, before the first batch
+    "first",  # after the first batch
+    "mid",  # after a batch in the middle of an epoch
+    "last_in_for",  # after an epoch's last batch, still inside the ``for``
+    "after_for",  # after the epoch's ``for`` loop has ended
+    "after_set_epoch",  # at the top of the next epoch, after loader.set_epoch(epoch)
+    "kill",  # SIGKILL at a seeded step; resumed from the latest complete checkpoint
+)
+
+#: (strategy, processes of the first run, processes of the resumed run).
+WORLDS = (
+    ("single", 1, 1),
+    ("ddp", 2, 2),
+    ("ddp_spawn", 2, 2),
+    ("fsdp", 2, 2),
+    ("deepspeed_stage_2", 2, 2),
+    ("ddp", 2, 1),
+    ("single", 1, 2),
+)
+
+EPOCHS = 3
+
+
+@dataclass(frozen=True)
+class Cell:
+    api: str
+    strategy: str
+    world: int
+    resume_world: int
+    loader: str
+    stop: str
+    stop_epoch: int = 1
+    accumulate: int = 1
+    clip: bool = False
+    scheduler: str = ""  # "", "step" or "epoch"
+    compile: bool = False
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        parts = [self.api, f"{self.strategy}{self.world}to{self.resume_world}", self.loader, self.stop]
+        parts.append(f"e{self.stop_epoch}")
+        if self.accumulate > 1:
+            parts.append(f"acc{self.accumulate}")
+        if self.clip:
+            parts.append("clip")
+        if self.scheduler:
+            parts.append(f"sched-{self.scheduler}")
+        if self.compile:
+            parts.append("compile")
+        return "-".join(parts)
+
+    @property
+    def group(self) -> tuple[str, str, int, int]:
+        """Cells of one group run in the same two launches."""
+        return (self.api, self.strategy, self.world, self.resume_world)
+
+    @property
+    def elastic(self) -> bool:
+        return self.world != self.resume_world
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def refusal(cell: Cell) -> str | None:
+    """Why fabricx refuses a cell on purpose (documented in docs/guides/checkpointing.md), else ``None``."""
+    if cell.elastic and cell.stop in ("first", "mid") and cell.loader not in ("shuffle", "uneven"):
+        return "mid-epoch resume at another number of processes needs the sampler fabricx builds"
+    return None
+
+
+def _valid(cell: Cell) -> bool:
+    if cell.stop == "kill" and (cell.world > 1 or cell.api != "fabric_latest"):
+        return False  # a SIGKILL row: one process, resumed from the latest checkpoint
+    if cell.api == "fabric_latest" and cell.stop != "kill":
+        return False
+    if cell.elastic and cell.loader in ("batch_sampler", "dist_sampler", "dist_sampler_drop_last", "iterable",
+                                        "iterable_stateful", "set_epoch_loop"):
+        return False  # per-rank loaders the user built for one number of processes
+    # Workers under DeepSpeed are covered by the other strategies; this keeps the slow matrix within minutes.
+    return not (cell.strategy == "deepspeed_stage_2" and cell.loader.startswith("workers"))
+
+
+def fabric_cells() -> list[Cell]:
+    """The Fabric rows: every world x loader x stop, with accumulation, clipping and schedulers cycled."""
+    extras = itertools.cycle(
+        [
+            {},
+            {"accumulate": 3},
+            {"clip": True, "scheduler": "step"},
+            {"accumulate": 3, "scheduler": "epoch"},
+            {"accumulate": 3, "clip": True},
+        ]
+    )
+    cells = []
+    for (strategy, world, resume_world), loader, stop in itertools.product(WORLDS, LOADERS, STOPS):
+        api = "fabric_latest" if stop == "kill" else "fabric"
+        for stop_epoch in (0, 1) if stop in ("last_in_for", "after_for") else (1,):
+            cell = Cell(api, strategy, world, resume_world, loader, stop, stop_epoch, **next(extras))
+            if _valid(cell):
+                cells.append(cell)
+    cells.append(Cell("fabric", "single", 1, 1, "shuffle", "mid", compile=True))
+    return [_seeded(cell) for cell in cells]
+
+
+def trainer_cells() -> list[Cell]:
+    cells = []
+    for (strategy, world, resume_world), loader, stop in itertools.product(
+        [("single", 1, 1), ("ddp", 2, 2), ("ddp_spawn", 2, 2)],
+        ["shuffle", "shuffle_generator", "workers", "combined"],
+        ["first", "mid", "last_in_for", "after_for", "in_validation", "refit"],
+    ):
+        for accumulate in (1, 3):
+            cells.append(_seeded(Cell("trainer", strategy, world, resume_world, loader, stop, accumulate=accumulate)))
+    return cells
+
+
+def accelerate_cells() -> list[Cell]:
+    cells = []
+    for (strategy, world, resume_world), loader, stop, api in itertools.product(
+        [("single", 1, 1), ("ddp", 2, 2)],
+        ["shuffle", "shuffle_generator", "workers"],
+        ["first", "mid", "last_in_for", "after_for"],
+        ["accelerate", "accelerate_skip"],
+    ):
+        for accumulate in (1, 3):
+            cells.append(_seeded(Cell(api, strategy, world, resume_world, loader, stop, accumulate=accumulate)))
+    return cells
+
+
+def _seeded(cell: Cell) -> Cell:
+    seed = random.Random(cell.id).randrange(2**31)
+    return Cell(**{**cell.as_dict(), "seed": seed})
+
+
+def all_cells() -> list[Cell]:
+    return fabric_cells() + trainer_cells() + accelerate_cells()
+
+
+def by_id(cell_id: str) -> Cell:
+    for cell in all_cells():
+        if cell.id == cell_id:
+            return cell
+    raise KeyError(f"no cell {cell_id!r} in the matrix")
+
+
+def fast_sample(seed: int, per_group: int = 3, groups: int = 4) -> list[Cell]:
+    """A seeded sample: ``per_group`` cells of ``groups`` launch groups (always 1 process and DDP)."""
+    rng = random.Random(seed)
+    cells = all_cells()
+    by_group: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        by_group.setdefault(cell.group, []).append(cell)
+    always = [("fabric", "single", 1, 1), ("fabric", "ddp", 2, 2)]
+    others = sorted(g for g in by_group if g not in always)
+    chosen = always + rng.sample(others, groups - len(always))
+    return [cell for group in chosen for cell in rng.sample(by_group[group], min(per_group, len(by_group[group])))]

@@ -1,0 +1,91 @@
+"""Compare a cell's uninterrupted run with its stopped-and-resumed run; return what differs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from cells import Cell
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "shape") and hasattr(b, "shape"):  # numpy arrays
+        return bool((a == b).all())
+    return a == b
+
+
+def merged(first_trace: list, resume: dict) -> list:
+    """The batches of the stopped run up to its checkpoint, then those of the resumed run."""
+    return [entry for entry in first_trace if entry[0] < resume["start_step"]] + resume["trace"]
+
+
+def differences(
+    cell: Cell, straight: list[dict], first: list[list], resume: list[dict], first_val: list[list] | None = None
+) -> list[str]:
+    """``straight``/``first``/``resume`` per rank: records of the runs (``first`` as its trace, ``first_val``
+    as its validation results where the run has them)."""
+    done_val = first_val or [[] for _ in first]
+    if cell.elastic:
+        return _elastic_differences(cell, straight, first, resume)
+    problems = []
+    for rank, (want, done, then) in enumerate(zip(straight, first, resume, strict=True)):
+        got = merged(done, then)
+        label = f"rank {rank}"
+        if len(got) != len(want["trace"]):
+            problems.append(f"{label}: {len(got)} batches after the resume, {len(want['trace'])} uninterrupted")
+        for (step, epoch, ids, loss), (w_step, w_epoch, w_ids, w_loss) in zip(got, want["trace"], strict=False):
+            if (step, epoch, ids) != (w_step, w_epoch, w_ids):
+                problems.append(
+                    f"{label} step {w_step}: epoch {epoch} ids {ids}, uninterrupted epoch {w_epoch} ids {w_ids}"
+                )
+                break
+            if not torch.equal(loss, w_loss):
+                problems.append(f"{label} step {step}: loss {loss.item()!r} != {w_loss.item()!r}")
+                break
+        if "val" in want:  # the Trainer's validation batches: the last result of each, as the user saw it
+            seen = {(e, tuple(ids)): loss for e, ids, loss in [*done_val[rank], *then["val"]]}
+            wanted = {(e, tuple(ids)): loss for e, ids, loss in want["val"]}
+            if seen.keys() != wanted.keys() or not all(torch.equal(seen[k], wanted[k]) for k in wanted):
+                problems.append(f"{label}: validation results differ")
+        final, want_final = then["final"], want["final"]
+        for key in ("step", "weights", "optimizer", "scheduler", "rng"):
+            if not _equal(final[key], want_final[key]):
+                problems.append(f"{label}: final {key} differs")
+    return problems
+
+
+def _by_epoch(traces: list[list]) -> dict[int, list[int]]:
+    epochs: dict[int, list[int]] = {}
+    for trace in traces:
+        for _, epoch, ids, _ in trace:
+            epochs.setdefault(epoch, []).extend(ids)
+    return epochs
+
+
+def _elastic_differences(cell: Cell, straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
+    # Another number of processes takes another number of optimizer steps: the weights follow another path by
+    # construction. What must be exact is the data: each sample of the stopped epoch once, then whole epochs.
+    problems = []
+    start_step = resume[0]["start_step"]
+    consumed = [[e for e in trace if e[0] < start_step] for trace in first]
+    for rank, (trace, want) in enumerate(zip(consumed, straight, strict=False)):
+        if trace != want["trace"][: len(trace)]:
+            problems.append(f"rank {rank}: the stopped run differs from the uninterrupted one before the stop")
+    before, after = _by_epoch(consumed), _by_epoch([r["trace"] for r in resume])
+    wanted = _by_epoch([s["trace"] for s in straight])
+    drops = cell.loader.endswith("drop_last")
+    for epoch in range(max(wanted) + 1):
+        done, rest = set(before.get(epoch, [])), set(after.get(epoch, []))
+        if done & rest:
+            problems.append(f"epoch {epoch}: samples {sorted(done & rest)} read before the stop and again after it")
+        if not drops and done | rest != set(wanted.get(epoch, [])):
+            problems.append(f"epoch {epoch}: read {sorted(done | rest)}, uninterrupted {sorted(set(wanted[epoch]))}")
+        if epoch > max(before, default=-1) and not rest:
+            problems.append(f"epoch {epoch}: nothing read after the resume")
+    return problems

@@ -1,0 +1,105 @@
+"""Launch resume-matrix cells in groups (two launches per group) and compare each cell's runs."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from cells import Cell  # noqa: E402
+from compare import differences  # noqa: E402
+
+JOBS = {"fabric": "fabric_job.py", "fabric_latest": "fabric_job.py", "trainer": "trainer_job.py",
+        "accelerate": "accelerate_job.py", "accelerate_skip": "accelerate_job.py"}
+_CLEAN_ENV = ("FABRICX_GLOBAL_SEED", "PL_GLOBAL_SEED", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
+
+
+def reproduce_command(cell: Cell, out: str = "/tmp/resume-cell") -> str:
+    """The command that runs ``cell`` alone (printed with a failing cell)."""
+    return f"python {HERE / 'runner.py'} {out} {cell.id}"
+
+
+def _launch(job: str, out: Path, phase: str, ids: list[str], *, expect_kill: bool = False, timeout: int = 900) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
+    env.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
+    result = subprocess.run([sys.executable, str(HERE / job), str(out), phase, *ids], env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    if expect_kill:
+        if result.returncode != -9:
+            raise RuntimeError(f"{phase} of {ids} was to die by SIGKILL, exited {result.returncode}:\n"
+                               f"{result.stderr[-3000:]}")
+    elif result.returncode != 0:
+        raise RuntimeError(f"{phase} of {len(ids)} cell(s) exited {result.returncode}:\n{result.stderr[-6000:]}")
+
+
+def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
+    """Run cells of one group; map each cell id to its differences (empty when exact)."""
+    out.mkdir(parents=True, exist_ok=True)
+    job, ids = JOBS[cells[0].api], [cell.id for cell in cells]
+    _launch(job, out, "first", ids)
+    for cell in cells:
+        if cell.stop == "kill":
+            _launch(job, out, "kill", [cell.id], expect_kill=True)
+    _launch(job, out, "resume", ids)
+    report = {}
+    for cell in cells:
+        try:
+            straight = _records(out, cell, "straight", cell.world)
+            stopped_val = None
+            if cell.stop == "kill":
+                stopped = [torch.load(out / f"{cell.id}.kill_trace.pt", weights_only=False)]
+            else:
+                records = _records(out, cell, "first", cell.world)
+                stopped = [record["trace"] for record in records]
+                stopped_val = [record.get("val", []) for record in records]
+            resumed = _records(out, cell, "resume", cell.resume_world)
+        except (FileNotFoundError, KeyError) as error:
+            report[cell.id] = [f"a run left no record: {error}"]
+            continue
+        report[cell.id] = differences(cell, straight, stopped, resumed, stopped_val)
+    return report
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: Path) -> Any:
+    return torch.load(path, weights_only=False)
+
+
+def _records(out: Path, cell: Cell, run: str, world: int) -> list[dict]:
+    """Per rank, the record of one of the cell's runs (``straight``, ``first`` or ``resume``)."""
+    if cell.api == "trainer":  # each rank of each fit writes its own file
+        return [torch.load(out / f"{cell.id}.{run}.rank{r}.pt", weights_only=False) for r in range(world)]
+    phase = "resume" if run == "resume" else "first"
+    return [_load(out / f"{phase}_rank{r}.pt")[cell.id][run] for r in range(world)]
+
+
+def run_cells(cells: list[Cell], out: Path) -> dict[str, list[str]]:
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.group, []).append(cell)
+    report: dict[str, list[str]] = {}
+    for number, group in enumerate(groups.values()):
+        try:
+            report.update(run_group(group, out / f"group{number}"))
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            report.update({cell.id: [f"the group's launch failed: {error}"] for cell in group})
+    return report
+
+
+if __name__ == "__main__":
+    from cells import by_id
+
+    out_dir, *cell_ids = sys.argv[1:]
+    outcome = run_cells([by_id(i) for i in cell_ids], Path(out_dir))
+    for cell_id, problems in outcome.items():
+        print(("EXACT   " if not problems else "DIFFERS ") + cell_id)
+        for problem in problems:
+            print("    " + problem)
+    sys.exit(1 if any(outcome.values()) else 0)

@@ -1,0 +1,66 @@
+"""Datasets of the resume matrix: every sample carries its id, and map-style ones draw augmentation noise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+
+def _sample(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.linspace(-1, 1, 4) * ((index % 13) / 13.0 - 0.5)
+    return x, torch.tensor([x.sum().item() * 0.5 + (index % 3) * 0.1])
+
+
+class IdDataset(Dataset):
+    def __init__(self, size: int, augment: bool = False) -> None:
+        self.size, self.augment = size, augment
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor, torch.Tensor]:
+        x, y = _sample(index)
+        if self.augment:  # from the generator of the process that reads it (a worker's, or the main one)
+            x = x + 0.01 * torch.randn(4)
+        return index, x, y
+
+
+class IdIterable(IterableDataset):
+    """Samples ``rank, rank + world, ...`` (each rank its own), split further across loader workers."""
+
+    def __init__(self, size: int, rank: int, world: int) -> None:
+        self.size, self.rank, self.world = size, rank, world
+
+    def _ids(self) -> range:
+        ids = range(self.rank, self.size, self.world)
+        info = get_worker_info()
+        return ids if info is None else ids[info.id :: info.num_workers]
+
+    def __iter__(self):
+        for index in self._ids():
+            yield (index, *_sample(index))
+
+
+class StatefulIdIterable(IdIterable):
+    """`IdIterable` that records how far it has read and restarts there."""
+
+    def __init__(self, size: int, rank: int, world: int) -> None:
+        super().__init__(size, rank, world)
+        self.position = 0
+
+    def __iter__(self):
+        ids = self._ids()
+        start, self.position = self.position, 0
+        for offset in range(start, len(ids)):
+            self.position = offset + 1
+            index = ids[offset]
+            yield (index, *_sample(index))
+        self.position = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.position = int(state["position"])

@@ -1,0 +1,165 @@
+"""Run resume-matrix cells of the Trainer: ``python trainer_job.py OUT PHASE CELL_ID...`` (see fabric_job.py).
+
+Stops: ``first``/``mid``/``last_in_for`` raise after that batch and resume from `OnExceptionCheckpoint`'s file
+(a path); ``in_validation`` raises inside validation, also resumed from that file; ``after_for`` raises when the
+next epoch starts and resumes with ``ckpt_path="last"`` (ModelCheckpoint saved it at the epoch's end); ``refit``
+lets a first ``fit`` with fewer epochs return and resumes with ``ckpt_path="last"`` and more epochs.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cells import EPOCHS, Cell, by_id
+from record import final_state
+from toy_data import IdDataset
+
+from fabricx.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
+from fabricx.train import CombinedLoader, Trainer, TrainModule
+
+BATCH = 4
+
+
+class StopRun(Exception):
+    """The stop of a cell's first run."""
+
+
+class Recorded(TrainModule):
+    def __init__(self, cell: Cell, phase: str, out: Path) -> None:
+        super().__init__()
+        self.cell, self.phase, self.out = cell, phase, out
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
+        self.trace: list[tuple] = []
+        self.validation: list[tuple] = []
+        self.batches_done = 0  # training batches of the whole run, kept in the checkpoint
+        self.start_step: int | None = None
+
+    def _loader(self, size: int, shuffle: bool = True) -> DataLoader:
+        kwargs: dict[str, Any] = {"batch_size": BATCH, "shuffle": shuffle}
+        if self.cell.loader == "shuffle_generator":
+            kwargs["generator"] = torch.Generator().manual_seed(7)
+        if self.cell.loader == "workers":
+            kwargs["num_workers"] = 2
+        return DataLoader(IdDataset(size, augment=True), **kwargs)
+
+    def train_dataloader(self) -> Any:
+        if self.cell.loader == "combined":
+            return CombinedLoader({"a": self._loader(40), "b": self._loader(24)}, mode="max_size_cycle")
+        return self._loader(40)
+
+    def val_dataloader(self) -> Any:
+        return self._loader(16, shuffle=False)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.start_step is None:
+            self.start_step = self.batches_done
+        parts = list(batch.values()) if isinstance(batch, dict) else [batch]
+        ids = torch.cat([p[0] for p in parts])
+        x, y = torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
+        loss = nn.functional.mse_loss(self.net(x), y)
+        self.trace.append((self.batches_done, self.current_epoch, ids.tolist(), loss.detach().clone()))
+        self.batches_done += 1
+        self.log("train_loss", loss)
+        return loss
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["batches_done"] = self.batches_done
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.batches_done = checkpoint["batches_done"]
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        ids, x, y = batch
+        if self.phase == "first" and self.cell.stop == "in_validation" and self.current_epoch == 1 and batch_idx == 2:
+            raise StopRun("inside validation")
+        loss = nn.functional.mse_loss(self.net(x), y)
+        self.validation.append((self.current_epoch, ids.tolist(), loss.detach().clone()))
+        self.log("val_loss", loss)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.AdamW(self.parameters(), lr=0.01)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.phase != "first":
+            return
+        stop, epoch, per_epoch = self.cell.stop, self.current_epoch, self.trainer.num_training_batches
+        if (
+            (stop == "first" and epoch == 0 and batch_idx == 0)
+            or (stop == "mid" and epoch == 1 and batch_idx == per_epoch // 2)
+            or (stop == "last_in_for" and epoch == 1 and batch_idx == per_epoch - 1)
+        ):
+            raise StopRun(stop)
+
+    def on_train_epoch_start(self) -> None:
+        if self.phase == "first" and self.cell.stop == "after_for" and self.current_epoch == 2:
+            raise StopRun("after the epoch")
+
+    def write(self, final: bool) -> None:
+        record: dict[str, Any] = {"trace": self.trace, "start_step": self.start_step or 0, "val": self.validation}
+        if final:
+            optimizer = self.trainer.optimizers[0]
+            record["final"] = final_state(
+                {"model": self, "optimizer": optimizer, "step": self.trainer.global_step}
+            )
+        rank = self.trainer.global_rank
+        torch.save(record, self.out / f"{self.cell.id}.{self.phase}.rank{rank}.pt")
+
+    def on_fit_end(self) -> None:
+        self.write(final=self.phase != "first")
+
+
+
+class WriteOnException(Callback):
+    """Writes the stopped run's trace (a module has no exception hook; callbacks do)."""
+
+    def on_exception(self, trainer: Trainer, pl_module: Recorded, exception: BaseException) -> None:
+        pl_module.write(final=False)
+
+
+def fit(cell: Cell, phase: str, out: Path) -> None:
+    world = cell.resume_world if phase == "resume" else cell.world
+    random.seed(0), np.random.seed(0)
+    torch.manual_seed(cell.seed % 1000 if phase != "resume" else 4321)
+    module = Recorded(cell, phase, out)
+    folder = out / f"{cell.id}.{'straight' if phase == 'straight' else 'first'}"  # the resume reads the first's
+    callbacks = [
+        ModelCheckpoint(dirpath=folder, save_last=True),
+        OnExceptionCheckpoint(folder),
+        WriteOnException(),
+    ]
+    max_epochs = 2 if phase == "first" and cell.stop == "refit" else EPOCHS
+    trainer = Trainer(
+        accelerator="cpu", devices=world, strategy="auto" if world == 1 else cell.strategy,
+        max_epochs=max_epochs, accumulate_grad_batches=cell.accumulate, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+    )
+    ckpt_path = None
+    if phase == "resume":
+        uses_last = cell.stop in ("after_for", "refit")
+        ckpt_path = "last" if uses_last else str(folder / "on_exception.ckpt")
+    try:
+        trainer.fit(module, ckpt_path=ckpt_path)
+    except StopRun:
+        pass
+
+
+def main() -> None:
+    out, phase, *ids = sys.argv[1:]
+    torch.set_num_threads(1)
+    for cell in map(by_id, ids):
+        if phase == "first":
+            fit(cell, "straight", Path(out))
+        fit(cell, phase, Path(out))
+
+
+if __name__ == "__main__":
+    main()
