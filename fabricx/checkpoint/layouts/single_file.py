@@ -50,6 +50,7 @@ from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
+from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -304,10 +305,7 @@ def write_file(path: Any, contents: dict[str, Any], storage: CheckpointIO | None
     try:
         io_for(path, storage or _LOCAL_IO).write_file(target, lambda handle: torch.save(contents, handle))
     except OSError as error:
-        raise CheckpointError(
-            f"Could not write the checkpoint {target}: {error}. The save was abandoned; what was at {target} "
-            "before is unchanged. Check that the folder is writable and has free space."
-        ) from error
+        raise write_failure(target, error) from error
     return target
 
 
