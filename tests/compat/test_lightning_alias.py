@@ -106,3 +106,33 @@ def test_lightning_imports_resolve_to_fabricx_after_enable():
 def test_enable_refuses_once_lightning_is_imported():
     pytest.importorskip("lightning")
     assert "REFUSED" in _run(_LIGHTNING_FIRST)
+
+
+# -- fabricx run --as-lightning ----------------------------------------------------------------------------------
+def test_run_as_lightning_builds_the_alias_program(tmp_path):
+    from fabricx.cli import RunOptions, build_torchrun_args
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    args = build_torchrun_args(RunOptions(script=str(script), accelerator="cpu", devices="1", as_lightning=True))
+    assert args[-3:] == ["-m", "fabricx.compat.lightning", str(script)]  # torchrun runs the module, which runs it
+
+
+@pytest.mark.distributed
+def test_fabricx_run_as_lightning_serves_the_scripts_lightning_imports(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "import lightning.pytorch as pl\n"
+        "import fabricx.train\n"
+        "assert pl.Trainer is fabricx.train.Trainer\n"
+        "print('served', sys.argv[1:])\n"
+    )
+    drop = ("FABRICX_", "MASTER_", "LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "TORCHELASTIC", "GROUP_RANK")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    command = [sys.executable, "-m", "fabricx", "run", "--as-lightning", "--accelerator", "cpu", "--devices", "1"]
+    completed = subprocess.run(
+        [*command, str(script), "--lr", "0.1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "served ['--lr', '0.1']" in completed.stdout
