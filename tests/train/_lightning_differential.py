@@ -62,6 +62,38 @@ def run_side(side: str, out: Path, names: list[str]) -> None:
     torch.save(results, out / f"{side}.pt")
 
 
+def run_both(out: Path, source: str = "cases", timeout: float = 840) -> dict:
+    """Run every case of ``lightning_source/{source}.py`` on both sides in one subprocess; the loaded results."""
+    import subprocess
+
+    import torch
+
+    command = [sys.executable, str(Path(__file__).resolve()), str(out), f"--source={source}"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return {side: torch.load(out / f"{side}.pt", weights_only=False) for side in ("lightning", "fabricx")}
+
+
+def case(results: dict, name: str) -> tuple:
+    """``(lightning's result, fabricx's result)`` of case ``name``; a side that raised fails with its traceback."""
+    both = {}
+    for side in ("lightning", "fabricx"):
+        entry = results[side][name]
+        assert "ok" in entry, f"{side} failed on {name}:\n{entry.get('traceback')}"
+        both[side] = entry["ok"]
+    return both["lightning"], both["fabricx"]
+
+
+def same_weights(expected: dict, actual: dict) -> None:
+    """The same tensors under the same names: equal values and dtypes (bit for bit on CPU)."""
+    import torch
+
+    assert expected.keys() == actual.keys()
+    for key, value in expected.items():
+        assert actual[key].dtype == value.dtype, key
+        assert torch.equal(actual[key], value), key
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     names = sys.argv[2:]

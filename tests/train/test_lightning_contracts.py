@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _lightning_differential import case as _case
+from _lightning_differential import run_both
+from _lightning_differential import same_weights as _same_weights
 
 pytest.importorskip("lightning")
 pytestmark = pytest.mark.timeout(600)
@@ -29,31 +32,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("lightning_contracts")
-    completed = subprocess.run(
-        [sys.executable, str(HERE / "_lightning_differential.py"), str(out), "--source=contracts"],
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return {side: torch.load(out / f"{side}.pt", weights_only=False) for side in ("lightning", "fabricx")}
-
-
-def _case(results, name):
-    both = {}
-    for side in ("lightning", "fabricx"):
-        entry = results[side][name]
-        assert "ok" in entry, f"{side} failed on {name}:\n{entry.get('traceback')}"
-        both[side] = entry["ok"]
-    return both["lightning"], both["fabricx"]
-
-
-def _same_weights(expected, actual):
-    assert expected.keys() == actual.keys()
-    for key, value in expected.items():
-        assert actual[key].dtype == value.dtype, key
-        assert torch.equal(actual[key], value), key
+    return run_both(tmp_path_factory.mktemp("lightning_contracts"), "contracts", timeout=540)
 
 
 def test_callbacks_logger_and_plugins_accept_any_iterable(results):
