@@ -82,7 +82,17 @@ def warn_left_out_hparams(module: Any, left_out: Mapping[str, str], path: str | 
     )
 
 
-def _lightning_version() -> str:
+def lightning_version() -> str:
+    """The installed Lightning's version (``lightning`` or ``pytorch-lightning``); ``2.5.0`` without Lightning.
+
+    Written as a checkpoint's ``pytorch-lightning_version`` (Lightning picks its migrations by it) and given as
+    ``__version__`` by `fabricx.compat.lightning`.
+
+    Example:
+        ```python
+        lightning_version()  # "2.6.6"
+        ```
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     for name in ("lightning", "pytorch-lightning"):
@@ -123,7 +133,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     state: dict[str, Any] = {
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
-        "pytorch-lightning_version": _lightning_version(),
+        "pytorch-lightning_version": lightning_version(),
         "state_dict": trainer.model,
         "loops": ckpt.LoopStates(trainer),
         "callbacks": ckpt.CallbackStates(trainer.callbacks),
@@ -338,6 +348,7 @@ __all__ = [
     "checkpoint_state",
     "is_lightning_file",
     "left_out_hparams",
+    "lightning_version",
     "load_lightning_weights",
     "load_module_from_checkpoint",
     "warn_left_out_hparams",

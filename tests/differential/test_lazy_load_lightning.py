@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _compare import assert_same
 from torch import nn
 
 from fabricx import Fabric
@@ -37,22 +38,6 @@ def _lazily_loaded(path: Path) -> dict[str, Any]:
     return lightning_load._materialize_tensors(lightning_load._lazy_load(path))
 
 
-def _assert_same(expected: Any, got: Any, where: str) -> None:
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__}"
-        assert got.dtype == expected.dtype and torch.equal(got, expected), where
-    elif isinstance(expected, dict):
-        assert got.keys() == expected.keys(), where
-        for key in expected:
-            _assert_same(expected[key], got[key], f"{where}.{key}")
-    elif isinstance(expected, list | tuple):
-        assert len(got) == len(expected), where
-        for index, (a, b) in enumerate(zip(expected, got, strict=True)):
-            _assert_same(a, b, f"{where}[{index}]")
-    else:
-        assert got == expected, where
-
-
 def test_fabric_save_file_lazily_loads_like_lightning_fabrics(tmp_path: Path) -> None:
     from lightning.fabric import Fabric as LightningFabric
 
@@ -68,8 +53,8 @@ def test_fabric_save_file_lazily_loads_like_lightning_fabrics(tmp_path: Path) ->
     from_fabricx = _lazily_loaded(tmp_path / "fabricx.pth")
     from_lightning = _lazily_loaded(tmp_path / "lightning.pth")
     for key in ("model", "optimizer", "step"):
-        _assert_same(from_lightning[key], from_fabricx[key], key)
-    _assert_same(model.state_dict(), from_fabricx["model"], "model")  # the values saved, not just equal files
+        assert_same(from_lightning[key], from_fabricx[key], key)
+    assert_same(model.state_dict(), from_fabricx["model"], "model")  # the values saved, not just equal files
     # fabricx's extra entries load too (a lazy load of the whole file never stops at them).
     assert {key for key in from_fabricx if key.startswith("__fabricx_")}
     assert isinstance(from_fabricx["step"], int)

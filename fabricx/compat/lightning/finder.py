@@ -158,19 +158,9 @@ class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         # Checked where libraries compare versions (`lightning.__version__ >= "2.0"`): the Lightning version
         # whose API this alias follows.
-        module.__dict__.setdefault("__version__", lightning_api_version())
+        from fabricx.train.lightning_checkpoint import lightning_version
 
-
-def lightning_api_version() -> str:
-    """The installed Lightning's version when there is one, else the Lightning release fabricx follows."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    for distribution in ("lightning", "pytorch-lightning"):
-        try:
-            return version(distribution)
-        except PackageNotFoundError:
-            continue
-    return "2.6.0"
+        module.__dict__.setdefault("__version__", lightning_version())
 
 
 def loaded_lightning_modules() -> list[str]:
