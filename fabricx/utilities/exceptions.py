@@ -54,6 +54,10 @@ class CheckpointWriteError(CheckpointError, OSError):
         super().__init__(message)
         self.errno = errno  # the message stays the whole text (no strerror, no filename)
 
+    def __reduce__(self) -> tuple:
+        # The errno travels too (an error of a spawned process reaches the parent pickled).
+        return (type(self), (self.args[0] if self.args else "", self.errno))
+
 
 class CheckpointPermissionError(CheckpointWriteError, PermissionError):
     """A checkpoint written where this process may not write (``EACCES``/``EPERM``): also a ``PermissionError``."""

@@ -144,6 +144,22 @@ def test_fabric_load_of_a_missing_path_is_a_file_not_found_error(tmp_path):
     assert isinstance(caught.value, CheckpointError)
 
 
+def test_an_unwritable_folder_is_a_permission_error_with_its_errno():
+    import errno
+    import pickle
+
+    from fabricx import Fabric
+    from fabricx.utilities.exceptions import CheckpointError
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+    with pytest.raises(PermissionError) as caught:
+        fabric.save("/sys/fabricx-unwritable/state.pth", {"step": 1})  # sysfs takes no new files, root's neither
+    error = caught.value
+    assert isinstance(error, CheckpointError) and error.errno in (errno.EACCES, errno.EPERM)
+    again = pickle.loads(pickle.dumps(error))  # as it reaches the parent of a spawned process
+    assert type(again) is type(error) and again.errno == error.errno and str(again) == str(error)
+
+
 # -- rank_zero_only.rank, set at import -----------------------------------------------------------------------------
 _RANK_SCRIPT = textwrap.dedent(
     """
