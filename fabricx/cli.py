@@ -52,6 +52,9 @@ class RunOptions:
     rdzv_conf: str | None = None
     #: The job's id in the rendezvous: every node of one job gives the same (``--run-id``).
     run_id: str = "fabricx"
+    #: ``--as-lightning``: the script's (and its libraries') Lightning imports resolve to fabricx
+    #: (`fabricx.compat.lightning`).
+    as_lightning: bool = False
 
     @property
     def elastic(self) -> bool:
@@ -91,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_restarts=args.max_restarts,
             rdzv_conf=args.rdzv_conf,
             run_id=args.run_id,
+            as_lightning=args.as_lightning,
         )
         try:
             return run(options)
@@ -211,7 +215,7 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
         ]
         if options.rdzv_conf:
             args.append(f"--rdzv-conf={options.rdzv_conf}")
-        return [*args, options.script, *options.script_args]
+        return [*args, *_program(options)]
     args = [f"--nproc-per-node={processes_per_node(options)}", f"--nnodes={num_nodes}"]
     if options.max_restarts:
         # Elastic restarts need a rendezvous that forgets the previous attempt's gloo addresses;
@@ -227,7 +231,14 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
             f"--master-addr={options.main_address}",
             f"--master-port={port}",
         ]
-    return [*args, options.script, *options.script_args]
+    return [*args, *_program(options)]
+
+
+def _program(options: RunOptions) -> list[str]:
+    """What each process runs: the script, or (``--as-lightning``) the alias module running it."""
+    if options.as_lightning:
+        return ["-m", "fabricx.compat.lightning", options.script, *options.script_args]
+    return [options.script, *options.script_args]
 
 
 def flag_environment(options: RunOptions) -> dict[str, str]:
@@ -542,6 +553,11 @@ def _parser() -> argparse.ArgumentParser:
         "--rdzv-conf",
         default=None,
         help="elastic rendezvous settings for torchrun, e.g. last_call_timeout=5,join_timeout=120",
+    )
+    run_parser.add_argument(
+        "--as-lightning",
+        action="store_true",
+        help="serve the script's lightning.pytorch / pytorch_lightning / lightning.fabric imports with fabricx",
     )
     run_parser.add_argument("script", help="the training script")
     run_parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")

@@ -17,6 +17,7 @@ from fabricx.strategies.registry import STRATEGIES, create_strategy
 from fabricx.strategies.single_device import SingleDeviceStrategy
 from fabricx.strategies.strategy import Strategy
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.iterables import one_or_many
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.io import CheckpointIO
@@ -164,7 +165,7 @@ def _sort_plugins(
 
     if plugins is None:
         return None, None, None
-    items = plugins if isinstance(plugins, list | tuple) else [plugins]
+    items = one_or_many(plugins)
     precision: Precision | None = None
     environment: ClusterEnvironment | None = None
     checkpoint_io: CheckpointIOLike | None = None

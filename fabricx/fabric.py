@@ -25,6 +25,7 @@ from fabricx.fabric_checks import NO_FUNCTION, check_launch_function, filter_cal
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
+from fabricx.utilities.iterables import one_or_many
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
 from fabricx.utilities.rng import RNGStates
@@ -129,8 +130,8 @@ class Fabric:
         self._strategy = connector.strategy
         self._accelerator = connector.accelerator
         self._precision = connector.precision
-        self._callbacks = _as_list(callbacks)
-        self._loggers = _as_list(loggers)
+        self._callbacks = one_or_many(callbacks)
+        self._loggers = one_or_many(loggers)
         self._grad_accum_steps = grad_accum_steps
         self._save_rng_states = save_rng_states
         self._preemption_signals = resolve_signals(preemption_signals) if preemption_signals else []
@@ -1141,14 +1142,6 @@ def _backward_is_plain(strategy: Strategy, precision: Precision) -> bool:
         and precision_type.backward is Precision.backward
         and precision_type.post_backward is Precision.post_backward
     )
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, list | tuple):
-        return list(value)
-    return [value]
 
 
 def _module_tensors(module: nn.Module) -> Iterable[Tensor]:

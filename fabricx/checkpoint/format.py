@@ -20,10 +20,8 @@ A regular file at the checkpoint path is read as a single-file ``torch.save`` ch
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import re
 import secrets
 import time
 from collections.abc import Callable
@@ -43,7 +41,8 @@ from fabricx.checkpoint.layouts.single_file import (
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
-from fabricx.utilities.exceptions import CheckpointError
+from fabricx.checkpoint.write_errors import write_failure
+from fabricx.utilities.exceptions import CheckpointError, CheckpointNotFoundError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -281,34 +280,6 @@ class CheckpointWriter:
             self.abort()
 
 
-_OS_ERROR_CODE = re.compile(r"os error (\d+)")
-_WRITE_HINTS = {
-    errno.ENOSPC: "Free disk space (or keep fewer checkpoints) or save to another file system",
-    errno.EDQUOT: "Free space in your quota or save to another file system",
-    errno.EACCES: "Save to a directory this process may write to",
-    errno.EPERM: "Save to a directory this process may write to",
-    errno.EROFS: "The file system is read-only: save to another one",
-    errno.ENOTDIR: "A regular file is in the way of a directory on that path: choose another path",
-    errno.EEXIST: "A regular file is in the way of a directory on that path: choose another path",
-}
-
-
-def write_failure(path: Path, error: BaseException) -> CheckpointError:
-    """A failed write as an error that names the checkpoint, the reason and what to do."""
-    code = error.errno if isinstance(error, OSError) else None
-    if code is None:  # safetensors reports I/O failures as "... (os error 28)"
-        found = _OS_ERROR_CODE.search(str(error))
-        code = int(found.group(1)) if found else None
-    reason = f"{os.strerror(code)} ({errno.errorcode.get(code, code)})" if code else str(error)
-    where = getattr(error, "filename", None)
-    hint = _WRITE_HINTS.get(code or 0, "Check that the directory is writable and has free space")
-    return CheckpointError(
-        f"Could not write the checkpoint {path}: {reason}{f' at {where}' if where else ''}. This save was "
-        f"abandoned: readers never see a half-written checkpoint, and what was at {path} before, and every "
-        f"other checkpoint, is unchanged. {hint}."
-    )
-
-
 def _require_dict(state: Any, what: str) -> None:
     if not isinstance(state, dict):
         raise CheckpointError(f"The {what} checkpoint state must be a dict; got {type(state).__name__}.")
@@ -444,7 +415,7 @@ def read_checkpoint(
                 sorted(p.name for p in target.parent.glob(f"{target.name}.tmp-*")) if target.parent.is_dir() else []
             )
             hint = f" Only unfinished saves were found: {', '.join(leftovers)}." if leftovers else ""
-            raise CheckpointError(f"No checkpoint found at {target}.{hint}")
+            raise CheckpointNotFoundError(f"No checkpoint found at {target}.{hint}")
         if found.is_file():
             return load_single_file(found, rank)
         # Files are read by name while another job may replace the checkpoint: the read counts only if

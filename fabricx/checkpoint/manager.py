@@ -19,9 +19,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 
 from fabricx.checkpoint.atomic import discard_all
-from fabricx.checkpoint.format import is_complete, write_failure
+from fabricx.checkpoint.format import is_complete
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO, default_io
 from fabricx.checkpoint.storage import io_for, is_url, join_path
+from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError
 
 try:  # advisory locks tell a live writer's reservation from one a killed writer left

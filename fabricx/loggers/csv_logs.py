@@ -29,9 +29,9 @@ HPARAMS_FILE = "hparams.yaml"
 class ExperimentWriter:
     """What ``CSVLogger.experiment`` returns: buffers metric rows and writes ``metrics.csv`` and ``hparams.yaml``.
 
-    ``metrics`` holds the rows not yet written, ``metrics_keys`` the file's columns. A new column
-    rewrites the file with the wider header (atomically); otherwise rows are appended, also to a
-    ``metrics.csv`` an earlier run left in the same folder.
+    ``metrics`` holds the rows not yet written, ``metrics_keys`` the file's columns, sorted by name as
+    Lightning's. A new column rewrites the file with the wider header (atomically); otherwise rows are
+    appended, also to a ``metrics.csv`` an earlier run left in the same folder.
 
     Example:
 
@@ -95,7 +95,7 @@ class ExperimentWriter:
             with fs.open(path, "r", newline="") as handle:
                 old_rows = list(csv.DictReader(handle))
         logged = (key for row in old_rows + self.metrics for key in row)
-        columns = list(dict.fromkeys(["step", *self.metrics_keys, *logged]))
+        columns = sorted({"step", *self.metrics_keys, *logged})
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(path, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=columns)
@@ -111,10 +111,7 @@ class ExperimentWriter:
         if path.exists():
             with path.open(newline="") as handle:
                 old_rows = list(csv.DictReader(handle))
-        columns = list(self.metrics_keys)
-        if "step" not in columns:
-            columns.insert(0, "step")
-        columns += [key for key in new_keys if key != "step"]
+        columns = sorted({"step", *self.metrics_keys, *new_keys})  # Lightning's order: by name
         partial = path.with_name(path.name + ".partial")
         with partial.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=columns)
@@ -171,7 +168,6 @@ class CSVLogger(VersionedFolder, Logger):
         self._prefix = prefix
         self._flush_logs_every_n_steps = flush_logs_every_n_steps
         self._experiment: ExperimentWriter | None = None
-        self._rows_logged = 0
 
     @property
     def log_dir(self) -> str:
@@ -199,9 +195,8 @@ class CSVLogger(VersionedFolder, Logger):
     def log_metrics(self, metrics: Mapping[str, float | torch.Tensor], step: int | None = None) -> None:
         metrics = add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
         if step is None:
-            # Counted over the whole run (Lightning counts the unflushed rows, so its steps restart at 0).
-            step = self._rows_logged
-        self._rows_logged += 1
+            # As Lightning: the rows not yet written out (so a step-less run counts from 0 after each flush).
+            step = len(self.experiment.metrics)
         self.experiment.log_metrics(metrics, step)
         if (step + 1) % self._flush_logs_every_n_steps == 0:
             self.save()

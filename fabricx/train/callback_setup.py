@@ -16,8 +16,7 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
     from fabricx.train.callbacks.progress_bar import RichProgressBar
     from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
-    callbacks = config.callbacks
-    given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    given = list(config.callbacks)  # the config made any iterable a list
     extra: list[Any] = []
     if config.enable_progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
         extra.append(RichProgressBar())

@@ -18,7 +18,13 @@ from fabricx.train.checkpointing import (
     restore_datamodule,
     with_hook_changes,
 )
-from fabricx.train.lightning_checkpoint import HParamsState, checkpoint_state, restore_lightning_keys
+from fabricx.train.lightning_checkpoint import (
+    HPARAMS_LEFT_OUT_KEY,
+    HParamsState,
+    checkpoint_state,
+    restore_lightning_keys,
+    warn_left_out_hparams,
+)
 from fabricx.train.loader_setup import drop_rest_of_epoch
 from fabricx.train.loaders import warn_if_not_resumable
 from fabricx.utilities.exceptions import MisconfigurationException
@@ -44,6 +50,7 @@ def save_trainer_checkpoint(trainer: Trainer, filepath: str | os.PathLike, weigh
         storage = fabric.strategy.checkpoint_storage()
         layout = "directory" if storage is not None and not storage.full_state_in_one_file else None
         state = checkpoint_state(trainer, weights_only)
+        warn_left_out_hparams(trainer.lightning_module, state.get(HPARAMS_LEFT_OUT_KEY) or {}, filepath)
         callback_hooks = () if weights_only else hooks.callback_hooks("on_save_checkpoint")
         module_hook = hooks.module_hook("on_save_checkpoint")
         if callback_hooks or module_hook is not None:

@@ -13,6 +13,7 @@ from fabricx.loggers.dummy import DummyLogger
 from fabricx.train import flags
 from fabricx.train.barebones import barebones_flags
 from fabricx.utilities.exceptions import MisconfigurationError
+from fabricx.utilities.iterables import one_or_many
 from fabricx.utilities.profilers import Profiler, resolve_profiler
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_log_info
 from fabricx.utilities.seed import seed_everything
@@ -138,6 +139,7 @@ class TrainerConfig:
         )
         self.accumulate_grad_batches = self.grad_accum_steps
         self._merge_loggers()
+        self._listify_collections()
         self._check_checkpoint_flag()
         if self.barebones:
             self._apply_barebones()
@@ -178,7 +180,7 @@ class TrainerConfig:
             from fabricx.loggers import CSVLogger
 
             return [CSVLogger(self.default_root_dir)]
-        return list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
+        return one_or_many(loggers)
 
     def trainer_attributes(self) -> dict[str, Any]:
         """The checked flags the Trainer exposes as attributes of the same names."""
@@ -190,12 +192,20 @@ class TrainerConfig:
         self.loggers = self.logger if self.logger is not None else self.loggers
         self.logger = self.loggers
 
+    def _listify_collections(self) -> None:
+        # As Lightning: any iterable (a tuple, a generator, a Hydra ListConfig) is a list of callbacks, loggers or
+        # plugins; a generator is read once, here.
+        self.callbacks = one_or_many(self.callbacks)
+        if self.plugins is not None:
+            self.plugins = one_or_many(self.plugins)
+        if self.loggers is not None and not isinstance(self.loggers, bool):
+            self.loggers = self.logger = one_or_many(self.loggers)
+
     def _check_checkpoint_flag(self) -> None:
         # The user's own flag (barebones and fast_dev_run turn it off later, and then keep the callbacks given).
         from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 
-        callbacks = self.callbacks if isinstance(self.callbacks, (list, tuple)) else [self.callbacks]
-        if self.enable_checkpointing is False and any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
+        if self.enable_checkpointing is False and any(isinstance(cb, ModelCheckpoint) for cb in self.callbacks):
             raise MisconfigurationError(
                 "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
                 "list. Remove the ModelCheckpoint from callbacks, or leave enable_checkpointing at True."

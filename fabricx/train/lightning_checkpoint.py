@@ -28,26 +28,71 @@ if TYPE_CHECKING:
 _PLAIN = (bool, int, float, str, type(None))
 
 
+def _plain(value: Any) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
 def plain_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters a weights-only file can hold (numbers, strings, lists/dicts of them).
+    """The hyper-parameters a code-free file can hold (numbers, strings, ``None``, lists/dicts of them).
 
-    Others (a module passed to ``__init__``, ...) are left out: pass them again to
-    ``load_from_checkpoint(path, name=value)``, or ``save_hyperparameters(ignore=[...])`` them.
+    Others (a module passed to ``__init__``, a ``functools.partial``, ...) are left out (`left_out_hparams`
+    names them): pass them again to ``load_from_checkpoint(path, name=value)``, or
+    ``save_hyperparameters(ignore=[...])`` them.
     """
-
-    def plain(value: Any) -> bool:
-        if isinstance(value, _PLAIN):
-            return True
-        if isinstance(value, (list, tuple)):
-            return all(plain(v) for v in value)
-        if isinstance(value, Mapping):
-            return all(isinstance(k, str) and plain(v) for k, v in value.items())
-        return False
-
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in hparams.items() if plain(v)}
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in hparams.items() if _plain(v)}
 
 
-def _lightning_version() -> str:
+def left_out_hparams(hparams: Mapping[str, Any]) -> dict[str, str]:
+    """The hyper-parameters `plain_hparams` leaves out, each with its type's name.
+
+    Example:
+        ```python
+        left_out_hparams({"lr": 0.1, "net": nn.Linear(2, 2)})  # {"net": "Linear"}
+        ```
+    """
+    return {str(k): type(v).__name__ for k, v in hparams.items() if not _plain(v)}
+
+
+#: Names of hyper-parameters already warned about (a ModelCheckpoint saves many times; one warning says it).
+_WARNED_LEFT_OUT: set[tuple[str, ...]] = set()
+
+
+def warn_left_out_hparams(module: Any, left_out: Mapping[str, str], path: str | os.PathLike) -> None:
+    """Say, once per module class and names, which hyper-parameters a checkpoint leaves out and how to load it."""
+    key = (type(module).__qualname__, *sorted(left_out))
+    if not left_out or key in _WARNED_LEFT_OUT:
+        return
+    _WARNED_LEFT_OUT.add(key)
+    from fabricx.utilities.rank_zero import rank_zero_warn
+
+    listed = ", ".join(f"{name!r} (a {kind})" for name, kind in left_out.items())
+    passed = ", ".join(f"{name}=..." for name in left_out)
+    rank_zero_warn(
+        f"save_hyperparameters() recorded values a checkpoint does not store: {listed}. fabricx checkpoints hold "
+        "no code, only plain values (numbers, strings, None, lists and dicts of them), so these are left out of "
+        f"{os.fspath(path)} and of every later checkpoint of this module. Pass them again when loading: "
+        f"{type(module).__name__}.load_from_checkpoint(path, {passed}); or leave them out of the hyper-parameters "
+        f"with save_hyperparameters(ignore={sorted(left_out)!r})."
+    )
+
+
+def lightning_version() -> str:
+    """The installed Lightning's version (``lightning`` or ``pytorch-lightning``); ``2.5.0`` without Lightning.
+
+    Written as a checkpoint's ``pytorch-lightning_version`` (Lightning picks its migrations by it) and given as
+    ``__version__`` by `fabricx.compat.lightning`.
+
+    Example:
+        ```python
+        lightning_version()  # "2.6.6"
+        ```
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     for name in ("lightning", "pytorch-lightning"):
@@ -63,6 +108,8 @@ PROGRESS_KEY = "__fabricx_trainer__"
 LOADER_KEY = "__fabricx_train_loader__"
 METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
+#: The names and types of the hyper-parameters left out of the file (see `left_out_hparams`).
+HPARAMS_LEFT_OUT_KEY = "__fabricx_hparams_left_out__"
 
 
 def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
@@ -86,7 +133,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     state: dict[str, Any] = {
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
-        "pytorch-lightning_version": _lightning_version(),
+        "pytorch-lightning_version": lightning_version(),
         "state_dict": trainer.model,
         "loops": ckpt.LoopStates(trainer),
         "callbacks": ckpt.CallbackStates(trainer.callbacks),
@@ -98,8 +145,12 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     if hparams:
         state["hparams_name"] = "kwargs"
         state["hyper_parameters"] = plain_hparams(hparams)
+        left_out = left_out_hparams(hparams)
+        if left_out:
+            state[HPARAMS_LEFT_OUT_KEY] = left_out
     datamodule_hparams = getattr(trainer.datamodule, "hparams", None) if trainer.datamodule is not None else None
     if datamodule_hparams:
+        state["datamodule_hparams_name"] = "kwargs"  # as Lightning for save_hyperparameters() in __init__
         state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
     state[PROGRESS_KEY] = ckpt.ProgressState(trainer)
     train_loader = trainer.fit_loop.data.train_loader
@@ -162,6 +213,7 @@ def load_module_from_checkpoint(
     parameters = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     arguments = hparams if takes_any else {k: v for k, v in hparams.items() if k in parameters}
+    _check_arguments(cls, path, parameters, arguments, dict(checkpoint.get(HPARAMS_LEFT_OUT_KEY) or {}))
     module = cls(**arguments)
     hook = getattr(module, "on_load_checkpoint", None)
     if callable(hook):
@@ -170,6 +222,46 @@ def load_module_from_checkpoint(
     if map_location is not None and not callable(map_location) and not isinstance(map_location, Mapping):
         module.to(map_location)
     return module
+
+
+def _check_arguments(
+    cls: type,
+    path: str | os.PathLike,
+    parameters: Mapping[str, inspect.Parameter],
+    arguments: Mapping[str, Any],
+    left_out: Mapping[str, str],
+) -> None:
+    """Refuse (``TypeError``, as calling ``__init__`` would) when ``__init__`` needs arguments the checkpoint does
+    not hold, naming them and how to pass them; warn when left-out ones fall back to ``__init__``'s defaults."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    own = list(parameters.values())[1:]  # without self
+    missing = [p.name for p in own if p.kind in kinds and p.default is p.empty and p.name not in arguments]
+    defaulted = [name for name in left_out if name not in arguments and name not in missing]
+    name = cls.__name__
+    if defaulted:
+        from fabricx.utilities.rank_zero import rank_zero_warn
+
+        listed = ", ".join(f"{key!r} (a {left_out[key]})" for key in defaulted)
+        rank_zero_warn(
+            f"{name}.load_from_checkpoint({os.fspath(path)!r}): {listed} were left out of the checkpoint when it "
+            "was saved (it holds only plain values) and are not passed here, so __init__'s defaults are used. "
+            f"Pass them to load the module as it was saved: {name}.load_from_checkpoint(path, "
+            f"{', '.join(f'{key}=...' for key in defaulted)})."
+        )
+    if not missing:
+        return
+    reasons = [
+        f"{key!r} was a {left_out[key]}, left out when saving (fabricx checkpoints hold only plain values: numbers, "
+        "strings, None, lists and dicts of them)"
+        if key in left_out
+        else f"{key!r} was not recorded by save_hyperparameters()"
+        for key in missing
+    ]
+    raise TypeError(
+        f"{name}.load_from_checkpoint({os.fspath(path)!r}) cannot build the module: {name}.__init__() needs "
+        f"{', '.join(repr(key) for key in missing)}, which the checkpoint does not hold ({'; '.join(reasons)}). "
+        f"Pass them: {name}.load_from_checkpoint(path, {', '.join(f'{key}=...' for key in missing)})."
+    )
 
 
 def _read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
@@ -218,7 +310,14 @@ def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...
     from fabricx.train import checkpointing as ckpt
 
     state = checkpoint_state(trainer)
-    not_restored = ("pytorch-lightning_version", "hparams_name", "hyper_parameters", "datamodule_hyper_parameters")
+    not_restored = (
+        "pytorch-lightning_version",
+        "hparams_name",
+        "hyper_parameters",
+        "datamodule_hparams_name",
+        "datamodule_hyper_parameters",
+        HPARAMS_LEFT_OUT_KEY,
+    )
     datamodule_entry = ckpt.datamodule_key(trainer)  # None without a DataModule
     for key in (*not_restored, *restored, *((datamodule_entry,) if datamodule_entry is not None else ())):
         state.pop(key, None)  # they come back to the hooks as they are in the file
@@ -245,4 +344,12 @@ def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...
     return {**remainder, "epoch": state["epoch"], "global_step": state["global_step"]}
 
 
-__all__ = ["checkpoint_state", "is_lightning_file", "load_lightning_weights", "load_module_from_checkpoint"]
+__all__ = [
+    "checkpoint_state",
+    "is_lightning_file",
+    "left_out_hparams",
+    "lightning_version",
+    "load_lightning_weights",
+    "load_module_from_checkpoint",
+    "warn_left_out_hparams",
+]

@@ -191,10 +191,15 @@ class TrainModule(ModuleHooks, nn.Module):
         map_location: Any = None,
         hparams_file: str | os.PathLike | None = None,
         strict: bool | None = None,
+        weights_only: bool | None = None,
         **kwargs: Any,
     ) -> Any:
         """Build the module from the hyper-parameters saved in a checkpoint (``kwargs`` override them),
         then load its weights. Reads fabricx checkpoints and Lightning ``.ckpt`` files.
+
+        Hyper-parameters a code-free checkpoint could not hold (a module or a ``functools.partial`` passed to
+        ``__init__``; saving warned about them) are passed again here: ``load_from_checkpoint(path, net=net)``.
+        ``weights_only`` is Lightning's flag, accepted for its signature: fabricx never runs code from a file.
 
         Example:
             ```python

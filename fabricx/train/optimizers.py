@@ -14,6 +14,7 @@ _FORMS = (
     "an optimizer; a list of optimizers; ([optimizers], [schedulers]); "
     '{"optimizer": opt, "lr_scheduler": scheduler_or_config, "monitor": name}; or a list of such dicts'
 )
+_OPTIMIZER_KEYS = ("optimizer", "lr_scheduler", "monitor")
 _CONFIG_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau"}
 # Keys manual optimization ignores (the module steps its schedulers itself), as Lightning ignores them.
 _MANUAL_IGNORED_KEYS = ("reduce_on_plateau", "monitor", "strict")
@@ -92,13 +93,21 @@ def parse_optimizers(
 
 
 def _optimizer_from_dict(entry: Mapping[str, Any], schedulers: list[tuple[Any, str | None]]) -> Any:
-    unknown = set(entry) - {"optimizer", "lr_scheduler", "monitor"}
-    if "optimizer" not in entry or unknown:
-        problem = "it has no 'optimizer' key" if "optimizer" not in entry else f"unknown keys {sorted(unknown)}"
+    if "optimizer" not in entry:
         raise MisconfigurationError(
             "Unknown configuration for model optimizers: "
-            f"configure_optimizers returned a dict with keys {sorted(entry)}: {problem}. Allowed keys are "
-            "'optimizer' (required), 'lr_scheduler' and 'monitor'."
+            f"configure_optimizers returned a dict with keys {sorted(entry)}: it has no 'optimizer' key. Allowed "
+            "keys are 'optimizer' (required), 'lr_scheduler' and 'monitor'."
+        )
+    unknown = set(entry) - set(_OPTIMIZER_KEYS)
+    if unknown:
+        # As Lightning: warned about and left out (a "scheduler" key meant as "lr_scheduler" trains without one).
+        from fabricx.utilities.rank_zero import rank_zero_warn
+
+        rank_zero_warn(
+            f"Found unsupported keys in the optimizer configuration: {unknown}. They are ignored; the supported "
+            f"keys are {list(_OPTIMIZER_KEYS)}.",
+            category=RuntimeWarning,
         )
     if entry.get("lr_scheduler") is not None:
         schedulers.append((entry["lr_scheduler"], entry.get("monitor")))

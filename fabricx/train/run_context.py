@@ -50,7 +50,7 @@ class RunContext:
         self.profiling = not isinstance(profiler, PassThroughProfiler)  # checked in every step: a bool
         self.module: TrainModule | None = None
         self.datamodule: Any = None
-        self.model: FabricModule | None = None
+        self.model: FabricModule | TrainModule | None = None
         # One set-up model per module object: a second fit of the same module reuses it.
         self.wrapped: dict[int, FabricModule] = {}
         self.optimizers: list[Any] = []
@@ -117,8 +117,10 @@ class RunContext:
 
     def setup_for_fit(self, module: TrainModule) -> None:
         """``configure_optimizers``, checked as Lightning checks it, and the module and optimizers set up."""
-        optimizers, configs = self._configured_optimizers(module)
         wrapped = self.wrapped.get(id(module))
+        # As Lightning: `trainer.model` inside configure_optimizers is the module (set up once the optimizers exist).
+        self.model = wrapped if wrapped is not None else module
+        optimizers, configs = self._configured_optimizers(module)
         if wrapped is None:
             set_up = self.fabric.setup(module, *optimizers)
             self.model = self.wrapped[id(module)] = set_up[0]

@@ -75,8 +75,8 @@ class TrainerProperties:
         return self.run_context.module
 
     @property
-    def model(self) -> FabricModule | None:
-        """The set-up (wrapped) module."""
+    def model(self) -> FabricModule | TrainModule | None:
+        """The set-up (wrapped) module; the module itself while ``configure_optimizers`` runs (as in Lightning)."""
         return self.run_context.model
 
     @property

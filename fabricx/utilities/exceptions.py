@@ -33,6 +33,36 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read or written safely; the message names the file and the problem."""
 
 
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint at the path given: also the ``FileNotFoundError`` Lightning raises there.
+
+    Example:
+        ```python
+        try:
+            fabric.load("checkpoints/last")
+        except FileNotFoundError:  # `except CheckpointError` catches it too
+            start_afresh()
+        ```
+    """
+
+
+class CheckpointWriteError(CheckpointError, OSError):
+    """A checkpoint the file system refused to take (no space, no such folder): also an ``OSError`` with its
+    ``errno``, as Lightning's save raises it."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno  # the message stays the whole text (no strerror, no filename)
+
+    def __reduce__(self) -> tuple:
+        # The errno travels too (an error of a spawned process reaches the parent pickled).
+        return (type(self), (self.args[0] if self.args else "", self.errno))
+
+
+class CheckpointPermissionError(CheckpointWriteError, PermissionError):
+    """A checkpoint written where this process may not write (``EACCES``/``EPERM``): also a ``PermissionError``."""
+
+
 class SetupError(FabricxError, ValueError):
     """An object given to ``setup*`` twice or of the wrong kind (a ``ValueError``, as in Lightning Fabric)."""
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+import lightning_utilities.core.rank_zero as _utilities_rank_zero
 
 _RANK_ENV_VARS = (
     "RANK",
@@ -30,26 +28,18 @@ def _rank_from_environment() -> int:
     return 0
 
 
-def rank_zero_only(fn: Callable[..., T]) -> Callable[..., T | None]:
-    """Run ``fn`` only where ``rank_zero_only.rank == 0``; elsewhere return ``None``.
-
-    Example:
-        ```python
-        @rank_zero_only
-        def write_summary(path): ...
-        ```
-    """
-
-    @functools.wraps(fn)
-    def wrapped(*args: Any, **kwargs: Any) -> T | None:
-        if rank_zero_only.rank == 0:
-            return fn(*args, **kwargs)
-        return None
-
-    return wrapped
-
-
-rank_zero_only.rank = _rank_from_environment()  # type: ignore[attr-defined]
+#: Run a function only where ``rank_zero_only.rank == 0``; elsewhere return ``None`` (or ``default``).
+#: It is lightning_utilities' decorator itself, as in Lightning, so that helpers users decorate with
+#: ``lightning_utilities.core.rank_zero.rank_zero_only`` see the same rank: set here at import from the
+#: launcher's environment (unless already set), and by the strategy once the process group exists.
+#:
+#: Example:
+#:     ```python
+#:     @rank_zero_only
+#:     def write_summary(path): ...
+#:     ```
+rank_zero_only = _utilities_rank_zero.rank_zero_only
+rank_zero_only.rank = getattr(rank_zero_only, "rank", _rank_from_environment())  # type: ignore[attr-defined]
 
 
 def set_global_rank(rank: int) -> None:

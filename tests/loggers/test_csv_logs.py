@@ -62,7 +62,7 @@ def test_columns_grow_when_new_keys_appear(tmp_path):
     logger.finalize("success")
 
     header, rows = read_csv(logger.metrics_file_path)
-    assert header == ["step", "loss", "acc"]
+    assert header == ["acc", "loss", "step"]  # sorted, as Lightning writes them
     assert rows == [
         {"step": "0", "loss": "0.5", "acc": ""},
         {"step": "1", "loss": "0.25", "acc": ""},
@@ -81,14 +81,17 @@ def test_rows_are_buffered_until_the_flush_interval(tmp_path):
     assert [row["step"] for row in read_csv(logger.metrics_file_path)[1]] == ["0", "1", "2", "3"]
 
 
-def test_step_defaults_to_rows_logged_and_prefix_is_applied(tmp_path):
+def test_step_defaults_to_unwritten_rows_and_prefix_is_applied(tmp_path):
+    # As Lightning: without a step, a row's step is the number of rows not yet written out.
     logger = CSVLogger(tmp_path, prefix="train")
     logger.log_metrics({"loss": 1.0})
     logger.log_metrics({"loss": 2.0})
     logger.save()
+    logger.log_metrics({"loss": 3.0})
+    logger.save()
     header, rows = read_csv(logger.metrics_file_path)
     assert header == ["step", "train-loss"]
-    assert [row["step"] for row in rows] == ["0", "1"]
+    assert [row["step"] for row in rows] == ["0", "1", "0"]
 
 
 def test_logging_into_an_existing_version_appends(tmp_path):
@@ -101,7 +104,7 @@ def test_logging_into_an_existing_version_appends(tmp_path):
     resumed.log_metrics({"lr": 0.1}, step=2)
     resumed.finalize("success")
     header, rows = read_csv(resumed.metrics_file_path)
-    assert header == ["step", "loss", "lr"]
+    assert header == ["loss", "lr", "step"]
     assert [(row["step"], row["loss"], row["lr"]) for row in rows] == [
         ("0", "1.0", ""),
         ("1", "0.5", ""),

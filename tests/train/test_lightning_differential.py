@@ -12,12 +12,14 @@ bring the loop state back from the workers); fabricx brings them back.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _lightning_differential import case as _case
+from _lightning_differential import run_both
+from _lightning_differential import same_weights as _same_weights
 
 pytest.importorskip("lightning")
 # One subprocess runs every case on both sides (Lightning's import and its ddp_spawn workers dominate).
@@ -29,31 +31,9 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("lightning_differential")
-    completed = subprocess.run(
-        [sys.executable, str(HERE / "_lightning_differential.py"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    loaded = {side: torch.load(out / f"{side}.pt", weights_only=False) for side in ("lightning", "fabricx")}
+    loaded = run_both(out, "cases", timeout=840)
     loaded["out"] = out
     return loaded
-
-
-def _case(results, name):
-    both = {}
-    for side in ("lightning", "fabricx"):
-        entry = results[side][name]
-        assert "ok" in entry, f"{side} failed on {name}:\n{entry.get('traceback')}"
-        both[side] = entry["ok"]
-    return both["lightning"], both["fabricx"]
-
-
-def _same_weights(expected, actual):
-    assert expected.keys() == actual.keys()
-    for key, value in expected.items():
-        assert torch.equal(actual[key], value), key
 
 
 def _same_run(expected, actual, skip=()):

@@ -50,6 +50,7 @@ from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
+from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -158,14 +159,26 @@ def _into(file: Any) -> str:
 # ------------------------------------------------------------------------------ fabricx's own entries
 
 
+# Unsigned dtypes torch stores without a typed-storage class (torch.save records them otherwise, and readers of
+# torch's format such as Lightning's lazy loader expect one): kept as the signed type of the same width.
+_UNSIGNED_AS_SIGNED = {"uint16": "int16", "uint32": "int32", "uint64": "int64"}
+
+
+def _numpy_entry(array: Any, **tags: Any) -> dict[str, Any]:
+    signed = _UNSIGNED_AS_SIGNED.get(str(array.dtype))
+    if signed is not None:
+        return {_NUMPY_TAG: torch.from_numpy(array.view(signed)), "dtype": str(array.dtype), **tags}
+    return {_NUMPY_TAG: torch.from_numpy(array), **tags}
+
+
 def _encode(value: Any) -> Any:
     """fabricx's entries with NumPy values (random states) as tagged tensors, so the file stays weights-only."""
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         if isinstance(value, numpy.ndarray) and value.dtype.kind in "biuf":
-            return {_NUMPY_TAG: torch.from_numpy(value.copy()), "shape": list(value.shape)}
+            return _numpy_entry(numpy.ascontiguousarray(value).copy(), shape=list(value.shape))
         if isinstance(value, numpy.generic) and value.dtype.kind in "biuf":
-            return {_NUMPY_TAG: torch.from_numpy(numpy.asarray(value).reshape(1)), "scalar": True}
+            return _numpy_entry(numpy.asarray(value).reshape(1), scalar=True)
     if type(value) in (dict, OrderedDict):
         return type(value)((key, _encode(item)) for key, item in value.items())
     if type(value) in (list, tuple):
@@ -177,6 +190,8 @@ def _decode(value: Any) -> Any:
     if type(value) in (dict, OrderedDict):
         if _NUMPY_TAG in value and isinstance(value[_NUMPY_TAG], torch.Tensor):
             array = value[_NUMPY_TAG].numpy()
+            if value.get("dtype") in _UNSIGNED_AS_SIGNED:  # an unsigned array stored as its signed view
+                array = array.view(value["dtype"])
             if value.get("scalar"):
                 return array.reshape(())[()]
             return array.reshape(value.get("shape", array.shape))
@@ -304,10 +319,7 @@ def write_file(path: Any, contents: dict[str, Any], storage: CheckpointIO | None
     try:
         io_for(path, storage or _LOCAL_IO).write_file(target, lambda handle: torch.save(contents, handle))
     except OSError as error:
-        raise CheckpointError(
-            f"Could not write the checkpoint {target}: {error}. The save was abandoned; what was at {target} "
-            "before is unchanged. Check that the folder is writable and has free space."
-        ) from error
+        raise write_failure(target, error) from error
     return target
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint import atomic
-from fabricx.checkpoint.format import is_complete, write_failure
-from fabricx.utilities.exceptions import CheckpointError
+from fabricx.checkpoint.format import is_complete
+from fabricx.checkpoint.write_errors import write_failure
+from fabricx.utilities.exceptions import CheckpointError, CheckpointNotFoundError
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
@@ -181,7 +182,7 @@ def read_committed(
     read by name later, and the pin tells the loader whether a save replaced the folder meanwhile."""
     found = committed_folder(Path(path), is_layout)
     if found is None:
-        raise CheckpointError(f"No checkpoint found at {path}: it was removed while being loaded.")
+        raise CheckpointNotFoundError(f"No checkpoint found at {path}: it was removed while being loaded.")
     pin = atomic.DirectoryPin(found)
     try:
         loaded = read(found)

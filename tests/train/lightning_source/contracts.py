@@ -1,0 +1,280 @@
+"""Contracts real Lightning projects rely on that no ported Lightning test pinned, as a user's code meets them.
+
+Run twice by ``_lightning_differential.py --source=contracts``: as is, through Lightning, and with its
+``lightning`` import lines swapped for fabricx's. Each case returns what the user's code would see: the
+weights, the warnings, the exceptions (their types and messages), the files written.
+"""
+
+import csv
+import functools
+import os
+import warnings
+from collections.abc import MutableSequence
+
+import torch
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.plugins import DoublePrecision
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+QUIET = {"enable_progress_bar": False, "enable_model_summary": False, "accelerator": "cpu"}
+# A folder no process may create files in, root's included (sysfs refuses new files).
+READ_ONLY_DIR = "/sys"
+
+
+def regression(samples: int = 32, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, 4, generator=generator)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True) * 0.5 + 0.1)
+
+
+def loader(seed: int = 0) -> DataLoader:
+    return DataLoader(regression(32, seed), batch_size=8)
+
+
+def weights(module: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def error_of(call) -> dict | None:
+    """The exception ``call()`` raised: its type's and its bases' names and its message (``None``: it returned)."""
+    try:
+        call()
+    except Exception as error:
+        return {"types": [cls.__name__ for cls in type(error).__mro__], "message": str(error)}
+    return None
+
+
+def recorded(call) -> tuple:
+    """``call()``'s result and the messages of the warnings it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return result, [str(w.message) for w in caught]
+
+
+class Regressor(LightningModule):
+    def __init__(self, lr: float = 0.1):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("zeta_loss", loss)
+        self.log("alpha_loss", loss * 2)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+# -- 1. callbacks=, logger=, plugins= as any iterable -------------------------------------------------------
+class ConfigList(MutableSequence):
+    """A list-like container that is not a list, shaped as the ``ListConfig`` a Hydra config hands over."""
+
+    def __init__(self, items):
+        self._items = list(items)
+
+    def __getitem__(self, index):
+        return self._items[index]
+
+    def __setitem__(self, index, value):
+        self._items[index] = value
+
+    def __delitem__(self, index):
+        del self._items[index]
+
+    def __len__(self):
+        return len(self._items)
+
+    def insert(self, index, value):
+        self._items.insert(index, value)
+
+
+class BatchCounter(Callback):
+    def __init__(self):
+        self.batches = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.batches += 1
+
+
+def run_iterable_flags(root: str) -> dict:
+    torch.manual_seed(0)
+    module = Regressor()
+    counter = BatchCounter()
+    trainer = Trainer(
+        max_epochs=2,
+        callbacks=ConfigList([counter]),
+        logger=(logger for logger in [CSVLogger(root, name="csv", version=0)]),
+        plugins=(DoublePrecision(),),
+        enable_checkpointing=False,
+        **QUIET,
+    )
+    trainer.fit(module, loader())
+    return {
+        "batches_counted": counter.batches,
+        "loggers": [type(logger).__name__ for logger in trainer.loggers],
+        "log_dir_exists": os.path.isdir(f"{root}/csv/version_0"),
+        "weights": weights(module),
+    }
+
+
+# -- 3. an unknown key in configure_optimizers' dict --------------------------------------------------------
+class MisspelledScheduler(Regressor):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        # "scheduler" where Lightning reads "lr_scheduler": a common slip.
+        return {"optimizer": optimizer, "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)}
+
+
+def run_unknown_optimizer_key(root: str) -> dict:
+    torch.manual_seed(1)
+    module = MisspelledScheduler()
+    trainer = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, **QUIET)
+    _, messages = recorded(lambda: trainer.fit(module, loader(1)))
+    return {
+        "warnings": [m for m in messages if "optimizer configuration" in m],
+        "lr": trainer.optimizers[0].param_groups[0]["lr"],
+        "weights": weights(module),
+    }
+
+
+# -- 4. self.trainer.model inside configure_optimizers ------------------------------------------------------
+class OptimizesTrainerModel(Regressor):
+    def configure_optimizers(self):
+        self.model_seen = {"is_self": self.trainer.model is self, "type": type(self.trainer.model).__name__}
+        return torch.optim.Adam(self.trainer.model.parameters(), lr=0.01)
+
+
+def run_trainer_model(root: str) -> dict:
+    torch.manual_seed(2)
+    module = OptimizesTrainerModel()
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET)
+    trainer.fit(module, loader(2))
+    return {"seen": module.model_seen, "weights": weights(module)}
+
+
+# -- 5. save_hyperparameters() with non-plain values ---------------------------------------------------------
+class WithSubmodule(LightningModule):
+    def __init__(self, net: nn.Module, optimizer=functools.partial(torch.optim.SGD, lr=0.1), hidden: int = 4):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = net
+        self.head = nn.Linear(1, hidden)
+
+    def forward(self, x):
+        return self.head(self.net(x)).sum(dim=1, keepdim=True)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self(x), y)
+
+    def configure_optimizers(self):
+        return self.hparams.optimizer(self.parameters())
+
+
+def run_non_plain_hparams(root: str) -> dict:
+    torch.manual_seed(3)
+    module = WithSubmodule(nn.Linear(4, 1), hidden=3)
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET)
+    trainer.fit(module, loader(3))
+    path = f"{root}/model.ckpt"
+    _, save_warnings = recorded(lambda: trainer.save_checkpoint(path))
+    # weights_only=False: Lightning pickled the module and the partial into its file (fabricx's holds no code).
+    passed = WithSubmodule.load_from_checkpoint(
+        path, weights_only=False, net=nn.Linear(4, 1), optimizer=module.hparams.optimizer
+    )
+    return {
+        "save_warnings": save_warnings,
+        "weights": weights(module),
+        "passed_again": {"weights": weights(passed), "hidden": passed.hparams.hidden},
+        "without_them": error_of(lambda: WithSubmodule.load_from_checkpoint(path, weights_only=False)),
+    }
+
+
+# -- 6. the smaller ones ---------------------------------------------------------------------------------------
+def run_csv_columns(root: str) -> dict:
+    torch.manual_seed(4)
+    trainer = Trainer(
+        max_epochs=1,
+        logger=CSVLogger(root, name="csv", version=0),
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        **QUIET,
+    )
+    trainer.fit(Regressor(), loader(4))
+    with open(f"{root}/csv/version_0/metrics.csv") as handle:
+        return {"header": next(csv.reader(handle))}
+
+
+def run_csv_steps_without_step(root: str) -> dict:
+    logger = CSVLogger(root, name="steps", version=0, flush_logs_every_n_steps=3)
+    for value in range(7):
+        logger.log_metrics({"value": float(value)})
+    logger.finalize("success")
+    with open(f"{root}/steps/version_0/metrics.csv") as handle:
+        return {"rows": list(csv.DictReader(handle))}
+
+
+class RecordingData(LightningDataModule):
+    def __init__(self, batch_size: int = 8, seed: int = 5):
+        super().__init__()
+        self.save_hyperparameters()
+
+    def train_dataloader(self):
+        return DataLoader(regression(32, self.hparams.seed), batch_size=self.hparams.batch_size)
+
+
+def run_checkpoint_hparams_keys(root: str) -> dict:
+    torch.manual_seed(5)
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET)
+    trainer.fit(Regressor(lr=0.05), datamodule=RecordingData(batch_size=4))
+    trainer.save_checkpoint(f"{root}/hparams.ckpt")
+    checkpoint = torch.load(f"{root}/hparams.ckpt", weights_only=False)
+    keys = ("hparams_name", "hyper_parameters", "datamodule_hparams_name", "datamodule_hyper_parameters")
+    return {key: checkpoint.get(key) for key in keys}
+
+
+def run_missing_and_read_only(root: str) -> dict:
+    torch.manual_seed(6)
+    module = Regressor()
+    missing = f"{root}/no_such.ckpt"
+    fit_missing = error_of(
+        lambda: Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET).fit(
+            module, loader(6), ckpt_path=missing
+        )
+    )
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET)
+    trainer.fit(module, loader(6))
+    return {
+        "fit_missing": fit_missing,
+        "load_missing": error_of(lambda: Regressor.load_from_checkpoint(missing)),
+        "save_read_only": error_of(lambda: trainer.save_checkpoint(f"{READ_ONLY_DIR}/model.ckpt")),
+        "save_read_only_subfolder": error_of(lambda: trainer.save_checkpoint(f"{READ_ONLY_DIR}/run/model.ckpt")),
+        "checkpoint_callback_read_only": error_of(
+            lambda: Trainer(
+                max_epochs=1, logger=False, callbacks=[ModelCheckpoint(dirpath=f"{READ_ONLY_DIR}/ckpts")], **QUIET
+            ).fit(Regressor(), loader(6))
+        ),
+    }
+
+
+CASES = {
+    "iterable_flags": run_iterable_flags,
+    "unknown_optimizer_key": run_unknown_optimizer_key,
+    "trainer_model": run_trainer_model,
+    "non_plain_hparams": run_non_plain_hparams,
+    "csv_columns": run_csv_columns,
+    "csv_steps_without_step": run_csv_steps_without_step,
+    "checkpoint_hparams_keys": run_checkpoint_hparams_keys,
+    "missing_and_read_only": run_missing_and_read_only,
+}

@@ -1,0 +1,196 @@
+"""Contracts real Lightning projects rely on, pinned by running the same user code through Lightning and fabricx.
+
+``lightning_source/contracts.py`` is ordinary Lightning code; ``_lightning_differential.py --source=contracts``
+runs it as is and with its imports swapped for fabricx's (one subprocess, both sides). Each case is compared
+with Lightning's result: weights bit for bit on CPU, warnings, exception types, files written. Where fabricx
+differs on purpose (a code-free checkpoint leaves non-plain hyper-parameters out) the test pins what it says
+instead, as the migration guide's row does.
+
+``rank_zero_only.rank`` is set when the library is imported, which only a fresh process shows: one process per
+side and rank.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from _lightning_differential import case as _case
+from _lightning_differential import run_both
+from _lightning_differential import same_weights as _same_weights
+
+pytest.importorskip("lightning")
+pytestmark = pytest.mark.timeout(600)
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return run_both(tmp_path_factory.mktemp("lightning_contracts"), "contracts", timeout=540)
+
+
+def test_callbacks_logger_and_plugins_accept_any_iterable(results):
+    # callbacks as a list-like non-list (Hydra's ListConfig), logger as a generator, plugins as a tuple.
+    lightning, fabricx = _case(results, "iterable_flags")
+    assert fabricx["batches_counted"] == lightning["batches_counted"] == 8
+    assert fabricx["loggers"] == lightning["loggers"] == ["CSVLogger"]
+    assert fabricx["log_dir_exists"] and lightning["log_dir_exists"]
+    _same_weights(lightning["weights"], fabricx["weights"])
+    assert fabricx["weights"]["net.weight"].dtype == torch.float64  # the plugin inside the tuple was used
+
+
+def test_unknown_key_in_the_optimizer_dict_is_warned_about_and_left_out(results):
+    lightning, fabricx = _case(results, "unknown_optimizer_key")
+    assert lightning["warnings"] == ["Found unsupported keys in the optimizer configuration: {'scheduler'}"]
+    assert len(fabricx["warnings"]) == 1 and fabricx["warnings"][0].startswith(lightning["warnings"][0])
+    assert fabricx["lr"] == lightning["lr"] == 0.1  # the misspelled scheduler never stepped
+    _same_weights(lightning["weights"], fabricx["weights"])
+
+
+def test_trainer_model_is_the_module_inside_configure_optimizers(results):
+    lightning, fabricx = _case(results, "trainer_model")
+    assert fabricx["seen"] == lightning["seen"] == {"is_self": True, "type": "OptimizesTrainerModel"}
+    _same_weights(lightning["weights"], fabricx["weights"])
+
+
+def test_non_plain_hyperparameters_are_named_when_saving_and_loading(results):
+    lightning, fabricx = _case(results, "non_plain_hparams")
+    _same_weights(lightning["weights"], fabricx["weights"])
+    # Passed again, the module loads the same on both.
+    assert fabricx["passed_again"]["hidden"] == lightning["passed_again"]["hidden"] == 3
+    _same_weights(lightning["passed_again"]["weights"], fabricx["passed_again"]["weights"])
+    # Lightning pickles the module and the partial; fabricx's code-free file leaves them out and says so.
+    assert lightning["without_them"] is None
+    (warning,) = [m for m in fabricx["save_warnings"] if "save_hyperparameters()" in m]
+    assert "'net' (a Linear)" in warning and "'optimizer' (a partial)" in warning
+    assert "WithSubmodule.load_from_checkpoint(path, net=..., optimizer=...)" in warning
+    error = fabricx["without_them"]
+    assert error["types"][0] == "TypeError"  # what calling __init__ without the argument raises
+    assert "needs 'net'" in error["message"] and "'net' was a Linear" in error["message"]
+    assert "WithSubmodule.load_from_checkpoint(path, net=...)" in error["message"]
+
+
+def test_csv_columns_are_in_lightnings_order(results):
+    lightning, fabricx = _case(results, "csv_columns")
+    assert fabricx["header"] == lightning["header"] == ["alpha_loss", "epoch", "step", "zeta_loss"]
+
+
+def test_csv_rows_without_a_step_get_lightnings_step(results):
+    lightning, fabricx = _case(results, "csv_steps_without_step")
+    assert fabricx["rows"] == lightning["rows"]
+    assert [row["step"] for row in lightning["rows"]] == ["0", "1", "2", "0", "1", "2", "0"]
+
+
+def test_checkpoint_holds_lightnings_hyperparameter_entries(results):
+    lightning, fabricx = _case(results, "checkpoint_hparams_keys")
+    assert fabricx == lightning
+    assert lightning["datamodule_hparams_name"] == "kwargs"
+
+
+def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
+    lightning, fabricx = _case(results, "missing_and_read_only")
+    for case in ("fit_missing", "load_missing"):
+        assert "FileNotFoundError" in lightning[case]["types"]
+        assert "FileNotFoundError" in fabricx[case]["types"], fabricx[case]
+    for case in ("save_read_only_subfolder", "checkpoint_callback_read_only"):
+        assert lightning[case]["types"][0] == "PermissionError"
+        assert "PermissionError" in fabricx[case]["types"], fabricx[case]
+    # A file straight in the unwritable folder: Lightning's fsspec check fails first (a RuntimeError naming
+    # fsspec); fabricx reports the refused write.
+    assert "PermissionError" in fabricx["save_read_only"]["types"]
+    # Callers that catch fabricx's own type keep working.
+    for case in ("load_missing", "save_read_only", "checkpoint_callback_read_only"):
+        assert "CheckpointError" in fabricx[case]["types"], fabricx[case]
+
+
+# -- fabricx only: forms Lightning refuses ------------------------------------------------------------------------
+def test_callbacks_as_tuple_or_generator(tmp_path):
+    # Lightning appends its default callbacks to what it was given, so a tuple or a generator fails there
+    # (AttributeError: no append); fabricx takes any iterable.
+    from fabricx.callbacks import Callback
+    from fabricx.precision import DoublePrecision
+    from fabricx.train import Trainer
+
+    class Marker(Callback):
+        pass
+
+    first, second = Marker(), Marker()
+    for given in ((first, second), (cb for cb in [first, second])):
+        trainer = Trainer(
+            callbacks=given,
+            plugins=(plugin for plugin in [DoublePrecision()]),
+            logger=False,
+            accelerator="cpu",
+            default_root_dir=tmp_path,
+            enable_progress_bar=False,
+        )
+        assert [cb for cb in trainer.callbacks if isinstance(cb, Marker)] == [first, second]
+        assert isinstance(trainer.fabric.strategy.precision, DoublePrecision)
+
+
+def test_fabric_load_of_a_missing_path_is_a_file_not_found_error(tmp_path):
+    from fabricx import Fabric
+    from fabricx.utilities.exceptions import CheckpointError
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+    with pytest.raises(FileNotFoundError, match="No checkpoint found at") as caught:
+        fabric.load(tmp_path / "missing")
+    assert isinstance(caught.value, CheckpointError)
+
+
+def test_an_unwritable_folder_is_a_permission_error_with_its_errno():
+    import errno
+    import pickle
+
+    from fabricx import Fabric
+    from fabricx.utilities.exceptions import CheckpointError
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+    with pytest.raises(PermissionError) as caught:
+        fabric.save("/sys/fabricx-unwritable/state.pth", {"step": 1})  # sysfs takes no new files, root's neither
+    error = caught.value
+    assert isinstance(error, CheckpointError) and error.errno in (errno.EACCES, errno.EPERM)
+    again = pickle.loads(pickle.dumps(error))  # as it reaches the parent of a spawned process
+    assert type(again) is type(error) and again.errno == error.errno and str(again) == str(error)
+
+
+# -- rank_zero_only.rank, set at import -----------------------------------------------------------------------------
+_RANK_SCRIPT = textwrap.dedent(
+    """
+    import {module}
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    @rank_zero_only
+    def log_once():
+        return "ran"
+
+    print(repr((rank_zero_only.rank, log_once())))
+    """
+)
+
+
+def _rank_run(module: str, rank: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")}
+    if rank is not None:
+        env["RANK"] = rank
+    completed = subprocess.run(
+        [sys.executable, "-c", _RANK_SCRIPT.format(module=module)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout.strip().splitlines()[-1]
+
+
+def test_rank_zero_only_of_lightning_utilities_is_set_at_import():
+    # A launcher's RANK: Lightning's import sets it, so the user's decorated helper is skipped on rank 3.
+    lightning = _rank_run("lightning.pytorch", "3")
+    assert lightning == "(3, None)"
+    assert _rank_run("fabricx.train", "3") == lightning
+    assert _rank_run("fabricx", "3") == lightning  # the Fabric side too
+    # No launcher: rank 0, the helper runs (on Lightning, too, rather than "needs to be set before use").
+    assert _rank_run("fabricx.train", None) == "(0, 'ran')"
