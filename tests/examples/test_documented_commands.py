@@ -53,36 +53,51 @@ class Documented:
     commands: tuple[str, ...]
 
 
-def _commands_in(text: str) -> list[list[str]]:
+def _commands_in(text: str) -> list[list[tuple[int, str]]]:
+    """(line number, command) of each example command, grouped by code block; an inline one is its own group."""
     groups = []
-    for block in re.findall(r"^```(?:bash|sh|console)\n(.*?)^```", text, re.DOTALL | re.MULTILINE):
-        lines = [line.split(" #")[0].strip() for line in block.splitlines()]
-        groups.append([line for line in lines if COMMAND.match(line)])
-    outside_blocks = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
-    groups += [[span] for span in re.findall(r"`([^`\n]+)`", outside_blocks) if COMMAND.match(span)]
+    for block in re.finditer(r"^```(?:bash|sh|console)\n(.*?)^```", text, re.DOTALL | re.MULTILINE):
+        first_line = text[: block.start(1)].count("\n") + 1
+        group, pending = [], ""
+        for number, line in enumerate(block.group(1).splitlines(), first_line):
+            start = number - pending.count("\n")
+            pending += line.split(" #")[0] + "\n"
+            if line.endswith("\\"):  # continued on the next line: one command
+                continue
+            command = " ".join(pending.replace("\\\n", " ").split())
+            pending = ""
+            if COMMAND.match(command):
+                group.append((start, command))
+        groups.append(group)
+    for span in re.finditer(r"`([^`\n]+)`", re.sub(r"^```.*?^```", _blank, text, flags=re.DOTALL | re.MULTILINE)):
+        if COMMAND.match(span.group(1)):
+            groups.append([(text[: span.start()].count("\n") + 1, span.group(1))])
     return [group for group in groups if group]
+
+
+def _blank(block: re.Match[str]) -> str:
+    return re.sub(r"[^\n]", " ", block.group(0))  # keeps line numbers of what follows
 
 
 def _is_multi_process(command: str) -> bool:
     return re.search(r"--devices [2-9]|^fabricx run|^bash ", command) is not None
 
 
-def _units(group: list[str]) -> list[list[str]]:
+def _units(group: list[tuple[int, str]]) -> list[list[tuple[int, str]]]:
     # One process's commands run in page order in one folder ("stop", then "resume"); each multi-process command
     # runs alone (none on the pages depends on an earlier command's files).
-    single = [command for command in group if not _is_multi_process(command)]
-    return ([single] if single else []) + [[command] for command in group if _is_multi_process(command)]
+    single = [item for item in group if not _is_multi_process(item[1])]
+    return ([single] if single else []) + [[item] for item in group if _is_multi_process(item[1])]
 
 
 def documented_commands() -> list[Documented]:
     """Each distinct run of example commands on the pages, named by page and line."""
     found: dict[tuple[str, ...], Documented] = {}
     for page in PAGES:
-        text = page.read_text(encoding="utf-8")
-        for group in _commands_in(text):
+        for group in _commands_in(page.read_text(encoding="utf-8")):
             for unit in _units(group):
-                line = text[: text.index(unit[0])].count("\n") + 1
-                found.setdefault(tuple(unit), Documented(f"{page.relative_to(REPO)}:{line}", tuple(unit)))
+                commands = tuple(command for _, command in unit)
+                found.setdefault(commands, Documented(f"{page.relative_to(REPO)}:{unit[0][0]}", commands))
     # A command shown alone that also runs in a longer sequence is run there.
     in_sequences = {command for unit in found if len(unit) > 1 for command in unit}
     return [documented for unit, documented in found.items() if len(unit) > 1 or unit[0] not in in_sequences]
