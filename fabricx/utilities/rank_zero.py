@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import warnings
@@ -10,6 +11,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# fabricx's own folder: a warning is shown at the first line outside it (the user's), not at fabricx's call.
+_PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 _RANK_ENV_VARS = (
     "RANK",
@@ -62,9 +66,37 @@ def rank_zero_print(*args: Any, **kwargs: Any) -> None:
     print(*args, **kwargs)
 
 
+def warn_at_user_line(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` shown at the first calling line outside fabricx: the user's line that led to it.
+
+    Python prints the source line a warning is attributed to; attributed to fabricx's own call, that line
+    would be ``rank_zero_warn(`` under every message.
+
+    Example:
+        ```python
+        warn_at_user_line("`max_epochs` is 0: nothing will be trained.")
+        ```
+    """
+    level, frame = 1, inspect.currentframe()
+    while frame is not None and frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_FOLDER):
+        frame, level = frame.f_back, level + 1
+    del frame  # no reference cycle through the frames
+    warnings.warn(message, category, stacklevel=level)
+
+
 @rank_zero_only
-def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 3) -> None:
-    warnings.warn(message, category, stacklevel=stacklevel)
+def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int | None = None) -> None:
+    """Warn on global rank zero only, at the user's line (or ``stacklevel`` frames up, when given).
+
+    Example:
+        ```python
+        rank_zero_warn("The dataloader has few workers.", PossibleUserWarning)
+        ```
+    """
+    if stacklevel is None:
+        warn_at_user_line(message, category)
+    else:
+        warnings.warn(message, category, stacklevel=stacklevel)
 
 
 @rank_zero_only
