@@ -882,9 +882,11 @@ class Fabric:
 
         Example:
             ```python
-            fabric.save("ckpt/step_100", {"model": model, "optimizer": optimizer, "loader": loader, "step": 100})
-            fabric.save("out/model.pth", {"model": model, "optimizer": optimizer, "step": 100})  # one file
-            handle = fabric.save("ckpt/step_200", state, async_save=True)  # training goes on
+            state = {"model": model, "optimizer": optimizer, "loader": loader}
+            fabric.save("ckpt/step_100", state)  # a directory
+            fabric.save("out/model.pth", state)  # one file
+            # training goes on
+            handle = fabric.save("ckpt/step_200", state, async_save=True)
             ```
         """
         if not isinstance(state, dict):

@@ -64,7 +64,8 @@ def reserve_on_rank_zero(host: RankHost, reserve: Callable[[], _T]) -> _T | None
 
     Example:
         ```python
-        claim = reserve_on_rank_zero(fabric, lambda: claim_path("checkpoints/last.ckpt"))
+        last = "checkpoints/last.ckpt"
+        claim = reserve_on_rank_zero(fabric, lambda: claim_path(last))
         ```
     """
     claim, refused = None, None

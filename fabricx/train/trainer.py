@@ -95,9 +95,11 @@ class Trainer(TrainerProperties):
 
     Example:
         ```python
-        trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=5, seed=0)
+        trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn",
+                          max_epochs=5, seed=0)
         trainer.fit(MyModule(), train_loader, val_loader)
-        trainer.fit(MyModule(), train_loader, val_loader, ckpt_path="last")  # resumes exactly
+        # resumes exactly
+        trainer.fit(MyModule(), train_loader, val_loader, ckpt_path="last")
         ```
     """
 
