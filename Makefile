@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,examples,tensorboard,docs,deepspeed]"
+	@# pip >= 25 shows the build backend's warnings even with -q: setuptools' "Editable installation" note is
+	@# not the user's to act on.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e ".[dev,examples,tensorboard,docs,deepspeed]"
 	touch $(STAMP)
 
 demo: $(STAMP)
