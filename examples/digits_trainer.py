@@ -28,13 +28,14 @@ from fabricx.callbacks import ModelCheckpoint, ThroughputMonitor
 from fabricx.loggers import CSVLogger
 from fabricx.loggers.plot import plot_run
 from fabricx.train import Trainer, TrainModule
+from fabricx.utilities.imports import require
 
 
 def digits_datasets(seed: int = 0, limit: int | None = None) -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's digits as (train, validation) tensors: 64 pixels scaled to [0, 1], labels 0-9."""
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
+    # A missing scikit-learn is named with the extra that installs it.
+    datasets = require("sklearn.datasets", extra="examples", feature="digits_trainer.py's data", package="scikit-learn")
+    images, labels = datasets.load_digits(return_X_y=True)
     x = torch.tensor(images, dtype=torch.float32) / 16.0
     y = torch.tensor(labels, dtype=torch.long)
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
