@@ -57,3 +57,11 @@ def test_code_blocks_on_every_page_fit_80_columns(site: Path) -> None:
                          if len(line) > WIDEST_CODE_LINE]
     assert checked > 200, f"only {checked} code blocks in the site: the check would check little"
     assert not too_wide, f"code lines wider than {WIDEST_CODE_LINE} columns:\n" + "\n".join(too_wide)
+
+
+def test_the_build_prints_nothing_but_its_progress(docs_build: tuple[Path, str]) -> None:
+    # As `make docs` runs it: no banner (mkdocs-material's end of life, raw colour codes) and no warning.
+    lines = [line for line in docs_build[1].splitlines() if line.strip()]
+    assert lines, "the build printed nothing at all: is mkdocs' log captured?"
+    other = [line for line in lines if not line.startswith("INFO")]
+    assert not other, "mkdocs build printed:\n" + "\n".join(other)
