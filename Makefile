@@ -15,7 +15,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,examples,tensorboard,docs,deepspeed]"
+	@# pip >= 25 shows the build backend's warnings even with -q: setuptools' "Editable installation" note is
+	@# not the user's to act on.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e ".[dev,examples,tensorboard,docs,deepspeed]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -28,8 +30,9 @@ lint: $(STAMP) typecheck
 typecheck: $(STAMP)
 	$(VENV)/bin/pyright --pythonpath $(PY)
 
+# NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner is nothing a reader of this project can act on.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 test: $(STAMP) lint docs
 	$(PY) -m pytest -m "not slow" -q --durations=15

@@ -90,8 +90,10 @@ def main(argv: list[str] | None = None) -> None:
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
     accelerator.init_trackers("accelerate_tutorial", config=vars(args))
+    last_saved = None  # the step of the newest checkpoint, to say where --resume will continue
     if args.resume:
         accelerator.load_state()
+        last_saved = progress.step
         accelerator.print(f"resumed at epoch {progress.epoch}, step {progress.step} on {device}")
 
     for epoch in range(progress.epoch, args.epochs):
@@ -112,8 +114,10 @@ def main(argv: list[str] | None = None) -> None:
                 accelerator.log({"train_loss": loss.item()}, step=progress.step)
                 if progress.step % args.save_every == 0:
                     accelerator.save_state()
+                    last_saved = progress.step
                 if progress.step == args.stop_after:
-                    accelerator.print(f"stopping early after step {progress.step}")
+                    saved = "no checkpoint yet" if last_saved is None else f"last checkpoint at step {last_saved}"
+                    accelerator.print(f"stopping early after step {progress.step} ({saved}; --resume continues there)")
                     accelerator.end_training()
                     return
         progress.epoch = epoch + 1

@@ -24,7 +24,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def digits_datasets(seed: int = 0, limit: int | None = None) -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's digits as (train, test) tensors: 64 pixels scaled to [0, 1], labels 0-9."""
-    from sklearn.datasets import load_digits
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "convert_loop.py's data (the 8x8 digits) comes with scikit-learn, which is not installed. Install it "
+            'from the package index with `pip install "fabricx[examples]"`.',
+            name=error.name,
+        ) from error
 
     images, labels = load_digits(return_X_y=True)
     x = torch.tensor(images, dtype=torch.float32) / 16.0

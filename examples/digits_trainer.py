@@ -25,15 +25,17 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics.classification import MulticlassAccuracy
 
 from fabricx.callbacks import ModelCheckpoint, ThroughputMonitor
+from fabricx.loggers import CSVLogger
 from fabricx.loggers.plot import plot_run
 from fabricx.train import Trainer, TrainModule
+from fabricx.utilities.imports import require
 
 
 def digits_datasets(seed: int = 0, limit: int | None = None) -> tuple[TensorDataset, TensorDataset]:
     """scikit-learn's digits as (train, validation) tensors: 64 pixels scaled to [0, 1], labels 0-9."""
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
+    # A missing scikit-learn is named with the extra that installs it.
+    datasets = require("sklearn.datasets", extra="examples", feature="digits_trainer.py's data", package="scikit-learn")
+    images, labels = datasets.load_digits(return_X_y=True)
     x = torch.tensor(images, dtype=torch.float32) / 16.0
     y = torch.tensor(labels, dtype=torch.long)
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
@@ -104,20 +106,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def newest_last_checkpoint(root: Path) -> Path | None:
+    """The newest ``last.ckpt`` any earlier run under ``root`` wrote (epoch-end or mid-epoch), or ``None``."""
+    found = list(root.glob("lightning_logs/version_*/checkpoints/**/last.ckpt"))
+    return max(found, key=lambda path: path.stat().st_mtime) if found else None
+
+
+def _shown(path: str | os.PathLike) -> str:
+    """``path`` relative to the current folder when it is below it, else as it is."""
+    if not path:
+        return "none yet"
+    relative = os.path.relpath(path)
+    return os.fspath(path) if relative.startswith("..") else relative
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     root = Path(args.root_dir)
+    # Each run writes into its own version folder (metrics and checkpoints together), so running the same
+    # command again starts a new run beside the old one instead of writing into its checkpoint folder.
+    resume_from = newest_last_checkpoint(root) if args.resume else None
+    logger = CSVLogger(save_dir=root)
+    run_dir = Path(logger.log_dir)
     # The best model by validation accuracy, plus "last" at every epoch end.
     best = ModelCheckpoint(
-        dirpath=root / "checkpoints", monitor="val_acc", mode="max", save_top_k=1, save_last=True,
+        dirpath=run_dir / "checkpoints", monitor="val_acc", mode="max", save_top_k=1, save_last=True,
         filename="best-{epoch}-{val_acc:.3f}",
     )
     checkpoints = [best]
     if args.save_every_steps:
-        # Mid-epoch checkpoints; ckpt_path="last" picks the newest "last" of all ModelCheckpoints.
+        # Mid-epoch checkpoints; --resume picks the newest "last" of all of them.
         checkpoints.append(
             ModelCheckpoint(
-                dirpath=root / "checkpoints" / "steps", every_n_train_steps=args.save_every_steps, save_last=True
+                dirpath=run_dir / "checkpoints" / "steps", every_n_train_steps=args.save_every_steps,
+                save_last=True,
             )
         )
     trainer = Trainer(
@@ -130,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         # Samples per second (and MFU when FLOPs are given) in the progress bar and in metrics.csv.
         callbacks=[*checkpoints, ThroughputMonitor(log_every_n_steps=5, window_size=5)],
         default_root_dir=root,
+        logger=logger,
         log_every_n_steps=5,
         enable_progress_bar=not args.no_progress,
         seed=args.seed,
@@ -139,10 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     val_loader = DataLoader(val_set, batch_size=256)
     model = DigitsClassifier(lr=args.lr)
 
-    last_files = [Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}" for cb in checkpoints]
-    if args.resume and not any(path.exists() for path in last_files):
-        trainer.print(f"--resume: no 'last' checkpoint under {root / 'checkpoints'} yet; starting fresh.")
-    trainer.fit(model, train_loader, val_loader, ckpt_path="last" if args.resume else None)
+    if args.resume and resume_from is None:
+        trainer.print(f"--resume: no 'last' checkpoint under {root} yet; starting fresh.")
+    trainer.fit(model, train_loader, val_loader, ckpt_path=resume_from)
 
     metrics = ", ".join(f"{k} {float(v):.4f}" for k, v in trainer.callback_metrics.items() if k.startswith("val_"))
     metrics_file = Path(trainer.log_dir) / "metrics.csv"
@@ -150,12 +172,13 @@ def main(argv: list[str] | None = None) -> None:
     where = f"step {trainer.global_step} in epoch {trainer.current_epoch - 1}/{args.max_epochs - 1}"
     trainer.print(f"\nFinished at {where}: {metrics}")
     score = "none yet" if best.best_model_score is None else f"{float(best.best_model_score):.4f}"
-    trainer.print(f"Best checkpoint:  {best.best_model_path} (val_acc {score})")
-    trainer.print(f"Last checkpoint:  {checkpoints[-1].last_model_path}  (continue with --resume)")
-    trainer.print(f"Metrics (CSV):    {metrics_file if metrics_file.exists() else trainer.log_dir}")
+    # Each path on a line of its own (they are long), relative to where the command ran, as it was given.
+    trainer.print(f"Best checkpoint (val_acc {score}):\n  {_shown(best.best_model_path)}")
+    trainer.print(f"Last checkpoint (continue with --resume):\n  {_shown(checkpoints[-1].last_model_path)}")
+    trainer.print(f"Metrics (CSV):\n  {_shown(metrics_file if metrics_file.exists() else trainer.log_dir)}")
     if trainer.fabric.is_global_zero and metrics_file.exists():
-        trainer.print(f"Curves (PNG):     {plot_run(metrics_file.parent)}  (or: fabricx plot {root})")
-    trainer.print(f"Working folder:   {os.path.abspath(root)}")
+        trainer.print(f"Curves (PNG; or: fabricx plot {root}):\n  {_shown(plot_run(metrics_file.parent))}")
+    trainer.print(f"Working folder:\n  {os.path.abspath(root)}")
 
 
 if __name__ == "__main__":

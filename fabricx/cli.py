@@ -187,9 +187,11 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
 
     Example:
         ```python
-        build_torchrun_args(RunOptions(script="train.py", devices="2", accelerator="cpu", main_port=1234))
-        # ['--nproc-per-node=2', '--nnodes=1', '--node-rank=0', '--master-addr=127.0.0.1',
-        #  '--master-port=1234', 'train.py']
+        options = RunOptions(script="train.py", devices="2", accelerator="cpu",
+                             main_port=1234)
+        build_torchrun_args(options)
+        # ['--nproc-per-node=2', '--nnodes=1', '--node-rank=0',
+        #  '--master-addr=127.0.0.1', '--master-port=1234', 'train.py']
         ```
     """
     _validate(options)
@@ -246,7 +248,8 @@ def flag_environment(options: RunOptions) -> dict[str, str]:
 
     Example:
         ```python
-        flag_environment(RunOptions(script="t.py", devices="2"))  # {'FABRICX_DEVICES': '2'}
+        # {'FABRICX_DEVICES': '2'}
+        flag_environment(RunOptions(script="t.py", devices="2"))
         ```
     """
     from fabricx.connector import CLI_FLAG_ENV

@@ -61,7 +61,8 @@ def compile_repeated_blocks(module: nn.Module, **compile_kwargs: Any) -> int:
     Returns how many blocks were compiled. Example:
 
     ```python
-    compile_repeated_blocks(gpt)  # each transformer block; embeddings and head stay eager
+    # each transformer block; embeddings and head stay eager
+    compile_repeated_blocks(gpt)
     ```
     """
     compiled = _compile_blocks_below(module, compile_kwargs)

@@ -21,11 +21,21 @@ from fabricx.checkpoint.contents import reserved_key
 from fabricx.compile import CompileOption, check_compile_option, compile_forward, split_compiled
 from fabricx.connector import Connector
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
-from fabricx.fabric_checks import NO_FUNCTION, check_launch_function, filter_callback_kwargs, scalar_metric
+from fabricx.fabric_checks import (
+    NO_FUNCTION,
+    check_launch_function,
+    filter_callback_kwargs,
+    non_scalar_loss,
+    scalar_metric,
+)
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
+<<<<<<< HEAD
 from fabricx.utilities.iterables import one_or_many
+=======
+from fabricx.utilities.keywords import suggest_keywords
+>>>>>>> h-firsthour
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
 from fabricx.utilities.rng import RNGStates
@@ -100,6 +110,7 @@ class Fabric:
     # The Trainer's own waits for its first run: as Lightning's, building a Trainer touches no device.
     _prepares_when_built = True
 
+    @suggest_keywords
     def __init__(
         self,
         *,
@@ -615,10 +626,16 @@ class Fabric:
         accumulation = self._accumulation
         if accumulation.in_window and self._grad_accum_steps > 1:
             tensor = tensor / accumulation.window_length
-        if self._plain_backward:
-            tensor.backward(*args, **kwargs)
-        else:
-            self._strategy.backward(tensor, model, *args, **kwargs)
+        try:
+            if self._plain_backward:
+                tensor.backward(*args, **kwargs)
+            else:
+                self._strategy.backward(tensor, model, *args, **kwargs)
+        except RuntimeError as error:
+            # Looked at only when backward failed: torch refuses a loss of several elements without a gradient.
+            if not args and kwargs.get("gradient") is None and tensor.numel() != 1:
+                raise RuntimeError(non_scalar_loss(tensor)) from error
+            raise
 
     def accumulate(self, module: nn.Module, epoch_length: int | None = None) -> AccumulationWindow:
         """One micro-batch of gradient accumulation (``Fabric(grad_accum_steps=N)``).
@@ -883,9 +900,11 @@ class Fabric:
 
         Example:
             ```python
-            fabric.save("ckpt/step_100", {"model": model, "optimizer": optimizer, "loader": loader, "step": 100})
-            fabric.save("out/model.pth", {"model": model, "optimizer": optimizer, "step": 100})  # one file
-            handle = fabric.save("ckpt/step_200", state, async_save=True)  # training goes on
+            state = {"model": model, "optimizer": optimizer, "loader": loader}
+            fabric.save("ckpt/step_100", state)  # a directory
+            fabric.save("out/model.pth", state)  # one file
+            # training goes on
+            handle = fabric.save("ckpt/step_200", state, async_save=True)
             ```
         """
         if not isinstance(state, dict):

@@ -60,6 +60,17 @@ def filter_callback_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -
     return {name: value for name, value in kwargs.items() if name in parameters}
 
 
+def non_scalar_loss(loss: Tensor) -> str:
+    """What ``fabric.backward`` says for a loss of several elements (torch: "grad can be implicitly created only
+    for scalar outputs"): what was given and how to make it one number."""
+    return (
+        f"fabric.backward() needs a loss with one element, as loss.backward() does, but was given a tensor of "
+        f"shape {tuple(loss.shape)} ({loss.numel()} elements). Reduce it to one number first, e.g. "
+        "`fabric.backward(loss.mean())` or `fabric.backward(loss.sum())`, or pass the gradient of every element: "
+        "`fabric.backward(loss, torch.ones_like(loss))`."
+    )
+
+
 def scalar_metric(value: Tensor) -> Any:
     """A one-element tensor becomes a Python number; a larger one is refused (``ValueError``)."""
     if value.numel() != 1:

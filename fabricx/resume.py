@@ -166,7 +166,8 @@ def save_checkpoint(
 
     Example:
         ```python
-        path = save_checkpoint(fabric, CheckpointManager("runs/exp1", total_limit=2), state)
+        manager = CheckpointManager("runs/exp1", total_limit=2)
+        path = save_checkpoint(fabric, manager, state)
         ```
     """
     manager = as_manager(manager, fabric.strategy.checkpoint_io)

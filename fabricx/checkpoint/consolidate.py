@@ -51,7 +51,8 @@ def consolidate_checkpoint(
 
     Example:
         ```python
-        out = consolidate_checkpoint("runs/exp/checkpoint_3")   # -> runs/exp/checkpoint_3.consolidated
+        # -> runs/exp/checkpoint_3.consolidated
+        out = consolidate_checkpoint("runs/exp/checkpoint_3")
         model.load_state_dict(read_checkpoint(out).shared["model"])
         ```
     """

@@ -69,7 +69,8 @@ class EntryStorage(ABC):
         ```python
         class MyStorage(EntryStorage):
             meta_key = "my_shards"
-            def claims(self, key, obj): return isinstance(unwrap_object(obj), MyShardedModule)
+            def claims(self, key, obj):
+                return isinstance(unwrap_object(obj), MyShardedModule)
             ...
         ```
     """

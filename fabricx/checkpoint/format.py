@@ -3,11 +3,12 @@
 A checkpoint is a directory:
 
 ```text
-meta.json                          format version, fabricx version, world size, keys, extras, and
-                                   the manifest: every other file's relative path and size
+meta.json                          format and fabricx versions, world size,
+                                   keys, extras, and the manifest: every other
+                                   file's relative path and size
 shared.json / shared.safetensors   state every rank shares (written by rank 0)
 rank_<r>.json / rank_<r>.safetensors   state of rank r (RNG, data position, ...)
-<anything a strategy adds>         e.g. a torch.distributed.checkpoint folder of shards
+<anything a strategy adds>         e.g. a torch.distributed.checkpoint folder
 ```
 
 It is written under a temporary name and renamed into place once complete (``meta.json`` last),
@@ -91,11 +92,13 @@ class CheckpointWriter:
 
     Example:
         ```python
-        writer = CheckpointWriter("ckpt", rank=rank, world_size=world, barrier=dist.barrier, token="step100")
+        writer = CheckpointWriter("ckpt", rank=rank, world_size=world,
+                                  barrier=dist.barrier, token="step100")
         tmp = writer.begin()
         writer.write_shared({"step": 100})
         writer.write_rank({"rng": torch.get_rng_state()})
-        dcp.save(sharded_state, checkpoint_id=tmp / "model")   # strategy's own files, every rank
+        # strategy's own files, every rank
+        dcp.save(sharded_state, checkpoint_id=tmp / "model")
         writer.commit()
         ```
     """

@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import stat
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,6 +23,7 @@ from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO, default_io
 from fabricx.checkpoint.storage import io_for, is_url, join_path
 from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError
+from fabricx.utilities.rank_zero import warn_at_user_line
 
 try:  # advisory locks tell a live writer's reservation from one a killed writer left
     import fcntl
@@ -65,7 +65,8 @@ def reserve_on_rank_zero(host: RankHost, reserve: Callable[[], _T]) -> _T | None
 
     Example:
         ```python
-        claim = reserve_on_rank_zero(fabric, lambda: claim_path("checkpoints/last.ckpt"))
+        last = "checkpoints/last.ckpt"
+        claim = reserve_on_rank_zero(fabric, lambda: claim_path(last))
         ```
     """
     claim, refused = None, None
@@ -477,8 +478,7 @@ def _plain_local(io: CheckpointIO) -> bool:
 
 
 def _skipped(path: Any, reason: Any) -> None:
-    warnings.warn(
+    warn_at_user_line(
         f"Checkpoint retention could not remove {path} ({reason}) and left it in place; the checkpoints "
         "saved are unaffected. Remove it by hand if it is not needed.",
-        stacklevel=3,
     )

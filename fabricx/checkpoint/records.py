@@ -9,8 +9,10 @@ storage format: a new one is one module with a ``RECORD`` plus one line in `_BUI
 Example:
 
 ```python
-stored_keys(read_meta("ckpt"))            # {"model": "fabricx_sharded", "optimizer": "fabricx_sharded"}
-stored_record("fabricx_sharded").read_full(loaded, ["model"])  # {"model": {...full CPU tensors...}}
+# {"model": "fabricx_sharded", "optimizer": "fabricx_sharded"}
+stored_keys(read_meta("ckpt"))
+# {"model": {...full CPU tensors...}}
+stored_record("fabricx_sharded").read_full(loaded, ["model"])
 ```
 """
 

@@ -45,7 +45,8 @@ def defer_optimizer_tensors(enabled: bool) -> None:
 
     Example:
         ```python
-        defer_optimizer_tensors(False)  # e.g. a loop that changes weights in place outside optimizer.step()
+        # e.g. a loop that changes weights in place outside optimizer.step()
+        defer_optimizer_tensors(False)
         ```
     """
     global _enabled

@@ -109,7 +109,8 @@ class FsspecCheckpointIO(CheckpointIO):
 
     Example:
         ```python
-        io = FsspecCheckpointIO(storage_options={"endpoint_url": "http://127.0.0.1:9000"})
+        endpoint = {"endpoint_url": "http://127.0.0.1:9000"}
+        io = FsspecCheckpointIO(storage_options=endpoint)
         fabric = Fabric(plugins=[io])
         fabric.save("s3://bucket/ckpt", {"model": model})
         ```

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import warnings
 from collections.abc import Generator
+
+from fabricx.utilities.rank_zero import warn_at_user_line
 
 _ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("fabricx_unsafe_pickle", default=False)
 
@@ -30,11 +31,9 @@ def allow_unsafe_pickle(path: object, what: str = "a single-file checkpoint") ->
             contents = read_checkpoint("legacy.ckpt")
         ```
     """
-    warnings.warn(
+    warn_at_user_line(
         f"Loading {path} with weights_only=False: {what} is unpickled, which can run arbitrary "
         "code stored in it. Do this only for files you trust; fabricx's own checkpoints never need it.",
-        UserWarning,
-        stacklevel=3,
     )
     token = _ALLOWED.set(True)
     try:

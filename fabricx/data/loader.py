@@ -152,7 +152,8 @@ def has_own_protocol(loader: DataLoader) -> bool:
     Example:
         ```python
         has_own_protocol(DataLoader(dataset))  # False
-        has_own_protocol(StreamingDataLoader(stream))  # True: it has its own __iter__ and state_dict
+        # True: it has its own __iter__ and state_dict
+        has_own_protocol(StreamingDataLoader(stream))
         ```
     """
     cls = type(loader)
@@ -426,7 +427,8 @@ class FabricDataLoader:
 
     Example:
         ```python
-        loader = fabric.setup_dataloaders(DataLoader(dataset, batch_size=32, shuffle=True))
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+        loader = fabric.setup_dataloaders(loader)
         for batch in loader: ...
         state = loader.state_dict()
         ```

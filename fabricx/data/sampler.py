@@ -289,7 +289,8 @@ class DistributedSamplerWrapper(StatefulDistributedSampler):
 
     Example:
         ```python
-        DistributedSamplerWrapper(WeightedRandomSampler(weights, 100), num_replicas=2, rank=0)
+        weighted = WeightedRandomSampler(weights, 100)
+        DistributedSamplerWrapper(weighted, num_replicas=2, rank=0)
         ```
     """
 

@@ -45,7 +45,9 @@ class MLFlowLogger(Logger):
 
     Example:
         ```python
-        logger = MLFlowLogger(experiment_name="digits", tracking_uri="sqlite:///mlflow.db")
+        logger = MLFlowLogger(
+            experiment_name="digits", tracking_uri="sqlite:///mlflow.db"
+        )
         fabric = Fabric(loggers=logger)
         fabric.log("loss", 0.25, step=1)
         logger.finalize("success")

@@ -18,7 +18,8 @@ def read_metrics(metrics_file: str | os.PathLike) -> dict[str, list[tuple[float,
 
     Example:
         ```python
-        read_metrics("runs/lightning_logs/version_0/metrics.csv")["train_loss"][:2]  # [(0.0, 2.3), (1.0, 2.1)]
+        # [(0.0, 2.3), (1.0, 2.1)]
+        read_metrics("runs/lightning_logs/version_0/metrics.csv")["train_loss"][:2]
         ```
     """
     series: dict[str, list[tuple[float, float]]] = {}

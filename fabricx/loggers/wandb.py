@@ -188,7 +188,8 @@ class WandbLogger(Logger):
 
         Example:
             ```python
-            logger.log_table("samples", columns=["prompt", "reply"], data=[["hi", "hello"]], step=10)
+            logger.log_table("samples", columns=["prompt", "reply"],
+                             data=[["hi", "hello"]], step=10)
             ```
         """
         wandb = lazy_import("wandb")

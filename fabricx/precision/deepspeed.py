@@ -29,7 +29,8 @@ class DeepSpeedPrecision(Precision):
 
     Example:
         ```python
-        Fabric(strategy="deepspeed_stage_2", precision="bf16-mixed")  # uses DeepSpeedPrecision("bf16-mixed")
+        # uses DeepSpeedPrecision("bf16-mixed")
+        Fabric(strategy="deepspeed_stage_2", precision="bf16-mixed")
         ```
     """
 

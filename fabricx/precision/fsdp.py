@@ -21,7 +21,8 @@ class FSDPPrecision(MixedPrecision):
 
     Example:
         ```python
-        Fabric(accelerator="cpu", devices=2, strategy="fsdp", precision="bf16-mixed")  # builds FSDPPrecision
+        # builds FSDPPrecision
+        Fabric(accelerator="cpu", devices=2, strategy="fsdp", precision="bf16-mixed")
         ```
     """
 

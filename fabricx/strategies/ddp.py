@@ -38,7 +38,8 @@ class DDPStrategy(ParallelStrategy):
 
     Example:
         ```python
-        Fabric(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn", timeout=60))
+        strategy = DDPStrategy(start_method="spawn", timeout=60)
+        Fabric(accelerator="cpu", devices=2, strategy=strategy)
         ```
     """
 

@@ -419,8 +419,11 @@ class FSDPStrategy(DTensorStrategy):
 
     Example:
         ```python
-        strategy = FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block})
-        fabric = Fabric(accelerator="cuda", devices=8, strategy=strategy, precision="bf16-mixed")
+        strategy = FSDPStrategy(
+            auto_wrap_policy={Block}, activation_checkpointing_policy={Block}
+        )
+        fabric = Fabric(accelerator="cuda", devices=8, strategy=strategy,
+                        precision="bf16-mixed")
         ```
     """
 

@@ -39,7 +39,8 @@ class ModelParallelStrategy(DTensorStrategy):
     Example:
         ```python
         def parallelize(model, mesh):
-            parallelize_module(model, mesh["tensor_parallel"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+            plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+            parallelize_module(model, mesh["tensor_parallel"], plan)
             fully_shard(model, mesh=mesh["data_parallel"])
             return model
 

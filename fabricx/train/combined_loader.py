@@ -33,7 +33,10 @@ class CombinedLoader(Iterable):
 
     Example:
         ```python
-        loaders = {"a": DataLoader(range(6), batch_size=4), "b": DataLoader(range(15), batch_size=5)}
+        loaders = {
+            "a": DataLoader(range(6), batch_size=4),
+            "b": DataLoader(range(15), batch_size=5),
+        }
         combined = CombinedLoader(loaders, "max_size_cycle")
         for batch, batch_idx, dataloader_idx in combined:
             batch["a"], batch["b"]

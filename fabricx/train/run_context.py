@@ -136,7 +136,8 @@ class RunContext:
 
         Example:
             ```python
-            trainer.run_context.setup_optimizers()  # what trainer.strategy.setup_optimizers(trainer) does
+            # what trainer.strategy.setup_optimizers(trainer) does
+            trainer.run_context.setup_optimizers()
             ```
         """
         module, steps = self.module, self.steps

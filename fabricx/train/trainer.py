@@ -39,6 +39,7 @@ from fabricx.train.spawn_transport import TrainerFabric, apply_spawn_result, is_
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fabricx.train.trainer_properties import TrainerProperties
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.keywords import suggest_keywords
 from fabricx.utilities.profilers import Profiler
 from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.seed import seed_everything
@@ -95,9 +96,11 @@ class Trainer(TrainerProperties):
 
     Example:
         ```python
-        trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=5, seed=0)
+        trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn",
+                          max_epochs=5, seed=0)
         trainer.fit(MyModule(), train_loader, val_loader)
-        trainer.fit(MyModule(), train_loader, val_loader, ckpt_path="last")  # resumes exactly
+        # resumes exactly
+        trainer.fit(MyModule(), train_loader, val_loader, ckpt_path="last")
         ```
     """
 
@@ -135,6 +138,7 @@ class Trainer(TrainerProperties):
     """Set it to `True` (from a callback or the module) to end `fit` once `min_epochs`/`min_steps` allow."""
 
     @defaults_from_env_vars
+    @suggest_keywords
     def __init__(
         self,
         *,

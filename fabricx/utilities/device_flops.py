@@ -102,7 +102,8 @@ def get_available_flops(device: torch.device, dtype: torch.dtype | str) -> int |
 
     Example:
         ```python
-        get_available_flops(torch.device("cuda", 0), torch.bfloat16)  # 312000000000000 on an A100
+        # 312000000000000 on an A100
+        get_available_flops(torch.device("cuda", 0), torch.bfloat16)
         get_available_flops(torch.device("cpu"), torch.float32)  # None
         ```
     """
@@ -162,7 +163,8 @@ def peak_flops(device: torch.device | str, dtype: torch.dtype | str = torch.bflo
 
     Example:
         ```python
-        peak_flops(torch.device("cuda", 0), torch.bfloat16)  # 989.4e12 on an H100 SXM or H200
+        # 989.4e12 on an H100 SXM or H200
+        peak_flops(torch.device("cuda", 0), torch.bfloat16)
         ```
     """
     device = torch.device(device)

@@ -53,8 +53,11 @@ def lazy_import(name: str) -> ModuleType:
         return importlib.import_module(name)
 
 
-def require(name: str, *, extra: str, feature: str) -> ModuleType:
+def require(name: str, *, extra: str, feature: str, package: str | None = None) -> ModuleType:
     """`lazy_import()` an optional package, or raise ``ModuleNotFoundError`` naming the install command.
+
+    ``package`` is the name to install it by, when it differs from the module's (``scikit-learn`` for
+    ``sklearn``).
 
     Example:
         ```python
@@ -62,12 +65,18 @@ def require(name: str, *, extra: str, feature: str) -> ModuleType:
         ```
     """
     top = name.split(".")[0]
+    missing = (
+        f"{feature} needs the `{package or top}` package, which is not installed. "
+        f'Install it from the package index with `pip install "fabricx[{extra}]"`.'
+    )
     if top not in sys.modules and importlib.util.find_spec(top) is None:
-        raise ModuleNotFoundError(
-            f"{feature} needs the `{top}` package, which is not installed. "
-            f"Install it with `pip install 'fabricx[{extra}]'`."
-        )
-    return lazy_import(name)
+        raise ModuleNotFoundError(missing, name=top)
+    try:
+        return lazy_import(name)
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != top:
+            raise  # the package is there; something it needs is not
+        raise ModuleNotFoundError(missing, name=top) from error
 
 
 def submodule(package: str, name: str) -> ModuleType | None:

@@ -187,7 +187,8 @@ class PyTorchProfiler(Profiler):
 
     Example:
         ```python
-        trainer = Trainer(profiler=PyTorchProfiler(dirpath="profiles", record_shapes=True))
+        profiler = PyTorchProfiler(dirpath="profiles", record_shapes=True)
+        trainer = Trainer(profiler=profiler)
         ```
     """
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import warnings
 from typing import Any
 
 import lightning_utilities.core.rank_zero as _utilities_rank_zero
+
+# fabricx's own folder: a warning is shown at the first line outside it (the user's), not at fabricx's call.
+_PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# The `rank_zero_only` wrapper around fabricx's rank-zero functions is lightning_utilities' own.
+_RANK_ZERO_WRAPPER_FILE = _utilities_rank_zero.__file__
+
+
+def _is_ours(filename: str) -> bool:
+    return filename.startswith(_PACKAGE_FOLDER) or filename == _RANK_ZERO_WRAPPER_FILE
 
 _RANK_ENV_VARS = (
     "RANK",
@@ -52,9 +62,37 @@ def rank_zero_print(*args: Any, **kwargs: Any) -> None:
     print(*args, **kwargs)
 
 
+def warn_at_user_line(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` shown at the first calling line outside fabricx: the user's line that led to it.
+
+    Python prints the source line a warning is attributed to; attributed to fabricx's own call, that line
+    would be ``rank_zero_warn(`` under every message.
+
+    Example:
+        ```python
+        warn_at_user_line("`max_epochs` is 0: nothing will be trained.")
+        ```
+    """
+    level, frame = 1, inspect.currentframe()
+    while frame is not None and frame.f_back is not None and _is_ours(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    del frame  # no reference cycle through the frames
+    warnings.warn(message, category, stacklevel=level)
+
+
 @rank_zero_only
-def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 3) -> None:
-    warnings.warn(message, category, stacklevel=stacklevel)
+def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int | None = None) -> None:
+    """Warn on global rank zero only, at the user's line (or ``stacklevel`` frames up, when given).
+
+    Example:
+        ```python
+        rank_zero_warn("The dataloader has few workers.", PossibleUserWarning)
+        ```
+    """
+    if stacklevel is None:
+        warn_at_user_line(message, category)
+    else:
+        warnings.warn(message, category, stacklevel=stacklevel)
 
 
 @rank_zero_only

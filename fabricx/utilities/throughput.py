@@ -95,7 +95,8 @@ class Throughput:
         start = time.perf_counter()
         for step in range(1, 101):
             train_step()
-            throughput.update(time=time.perf_counter() - start, batches=step, samples=step * batch_size)
+            elapsed = time.perf_counter() - start
+            throughput.update(time=elapsed, batches=step, samples=step * batch_size)
             if step % 10 == 0:
                 print(throughput.compute()["device/samples_per_sec"])
         ```
@@ -210,7 +211,8 @@ class ThroughputMonitor(Throughput):
         start = time.perf_counter()
         for step, batch in enumerate(loader, 1):
             ...
-            throughput.update(time=time.perf_counter() - start, batches=step, samples=step * len(batch))
+            elapsed = time.perf_counter() - start
+            throughput.update(time=elapsed, batches=step, samples=step * len(batch))
             if step % 50 == 0:
                 throughput.compute_and_log(step=step)
         ```

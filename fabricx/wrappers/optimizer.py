@@ -25,7 +25,8 @@ class FabricOptimizer(Delegating):
 
     Example:
         ```python
-        model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = fabric.setup(model, optimizer)
         isinstance(optimizer, torch.optim.SGD)  # True
         ```
     """

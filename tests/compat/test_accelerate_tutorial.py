@@ -187,7 +187,9 @@ def _weights(project):
 def test_example_resumed_in_a_fresh_process_ends_with_the_same_weights(tmp_path):
     out = _example(tmp_path / "full")
     assert "finished: 27 optimizer steps" in out
-    assert "stopping early after step 7" in _example(tmp_path / "split", "--stop-after", "7")
+    # Saved every 3 steps: the run that stops after step 7 says --resume continues from step 6's checkpoint.
+    stopped = _example(tmp_path / "split", "--stop-after", "7")
+    assert "stopping early after step 7 (last checkpoint at step 6; --resume continues there)" in stopped, stopped
     assert sorted(os.listdir(tmp_path / "split" / "checkpoints")) == ["checkpoint_0", "checkpoint_1"]
     out = _example(tmp_path / "split", "--resume")
     assert "resumed at epoch 0, step 6" in out

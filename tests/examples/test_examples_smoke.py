@@ -65,10 +65,10 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
               "--root-dir", str(tmp_path), "--no-progress"]
     first = _run([*common, "--max-epochs", "1"])
     assert "Finished at step 10 in epoch 0/0: val_loss " in first, first[-2000:]
-    last = tmp_path / "checkpoints" / "last.ckpt"  # one Lightning .ckpt file
+    last = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"  # one Lightning .ckpt file
     assert last.is_file() and torch.load(last, weights_only=True)["global_step"] == 10
     assert str(last) in first
-    best = re.search(r"Best checkpoint:\s+(\S+)", first)
+    best = re.search(r"Best checkpoint[^:]*:\s+(\S+)", first)
     assert best is not None and Path(best.group(1)).is_file(), first[-2000:]
     metrics = re.search(r"Metrics \(CSV\):\s+(\S+)", first)
     assert metrics is not None and Path(metrics.group(1)).is_file()
@@ -77,6 +77,24 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
     resumed = _run([*common, "--max-epochs", "2", "--resume"])
     # Picks up after epoch 1 (10 steps) and adds one more epoch, not two.
     assert "Finished at step 20 in epoch 1/1" in resumed, resumed[-2000:]
+
+
+def test_make_demo_runs_twice_without_a_warning(tmp_path: Path) -> None:
+    # `make demo` twice in a row: the second run goes into a new version folder, so ModelCheckpoint finds no
+    # earlier files in its folder (no "exists and is not empty" warning, no -v1 names).
+    demo = re.search(r"^demo:.*\n\t\$\(PY\) (examples/digits_trainer\.py .*)$", (REPO / "Makefile").read_text(),
+                     re.MULTILINE)
+    assert demo is not None, "the Makefile's demo no longer runs examples/digits_trainer.py"
+    command = [*demo.group(1).split(), "--limit", "400", "--no-progress"]
+    (tmp_path / "examples").symlink_to(EXAMPLES)  # the command's relative paths, run in a fresh folder
+    for run in range(2):
+        process = subprocess.run([sys.executable, *command], cwd=tmp_path, env=_env(PYTHONPATH=str(REPO)),
+                                 capture_output=True, text=True, timeout=TIMEOUT)
+        assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-4000:]
+        assert process.stderr == "", f"run {run + 1} printed:\n{process.stderr}"
+        assert f"version_{run}/checkpoints/last.ckpt" in process.stdout, process.stdout[-2000:]
+    names = [path.name for path in tmp_path.rglob("*.ckpt")]
+    assert len(names) == 4 and not any(re.search(r"-v\d+\.ckpt$", name) for name in names), names
 
 
 def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
@@ -90,7 +108,8 @@ def test_digits_trainer_two_processes_mid_epoch_resume(tmp_path: Path) -> None:
     assert "Finished at step 15 in epoch 1/9: " in first, first[-2000:]
     summary = re.search(r"Finished at .*: (.*)", first)
     assert summary is not None and re.fullmatch(r"val_loss \d+\.\d{4}, val_acc \d\.\d{4}", summary.group(1)), summary
-    last = torch.load(tmp_path / "checkpoints" / "steps" / "last.ckpt", weights_only=True)
+    last = torch.load(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "steps" / "last.ckpt",
+                      weights_only=True)
     assert "__fabricx_train_loader__" in last["__fabricx_ranks__"]["1"]  # rank 1's own loader position
     resumed = _run([*common, "--max-steps", "23", "--resume"])
     assert "step 23" in resumed, resumed[-2000:]

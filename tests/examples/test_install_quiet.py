@@ -9,6 +9,7 @@ quiet install hides only until setuptools makes the warning an error).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -62,3 +63,34 @@ def test_installed_metadata_carries_the_spdx_license() -> None:
     assert project["license"] == "Apache-2.0"
     for pattern in project["license-files"]:
         assert list(REPO.glob(pattern)), f"license-files names {pattern!r}, which matches no file"
+
+
+def _makefile_editable_install() -> tuple[dict[str, str], list[str]]:
+    """The environment assignments and pip options of the Makefile's editable install line."""
+    lines = (REPO / "Makefile").read_text().splitlines()
+    line = next(line for line in lines if "pip install" in line and " -e " in line)
+    before, after = line.split("$(PY) -m pip install", 1)
+    assignments = dict(word.split("=", 1) for word in shlex.split(before))
+    options = [word for word in shlex.split(after) if word.startswith("-") and word != "-e"]
+    return assignments, options
+
+
+def test_the_makefile_install_prints_nothing(tmp_path: Path) -> None:
+    # As `make demo` installs: pip upgraded first (pip 25+ shows the build backend's warnings), then quietly.
+    project = tmp_path / "project"
+    project.mkdir()
+    _copy_project(project)
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    python = str(environment / "bin" / "python")
+    unset = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONWARNINGS")
+    env = {key: value for key, value in os.environ.items() if key not in unset}
+    upgrade = subprocess.run([python, "-m", "pip", "install", "-q", "--upgrade", "pip"], env=env,
+                             capture_output=True, text=True, timeout=240)
+    assert upgrade.returncode == 0, f"upgrading pip failed (is the package index reachable?):\n{upgrade.stderr[-2000:]}"
+    assignments, options = _makefile_editable_install()
+    process = subprocess.run([python, "-m", "pip", "install", *options, "--no-deps", "-e", "."], cwd=project,
+                             env={**env, **assignments}, capture_output=True, text=True, timeout=240)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-4000:]
+    assert output.strip() == "", f"the Makefile's install printed:\n{output}"

@@ -128,3 +128,19 @@ def test_a_second_run_into_a_non_empty_checkpoint_directory_warns_as_lightning_d
     assert not [w for w in recwarn if "exists and is not empty" in str(w.message)]
     with pytest.warns(UserWarning, match=r"Checkpoint directory .*checkpoints exists and is not empty\."):
         fit()
+
+
+class WithTestStep(Regressor):
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self(x), y))
+
+
+def test_testing_shows_its_known_length(tmp_path):
+    # Once printed "Testing: 4/?" although the test loader's length is known.
+    out = io.StringIO()
+    bar = RichProgressBar(console_kwargs={"file": out, "force_terminal": False, "width": 120})
+    trainer = Trainer(accelerator="cpu", default_root_dir=tmp_path, callbacks=[bar], logger=False,
+                      enable_model_summary=False)
+    trainer.test(WithTestStep(), loader(regression_data(64), batch_size=16))  # 4 batches
+    assert "Testing: 4/4" in out.getvalue(), out.getvalue()

@@ -1,7 +1,9 @@
 """The ``"dcp"`` layout: a checkpoint as Lightning Fabric's FSDP / ModelParallel strategies write a sharded one.
 
-    <path>/.metadata, __<r>_0.distcp   torch.distributed.checkpoint: every module's and optimizer's state dict
-    <path>/meta.pt                     everything else: plain values, loader positions, fabricx's own entries
+    <path>/.metadata, __<r>_0.distcp   torch.distributed.checkpoint: every
+                                       module's and optimizer's state dict
+    <path>/meta.pt                     everything else: plain values, loader
+                                       positions, fabricx's own entries
 
 Modules and optimizers a strategy shards (`fabricx.checkpoint.contents.EntryStorage.sharded_state_dicts`)
 go into the DCP folder as their shards, each rank writing its own: a model's keyed by parameter name, an
@@ -31,8 +33,10 @@ background.
 Example:
 
 ```python
-fabric.save("ckpt/step_10", {"model": model, "optimizer": optimizer, "step": 10}, layout="dcp")
-fabric.load("ckpt/step_10", state)                  # or a folder Lightning's FSDP/ModelParallel wrote
+state = {"model": model, "optimizer": optimizer, "step": 10}
+fabric.save("ckpt/step_10", state, layout="dcp")
+# or a folder Lightning's FSDP/ModelParallel wrote
+fabric.load("ckpt/step_10", state)
 ```
 """
 
@@ -153,7 +157,8 @@ def save_dcp(
     Example:
 
     ```python
-    save_dcp(fabric.strategy, "ckpt", {"model": model, "optimizer": optimizer, "step": 3}, None, save_mode("sync"))
+    state = {"model": model, "optimizer": optimizer, "step": 3}
+    save_dcp(fabric.strategy, "ckpt", state, None, save_mode("sync"))
     ```
     """
     from torch.distributed.checkpoint import filesystem, state_dict_saver
@@ -189,7 +194,8 @@ def read_dcp(folder: Path, rank: int) -> LoadedCheckpoint:
 
     ```python
     loaded = read_dcp(Path("lightning_ckpt"), rank=0)
-    loaded.meta["extra_meta"]["fabricx_sharded"]["entries"]  # {"model": "model", "optimizer": "optimizer"}
+    # {"model": "model", "optimizer": "optimizer"}
+    loaded.meta["extra_meta"]["fabricx_sharded"]["entries"]
     ```
     """
     from fabricx.checkpoint.sharded import META_KEY, REST_KEY, dcp_contents, sharded_record

@@ -1,8 +1,11 @@
 """The ``"deepspeed"`` layout: a checkpoint as Lightning Fabric's DeepSpeedStrategy writes one.
 
-    <path>/checkpoint/mp_rank_00_model_states.pt          the engine's model state, plus the client state
-    <path>/checkpoint/zero_pp_rank_<r>_mp_rank_00_*.pt     ZeRO shards (optimizer; ZeRO-3: model states too)
-    <path>/latest                                          the tag, ``checkpoint``
+    <path>/checkpoint/mp_rank_00_model_states.pt
+        the engine's model state, plus the client state
+    <path>/checkpoint/zero_pp_rank_<r>_mp_rank_00_*.pt
+        ZeRO shards (optimizer; ZeRO-3: model states too)
+    <path>/latest
+        the tag, ``checkpoint``
 
 The files are the DeepSpeed engine's own ``save_checkpoint(path, client_state=..., tag="checkpoint")``
 (the strategy's `fabricx.checkpoint.contents.EntryStorage.save_engine_folder`), for the state's one
@@ -28,8 +31,10 @@ Example:
 
 ```python
 fabric = Fabric(strategy=DeepSpeedStrategy(stage=2), ...)
-fabric.save("ckpt/step_10", {"model": model, "optimizer": optimizer, "step": 10}, layout="deepspeed")
-fabric.load("ckpt/step_10", state)                  # or a folder Lightning's DeepSpeedStrategy wrote
+state = {"model": model, "optimizer": optimizer, "step": 10}
+fabric.save("ckpt/step_10", state, layout="deepspeed")
+# or a folder Lightning's DeepSpeedStrategy wrote
+fabric.load("ckpt/step_10", state)
 ```
 """
 
@@ -170,7 +175,8 @@ def save_deepspeed(
     Example:
 
     ```python
-    save_deepspeed(fabric.strategy, "ckpt", {"model": model, "optimizer": optimizer, "step": 3}, None, mode)
+    state = {"model": model, "optimizer": optimizer, "step": 3}
+    save_deepspeed(fabric.strategy, "ckpt", state, None, mode)
     ```
     """
     if is_url(path):
@@ -247,7 +253,8 @@ def read_deepspeed(folder: Path, rank: int) -> LoadedCheckpoint:
 
     ```python
     loaded = read_deepspeed(Path("lightning_ckpt"), rank=0)
-    loaded.meta["extra_meta"]["deepspeed"]["models"]  # {"model": {"optimizer": "optimizer", "tag": "checkpoint"}}
+    # {"model": {"optimizer": "optimizer", "tag": "checkpoint"}}
+    loaded.meta["extra_meta"]["deepspeed"]["models"]
     ```
     """
     tag_dir = check_engine_folder(folder / TAG)

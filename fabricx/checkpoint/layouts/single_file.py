@@ -7,8 +7,9 @@ itself. fabricx's own entries sit beside them under reserved keys (`__fabricx_rn
 `__fabricx_precision__`, ...), which other readers return as unrequested entries:
 
     <user keys>                  rank 0's view: state dicts and plain values
-    __fabricx_single_file__      format, version, world size, which keys are per rank
-    __fabricx_ranks__            the per-rank entries (RNG, loader position, ...) of ranks 1..N-1
+    __fabricx_single_file__      format, version, world size, per-rank keys
+    __fabricx_ranks__            the per-rank entries (RNG, loader position,
+                                 ...) of ranks 1..N-1
 
 A per-rank entry of rank 0 is stored under its own key; the other ranks send theirs to rank 0, which
 writes the file (temporary file in the same folder, fsync, rename, folder fsync: readers see the old
@@ -23,7 +24,8 @@ file that needs anything else (a `GLOBAL os.system`, a class of the user's) is r
 Example:
 
 ```python
-save_single_file(strategy, "out/model.pth", shared, per_rank, save_mode("sync"), extra_keys={"__fabricx_rng__"})
+save_single_file(strategy, "out/model.pth", shared, per_rank, save_mode("sync"),
+                 extra_keys={"__fabricx_rng__"})
 shared, per_rank, meta = read_single_file(Path("out/model.pth"), rank=0)
 ```
 """
@@ -108,7 +110,8 @@ def check_weights_only(value: Any, where: str = "the state", file: Any = None) -
 
     ```python
     check_weights_only({"model": model.state_dict(), "step": 3}, "state")  # passes
-    check_weights_only({"args": argparse.Namespace()}, "state")  # CheckpointError naming state['args']
+    # CheckpointError naming state['args']
+    check_weights_only({"args": argparse.Namespace()}, "state")
     ```
     """
     try:
@@ -344,7 +347,8 @@ def save_single_file(
     Example:
 
     ```python
-    save_single_file(strategy, "out/model.pth", {"model": sd, "step": 3}, {"__fabricx_rng__": rng}, mode)
+    save_single_file(strategy, "out/model.pth", {"model": sd, "step": 3},
+                     {"__fabricx_rng__": rng}, mode)
     ```
     """
     contents = file_contents(host, path, shared, per_rank, extra_keys)

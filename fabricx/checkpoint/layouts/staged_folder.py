@@ -10,8 +10,10 @@ refuses to replace (``refusal``).
 Example:
 
 ```python
-save_staged(host, "ckpt", is_dcp_folder, refuse, write_shards, write_last=None, mode=mode)  # every rank
-loaded = read_committed("ckpt", is_dcp_folder, lambda folder: read_dcp(folder, rank))
+# every rank
+save_staged(host, "ckpt", is_dcp_folder, refuse, write_shards, write_last=None,
+            mode=mode)
+loaded = read_committed("ckpt", is_dcp_folder, lambda f: read_dcp(f, rank))
 ```
 """
 

@@ -238,7 +238,9 @@ class Accelerator(StateMixin, CollectivesMixin):
     Example:
         ```python
         accelerator = Accelerator(gradient_accumulation_steps=2, mixed_precision="bf16")
-        model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+        model, optimizer, loader, scheduler = accelerator.prepare(
+            model, optimizer, loader, scheduler
+        )
         for inputs, targets in loader:
             with accelerator.accumulate(model):
                 loss = loss_fn(model(inputs), targets)
@@ -475,7 +477,9 @@ class Accelerator(StateMixin, CollectivesMixin):
 
         Example:
             ```python
-            model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+            model, optimizer, loader, scheduler = accelerator.prepare(
+                model, optimizer, loader, scheduler
+            )
             ```
         """
         if device_placement is not None and len(device_placement) != len(args):

@@ -54,7 +54,8 @@ class CollectivesMixin:
 
         Example:
             ```python
-            predictions, references = accelerator.gather_for_metrics((predictions, batch["labels"]))
+            pairs = (predictions, batch["labels"])
+            predictions, references = accelerator.gather_for_metrics(pairs)
             ```
         """
         use_gather_object = use_gather_object or not _only_tensors(input_data)
@@ -93,7 +94,8 @@ class CollectivesMixin:
 
         Example:
             ```python
-            tokens = accelerator.gather(accelerator.pad_across_processes(tokens, dim=1, pad_index=0))
+            padded = accelerator.pad_across_processes(tokens, dim=1, pad_index=0)
+            tokens = accelerator.gather(padded)
             ```
         """
 

@@ -43,7 +43,9 @@ class ProjectConfiguration:
 
     Example:
         ```python
-        config = ProjectConfiguration("runs/exp1", automatic_checkpoint_naming=True, total_limit=3)
+        config = ProjectConfiguration(
+            "runs/exp1", automatic_checkpoint_naming=True, total_limit=3
+        )
         accelerator = Accelerator(project_config=config)
         ```
     """
@@ -99,7 +101,8 @@ class DataLoaderConfiguration:
 
     Example:
         ```python
-        Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
+        config = DataLoaderConfiguration(use_stateful_dataloader=True)
+        Accelerator(dataloader_config=config)
         ```
     """
 

@@ -77,7 +77,9 @@ class DistributedDataParallelKwargs:
 
     Example:
         ```python
-        handler = DistributedDataParallelKwargs(find_unused_parameters=True, comm_hook="fp16")
+        handler = DistributedDataParallelKwargs(
+            find_unused_parameters=True, comm_hook="fp16"
+        )
         accelerator = Accelerator(kwargs_handlers=[handler])
         ```
     """
@@ -147,7 +149,8 @@ class ProfileKwargs:
 
     Example:
         ```python
-        accelerator = Accelerator(kwargs_handlers=[ProfileKwargs(output_trace_dir="traces")])
+        profile = ProfileKwargs(output_trace_dir="traces")
+        accelerator = Accelerator(kwargs_handlers=[profile])
         with accelerator.profile() as prof:
             train_step()
         ```
@@ -212,7 +215,9 @@ class LocalSGD:
 
     Example:
         ```python
-        with LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=8) as local_sgd:
+        with LocalSGD(
+            accelerator=accelerator, model=model, local_sgd_steps=8
+        ) as local_sgd:
             for batch in loader:
                 ...
                 optimizer.step()

@@ -42,7 +42,8 @@ class BaseFinetuning(Callback):
 
         def finetune_function(self, module, epoch, optimizer):
             if epoch == 10:
-                self.unfreeze_and_add_param_group(module.feature_extractor, optimizer)
+                features = module.feature_extractor
+                self.unfreeze_and_add_param_group(features, optimizer)
     ```
     """
 
@@ -206,7 +207,10 @@ class BackboneFinetuning(BaseFinetuning):
     Example:
 
     ```python
-    Trainer(callbacks=[BackboneFinetuning(unfreeze_backbone_at_epoch=5, lambda_func=lambda epoch: 1.5)])
+    finetuning = BackboneFinetuning(
+        unfreeze_backbone_at_epoch=5, lambda_func=lambda epoch: 1.5
+    )
+    Trainer(callbacks=[finetuning])
     ```
     """
 

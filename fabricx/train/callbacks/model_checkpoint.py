@@ -47,10 +47,12 @@ class ModelCheckpoint(Callback):
     Example:
 
     ```python
-    checkpoint = ModelCheckpoint(monitor="val_acc", mode="max", save_top_k=2, save_last=True)
+    checkpoint = ModelCheckpoint(monitor="val_acc", mode="max", save_top_k=2,
+                                 save_last=True)
     trainer = Trainer(callbacks=[checkpoint])
     trainer.fit(model, train_loader, val_loader)
-    print(checkpoint.best_model_path, checkpoint.best_model_score)  # .../epoch=4-step=50.ckpt
+    # .../epoch=4-step=50.ckpt
+    print(checkpoint.best_model_path, checkpoint.best_model_score)
     ```
     """
 
@@ -524,7 +526,8 @@ class ModelCheckpoint(Callback):
         Example:
 
         ```python
-        ModelCheckpoint(filename="{epoch}-{val_loss:.2f}").format_checkpoint_name({"epoch": 2, "val_loss": 0.1234})
+        checkpoint = ModelCheckpoint(filename="{epoch}-{val_loss:.2f}")
+        checkpoint.format_checkpoint_name({"epoch": 2, "val_loss": 0.1234})
         # 'epoch=2-val_loss=0.12.ckpt'
         ```
         """

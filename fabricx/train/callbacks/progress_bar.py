@@ -279,7 +279,8 @@ class RichProgressBar(Callback):
         self._end_eval(trainer, "Validation")
 
     def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._start_eval(trainer, "Testing", [math.inf])
+        # Unknown ("?") only when a test loader has no length.
+        self._start_eval(trainer, "Testing", trainer.num_test_batches or [math.inf])
 
     def on_test_batch_end(self, trainer: Trainer, module: TrainModule, *args: Any) -> None:
         self._advance_eval()

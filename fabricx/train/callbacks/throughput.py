@@ -40,7 +40,8 @@ class ThroughputMonitor(Callback):
 
     Example:
         ```python
-        trainer = Trainer(callbacks=[ThroughputMonitor(length_fn=lambda batch: batch[0].numel())])
+        monitor = ThroughputMonitor(length_fn=lambda batch: batch[0].numel())
+        trainer = Trainer(callbacks=[monitor])
         ```
     """
 

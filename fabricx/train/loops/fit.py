@@ -58,7 +58,8 @@ class FitLoop:
         ```python
         trainer.fit(model)
         trainer.fit_loop.epoch_progress.current.completed  # epochs done
-        trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer_steps
+        automatic = trainer.fit_loop.epoch_loop.automatic_optimization
+        automatic.optim_progress.optimizer_steps
         ```
     """
 

@@ -33,7 +33,8 @@ class Tuner:
     ```python
     tuner = Tuner(trainer)
     tuner.scale_batch_size(model, mode="binsearch")  # sets model.batch_size
-    finder = tuner.lr_find(model)                     # sets model.lr to finder.suggestion()
+    # sets model.lr to finder.suggestion()
+    finder = tuner.lr_find(model)
     trainer.fit(model)
     ```
     """
