@@ -31,11 +31,8 @@ from fabricx.fabric_checks import (
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
-<<<<<<< HEAD
 from fabricx.utilities.iterables import one_or_many
-=======
 from fabricx.utilities.keywords import suggest_keywords
->>>>>>> h-firsthour
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 from fabricx.utilities.rank_zero import rank_zero_warn, set_global_rank
 from fabricx.utilities.rng import RNGStates
