@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
-import re
 import sys
 import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -48,8 +45,8 @@ from fabricx.checkpoint.contents import checkpoint_io_of, claimed_entries, entry
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.safe_read import load_torch
 from fabricx.checkpoint.storage import io_for, is_url
-from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -72,7 +69,6 @@ __all__ = [
     "read_single_file",
     "save_single_file",
     "split_contents",
-    "unpickling_detail",
     "write_file",
 ]
 
@@ -252,7 +248,7 @@ def file_contents(
             if sent[0] == "error" and problem is None:
                 problem = sent[1]
             elif rank == 0 and sent[0] == "ok":
-                ranks[str(src)] = torch.load(io.BytesIO(sent[1]), map_location="cpu", weights_only=True)
+                ranks[str(src)] = load_torch(sent[1], f"the entries rank {src} sent for {path}")
     if problem is not None:
         raise CheckpointError(problem)
     if rank != 0 and not rank_view:
@@ -392,42 +388,8 @@ LAYOUT = SingleFileLayout()
 # -------------------------------------------------------------------------------------------- reading
 
 
-def unpickling_detail(message: str) -> str:
-    """The part of torch's weights-only refusal that says what was refused (without its boilerplate)."""
-    # e.g. "WeightsUnpickler error: Unsupported global: GLOBAL io.open was not an allowed global ..."
-    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
-    for line in message.splitlines():
-        lowered = line.lower()
-        for marker in ("unsupported", "trying to load"):
-            at = lowered.find(marker)
-            if at != -1:
-                return line[at:].split(". ")[0].strip().rstrip(".")
-    return message.splitlines()[0].strip().rstrip(".") if message else "unknown reason"
-
-
 def _load(file: Path) -> Any:
-    try:
-        with warnings.catch_warnings():
-            # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
-            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
-            return torch.load(file, map_location="cpu", weights_only=not pickle_allowed())
-    except pickle.UnpicklingError as error:
-        detail = unpickling_detail(str(error))
-        if "global" in detail.lower():
-            raise CheckpointError(
-                f"Refusing to load {file}: {detail}. Reading it would need unsafe unpickling, which can run "
-                "arbitrary code, so nothing was executed. If you trust the file, load it yourself with "
-                "torch.load(path, weights_only=False) and save plain tensors/containers instead."
-            ) from None
-        raise CheckpointError(
-            f"Cannot load {file}: the weights-only reader rejected it ({detail}). It is damaged, not a "
-            "torch.save file, or would need unsafe unpickling (which fabricx never does)."
-        ) from None
-    except Exception as error:
-        raise CheckpointError(
-            f"Cannot load {file} as a torch.save checkpoint (truncated or damaged?): "
-            f"{type(error).__name__}: {str(error)[:300]}"
-        ) from None
+    return load_torch(file, str(file))
 
 
 def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
