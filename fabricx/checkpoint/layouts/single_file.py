@@ -31,6 +31,7 @@ shared, per_rank, meta = read_single_file(Path("out/model.pth"), rank=0)
 from __future__ import annotations
 
 import io
+import math
 import os
 import sys
 import time
@@ -169,17 +170,30 @@ def _encode(value: Any) -> Any:
     return value
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, file: Any = None) -> Any:
     if type(value) in (dict, OrderedDict):
         if _NUMPY_TAG in value and isinstance(value[_NUMPY_TAG], torch.Tensor):
-            array = value[_NUMPY_TAG].numpy()
-            if value.get("scalar"):
-                return array.reshape(())[()]
-            return array.reshape(value.get("shape", array.shape))
-        return type(value)((key, _decode(item)) for key, item in value.items())
+            return _numpy_value(value, file)
+        return type(value)((key, _decode(item, file)) for key, item in value.items())
     if type(value) in (list, tuple):
-        return type(value)(_decode(item) for item in value)
+        return type(value)(_decode(item, file) for item in value)
     return value
+
+
+def _numpy_value(value: dict[str, Any], file: Any) -> Any:
+    array = value[_NUMPY_TAG].numpy()
+    if value.get("scalar"):
+        if array.size != 1:
+            raise CheckpointError(f"{file} is damaged: a NumPy scalar of fabricx's holds {array.size} values.")
+        return array.reshape(())[()]
+    shape = value.get("shape", list(array.shape))
+    if not isinstance(shape, list | tuple) or not all(type(d) is int and d >= 0 for d in shape) or (
+        math.prod(shape) != array.size
+    ):
+        raise CheckpointError(
+            f"{file} is damaged: a NumPy array of fabricx's declares the shape {shape!r:.80} for {array.size} values."
+        )
+    return array.reshape(shape)
 
 
 def _to_cpu(value: Any) -> Any:
@@ -404,6 +418,10 @@ def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
     world_size = meta.get("world_size")
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CheckpointError(f"{file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+    for field in ("shared_keys", "per_rank_keys", "encoded_keys"):
+        keys = meta.get(field)
+        if keys is not None and not (isinstance(keys, list | tuple) and all(isinstance(k, str) for k in keys)):
+            raise CheckpointError(f"{file} is damaged: {field} is {keys!r:.80}, expected a list of entry names.")
     return dict(meta)
 
 
@@ -445,14 +463,14 @@ def split_contents(
     encoded = set(meta.get("encoded_keys") or ())
     per_rank_keys = [key for key in meta.get("per_rank_keys") or () if isinstance(key, str)]
     rank0 = {key: state.pop(key) for key in per_rank_keys if key in state}
-    shared = {key: (_decode(value) if key in encoded else value) for key, value in state.items()}
+    shared = {key: (_decode(value, file) if key in encoded else value) for key, value in state.items()}
     if rank == 0:
         own: dict[str, Any] | None = rank0
     elif isinstance(ranks, Mapping) and isinstance(ranks.get(str(rank)), Mapping):
         own = dict(ranks[str(rank)])
     else:  # more processes now than when it was saved
         own = {key: value for key, value in rank0.items() if not key.startswith(_RESERVED_PREFIX)}
-    return shared, _decode(own), meta
+    return shared, _decode(own, file), meta
 
 
 def load_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
