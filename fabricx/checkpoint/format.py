@@ -397,6 +397,8 @@ def is_complete(directory: str | os.PathLike[str]) -> bool:
         ```
     """
     root = Path(directory)
+    if root.is_file():  # a single-file checkpoint: whole when torch can find its records
+        return looks_like_torch_file(root)
     try:
         meta = read_meta(root)
     except CheckpointError:

@@ -487,10 +487,19 @@ def load_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
 
 
 def looks_like_torch_file(file: Path) -> bool:
-    """Whether ``file`` starts like a ``torch.save`` file (zip, or a legacy pickle), without loading it."""
+    """Whether ``file`` is a whole ``torch.save`` zip file (its directory, at the end, lists the pickle),
+    without loading it: a truncated or stray file is not.
+
+    Example:
+
+    ```python
+    looks_like_torch_file(Path("out/model.pth"))  # True
+    ```
+    """
+    import zipfile
+
     try:
-        with open(file, "rb") as handle:
-            head = handle.read(4)
-    except OSError:
+        with zipfile.ZipFile(file) as archive:
+            return any(name.endswith("data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError):
         return False
-    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
