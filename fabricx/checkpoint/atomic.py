@@ -384,7 +384,7 @@ def _locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
     """A new ``<name>.tmp-<token>`` beside ``target``, open and locked while this process writes it (where
     advisory locks exist), so that a later save can tell it from what a killed save left."""
     for _ in range(8):
-        tmp = target.with_name(f"{target.name}{_TMP_MARK}{_new_token()}")
+        tmp = target.with_name(f"{target.name}{_TMP_MARK}f{secrets.token_hex(6)}")
         handle = open(tmp, "xb")  # noqa: SIM115 - closed by the caller
         if fcntl is None:
             return tmp, handle
@@ -395,8 +395,9 @@ def _locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
     raise OSError(f"Could not create a temporary file beside {target}: it kept being removed.")
 
 
-#: The temporary files a single-file save writes (``<name>.tmp-<8 hex digits>``).
-_TEMPORARY_FILE = re.compile(r".+\.tmp-[0-9a-f]{8}")
+#: The temporary files `atomic_write_file()` writes (``<name>.tmp-f<12 hex digits>``), a name no other writer
+#: uses (others stage unlocked files under ``.tmp-<8 hex>``, which a clean-up must not take for dead).
+_TEMPORARY_FILE = re.compile(r".+\.tmp-f[0-9a-f]{12}")
 #: How many left-over temporary files one save removes at most (its bounded share of the clean-up).
 CLEAN_UP_PER_SAVE = 64
 

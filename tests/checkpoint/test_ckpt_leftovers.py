@@ -89,7 +89,7 @@ def test_left_overs_of_killed_single_file_saves_are_removed_by_the_next_saves(tm
     assert done.returncode == 0, done.stderr[-2000:]
     left = sorted(p.name for p in folder.glob("*.tmp-*"))
     assert len(left) == 8, left  # every kill left its temporary file
-    live = folder / "epoch=99.ckpt.tmp-feedbeef"  # a writer that is still running holds its file locked
+    live = folder / "epoch=99.ckpt.tmp-f0123456789ab"  # a writer that is still running holds its file locked
     with open(live, "wb") as handle:
         _lock(handle)
         fabric = Fabric(accelerator="cpu", devices=1)
