@@ -187,8 +187,10 @@ def _numpy_value(value: dict[str, Any], file: Any) -> Any:
             raise CheckpointError(f"{file} is damaged: a NumPy scalar of fabricx's holds {array.size} values.")
         return array.reshape(())[()]
     shape = value.get("shape", list(array.shape))
-    if not isinstance(shape, list | tuple) or not all(type(d) is int and d >= 0 for d in shape) or (
-        math.prod(shape) != array.size
+    if (
+        not isinstance(shape, list | tuple)
+        or not all(type(d) is int and d >= 0 for d in shape)
+        or (math.prod(shape) != array.size)
     ):
         raise CheckpointError(
             f"{file} is damaged: a NumPy array of fabricx's declares the shape {shape!r:.80} for {array.size} values."
