@@ -37,9 +37,9 @@ import re
 import stat
 import warnings
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import Tensor
@@ -179,17 +179,24 @@ def read_regular(path: Path, what: str, *, root: Path | None = None, missing: st
     """
     regular_file(path, what, root=root, missing=missing)
     target = path.resolve() if root is not None and path.is_symlink() else path
-    try:
-        fd = os.open(target, _OPEN_FLAGS)
-    except OSError as error:
-        raise CheckpointError(f"Cannot read {what} {path}: {error}") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise CheckpointError(f"Refusing to read {what} {path}: it is not a regular file.")
+    with _opened(target, f"{what} {path}") as handle:
         try:
             return handle.read()
         except OSError as error:
             raise CheckpointError(f"Cannot read {what} {path}: {error}") from None
+
+
+@contextlib.contextmanager
+def _opened(path: Path, what: str) -> Iterator[BinaryIO]:
+    """``path`` open for reading, without following a link or blocking, once more checked to be a regular file."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as error:
+        raise CheckpointError(f"Cannot read {what}: {error}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise CheckpointError(f"Refusing to read {what}: it is not a regular file.")
+        yield handle
 
 
 def _capital(text: str) -> str:
@@ -263,13 +270,7 @@ def load_torch(
             file = source if isinstance(source, Path) else io.BytesIO(source)
             return torch.load(file, map_location=map_location, weights_only=False, mmap=mmap)  # type: ignore[arg-type]
     if isinstance(source, Path):
-        try:
-            fd = os.open(source, _OPEN_FLAGS)
-        except OSError as error:
-            raise CheckpointError(f"Cannot read {what}: {error}") from None
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise CheckpointError(f"Refusing to read {what}: it is not a regular file.")
+        with _opened(source, what) as handle:
             _check_archive(handle, what)
     else:
         _check_archive(io.BytesIO(source), what)
@@ -382,10 +383,10 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, value: Any, where: s
     live = [param for group in optimizer.param_groups for param in group["params"]]
     if len(saved_ids) != len(live):
         return  # torch's load_state_dict refuses this with its own message
-    parameters = dict(zip(saved_ids, live, strict=True)) if all(_hashable(i) for i in saved_ids) else {}
+    parameters = dict(zip(saved_ids, live, strict=True)) if all(isinstance(i, int | str) for i in saved_ids) else {}
     problems = []
     for index, entry in value["state"].items():
-        if not _hashable(index) or index not in parameters:
+        if not isinstance(index, int | str) or index not in parameters:
             problems.append(f"state {index!r} belongs to no parameter of the saved param_groups")
             continue
         if not isinstance(entry, Mapping):
@@ -405,14 +406,6 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, value: Any, where: s
             f"The {where} does not fit the optimizer {type(optimizer).__name__}: {shown}. It was saved for other "
             "parameters, or is damaged."
         )
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 # ------------------------------------------------------------------------------------------- DCP metadata
