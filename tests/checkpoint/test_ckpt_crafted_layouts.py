@@ -226,3 +226,15 @@ def test_dcp_meta_pt_as_a_named_pipe_is_refused_without_blocking(fabric: Fabric,
         reader.join(timeout=10)
         pytest.fail("loading a checkpoint whose meta.pt is a named pipe blocked")
     assert isinstance(outcome[0], CheckpointError) and "not a regular file" in str(outcome[0])
+
+
+def test_load_raw_checks_an_optimizer_state_against_its_parameters(fabric: Fabric, tmp_path: Path) -> None:
+    state = _trained(fabric)
+    optimizer_state = state["optimizer"].state_dict()
+    optimizer_state["state"][0]["exp_avg_sq"] = torch.zeros(128, 128)
+    path = tmp_path / "optimizer.pt"
+    torch.save(optimizer_state, path)
+    fresh = _fresh(fabric)
+    with pytest.raises(CheckpointError, match=r"does not fit the optimizer Adam: state\[0\]\['exp_avg_sq'\]"):
+        fabric.load_raw(path, fresh["optimizer"])
+    assert fresh["optimizer"].state == {}
