@@ -982,6 +982,7 @@ class Fabric:
             with allow_unsafe_pickle(path):
                 return self.load_raw(path, obj, strict)
         from fabricx.checkpoint.format import read_checkpoint
+        from fabricx.checkpoint.safe_read import check_optimizer_state
 
         loaded = read_checkpoint(os.fspath(path), rank=self.global_rank)
         contents = loaded.shared
@@ -989,6 +990,7 @@ class Fabric:
         if isinstance(target, nn.Module):
             self._strategy.load_module_state_dict(target, contents, strict=strict)
         else:
+            check_optimizer_state(target, contents, f"checkpoint {path}")
             self._strategy.load_optimizer_state(target, contents)
 
     def save_checkpoint(

@@ -1,6 +1,6 @@
 """Reading a ``torch.distributed.checkpoint`` ``.metadata`` file without running code, and checking it.
 
-DCP stores its metadata as a pickle. `read_dcp_metadata()` runs that pickle on a restricted
+DCP stores its metadata as a pickle. `unpickle_dcp_metadata()` runs that pickle on a restricted
 machine that knows only data opcodes plus the few object opcodes DCP's metadata needs, and builds
 only DCP's own metadata classes: every ``GLOBAL``/``STACK_GLOBAL`` must name one of them (exact
 module and name, no dotted paths), ``REDUCE`` may only call a handful of value constructors
@@ -9,21 +9,16 @@ create and fill DCP's dataclasses (only their own fields), and ``INST``, ``OBJ``
 extension codes and persistent ids are refused. Nothing in the file can import a module or call a
 function of its choosing.
 
-`check_dcp_metadata()` then checks what was read against the files on disk before anything is
-allocated: every storage file is a regular file directly inside the folder (no absolute paths,
-``..`` or symlinks), every byte range lies inside its file and ranges do not overlap, and every
-tensor's size is backed by as many stored bytes, so reading a checkpoint never allocates more than
-its files hold.
+It then checks the structure of what was read: the types of every field, the dimensions, and the key
+paths of the planner data, whose depth and the total size of the lists they declare are bounded before
+anything is built from them. `fabricx.checkpoint.safe_read.read_dcp_metadata` reads the file (a regular
+file only) and checks the storage against the files beside it.
 """
 
 from __future__ import annotations
 
 import io
-import itertools
-import math
-import os
 import pickle
-import stat
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path, PosixPath, PurePosixPath, PureWindowsPath, WindowsPath
@@ -33,41 +28,16 @@ import torch
 
 from fabricx.utilities.exceptions import CheckpointError
 
-__all__ = ["check_dcp_metadata", "read_dcp_metadata", "safe_member"]
+__all__ = ["unpickle_dcp_metadata"]
 
 #: More dimensions than torch itself allows for a tensor.
 _MAX_DIMS = 64
 #: Longest key path of a flattened entry (nesting depth of the saved state dict).
-_MAX_PATH = 256
+_MAX_PATH = 64
 #: Largest list index a flattened key path may use (DCP would grow a list to it).
 _MAX_LIST_INDEX = 1 << 16
-
-
-def safe_member(name: Any, where: str) -> str:
-    """``name`` if it is a plain file or folder name (one path component, not ``.``/``..``), else an error.
-
-    Example:
-        ```python
-        safe_member("sharded", "meta.json")      # "sharded"
-        safe_member("../etc", "meta.json")       # raises CheckpointError
-        ```
-    """
-    if (
-        not isinstance(name, str)
-        or not name
-        or name in (".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\x00" in name
-        or ":" in name
-        or os.path.isabs(name)
-    ):
-        raise CheckpointError(
-            f"{where} names {name!r} as a file of the checkpoint; only a plain name of a file inside the "
-            "checkpoint folder is allowed (no absolute paths, separators or '..'). The checkpoint is damaged "
-            "or was crafted to read files outside it."
-        )
-    return name
+#: List slots the key paths may declare beyond one per key element (a list whose last items hold nothing).
+_LIST_SLACK = 1024
 
 
 # ------------------------------------------------------------------------------------ the restricted unpickler
@@ -260,21 +230,19 @@ def _build_dispatch() -> None:
 _build_dispatch()
 
 
-def read_dcp_metadata(file: str | os.PathLike[str]) -> Any:
-    """Read a DCP ``.metadata`` file with the restricted unpickler; returns a checked ``Metadata``.
-
-    Raises `CheckpointError` naming the file for anything else (nothing is executed).
+def unpickle_dcp_metadata(data: bytes, path: Path) -> Any:
+    """The DCP ``Metadata`` pickled in ``data`` (read from ``path``), built by the restricted unpickler and checked
+    for its structure and declared sizes; `CheckpointError` naming ``path`` for anything else (nothing is
+    executed). `fabricx.checkpoint.safe_read.read_dcp_metadata` reads the file and checks it against its storage.
 
     Example:
         ```python
-        metadata = read_dcp_metadata("ckpt/sharded/.metadata")
+        metadata = unpickle_dcp_metadata(Path("ckpt/.metadata").read_bytes(), Path("ckpt/.metadata"))
         sorted(metadata.state_dict_metadata)
         ```
     """
     from torch.distributed.checkpoint.metadata import Metadata
 
-    path = Path(file)
-    data = _read_regular(path, "the sharded checkpoint's metadata")
     try:
         metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     except _Refused as refusal:
@@ -294,22 +262,6 @@ def read_dcp_metadata(file: str | os.PathLike[str]) -> Any:
         )
     _check_structure(path, metadata, budget=len(data) + 16)
     return metadata
-
-
-def _read_regular(path: Path, what: str) -> bytes:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path.parent} is not a complete sharded checkpoint: no {path.name}.") from None
-    except OSError as error:
-        raise CheckpointError(f"Cannot read {path}: {error}") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-        raise CheckpointError(f"Refusing to read {what} {path}: it is {kind}. A checkpoint holds its own files.")
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise CheckpointError(f"Cannot read {path}: {error}") from None
 
 
 # ------------------------------------------------------------------------------------- structural checks
@@ -390,7 +342,7 @@ def _check_structure(path: Path, metadata: Any, budget: int) -> None:
         _need(offset is None or _dims(offset), path, f"storage key of {index.fqn!r} has a bad offset")
         _need(type(info) is _StorageInfo, path, f"storage of {index.fqn!r} is a {_describe(type(info))}")
         values = vars(info)
-        safe_member(values.get("relative_path"), f"{path} (storage of {index.fqn!r})")
+        _need(isinstance(values.get("relative_path"), str), path, f"storage of {index.fqn!r} names no file")
         _need(
             _is_int(values.get("offset")) and _is_int(values.get("length")),
             path,
@@ -405,96 +357,31 @@ def _check_structure(path: Path, metadata: Any, budget: int) -> None:
     planner = fields.get("planner_data")
     _need(planner is None or type(planner) is dict, path, "planner_data is not a dict")
     planner_items: dict[Any, Any] = planner or {}
+    # Loading builds the lists the key paths index into; a list grows to its largest index. In a real state
+    # dict every slot of every list is reached by some key path, so the slots are bounded by the key elements.
+    list_lengths: dict[tuple, int] = {}
+    key_elements = 0
     for name, keys in planner_items.items():
         work.spend()
         _need(isinstance(name, str) and type(keys) is tuple and 0 < len(keys) <= _MAX_PATH, path, "bad key path")
         work.spend(len(keys))
+        key_elements += len(keys)
         _need(
             all(isinstance(k, str) or (_is_int(k) and k < _MAX_LIST_INDEX) for k in keys),
             path,
             f"the key path of {name!r} is {_describe(keys)}",
         )
+        for depth, key in enumerate(keys):
+            if type(key) is int:
+                prefix = keys[:depth]
+                list_lengths[prefix] = max(list_lengths.get(prefix, 0), key + 1)
+    slots = sum(list_lengths.values())
+    _need(
+        slots <= key_elements + _LIST_SLACK,
+        path,
+        f"its key paths declare lists of {slots} slots in all for {key_elements} key elements; a saved state "
+        "fills the lists it declares",
+    )
     meta = fields.get("storage_meta")
     _need(meta is None or type(meta) is StorageMeta, path, "storage_meta is not a StorageMeta")
     _need(fields.get("version") is None or isinstance(fields["version"], str), path, "version is not a str")
-
-
-def check_dcp_metadata(directory: str | os.PathLike[str], metadata: Any) -> dict[str, int]:
-    """Check ``metadata``'s storage against the files in ``directory``; returns ``{file name: size}``.
-
-    Every storage file must be a regular file directly inside ``directory``, every byte range must lie
-    inside its file without overlapping another, and each tensor's bytes must be backed by its stored
-    chunks, so reading never allocates more memory than the files hold.
-
-    Example:
-        ```python
-        sizes = check_dcp_metadata("ckpt/sharded", read_dcp_metadata("ckpt/sharded/.metadata"))
-        ```
-    """
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    root = Path(directory)
-    meta_file = root / ".metadata"
-    sizes: dict[str, int] = {}
-    ranges: dict[str, list[tuple[int, int]]] = {}
-    by_key: dict[tuple[str, tuple[int, ...] | None], int] = {}
-    for index, info in metadata.storage_data.items():
-        name = info.relative_path
-        if name not in sizes:
-            sizes[name] = _regular_size(root / name, meta_file)
-        end = info.offset + info.length
-        if end > sizes[name]:
-            raise CheckpointError(
-                f"{meta_file} is damaged: the storage of {index.fqn!r} is bytes {info.offset}..{end} of "
-                f"{root / name}, which has only {sizes[name]} bytes (truncated?)."
-            )
-        ranges.setdefault(name, []).append((info.offset, end))
-        key = (index.fqn, tuple(index.offset) if index.offset is not None else None)
-        by_key[key] = by_key.get(key, 0) + info.length
-    for name, spans in ranges.items():
-        spans.sort()
-        for (_, end), (start, _) in itertools.pairwise(spans):
-            if start < end:
-                raise CheckpointError(
-                    f"{meta_file} is damaged: two stored items overlap in {root / name}; each byte of a "
-                    "sharded checkpoint belongs to one item."
-                )
-    for name, entry in metadata.state_dict_metadata.items():
-        if type(entry) is not TensorStorageMetadata:
-            continue
-        itemsize = torch.empty(0, dtype=entry.properties.dtype).element_size()
-        stored = 0
-        for chunk in entry.chunks:
-            length = by_key.get((name, tuple(chunk.offsets)))
-            if length is None:
-                raise CheckpointError(
-                    f"{meta_file} is damaged: the chunk of {name!r} at {tuple(chunk.offsets)} has no stored data."
-                )
-            if math.prod(chunk.sizes) * itemsize > length:
-                raise CheckpointError(
-                    f"{meta_file} is damaged: the chunk of {name!r} at {tuple(chunk.offsets)} claims "
-                    f"{math.prod(chunk.sizes) * itemsize} bytes, but only {length} are stored for it."
-                )
-            stored += length
-        needed = math.prod(entry.size) * itemsize
-        if needed > stored:
-            raise CheckpointError(
-                f"{meta_file} is damaged: {name!r} claims size {tuple(entry.size)} ({needed} bytes) but its "
-                f"chunks store {stored} bytes; reading it would allocate memory the checkpoint does not hold."
-            )
-    return sizes
-
-
-def _regular_size(path: Path, meta_file: Path) -> int:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"{meta_file} lists the storage file {path}, which is missing.") from None
-    except OSError as error:
-        raise CheckpointError(f"Cannot read {path}: {error}") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-        raise CheckpointError(
-            f"Refusing to read {path}, listed in {meta_file}: it is {kind}. A checkpoint holds its own files."
-        )
-    return info.st_size

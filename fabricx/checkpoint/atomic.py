@@ -7,18 +7,28 @@ replacing an existing directory goes through a short-lived ``<name>.old-<token>`
 deleted by first renaming it to ``<name>.del-<token>`` (a name no reader considers), so a crash in
 the middle of a deletion never leaves a half-deleted copy under a readable name. Which copy is
 complete is decided by a caller-given check (the checkpoint format's manifest), never by mtime.
+A single file is written under ``<name>.tmp-<token>``, locked while it is written, and renamed into
+place; each such save then removes (a bounded number of) the unlocked temporary files killed saves
+left in its folder (`discard_dead_temporary_files()`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+try:  # advisory locks tell a running save's temporary file from one a killed save left
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "DirectoryPin",
@@ -27,6 +37,7 @@ __all__ = [
     "atomic_write_file",
     "commit_directory",
     "discard_all",
+    "discard_dead_temporary_files",
     "fsync_tree",
     "list_files",
     "prepare_directory",
@@ -351,18 +362,84 @@ def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}{_TMP_MARK}{_new_token()}")
+    tmp, handle = _locked_temporary(target)
     try:
-        with open(tmp, "wb") as handle:
+        with handle:
             write_fn(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+            if fcntl is not None:  # renamed while open (POSIX), so locked until it has its final name
+                os.replace(tmp, target)
+        if fcntl is None:
+            os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
     _fsync_dir(target.parent)
+    discard_dead_temporary_files(target.parent)
+
+
+def _locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
+    """A new ``<name>.tmp-<token>`` beside ``target``, open and locked while this process writes it (where
+    advisory locks exist), so that a later save can tell it from what a killed save left."""
+    for _ in range(8):
+        tmp = target.with_name(f"{target.name}{_TMP_MARK}f{secrets.token_hex(6)}")
+        handle = open(tmp, "xb")  # noqa: SIM115 - closed by the caller
+        if fcntl is None:
+            return tmp, handle
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        if os.fstat(handle.fileno()).st_nlink > 0:
+            return tmp, handle
+        handle.close()  # a clean-up removed it between its creation and the lock: take another name
+    raise OSError(f"Could not create a temporary file beside {target}: it kept being removed.")
+
+
+#: The temporary files `atomic_write_file()` writes (``<name>.tmp-f<12 hex digits>``), a name no other writer
+#: uses (others stage unlocked files under ``.tmp-<8 hex>``, which a clean-up must not take for dead).
+_TEMPORARY_FILE = re.compile(r".+\.tmp-f[0-9a-f]{12}")
+#: How many left-over temporary files one save removes at most (its bounded share of the clean-up).
+CLEAN_UP_PER_SAVE = 64
+
+
+def discard_dead_temporary_files(folder: Path, limit: int = CLEAN_UP_PER_SAVE) -> int:
+    """Remove up to ``limit`` temporary files of single-file saves in ``folder`` that no running save holds
+    (what a killed save left); returns how many. Folders (directory saves' staging) are left to their own
+    save's recovery; without advisory locks (Windows) nothing is removed, since a live save cannot be told
+    from a dead one there.
+
+    Example:
+        ```python
+        discard_dead_temporary_files(Path("checkpoints"))  # 8 after eight killed saves
+        ```
+    """
+    if fcntl is None:
+        return 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if removed >= limit:
+            break
+        if not _TEMPORARY_FILE.fullmatch(name):
+            continue
+        try:
+            fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a running save: OSError, left alone
+            os.unlink(folder / name)  # while locked: its writer, if any, sees it gone and takes another name
+            removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _always(path: Path) -> bool:

@@ -6,16 +6,12 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from fabricx.checkpoint.fabric_state import read_full, stored_entries
 from fabricx.checkpoint.format import CheckpointWriter, read_checkpoint
 from fabricx.checkpoint.records import record_shared_keys, records_in
-from fabricx.checkpoint.tensor_bytes import require_own_bytes
+from fabricx.checkpoint.safe_read import regular_file
 from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -64,10 +60,6 @@ def consolidate_checkpoint(
             f"{loaded.path} is not a sharded checkpoint (its meta.json lists no sharded entries); it already "
             "holds full tensors and loads as it is."
         )
-    # Writing the result copies every tensor out whole: bound it by the bytes the files hold, as the
-    # sharded reader does, before anything is materialized.
-    _require_stored_elements(loaded.shared, f"{loaded.path}: state")
-    _require_stored_elements(loaded.per_rank, f"{loaded.path}: rank 0's state")
     target = Path(output) if output is not None else default_output(loaded.path)
     if target.resolve() == loaded.path.resolve():
         raise CheckpointError(f"The output {target} is the checkpoint itself; choose another path.")
@@ -99,23 +91,6 @@ def _other_rank_files(directory: Path, world_size: int) -> list[Path]:
         match = _RANK_FILE.fullmatch(child.name)
         if match is None or int(match.group(1)) >= world_size:
             continue
-        if not stat.S_ISREG(os.lstat(child).st_mode):
-            raise CheckpointError(
-                f"Refusing to copy {child}: it is a symbolic link or not a regular file. A checkpoint holds its "
-                "own files; consolidation never follows links out of it."
-            )
+        regular_file(child, "the per-rank file")
         found.append(child)
     return found
-
-
-def _require_stored_elements(value: Any, where: str) -> None:
-    """Refuse any tensor in ``value`` that claims more elements than its stored bytes (see
-    `require_own_bytes`)."""
-    if isinstance(value, torch.Tensor):
-        require_own_bytes(value, f"Refusing to consolidate: {where}")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _require_stored_elements(item, f"{where}[{key!r}]")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _require_stored_elements(item, f"{where}[{index}]")

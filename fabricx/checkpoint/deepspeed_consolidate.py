@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from fabricx._compat.dcp_metadata import safe_member
 from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file, safe_engine_loading
-from fabricx.checkpoint.tensor_bytes import require_own_bytes
+from fabricx.checkpoint.safe_read import plain_name
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ def deepspeed_model_states(
     if not tags:
         raise CheckpointError(f"{engine_dir} holds no DeepSpeed engine checkpoint (no <key>/ folders).")
     for tag in tags:
-        safe_member(tag, f"{root / 'meta.json'} (DeepSpeed model tag)")
+        plain_name(tag, f"{root / 'meta.json'} (DeepSpeed model tag)")
     return {tag: _consolidate_tag(engine_dir, tag, allow_pickle) for tag in tags}
 
 
@@ -148,8 +147,6 @@ def _stage0_module_state(tag_dir: Path, allow_pickle: bool) -> dict[str, Tensor]
         raise CheckpointError(f"{files[0]} has no 'module' state dict.")
     if not all(isinstance(name, str) and isinstance(t, Tensor) for name, t in module.items()):
         raise CheckpointError(f"{files[0]} is damaged: its 'module' entry is not a state dict of tensors.")
-    for name, tensor in module.items():  # .float() below copies each one out whole
-        require_own_bytes(tensor, f"{files[0]} is damaged: its module entry {name!r}")
     return {name: tensor.float() if torch.is_floating_point(tensor) else tensor for name, tensor in module.items()}
 
 
@@ -169,8 +166,8 @@ def engine_location(meta: Mapping[str, Any], key: str) -> tuple[str, str]:
     folder = record.get("folder", ENGINE_FOLDER) if isinstance(record, Mapping) else ENGINE_FOLDER
     tag = entry.get("tag", key) if isinstance(entry, Mapping) else key
     if folder != ".":
-        safe_member(folder, "The checkpoint's DeepSpeed record (engine folder)")
-    return folder, safe_member(tag, "The checkpoint's DeepSpeed record (model tag)")
+        plain_name(folder, "The checkpoint's DeepSpeed record (engine folder)")
+    return folder, plain_name(tag, "The checkpoint's DeepSpeed record (model tag)")
 
 
 def engine_model_states(
@@ -186,7 +183,7 @@ def engine_model_states(
     """
     states = {}
     for key in keys:
-        safe_member(key, "The checkpoint's DeepSpeed record (model key)")
+        plain_name(key, "The checkpoint's DeepSpeed record (model key)")
         folder, tag = engine_location(meta, key)
         engine_dir = Path(root) if folder == "." else Path(root) / folder
         if engine_dir.is_symlink() or not engine_dir.is_dir():

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import pickle
 import stat
 import threading
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fabricx.checkpoint.unsafe_pickle import pickle_allowed
+from fabricx.checkpoint.safe_read import load_torch
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["DEEPSPEED_SAFE_GLOBALS", "check_engine_folder", "load_engine_file", "safe_engine_loading"]
@@ -53,22 +52,11 @@ def _safe_globals() -> list[Any]:
     return found
 
 
-def _require_regular(file: Path) -> None:
-    try:
-        info = os.lstat(file)
-    except FileNotFoundError:
-        raise CheckpointError(f"The DeepSpeed checkpoint file {file} is missing.") from None
-    except OSError as error:
-        raise CheckpointError(f"Cannot read {file}: {error}") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-        raise CheckpointError(f"Refusing to read {file}: it is {kind}. A checkpoint holds its own files.")
-
-
 def load_engine_file(
     file: str | os.PathLike[str], map_location: Any = "cpu", *, allow_pickle: bool = False, mmap: bool = False
 ) -> Any:
-    """Load one DeepSpeed engine file with ``weights_only=True`` and DeepSpeed's own types allowed.
+    """Load one DeepSpeed engine file through the gate (`fabricx.checkpoint.safe_read.load_torch`): weights-only
+    with DeepSpeed's own types allowed, uncompressed, every tensor backed by its own bytes.
 
     ``allow_pickle=True`` loads with full unpickling instead (it can run code stored in the file:
     only for files you trust).
@@ -79,24 +67,15 @@ def load_engine_file(
         ```
     """
     path = Path(file)
-    _require_regular(path)
-    if allow_pickle or pickle_allowed():  # also the opt-in of fabric.load(..., weights_only=False)
-        return torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
-    try:
-        with torch.serialization.safe_globals(_safe_globals()):
-            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as error:
-        from fabricx.checkpoint.layouts.single_file import unpickling_detail
-
-        raise CheckpointError(
-            f"Refusing to load the DeepSpeed file {path}: {unpickling_detail(str(error))}. fabricx reads DeepSpeed "
-            "files with weights_only=True and only DeepSpeed's own checkpoint types allowed, so nothing was "
-            "executed. If you trust the file, pass allow_pickle=True."
-        ) from None
-    except (RuntimeError, OSError, EOFError, ValueError) as error:
-        raise CheckpointError(
-            f"Cannot load the DeepSpeed file {path} (truncated or damaged?): {type(error).__name__}: {str(error)[:300]}"
-        ) from None
+    return load_torch(
+        path,
+        f"the DeepSpeed file {path}",
+        allowed_globals=_safe_globals(),
+        allow_pickle=allow_pickle,
+        trust_hint="If you trust the file, pass allow_pickle=True.",
+        map_location=map_location,
+        mmap=mmap,
+    )
 
 
 def check_engine_folder(folder: str | os.PathLike[str]) -> Path:

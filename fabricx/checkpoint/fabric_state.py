@@ -23,6 +23,7 @@ from torch.optim import Optimizer
 
 from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_per_rank, is_reserved, unwrap_object
 from fabricx.checkpoint.records import stored_keys, stored_record
+from fabricx.checkpoint.safe_read import check_optimizer_state
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ def _load_into(
             _check_module_entry(target, value, where)
             strategy.load_module_state_dict(target, value, strict=strict)
         elif isinstance(target, Optimizer):
+            check_optimizer_state(target, value, where)
             strategy.load_optimizer_state(target, value)
         elif hasattr(target, "load_state_dict") and callable(target.load_state_dict):
             target.load_state_dict(value)

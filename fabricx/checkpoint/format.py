@@ -40,6 +40,7 @@ from fabricx.checkpoint.layouts.single_file import (
     write_file,
 )
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.safe_read import read_regular
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.write_errors import write_failure
@@ -335,14 +336,15 @@ def read_meta(directory: str | os.PathLike[str]) -> dict:
         ```
     """
     meta_file = Path(directory) / META_FILE
+    data = read_regular(
+        meta_file,
+        "the checkpoint's metadata",
+        missing=f"{Path(directory)} is not a fabricx checkpoint: it has no {META_FILE} (an interrupted save, or "
+        "a directory written by another tool).",
+    )
     try:
-        meta = json.loads(meta_file.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{Path(directory)} is not a fabricx checkpoint: it has no {META_FILE} (an interrupted save, or "
-            "a directory written by another tool)."
-        ) from None
-    except (OSError, ValueError, RecursionError) as error:
+        meta = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as error:
         raise CheckpointError(f"Cannot read {meta_file} (truncated or damaged?): {error}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_file} is damaged: expected a JSON object, found {type(meta).__name__}.")
@@ -369,6 +371,8 @@ def is_complete(directory: str | os.PathLike[str]) -> bool:
         ```
     """
     root = Path(directory)
+    if root.is_file():  # a single-file checkpoint: whole when torch can find its records
+        return looks_like_torch_file(root)
     try:
         meta = read_meta(root)
     except CheckpointError:

@@ -363,6 +363,9 @@ class CheckpointManager:
 
     def _complete_indices(self, entries: list[_Entry]) -> list[int]:
         indices = sorted({e.index for e in entries if e.kind in ("committed", "old")})
+        # A file under a checkpoint's name counts only when it is whole: a stray one never becomes "latest".
+        files = {e.index for e in entries if e.kind == "committed" and not self._remote and e.path.is_file()}
+        indices = [i for i in indices if i not in files or is_complete(self.path_for(i))]
         check = getattr(self.io, "has_complete", None)
         if not callable(check):  # a duck-typed I/O plugin without it: look for a complete copy
             return [i for i in indices if self.io.resolve(self.path_for(i), is_complete) is not None]

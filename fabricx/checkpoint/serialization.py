@@ -25,6 +25,7 @@ from typing import Any, TypeGuard
 import torch
 from safetensors.torch import load_file, save_file
 
+from fabricx.checkpoint.safe_read import check_tensors, read_regular, regular_file
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["dump", "json_path", "load", "tensors_path"]
@@ -508,27 +509,6 @@ def _numpy_dtype(np: Any, name: Any) -> Any:
     return dtype
 
 
-def _require_own_file(directory: Path, file: Path) -> None:
-    """Refuse a checkpoint file that is a symlink leading out of its directory, or not a regular file."""
-    try:
-        info = os.lstat(file)
-    except OSError:
-        return  # missing: reported by the reader with the file's name
-    if stat.S_ISLNK(info.st_mode):
-        try:
-            target = file.resolve(strict=True)
-            inside = target.is_relative_to(directory.resolve(strict=True)) and target.is_file()
-        except (OSError, RuntimeError):
-            inside = False
-        if not inside:
-            raise CheckpointError(
-                f"Refusing to read {file}: it is a symbolic link to a file outside the checkpoint {directory}. "
-                "A checkpoint holds its own files."
-            )
-    elif not stat.S_ISREG(info.st_mode):
-        raise CheckpointError(f"Refusing to read {file}: it is not a regular file.")
-
-
 def load(directory: str | os.PathLike[str], stem: str) -> Any:
     """Read back what `dump()` wrote; tensors come back on CPU. Never executes code.
 
@@ -540,13 +520,12 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
         ```
     """
     structure, tensors_file = json_path(directory, stem), tensors_path(directory, stem)
-    _require_own_file(Path(directory), structure)
-    _require_own_file(Path(directory), tensors_file)
+    root = Path(directory)
+    data = read_regular(structure, "the checkpoint file", root=root, missing=f"Checkpoint file {structure} is missing.")
+    regular_file(tensors_file, "the checkpoint file", root=root, missing=f"Checkpoint file {tensors_file} is missing.")
     try:
-        text = structure.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise CheckpointError(f"Checkpoint file {structure} is missing.") from None
-    except (OSError, UnicodeDecodeError) as error:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
         raise CheckpointError(f"Cannot read checkpoint file {structure}: {error}") from None
     try:
         document = json.loads(text)
@@ -571,10 +550,12 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
             f"Cannot read tensors from {tensors_file} (truncated or damaged?): {type(error).__name__}: {error}"
         ) from None
     try:
-        return _Decoder(tensors).decode(document["root"])
+        value = _Decoder(tensors).decode(document["root"])
     except _Malformed as error:
         raise CheckpointError(f"Checkpoint file {structure} is malformed: {error}.") from None
     except RecursionError:
         raise CheckpointError(f"Checkpoint file {structure} is malformed: it is nested too deeply.") from None
     except Exception as error:  # anything else a crafted file could provoke while rebuilding values
         raise CheckpointError(f"Checkpoint file {structure} is malformed: {type(error).__name__}: {error}") from None
+    check_tensors(value, f"Checkpoint file {structure}")
+    return value

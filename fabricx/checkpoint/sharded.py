@@ -31,10 +31,9 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx._compat.dcp_metadata import check_dcp_metadata, read_dcp_metadata, safe_member
 from fabricx.checkpoint.contents import reserved_key
 from fabricx.checkpoint.format import CheckpointWriter
-from fabricx.checkpoint.tensor_bytes import require_own_bytes
+from fabricx.checkpoint.safe_read import load_torch, plain_name, read_dcp_metadata
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -396,7 +395,7 @@ def sharded_info(meta: Mapping[str, Any]) -> dict[str, Any] | None:
         raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} record is damaged: {info!r:.200}.")
     info = dict(info)
     if info.get("directory") != ".":  # "." is the checkpoint folder itself
-        safe_member(info.get("directory"), f"meta.json's {META_KEY!r} record")
+        plain_name(info.get("directory"), f"meta.json's {META_KEY!r} record")
     if not all(isinstance(k, str) and v in ("model", "optimizer") for k, v in info["entries"].items()):
         raise CheckpointError(f"The checkpoint metadata's {META_KEY!r} entries are damaged: {info['entries']!r:.200}.")
     return info
@@ -596,8 +595,7 @@ def _reader_class() -> type:
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             directory = Path(self.path)
-            metadata = read_dcp_metadata(directory / ".metadata")
-            check_dcp_metadata(directory, metadata)
+            metadata = read_dcp_metadata(directory)
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = getattr(self, "load_id", None)
@@ -647,27 +645,11 @@ def _read_item(file: Path, stream: Any, info: Any, item: Any, planner: Any) -> N
 
 
 def _stored_tensor(file: Path, data: bytes, fqn: str) -> Tensor:
-    """One tensor saved by DCP (a ``torch.save`` zip): uncompressed records only, loaded weights-only,
-    and a plain dense tensor whose elements all have their own bytes (no stride-0 expansion)."""
-    import io
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            records = archive.infolist()
-    except (zipfile.BadZipFile, ValueError, OSError) as error:
-        raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a torch.save archive ({error}).") from None
-    if any(r.compress_type != zipfile.ZIP_STORED or r.file_size > len(data) for r in records):
-        raise CheckpointError(f"{file} is damaged: the item {fqn!r} holds compressed records, which DCP never writes.")
-    try:
-        tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise CheckpointError(
-            f"Cannot read {fqn!r} from {file} (truncated or damaged?): {type(error).__name__}: {str(error)[:200]}"
-        ) from None
-    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided:
+    """One tensor saved by DCP (a ``torch.save`` zip), through the gate: uncompressed records only, loaded
+    weights-only, a plain dense tensor whose elements all have their own bytes (no stride-0 expansion)."""
+    tensor = load_torch(data, f"the item {fqn!r} of {file}")
+    if type(tensor) is not torch.Tensor:
         raise CheckpointError(f"{file} is damaged: the item {fqn!r} is not a dense tensor.")
-    require_own_bytes(tensor, f"{file} is damaged: the item {fqn!r}")
     return tensor
 
 
@@ -708,25 +690,9 @@ def _converting_dcp_errors(directory: Path, run: Callable[[], Any]) -> Any:
 
 
 def _weights_only_item(file: Path, data: bytes, fqn: str) -> Any:
-    """A non-tensor item DCP pickled (an optimizer's ``param_groups`` as Lightning writes them), read with
-    torch's allow-listed ``weights_only=True`` unpickler: plain values only, nothing is executed."""
-    import io
-    import pickle
-
-    try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        from fabricx.checkpoint.layouts.single_file import unpickling_detail
-
-        raise CheckpointError(
-            f"Refusing to read the item {fqn!r} of {file}: {unpickling_detail(str(error))}. fabricx reads a sharded "
-            "checkpoint's non-tensor items weights-only, so nothing was executed; it holds more than plain values."
-        ) from None
-    except Exception as error:
-        raise CheckpointError(
-            f"Cannot read the item {fqn!r} of {file} (truncated or damaged?): "
-            f"{type(error).__name__}: {str(error)[:200]}"
-        ) from None
+    """A non-tensor item DCP pickled (an optimizer's ``param_groups`` as Lightning writes them), read through the
+    gate's allow-listed ``weights_only=True`` unpickler: plain values only, nothing is executed."""
+    return load_torch(data, f"the item {fqn!r} of {file}")
 
 
 def _set_at(root: Any, path: tuple, value: Any) -> None:

@@ -237,4 +237,5 @@ class DcpLayout:
     def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
         return staged_folder.read_committed(path, _is_dcp_folder, lambda folder: read_dcp(folder, rank))
 
+
 LAYOUT = DcpLayout()

@@ -33,12 +33,10 @@ shared, per_rank, meta = read_single_file(Path("out/model.pth"), rank=0)
 from __future__ import annotations
 
 import io
+import math
 import os
-import pickle
-import re
 import sys
 import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -50,8 +48,8 @@ from fabricx.checkpoint.contents import checkpoint_io_of, claimed_entries, entry
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.safe_read import load_torch
 from fabricx.checkpoint.storage import io_for, is_url
-from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -75,7 +73,6 @@ __all__ = [
     "read_single_file",
     "save_single_file",
     "split_contents",
-    "unpickling_detail",
     "write_file",
 ]
 
@@ -189,19 +186,34 @@ def _encode(value: Any) -> Any:
     return value
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, file: Any = None) -> Any:
     if type(value) in (dict, OrderedDict):
         if _NUMPY_TAG in value and isinstance(value[_NUMPY_TAG], torch.Tensor):
-            array = value[_NUMPY_TAG].numpy()
-            if value.get("dtype") in _UNSIGNED_AS_SIGNED:  # an unsigned array stored as its signed view
-                array = array.view(value["dtype"])
-            if value.get("scalar"):
-                return array.reshape(())[()]
-            return array.reshape(value.get("shape", array.shape))
-        return type(value)((key, _decode(item)) for key, item in value.items())
+            return _numpy_value(value, file)
+        return type(value)((key, _decode(item, file)) for key, item in value.items())
     if type(value) in (list, tuple):
-        return type(value)(_decode(item) for item in value)
+        return type(value)(_decode(item, file) for item in value)
     return value
+
+
+def _numpy_value(value: dict[str, Any], file: Any) -> Any:
+    array = value[_NUMPY_TAG].numpy()
+    if value.get("dtype") in _UNSIGNED_AS_SIGNED:  # an unsigned array stored as its signed view
+        array = array.view(value["dtype"])
+    if value.get("scalar"):
+        if array.size != 1:
+            raise CheckpointError(f"{file} is damaged: a NumPy scalar of fabricx's holds {array.size} values.")
+        return array.reshape(())[()]
+    shape = value.get("shape", list(array.shape))
+    if (
+        not isinstance(shape, list | tuple)
+        or not all(type(d) is int and d >= 0 for d in shape)
+        or (math.prod(shape) != array.size)
+    ):
+        raise CheckpointError(
+            f"{file} is damaged: a NumPy array of fabricx's declares the shape {shape!r:.80} for {array.size} values."
+        )
+    return array.reshape(shape)
 
 
 def _to_cpu(value: Any) -> Any:
@@ -270,7 +282,7 @@ def file_contents(
             if sent[0] == "error" and problem is None:
                 problem = sent[1]
             elif rank == 0 and sent[0] == "ok":
-                ranks[str(src)] = torch.load(io.BytesIO(sent[1]), map_location="cpu", weights_only=True)
+                ranks[str(src)] = load_torch(sent[1], f"the entries rank {src} sent for {path}")
     if problem is not None:
         raise CheckpointError(problem)
     if rank != 0 and not rank_view:
@@ -408,42 +420,8 @@ LAYOUT = SingleFileLayout()
 # -------------------------------------------------------------------------------------------- reading
 
 
-def unpickling_detail(message: str) -> str:
-    """The part of torch's weights-only refusal that says what was refused (without its boilerplate)."""
-    # e.g. "WeightsUnpickler error: Unsupported global: GLOBAL io.open was not an allowed global ..."
-    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
-    for line in message.splitlines():
-        lowered = line.lower()
-        for marker in ("unsupported", "trying to load"):
-            at = lowered.find(marker)
-            if at != -1:
-                return line[at:].split(". ")[0].strip().rstrip(".")
-    return message.splitlines()[0].strip().rstrip(".") if message else "unknown reason"
-
-
 def _load(file: Path) -> Any:
-    try:
-        with warnings.catch_warnings():
-            # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
-            warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
-            return torch.load(file, map_location="cpu", weights_only=not pickle_allowed())
-    except pickle.UnpicklingError as error:
-        detail = unpickling_detail(str(error))
-        if "global" in detail.lower():
-            raise CheckpointError(
-                f"Refusing to load {file}: {detail}. Reading it would need unsafe unpickling, which can run "
-                "arbitrary code, so nothing was executed. If you trust the file, load it yourself with "
-                "torch.load(path, weights_only=False) and save plain tensors/containers instead."
-            ) from None
-        raise CheckpointError(
-            f"Cannot load {file}: the weights-only reader rejected it ({detail}). It is damaged, not a "
-            "torch.save file, or would need unsafe unpickling (which fabricx never does)."
-        ) from None
-    except Exception as error:
-        raise CheckpointError(
-            f"Cannot load {file} as a torch.save checkpoint (truncated or damaged?): "
-            f"{type(error).__name__}: {str(error)[:300]}"
-        ) from None
+    return load_torch(file, str(file))
 
 
 def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
@@ -458,6 +436,10 @@ def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
     world_size = meta.get("world_size")
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CheckpointError(f"{file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+    for field in ("shared_keys", "per_rank_keys", "encoded_keys"):
+        keys = meta.get(field)
+        if keys is not None and not (isinstance(keys, list | tuple) and all(isinstance(k, str) for k in keys)):
+            raise CheckpointError(f"{file} is damaged: {field} is {keys!r:.80}, expected a list of entry names.")
     return dict(meta)
 
 
@@ -499,14 +481,14 @@ def split_contents(
     encoded = set(meta.get("encoded_keys") or ())
     per_rank_keys = [key for key in meta.get("per_rank_keys") or () if isinstance(key, str)]
     rank0 = {key: state.pop(key) for key in per_rank_keys if key in state}
-    shared = {key: (_decode(value) if key in encoded else value) for key, value in state.items()}
+    shared = {key: (_decode(value, file) if key in encoded else value) for key, value in state.items()}
     if rank == 0:
         own: dict[str, Any] | None = rank0
     elif isinstance(ranks, Mapping) and isinstance(ranks.get(str(rank)), Mapping):
         own = dict(ranks[str(rank)])
     else:  # more processes now than when it was saved
         own = {key: value for key, value in rank0.items() if not key.startswith(_RESERVED_PREFIX)}
-    return shared, _decode(own), meta
+    return shared, _decode(own, file), meta
 
 
 def load_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
@@ -523,10 +505,19 @@ def load_single_file(file: Path, rank: int = 0) -> LoadedCheckpoint:
 
 
 def looks_like_torch_file(file: Path) -> bool:
-    """Whether ``file`` starts like a ``torch.save`` file (zip, or a legacy pickle), without loading it."""
+    """Whether ``file`` is a whole ``torch.save`` zip file (its directory, at the end, lists the pickle),
+    without loading it: a truncated or stray file is not.
+
+    Example:
+
+    ```python
+    looks_like_torch_file(Path("out/model.pth"))  # True
+    ```
+    """
+    import zipfile
+
     try:
-        with open(file, "rb") as handle:
-            head = handle.read(4)
-    except OSError:
+        with zipfile.ZipFile(file) as archive:
+            return any(name.endswith("data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError):
         return False
-    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from fabricx.checkpoint.manager import CheckpointManager
+from fabricx.checkpoint.safe_read import read_regular
 from fabricx.compat.accelerate.data import SkipBatchesLoader
 from fabricx.compat.accelerate.io import save_object, save_state_dict
 from fabricx.resume import save_checkpoint
@@ -228,7 +229,8 @@ class StateMixin:
             return folder
         mine = folder.resolve()
         if not writing and (mine / _LOCATION_NOTE).is_file() and not (mine / "meta.json").exists():
-            mine = Path((mine / _LOCATION_NOTE).read_text().strip())
+            note = read_regular(mine / _LOCATION_NOTE, "the checkpoint location note")
+            mine = Path(note.decode("utf-8", errors="replace").strip())
         folders: list[Any] = [None] * self._fabric.world_size
         torch.distributed.all_gather_object(folders, str(mine))
         main = Path(folders[0])

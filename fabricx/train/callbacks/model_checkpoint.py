@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabricx.checkpoint.manager import remove_checkpoint
+from fabricx.checkpoint.safe_read import inside
 from fabricx.checkpoint.storage import is_url
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.logging_result import to_float
@@ -448,14 +449,15 @@ class ModelCheckpoint(Callback):
             trainer.fabric.barrier()
 
     def _should_remove_checkpoint(self, trainer: Trainer, previous: str, current: str) -> bool:
-        """Not the file just written, not the one the run resumed from, and inside ``dirpath``."""
+        """Not the file just written, not the one the run resumed from, and inside ``dirpath`` once ``..`` and
+        links are resolved (a path read from a checkpoint must not make the run delete anything else)."""
         if previous == current:
             return False
         old = Path(previous).absolute()
         if trainer.ckpt_path is not None and old == Path(trainer.ckpt_path).absolute():
             return False
         assert self.dirpath is not None
-        return Path(self.dirpath).absolute() in old.parents
+        return inside(previous, self.dirpath)
 
     def _remove_checkpoint(self, trainer: Trainer, filepath: str) -> None:
         if filepath in (self.last_model_path, self.best_model_path, *self.best_k_models):
@@ -568,10 +570,11 @@ class ModelCheckpoint(Callback):
         if saved_dirpath == self.dirpath:
             score = state_dict.get("best_model_score")
             self.best_model_score = None if score is None else float(to_float(score))
-            self.kth_best_model_path = state_dict.get("kth_best_model_path", self.kth_best_model_path)
+            self.kth_best_model_path = self._own_path(state_dict.get("kth_best_model_path", self.kth_best_model_path))
             self.kth_value = float(to_float(state_dict.get("kth_value", self.kth_value)))
-            self.best_k_models = {k: float(to_float(v)) for k, v in state_dict.get("best_k_models", {}).items()}
-            self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
+            best_k = state_dict.get("best_k_models", {})
+            self.best_k_models = {k: float(to_float(v)) for k, v in best_k.items() if self._own_path(k)}
+            self.last_model_path = self._own_path(state_dict.get("last_model_path", self.last_model_path))
             self._validation_pending = bool(state_dict.get("validation_pending", False))
         else:
             rank_zero_warn(
@@ -580,6 +583,17 @@ class ModelCheckpoint(Callback):
                 "`best_model_path` will be reloaded."
             )
         self.best_model_path = state_dict.get("best_model_path", "")
+
+    def _own_path(self, path: Any) -> str:
+        """``path`` when it names a file inside ``dirpath``, else ``""`` with a warning: the run later replaces and
+        deletes the files these paths name, so one read from a checkpoint must stay inside the run's folder."""
+        if path in ("", None) or (isinstance(path, str) and self.dirpath is not None and inside(path, self.dirpath)):
+            return path or ""
+        rank_zero_warn(
+            f"The checkpoint's ModelCheckpoint state names {path!r}, which is not a file inside dirpath "
+            f"{self.dirpath!r}; it is ignored, and the run never replaces or deletes it."
+        )
+        return ""
 
 
 def _not_empty(folder: str) -> bool:

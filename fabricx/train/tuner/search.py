@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
+
 from fabricx.utilities.exceptions import MisconfigurationException
 
 
@@ -48,21 +50,42 @@ def search_trainer(trainer: Any, callbacks: list[Any], **flags: Any) -> Any:
 
 
 @contextmanager
-def weights_restored(module: Any) -> Iterator[None]:
-    """Put ``module``'s parameters and buffers, and the random generators, back as they were when the block ends.
+def weights_restored(module: Any, *loaders: Any) -> Iterator[None]:
+    """Put ``module``'s parameters and buffers, the random generators, and the generators ``loaders`` shuffle
+    and sample with, back as they were when the block ends.
 
     Restoring the generators makes a search repeatable (a loader that draws random data draws the same
-    data again) and leaves the real run the random stream it would have had without tuning.
+    data again) and leaves the real run the random stream, and the batch order, it would have had without
+    tuning.
     """
     from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 
     state = copy.deepcopy(module.state_dict())
     rng = capture_rng_states()
+    generators = {id(g): (g, g.get_state()) for g in _loader_generators(loaders)}
     try:
         yield
     finally:
         module.load_state_dict(state)
         restore_rng_states(rng)
+        for generator, saved in generators.values():
+            generator.set_state(saved)
+
+
+def _loader_generators(loaders: Any) -> Iterator[torch.Generator]:
+    """The ``torch.Generator`` objects of the loaders in ``loaders`` (nested in lists, tuples or dicts): the
+    loader's own, its sampler's and its batch sampler's sampler's."""
+    for loader in loaders:
+        if isinstance(loader, dict):
+            yield from _loader_generators(loader.values())
+        elif isinstance(loader, list | tuple):
+            yield from _loader_generators(loader)
+        elif loader is not None:
+            batch_sampler = getattr(loader, "batch_sampler", None)
+            for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+                generator = getattr(owner, "generator", None)
+                if isinstance(generator, torch.Generator):
+                    yield generator
 
 
 def is_oom_error(exception: BaseException) -> bool:

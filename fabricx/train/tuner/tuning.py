@@ -153,7 +153,7 @@ class Tuner:
         finder = LRFinder(mode, min_lr, max_lr, num_training)
         callback = LRSearch(finder, early_stop_threshold)
         trainer = search_trainer(self._trainer, callbacks=[callback], max_steps=num_training, limit_val_batches=0)
-        with weights_restored(model), self._attached_after(model, datamodule):
+        with weights_restored(model, train_dataloaders, val_dataloaders), self._attached_after(model, datamodule):
             trainer.fit(model, train_dataloaders, val_dataloaders, datamodule=datamodule)
         if trainer.global_step != num_training:
             log.info(f"LR finder stopped early after {trainer.global_step} steps due to diverging loss.")
