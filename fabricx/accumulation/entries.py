@@ -68,7 +68,12 @@ class WindowGradients:
 
     def __init__(self, strategy: Any, state: dict[str, Any]) -> None:
         self.strategy = strategy
-        self.modules = {key: value for key, value in state.items() if isinstance(value, FabricModule)}
+        self.modules: dict[str, FabricModule] = {}
+        for key, value in state.items():
+            # An entry standing for a module whose weights were restored already still gets its gradients back.
+            module = value if isinstance(value, FabricModule) else getattr(value, "window_gradients_of", None)
+            if isinstance(module, FabricModule):
+                self.modules[key] = module
         self._saved: dict[str, Any] | None = None
 
     def _collect(self) -> dict[str, Any]:

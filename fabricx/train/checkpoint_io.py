@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -21,6 +22,7 @@ from fabricx.train.checkpointing import (
 from fabricx.train.lightning_checkpoint import (
     HPARAMS_LEFT_OUT_KEY,
     HParamsState,
+    ModuleWeights,
     checkpoint_state,
     restore_lightning_keys,
     warn_left_out_hparams,
@@ -62,6 +64,8 @@ def save_trainer_checkpoint(trainer: Trainer, filepath: str | os.PathLike, weigh
             if module_hook is not None:
                 module_hook(checkpoint)
             state = with_hook_changes(state, checkpoint)
+            if isinstance(state.get("state_dict"), Mapping):
+                state["state_dict"] = ModuleWeights(trainer.model, state["state_dict"])
         handle = fabric.save(filepath, state, async_save=async_save, layout=layout)
     except BaseException:
         if claim is not None:

@@ -279,6 +279,29 @@ def _read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     raise FabricxError(f"hparams_file={os.fspath(path)!r}: only .yaml files are read.")
 
 
+class ModuleWeights:
+    """The ``state_dict`` entry when it is not the set-up module itself: the weights as the ``on_save_checkpoint``
+    hooks left them (saving), or nothing (loading into a module whose weights were restored before
+    ``configure_optimizers``). Either way the gradients of an accumulation window in progress are saved from, and
+    restored to, ``module``.
+
+    Example:
+        ```python
+        state["state_dict"] = ModuleWeights(trainer.model, checkpoint["state_dict"])
+        ```
+    """
+
+    def __init__(self, module: Any, weights: Mapping[str, Any] | None = None) -> None:
+        self.window_gradients_of = module
+        self._weights = weights
+
+    def state_dict(self) -> Mapping[str, Any]:
+        return self._weights if self._weights is not None else {}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """The weights are in place already."""
+
+
 class HParamsState:
     """The module's plain hyper-parameters inside a fabricx checkpoint (for ``load_from_checkpoint``)."""
 
@@ -321,6 +344,8 @@ def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...
     datamodule_entry = ckpt.datamodule_key(trainer)  # None without a DataModule
     for key in (*not_restored, *restored, *((datamodule_entry,) if datamodule_entry is not None else ())):
         state.pop(key, None)  # they come back to the hooks as they are in the file
+    if "state_dict" in restored:
+        state["state_dict"] = ModuleWeights(trainer.model)
     state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)  # where files of earlier fabricx versions hold it
     progress, loops = state[PROGRESS_KEY], state["loops"]
     try:

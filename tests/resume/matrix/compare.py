@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from cells import Cell
+from cells import Cell, peer_semantics, refusal
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -31,6 +31,14 @@ def differences(
     """``straight``/``first``/``resume`` per rank: records of the runs (``first`` as its trace, ``first_val``
     as its validation results where the run has them)."""
     done_val = first_val or [[] for _ in first]
+    refused = [then["refused"] for then in resume if "refused" in then]
+    if refused:
+        allowed = refusal(cell)
+        if not allowed or not all(any(reason in message for reason in allowed) for message in refused):
+            return [f"the resume was refused: {refused[0][:300]}"]
+        return []  # a documented refusal, with its documented message
+    if peer_semantics(cell) is not None:
+        return _peer_differences(straight, first, resume)
     if cell.elastic:
         return _elastic_differences(cell, straight, first, resume)
     problems = []
@@ -88,4 +96,16 @@ def _elastic_differences(cell: Cell, straight: list[dict], first: list[list], re
             problems.append(f"epoch {epoch}: read {sorted(done | rest)}, uninterrupted {sorted(set(wanted[epoch]))}")
         if epoch > max(before, default=-1) and not rest:
             problems.append(f"epoch {epoch}: nothing read after the resume")
+    return problems
+
+
+def _peer_differences(straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
+    """A cell resumed as the peer resumes: each epoch still reads as many batches as uninterrupted."""
+    problems = []
+    for rank, (want, done, then) in enumerate(zip(straight, first, resume, strict=True)):
+        got = merged(done, then)
+        counts = [sum(1 for e in got if e[1] == epoch) for epoch in range(1 + max(e[1] for e in want["trace"]))]
+        wanted = [sum(1 for e in want["trace"] if e[1] == epoch) for epoch in range(len(counts))]
+        if counts != wanted:
+            problems.append(f"rank {rank}: batches per epoch {counts}, uninterrupted {wanted}")
     return problems

@@ -19,11 +19,12 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, WeightedRandomSampler
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import EPOCHS, Cell, by_id
+from cells import EPOCHS, Cell, by_id, refusal
 from record import Trace, final_state
 from toy_data import IdDataset, IdIterable, StatefulIdIterable
 
 from fabricx import Fabric
+from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 BATCH = 4
 
@@ -96,10 +97,15 @@ def train(fabric: Fabric, cell: Cell, phase: str, checkpoint: Path) -> dict[str,
     kill_step = None
     if phase == "resume":
         torch.manual_seed(12345 + fabric.global_rank)  # the resumed run must not depend on a fresh seed
-        if cell.api == "fabric_latest":
-            fabric.load_latest(checkpoint, state)
-        else:
-            fabric.load(checkpoint, state)
+        try:
+            if cell.api == "fabric_latest":
+                fabric.load_latest(checkpoint, state)
+            else:
+                fabric.load(checkpoint, state)
+        except (FabricxError, CheckpointError) as error:
+            if not refusal(cell):
+                raise
+            return {"refused": str(error)}
     elif phase == "first" and cell.stop == "start":
         return _stop(fabric, state, checkpoint, trace)
     if phase == "first" and cell.stop == "kill":

@@ -16,6 +16,9 @@ sys.path.insert(0, str(HERE))
 from cells import Cell  # noqa: E402
 from compare import differences  # noqa: E402
 
+sys.path.insert(0, str(HERE.parents[2]))
+from tests.differential._two_ranks import launch_two_ranks  # noqa: E402
+
 JOBS = {"fabric": "fabric_job.py", "fabric_latest": "fabric_job.py", "trainer": "trainer_job.py",
         "accelerate": "accelerate_job.py", "accelerate_skip": "accelerate_job.py"}
 _CLEAN_ENV = ("FABRICX_GLOBAL_SEED", "PL_GLOBAL_SEED", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
@@ -26,9 +29,14 @@ def reproduce_command(cell: Cell, out: str = "/tmp/resume-cell") -> str:
     return f"python {HERE / 'runner.py'} {out} {cell.id}"
 
 
-def _launch(job: str, out: Path, phase: str, ids: list[str], *, expect_kill: bool = False, timeout: int = 900) -> None:
+def _launch(
+    job: str, out: Path, phase: str, ids: list[str], *, world: int = 1, expect_kill: bool = False, timeout: int = 900
+) -> None:
     env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
     env.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
+    if job == "accelerate_job.py" and world > 1:  # as `accelerate launch` starts it: one process per rank
+        launch_two_ranks(HERE / job, str(out), phase, *ids, env=env, timeout=timeout)
+        return
     result = subprocess.run([sys.executable, str(HERE / job), str(out), phase, *ids], env=env,
                             capture_output=True, text=True, timeout=timeout)
     if expect_kill:
@@ -43,11 +51,11 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
     """Run cells of one group; map each cell id to its differences (empty when exact)."""
     out.mkdir(parents=True, exist_ok=True)
     job, ids = JOBS[cells[0].api], [cell.id for cell in cells]
-    _launch(job, out, "first", ids)
+    _launch(job, out, "first", ids, world=cells[0].world)
     for cell in cells:
         if cell.stop == "kill":
             _launch(job, out, "kill", [cell.id], expect_kill=True)
-    _launch(job, out, "resume", ids)
+    _launch(job, out, "resume", ids, world=cells[0].resume_world)
     report = {}
     for cell in cells:
         try:
@@ -88,7 +96,7 @@ def run_cells(cells: list[Cell], out: Path) -> dict[str, list[str]]:
     for number, group in enumerate(groups.values()):
         try:
             report.update(run_group(group, out / f"group{number}"))
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
+        except (RuntimeError, AssertionError, subprocess.TimeoutExpired) as error:
             report.update({cell.id: [f"the group's launch failed: {error}"] for cell in group})
     return report
 
