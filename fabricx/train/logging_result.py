@@ -243,7 +243,7 @@ class ResultCollection:
     Example:
         ```python
         results = ResultCollection("train", training=True)
-        results.new_batch(batch)
+        results.batch = batch
         results.log("training_step", "loss", loss, on_step=True, on_epoch=True)
         results.metrics(on_step=True).log  # {"loss_step": tensor(...)}
         ```
@@ -260,22 +260,16 @@ class ResultCollection:
         self.hook = "training_step" if training else _STEP_OF_STAGE.get(stage, f"{stage}_step")
         #: The evaluation loader running now, when there are several (``None`` otherwise).
         self.dataloader_idx: int | None = None
-        self._batch: Any = None
-        self._batch_size: int | None = None
+        #: The batch running now (set and dropped by the logger connector): where a mean's batch size comes from.
+        #: Dropped at the batch's end, so that what the epoch-level hooks log counts once, not once per sample.
+        self.batch: Any = None
+        #: ``batch``'s size, read from it when a mean first needs it.
+        self.batch_size: int | None = None
         #: The entry each ``self.log`` call already recorded resolves to, by the call's hook, name, options and
         #: loader: the same call again (every step) skips the checks it passed (see `module_logging.record`).
         self.resolved: dict[tuple[Any, ...], _Entry] = {}
 
     # -- per step ----------------------------------------------------------------------------------------
-    def new_batch(self, batch: Any) -> None:
-        self._batch = batch
-        self._batch_size = None
-
-    def end_batch(self) -> None:
-        """Drop the batch: what the epoch-level hooks log counts once, not once per sample."""
-        self._batch = None
-        self._batch_size = None
-
     def log(
         self,
         fx: str,
@@ -349,10 +343,10 @@ class ResultCollection:
         if entry.on_epoch and entry.reduce == "mean":
             if batch_size is not None:
                 size = batch_size
-            elif self._batch is not None:
-                size = self._batch_size
+            elif self.batch is not None:
+                size = self.batch_size
                 if size is None:
-                    size = self._batch_size = _batch_size(self._batch)
+                    size = self.batch_size = _batch_size(self.batch)
         entry.update(value, size)
 
     @staticmethod
