@@ -67,7 +67,7 @@ class MultiprocessingLauncher(Launcher):
         nprocs = self._strategy.num_processes
         # A forked child inherits the parent's OpenMP pool state but not its threads: more than one
         # intra-op thread would wait forever for them.
-        threads = 1 if self._start_method == "fork" else default_threads(nprocs)
+        threads = 1 if self._start_method == "fork" else default_threads(nprocs, environment.node_rank() == 0)
         results = mp.get_context(self._start_method).SimpleQueue()
         try:
             context = start_processes(
