@@ -65,7 +65,8 @@ class LoggerConnector:
     def on_batch_end(self) -> None:
         results = self.results
         if results is not None:
-            results.metrics_into(self.first_loop_iter is not None, self.callback, self.logged, self.pbar)
+            if results.entries:  # nothing logged yet (a module without self.log): nothing to read
+                results.metrics_into(self.first_loop_iter is not None, self.callback, self.logged, self.pbar)
             results.batch = None
             results.batch_size = None
 
