@@ -328,27 +328,15 @@ def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> d
 TRANSFORMER_BATCH = 4
 
 
-class BlockModule(TrainModule):
-    """One pre-norm transformer block (`benchmarks.compile_overhead.Block`: width 128, 4 heads, 64 positions)
-    learning to reproduce its input; ``training_step`` logs the loss, as the MLP module does."""
+class BlockModule(MLPModule):
+    """`MLPModule` with one pre-norm transformer block (`benchmarks.compile_overhead.Block`: width 128, 4 heads,
+    64 positions) as its network, learning to reproduce its input; ``training_step`` logs the loss."""
 
     def __init__(self) -> None:
         from benchmarks.compile_overhead import Block
 
         super().__init__()
-        self.block = Block()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
-
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self(x), y)
-        self.log("loss", loss)
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        self.net = Block()
 
 
 def measure_transformer(steps: int = 80, repeats: int = 5) -> dict[str, Any]:
