@@ -65,7 +65,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "trainer_overhead", "Trainer overhead",
         "the same training as a hand-written Fabric loop (time per step, set-up subtracted)",
         full={"steps": 300, "repeats": 5, "instruction_steps": 100}, quick={"steps": 40, "repeats": 1},
-        timeout_s=1500,
+        timeout_s=2400,
     ),
     Benchmark(
         "import_time", "Import time", "`import torch` in a fresh interpreter",

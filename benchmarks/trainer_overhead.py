@@ -1,6 +1,9 @@
 """Per-step cost of ``Trainer.fit`` against the same training written as a plain Fabric loop, and of Lightning's
 own Trainer on the same module (targets: fabricx's Trainer <= 1.03x the Fabric loop, and below Lightning's).
 
+Also a step that costs milliseconds (`measure_transformer`: one transformer block, ``transformer_ratio``, target
+<= 1.02), where the Trainer's fixed cost per step is what it would be in real training.
+
 The model is the tiny MLP (32 -> 64 -> 1, batch 32, in-memory data, SGD, seeded). Both variants
 run the same number of optimizer steps on one CPU process in float32 and include their own set-up
 (building the Fabric, ``setup``, ``setup_dataloaders``). Repeats are interleaved (loop, trainer,
@@ -19,7 +22,12 @@ checkpointing or validation), where lightning is installed. The three take turns
 :mod:`benchmarks.instructions` counts the loops): ``instructions_ratio`` (the Trainer over the Fabric loop) and
 ``lightning_trainer_instructions_ratio``, figures a busy machine does not move, and
 ``without_log_instructions_ratio``: the Trainer running the module without its ``self.log`` (what the Trainer's
-own step costs, apart from logging a value). All of them run in one process
+own step costs, apart from logging a value). ``own_work_instructions_ratio`` (target <= 1.03) sets that against
+``fabric_step_loop``, a Fabric loop calling the same module's ``training_step`` through its forward (the same user
+code on both sides); ``log_instructions_per_call`` (target <= 15k) is the Trainer with the ``self.log`` less the
+Trainer without it (one call per step), ``lightning_log_instructions_per_call`` the same for Lightning's; the
+``*_fixed_instructions_per_step`` and ``*_fixed_us_per_step`` are what each Trainer adds to a step (its ``self.log``
+included) over ``fabric_step_loop``. All of them run in one process
 under ``valgrind --instr-atstart=no``, one epoch each; the dataset itself marks the steps (its
 ``__getitems__``, called once per batch by the DataLoader on every side alike), and counting runs from the
 fetch of batch W to that of W+N and from there to W+3N: the difference of the two counts over N is the cost
@@ -132,6 +140,31 @@ class MLPModuleWithoutLog(MLPModule):
         return torch.nn.functional.mse_loss(self(x), y)
 
 
+def run_step_loop(
+    dataset: TensorDataset, steps: int, module_class: type[TrainModule] = MLPModuleWithoutLog, batch_size: int = BATCH
+) -> float:
+    """A hand-written Fabric loop that calls the module's own ``training_step`` through its forward (what the
+    Trainer calls), with the optimizer its ``configure_optimizers`` returns; returns seconds. The baseline of the
+    Trainer's own work: the same module code on both sides, only the loop around it differs."""
+    start = time.perf_counter()
+    seed_everything(0)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    module = module_class()
+    model, optimizer = fabric.setup(module, module.configure_optimizers())
+    loader = fabric.setup_dataloaders(DataLoader(dataset, batch_size=batch_size, shuffle=True))
+    done = 0
+    while done < steps:
+        for batch_idx, batch in enumerate(loader):
+            loss = model.training_step(batch, batch_idx)
+            fabric.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            done += 1
+            if done >= steps:
+                break
+    return time.perf_counter() - start
+
+
 def run_loop(dataset: TensorDataset, steps: int) -> float:
     """The hand-written Fabric loop; returns seconds."""
     start = time.perf_counter()
@@ -153,7 +186,9 @@ def run_loop(dataset: TensorDataset, steps: int) -> float:
     return time.perf_counter() - start
 
 
-def run_trainer(dataset: TensorDataset, steps: int, root: str, module_class: type[MLPModule] = MLPModule) -> float:
+def run_trainer(
+    dataset: TensorDataset, steps: int, root: str, module_class: type[TrainModule] = MLPModule, batch_size: int = BATCH
+) -> float:
     """The same training through Trainer.fit; returns seconds."""
     start = time.perf_counter()
     trainer = Trainer(
@@ -166,13 +201,14 @@ def run_trainer(dataset: TensorDataset, steps: int, root: str, module_class: typ
         default_root_dir=root,
         seed=0,
     )
-    trainer.fit(module_class(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    trainer.fit(module_class(), DataLoader(dataset, batch_size=batch_size, shuffle=True))
     assert trainer.global_step == steps
     return time.perf_counter() - start
 
 
-def _lightning_module_class() -> type:
-    """MLPModule ported to Lightning: the same class body, ``LightningModule`` instead of ``TrainModule``."""
+def _lightning_module_class(log: bool = True) -> type:
+    """MLPModule ported to Lightning: the same class body, ``LightningModule`` instead of ``TrainModule`` (without
+    its ``self.log`` when not ``log``)."""
     import lightning as L
 
     class LitMLPModule(L.LightningModule):
@@ -186,7 +222,8 @@ def _lightning_module_class() -> type:
         def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
             x, y = batch
             loss = torch.nn.functional.mse_loss(self(x), y)
-            self.log("loss", loss)
+            if log:
+                self.log("loss", loss)
             return loss
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -195,7 +232,7 @@ def _lightning_module_class() -> type:
     return LitMLPModule
 
 
-def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str) -> float:
+def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str, log: bool = True) -> float:
     """The same training through Lightning's Trainer.fit; returns seconds."""
     import lightning as L
     from lightning.pytorch.loggers import CSVLogger
@@ -213,7 +250,7 @@ def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str) -> floa
         log_every_n_steps=50,
         default_root_dir=root,
     )
-    trainer.fit(_lightning_module_class()(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    trainer.fit(_lightning_module_class(log)(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
     assert trainer.global_step == steps
     return time.perf_counter() - start
 
@@ -234,6 +271,7 @@ def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> d
     dataset = MarkedDataset(*_data().tensors)
     runs: dict[str, Any] = {
         "fabric_loop": lambda n, root: run_loop(dataset, n),
+        "fabric_step_loop": lambda n, root: run_step_loop(dataset, n),
         "trainer": lambda n, root: run_trainer(dataset, n, root),
     }
     if importlib.util.find_spec("lightning") is not None:
@@ -267,16 +305,74 @@ def measure(steps: int = 300, repeats: int = 5, instruction_steps: int = 0) -> d
         steady_medians = {name: statistics.median(values) for name, values in steady.items()}
         result.update({f"{name}_steady_us_per_step": value * 1e6 for name, value in steady_medians.items()})
         result["steady_ratio"] = steady_medians["trainer"] / steady_medians["fabric_loop"]
+        # What each Trainer adds to a step (self.log of the loss included): over the loop calling the same
+        # module's training_step (without its self.log).
+        result["trainer_fixed_us_per_step"] = (steady_medians["trainer"] - steady_medians["fabric_step_loop"]) * 1e6
         if "lightning_trainer" in steady_medians:
             result["lightning_trainer_steady_ratio"] = (
                 steady_medians["lightning_trainer"] / steady_medians["fabric_loop"]
             )
+            result["lightning_trainer_fixed_us_per_step"] = (
+                steady_medians["lightning_trainer"] - steady_medians["fabric_step_loop"]
+            ) * 1e6
     if "lightning_trainer" in medians:
         result["lightning_trainer_ratio"] = medians["lightning_trainer"] / medians["fabric_loop"]
         result["trainer_vs_lightning_trainer"] = medians["trainer"] / medians["lightning_trainer"]
+    result.update(measure_transformer(repeats=repeats))
     if instruction_steps > 0:
         result.update(measure_instructions(instruction_steps))
     return result
+
+
+# -- a step that takes milliseconds: a transformer block ---------------------------------------------------------
+TRANSFORMER_BATCH = 4
+
+
+class BlockModule(MLPModule):
+    """`MLPModule` with one pre-norm transformer block (`benchmarks.compile_overhead.Block`: width 128, 4 heads,
+    64 positions) as its network, learning to reproduce its input; ``training_step`` logs the loss."""
+
+    def __init__(self) -> None:
+        from benchmarks.compile_overhead import Block
+
+        super().__init__()
+        self.net = Block()
+
+
+def measure_transformer(steps: int = 80, repeats: int = 5) -> dict[str, Any]:
+    """Milliseconds per step of `BlockModule` through ``Trainer.fit`` and through the Fabric loop that calls its
+    ``training_step`` (its ``self.log`` going to the plain Fabric's loggers, of which there are none), in
+    interleaved repeats, each timed inside the run from the fetch of batch 10 to that of batch ``steps``:
+    ``transformer_ratio`` (target <= 1.02), where a step costs milliseconds, not microseconds."""
+    from benchmarks.compile_overhead import SEQUENCE, WIDTH
+
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(TRANSFORMER_BATCH * (steps + 2), SEQUENCE, WIDTH, generator=generator)
+    dataset = MarkedDataset(x, x)
+    runs: dict[str, Callable[[str], float]] = {
+        "fabric_step_loop": lambda root: run_step_loop(dataset, steps, BlockModule, TRANSFORMER_BATCH),
+        "trainer": lambda root: run_trainer(dataset, steps, root, BlockModule, TRANSFORMER_BATCH),
+    }
+    steady: dict[str, list[float]] = {name: [] for name in runs}
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
+        warnings.simplefilter("ignore")
+        for run in runs.values():
+            run(root)  # warm-up
+        for repeat in range(repeats):
+            names = list(runs) if repeat % 2 == 0 else list(runs)[::-1]
+            for name in names:
+                clock = dataset.on_batch = _SteadyClock(start=10, stop=steps)
+                runs[name](root)
+                dataset.on_batch = None
+                if clock.seconds_per_step is not None:
+                    steady[name].append(clock.seconds_per_step)
+    medians = {name: statistics.median(values) for name, values in steady.items()}
+    return {
+        "transformer_fabric_step_loop_ms_per_step": medians["fabric_step_loop"] * 1e3,
+        "transformer_trainer_ms_per_step": medians["trainer"] * 1e3,
+        "transformer_ratio": medians["trainer"] / medians["fabric_step_loop"],
+    }
 
 
 # -- instructions per step (valgrind) ---------------------------------------------------------------------------
@@ -310,7 +406,9 @@ def summarize_instructions(labels: dict[str, int], steps: int) -> dict[str, Any]
     """Per-step instructions of each side from its N- and 2N-step counts, and the ratios to the Fabric loop."""
     result: dict[str, Any] = {"instructions_steps": steps}
     per_step = {}
-    for side in ("fabric_loop", "trainer", "trainer_without_log", "lightning_trainer"):
+    sides = ("fabric_loop", "fabric_step_loop", "trainer", "trainer_without_log", "lightning_trainer",
+             "lightning_trainer_without_log")
+    for side in sides:
         if f"{side}-{steps}" not in labels:
             continue
         per_step[side] = (labels[f"{side}-{2 * steps}"] - labels[f"{side}-{steps}"]) / steps
@@ -318,8 +416,21 @@ def summarize_instructions(labels: dict[str, int], steps: int) -> dict[str, Any]
     result["instructions_ratio"] = per_step["trainer"] / per_step["fabric_loop"]
     if "trainer_without_log" in per_step:
         result["without_log_instructions_ratio"] = per_step["trainer_without_log"] / per_step["fabric_loop"]
+        # One self.log of a scalar per step: what logging it costs the Trainer, per call.
+        result["log_instructions_per_call"] = per_step["trainer"] - per_step["trainer_without_log"]
+    if "fabric_step_loop" in per_step:
+        step_loop = per_step["fabric_step_loop"]
+        # The Trainer's own work: the same module code (no self.log) on both sides, only the loop differs.
+        result["own_work_instructions_ratio"] = per_step["trainer_without_log"] / step_loop
+        result["trainer_fixed_instructions_per_step"] = per_step["trainer"] - step_loop
+        if "lightning_trainer" in per_step:
+            result["lightning_trainer_fixed_instructions_per_step"] = per_step["lightning_trainer"] - step_loop
     if "lightning_trainer" in per_step:
         result["lightning_trainer_instructions_ratio"] = per_step["lightning_trainer"] / per_step["fabric_loop"]
+    if "lightning_trainer_without_log" in per_step:
+        result["lightning_log_instructions_per_call"] = (
+            per_step["lightning_trainer"] - per_step["lightning_trainer_without_log"]
+        )
     return result
 
 
@@ -362,11 +473,13 @@ def _count_child(steps: int) -> None:
     dataset = MarkedDataset(*_data(BATCH * (total + 1)).tensors)  # one epoch holds every counted step
     runs: dict[str, Callable[[int, str], float]] = {
         "fabric_loop": lambda n, root: run_loop(dataset, n),
+        "fabric_step_loop": lambda n, root: run_step_loop(dataset, n),
         "trainer": lambda n, root: run_trainer(dataset, n, root),
         "trainer_without_log": lambda n, root: run_trainer(dataset, n, root, MLPModuleWithoutLog),
     }
     if importlib.util.find_spec("lightning") is not None:
         runs["lightning_trainer"] = lambda n, root: run_lightning_trainer(dataset, n, root)
+        runs["lightning_trainer_without_log"] = lambda n, root: run_lightning_trainer(dataset, n, root, log=False)
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
         warnings.simplefilter("ignore")

@@ -149,7 +149,7 @@ def run(options: RunOptions) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
-    from fabricx.strategies.launchers.launcher import threads_per_process
+    from fabricx.strategies.launchers.launcher import THREADS_ENV, default_threads
 
     torchrun_args = build_torchrun_args(options)
     os.environ.update(flag_environment(options))
@@ -161,7 +161,9 @@ def run(options: RunOptions) -> int:
         # A restarted attempt must not reuse the store (and the stale addresses) of the failed one.
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     # torchrun would set 1 thread per process with a warning; divide this node's cores instead.
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads_per_process(processes_per_node(options))))
+    threads = default_threads(processes_per_node(options), announce=options.node_rank == 0)
+    if threads is not None:
+        os.environ[THREADS_ENV] = str(threads)
     try:
         torchrun_main(torchrun_args)
     except ChildFailedError as error:

@@ -161,3 +161,29 @@ def mkldnn_fp16_supported() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def detached_copy(value: torch.Tensor) -> torch.Tensor:
+    """``value.detach().clone()`` in one tensor operation: the clone runs with autograd off, so no alias is made.
+
+    What ``self.log`` keeps of each value (every step): ``detach`` is a dispatched operation of its own, and the
+    public ``torch.no_grad()`` builds an object per use; torch's private switch costs neither.
+
+    Example:
+        ```python
+        kept = detached_copy(loss)  # a copy that does not require grad
+        ```
+    """
+    if not value.requires_grad:
+        return _clone(value)
+    enabled = _is_grad_enabled()
+    _set_grad_enabled(False)
+    try:
+        return _clone(value)
+    finally:
+        _set_grad_enabled(enabled)
+
+
+_clone = torch.Tensor.clone
+_is_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled

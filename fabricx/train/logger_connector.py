@@ -57,14 +57,18 @@ class LoggerConnector:
     def on_batch_start(self, results: ResultCollection, batch: Any, dataloader_idx: int | None = None) -> None:
         self.results = results
         self.first_loop_iter = self.first_loop_iter is None
-        results.new_batch(batch)
+        # The collection's per-batch fields, set here: this runs every batch, and a method call costs more.
+        results.batch = batch
+        results.batch_size = None
         results.dataloader_idx = dataloader_idx
 
     def on_batch_end(self) -> None:
         results = self.results
         if results is not None:
-            results.metrics_into(self.first_loop_iter is not None, self.callback, self.logged, self.pbar)
-            results.end_batch()
+            if results.entries:  # nothing logged yet (a module without self.log): nothing to read
+                results.metrics_into(self.first_loop_iter is not None, self.callback, self.logged, self.pbar)
+            results.batch = None
+            results.batch_size = None
 
     def epoch_end_reached(self) -> None:
         self.first_loop_iter = None

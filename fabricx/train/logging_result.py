@@ -243,7 +243,7 @@ class ResultCollection:
     Example:
         ```python
         results = ResultCollection("train", training=True)
-        results.new_batch(batch)
+        results.batch = batch
         results.log("training_step", "loss", loss, on_step=True, on_epoch=True)
         results.metrics(on_step=True).log  # {"loss_step": tensor(...)}
         ```
@@ -260,19 +260,16 @@ class ResultCollection:
         self.hook = "training_step" if training else _STEP_OF_STAGE.get(stage, f"{stage}_step")
         #: The evaluation loader running now, when there are several (``None`` otherwise).
         self.dataloader_idx: int | None = None
-        self._batch: Any = None
-        self._batch_size: int | None = None
+        #: The batch running now (set and dropped by the logger connector): where a mean's batch size comes from.
+        #: Dropped at the batch's end, so that what the epoch-level hooks log counts once, not once per sample.
+        self.batch: Any = None
+        #: ``batch``'s size, read from it when a mean first needs it.
+        self.batch_size: int | None = None
+        #: The entry each ``self.log`` call already recorded resolves to, by the call's hook, name, options and
+        #: loader: the same call again (every step) skips the checks it passed (see `module_logging.record`).
+        self.resolved: dict[tuple[Any, ...], _Entry] = {}
 
     # -- per step ----------------------------------------------------------------------------------------
-    def new_batch(self, batch: Any) -> None:
-        self._batch = batch
-        self._batch_size = None
-
-    def end_batch(self) -> None:
-        """Drop the batch: what the epoch-level hooks log counts once, not once per sample."""
-        self._batch = None
-        self._batch_size = None
-
     def log(
         self,
         fx: str,
@@ -287,8 +284,8 @@ class ResultCollection:
         batch_size: int | None = None,
         add_dataloader_idx: bool = True,
         metric_attribute: str | None = None,
-    ) -> None:
-        """Record ``value`` (a one-element tensor or a ``Metric``) for ``name`` logged in hook ``fx``.
+    ) -> _Entry:
+        """Record ``value`` (a one-element tensor or a ``Metric``) for ``name`` logged in hook ``fx``; return its entry.
 
         ``sync`` is the Fabric to reduce ``sync_dist`` values across processes with (``None``: one process).
         """
@@ -329,22 +326,27 @@ class ResultCollection:
         if not isinstance(value, Tensor) and is_metric(value):
             entry.metric = value
             entry.update(value, 1)
-            return
+            return entry
         if entry.metric is not None:
             raise MisconfigurationException(
                 f"self.log({name!r}) in {fx} was first given a torchmetrics Metric and now a "
                 f"{type(value).__name__}. Log a Metric under one name and plain values under another."
             )
+        self.update(entry, value, batch_size)
+        return entry
+
+    def update(self, entry: _Entry, value: Tensor, batch_size: int | None) -> None:
+        """Add a tensor to an entry of plain values: ``log``'s last part, all a repeated ``self.log`` call needs."""
         if value.dtype not in _FLOAT_DTYPES:
             value = value.to(_float_dtype())
         size = 1
-        if on_epoch and entry.reduce == "mean":
+        if entry.on_epoch and entry.reduce == "mean":
             if batch_size is not None:
                 size = batch_size
-            elif self._batch is not None:
-                size = self._batch_size
+            elif self.batch is not None:
+                size = self.batch_size
                 if size is None:
-                    size = self._batch_size = _batch_size(self._batch)
+                    size = self.batch_size = _batch_size(self.batch)
         entry.update(value, size)
 
     @staticmethod
@@ -423,6 +425,7 @@ class ResultCollection:
 
     def load_state_dict(self, state_dict: dict[str, Any], device: torch.device | None = None) -> None:
         self.entries = {}
+        self.resolved = {}
         for key, item in state_dict.get("entries", {}).items():
             if "fx" not in item:
                 continue  # written by an older fabricx, whose entries were not per hook

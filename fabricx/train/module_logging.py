@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fabricx._compat.torch_internals import detached_copy
 from fabricx.train.log_hooks import logging_levels
 from fabricx.train.logging_result import is_metric
-from fabricx.train.states import RunningStage, is_stage
+from fabricx.train.states import RunningStage
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
 
@@ -39,7 +40,7 @@ def checked_value(name: str, value: Any, module: Any) -> Any:
     """
     if isinstance(value, Tensor):
         # The usual value (a loss, an accuracy), checked without the ABC checks below.
-        tensor = torch.Tensor.detach(value).clone()
+        tensor = detached_copy(value)
     else:
         if isinstance(value, Mapping) and any(isinstance(item, Mapping) for item in value.values()):
             raise ValueError(f"`self.log({name}, {value})` was called, but nested dictionaries cannot be logged")
@@ -97,8 +98,15 @@ def record(
     batch_size: int | None,
     metric_attribute: str | None,
 ) -> None:
-    """What ``module.log(name, value, ...)`` does with the module attached to ``trainer`` (or to none)."""
-    value = checked_value(name, value, module)
+    """What ``module.log(name, value, ...)`` does with the module attached to ``trainer`` (or to none).
+
+    A call made before with the same hook, name and options (every step's) goes straight to its entry: the checks
+    below depend on nothing else, and they passed then.
+    """
+    if isinstance(value, Tensor) and value.ndim == 0:
+        value = detached_copy(value)  # the usual value (a loss, an accuracy): copied, it needs no check
+    else:
+        value = checked_value(name, value, module)
     if trainer is None:
         rank_zero_warn(
             "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet. "
@@ -112,13 +120,25 @@ def record(
         rank_zero_warn(LOG_WARNING)
         return
     results = trainer.run_context.logger_connector.results
-    if results is None or is_stage(trainer.state.stage, _PREDICTING):
+    stage = trainer.state.stage  # `is_stage`, inline: this runs in every self.log
+    if results is None or (stage is _PREDICTING if type(stage) is RunningStage else stage == _PREDICTING):
         raise MisconfigurationException(
             f"You are trying to `self.log({name!r})` but the loop's result collection is not registered yet. "
             "This is most likely because you are trying to log in a `predict` hook, but it doesn't support "
             "logging: return what you want to keep from predict_step instead."
         )
     fx = module.__dict__.get("_current_fx_name") or results.hook
+    call = (fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, metric_attribute,
+            results.dataloader_idx)
+    try:
+        entry = results.resolved.get(call)
+    except TypeError:  # an option that is not even hashable: the checks below say what is wrong with it
+        entry = call = None
+    if entry is not None and entry.metric is None and isinstance(value, Tensor):
+        if logger and not trainer.loggers:
+            _warn_no_logger(name)
+        results.update(entry, value, batch_size)
+        return
     on_step, on_epoch = logging_levels(fx, on_step, on_epoch)
     if add_dataloader_idx and "/dataloader_idx_" in name:
         raise MisconfigurationException(
@@ -129,14 +149,20 @@ def record(
     if metric_attribute is None and not isinstance(value, Tensor):  # a Metric: checked_value gives tensors else
         metric_attribute = find_metric_attribute(module, name, value)
     if logger and not trainer.loggers:
-        rank_zero_warn(
-            f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured. You can enable one "
-            "by doing `Trainer(logger=ALogger(...))`; the value is still in trainer.logged_metrics."
-        )
-    results.log(
+        _warn_no_logger(name)
+    entry = results.log(
         fx, name, value, prog_bar, True if logger is None else logger, on_step, on_epoch, reduce_fx,
         trainer.fabric if sync_dist and trainer.world_size > 1 else None, batch_size, add_dataloader_idx,
         metric_attribute,
+    )
+    if call is not None and entry.metric is None:  # a Metric's entry takes the checks each time
+        results.resolved[call] = entry
+
+
+def _warn_no_logger(name: str) -> None:
+    rank_zero_warn(
+        f"You called `self.log({name!r}, ..., logger=True)` but have no logger configured. You can enable one "
+        "by doing `Trainer(logger=ALogger(...))`; the value is still in trainer.logged_metrics."
     )
 
 

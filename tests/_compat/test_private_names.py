@@ -272,3 +272,18 @@ def test_step_pre_hooks_are_still_found_in_torchs_registries():
         assert has_step_pre_hooks(optimizer), "update fabricx/_compat/optimizer_hooks.py: a global hook is unseen"
     finally:
         handle.remove()
+
+
+def test_grad_mode_switch_still_exists_and_the_copy_is_detached():
+    from fabricx._compat.torch_internals import detached_copy
+
+    assert callable(torch._C._set_grad_enabled), "update fabricx/_compat/torch_internals.py"
+    weight = torch.ones((), requires_grad=True)
+    loss = weight * 3
+    copy = detached_copy(loss)
+    assert copy.item() == 3.0 and not copy.requires_grad and copy.grad_fn is None
+    assert copy.untyped_storage().data_ptr() != loss.untyped_storage().data_ptr()
+    assert torch.is_grad_enabled(), "the copy must leave grad mode as it found it"
+    with torch.no_grad():
+        detached_copy(loss)
+        assert not torch.is_grad_enabled()

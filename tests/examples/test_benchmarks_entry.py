@@ -196,3 +196,20 @@ def test_an_update_replaces_the_rerun_benchmarks_and_says_when(tmp_path: Path) -
     assert "(measured 11:00 UTC)" in text and "(measured 09:00 UTC)" in text
     with pytest.raises(SystemExit, match="--quick run cannot update"):
         run_all.merge_reports(full, {**partial, "quick": True})
+
+
+def test_trainer_instruction_summary_separates_the_log_call_and_the_trainers_own_work() -> None:
+    from benchmarks.trainer_overhead import summarize_instructions
+
+    per_step = {"fabric_loop": 1000, "fabric_step_loop": 1100, "trainer": 1200, "trainer_without_log": 1130,
+                "lightning_trainer": 3000, "lightning_trainer_without_log": 2950}
+    # Each side's counts over N and 2N steps from the same start, with a fixed cost the difference removes.
+    labels = {f"{side}-{steps}": 10_000 + cost * steps for side, cost in per_step.items() for steps in (5, 10)}
+    result = summarize_instructions(labels, 5)
+    assert result["trainer_instructions_per_step"] == 1200
+    assert result["log_instructions_per_call"] == 70
+    assert result["lightning_log_instructions_per_call"] == 50
+    assert result["own_work_instructions_ratio"] == pytest.approx(1130 / 1100)
+    assert result["trainer_fixed_instructions_per_step"] == 100
+    assert result["lightning_trainer_fixed_instructions_per_step"] == 1900
+    assert result["instructions_ratio"] == pytest.approx(1.2)

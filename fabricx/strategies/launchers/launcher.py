@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -55,8 +56,42 @@ def threads_per_process(num_processes: int) -> int:
         torch.set_num_threads(threads_per_process(4))
         ```
     """
-    configured = os.environ.get("OMP_NUM_THREADS", "")
+    configured = os.environ.get(THREADS_ENV, "")
     if configured.isdigit() and int(configured) > 0:
         return int(configured)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, num_processes))
+    return max(1, _cores() // max(1, num_processes))
+
+
+THREADS_ENV = "OMP_NUM_THREADS"
+_announced = False
+
+
+def default_threads(num_processes: int, announce: bool = True) -> int | None:
+    """The intra-op threads fabricx gives each of ``num_processes`` local processes; ``None`` when the user chose.
+
+    The user chose when ``OMP_NUM_THREADS`` is set, the rule torchrun and Lightning follow (a
+    ``torch.set_num_threads`` call inside the launched function comes later and wins as well). Otherwise the
+    cores are divided, and, with ``announce``, one line on stderr says so (once per process).
+
+    Example:
+        ```python
+        threads = default_threads(2)  # 1 on a 2-core machine; None under OMP_NUM_THREADS=4
+        ```
+    """
+    global _announced
+    if THREADS_ENV in os.environ:
+        return None
+    threads = threads_per_process(num_processes)
+    if announce and not _announced:
+        _announced = True
+        plural = "s" if threads > 1 else ""
+        sys.stderr.write(
+            f"fabricx: {num_processes} processes share {_cores()} CPU cores: {threads} intra-op thread{plural} "
+            f"each (set {THREADS_ENV} to choose).\n"
+        )
+        sys.stderr.flush()
+    return threads
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

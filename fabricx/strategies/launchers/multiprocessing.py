@@ -18,7 +18,7 @@ from torch import nn
 from torch.multiprocessing.spawn import ProcessExitedException, start_processes
 from torch.optim import Optimizer
 
-from fabricx.strategies.launchers.launcher import LaunchedStrategy, Launcher, threads_per_process
+from fabricx.strategies.launchers.launcher import LaunchedStrategy, Launcher, default_threads
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 from fabricx.utilities.process_group import note_rank_failed, release_process_group
@@ -65,11 +65,14 @@ class MultiprocessingLauncher(Launcher):
         os.environ["MASTER_ADDR"] = environment.main_address
         os.environ["MASTER_PORT"] = str(environment.main_port)
         nprocs = self._strategy.num_processes
+        # A forked child inherits the parent's OpenMP pool state but not its threads: more than one
+        # intra-op thread would wait forever for them.
+        threads = 1 if self._start_method == "fork" else default_threads(nprocs, environment.node_rank() == 0)
         results = mp.get_context(self._start_method).SimpleQueue()
         try:
             context = start_processes(
                 _run_rank,
-                args=(self._strategy, function, args, kwargs, results, nprocs, self._start_method),
+                args=(self._strategy, function, args, kwargs, results, threads),
                 nprocs=nprocs,
                 start_method=self._start_method,
                 join=False,
@@ -118,13 +121,11 @@ def _run_rank(
     args: tuple,
     kwargs: dict,
     results: Any,
-    nprocs: int,
-    start_method: str,
+    threads: int | None,
 ) -> None:
     os.environ["LOCAL_RANK"] = str(process_index)
-    # A forked child inherits the parent's OpenMP pool state but not its threads: more than one
-    # intra-op thread would wait forever for them.
-    torch.set_num_threads(1 if start_method == "fork" else threads_per_process(nprocs))
+    if threads is not None:  # None: the user's OMP_NUM_THREADS, which this process started with
+        torch.set_num_threads(threads)
     function, args, kwargs = _own_module_memory((function, args, kwargs))
     try:
         output = function(*args, **kwargs)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fabricx.strategies.launchers.launcher import Launcher, threads_per_process
+from fabricx.strategies.launchers.launcher import THREADS_ENV, Launcher, default_threads
 from fabricx.utilities.exceptions import FabricxError
 
 _POLL_SECONDS = 0.2
@@ -86,9 +86,11 @@ class SubprocessScriptLauncher(Launcher):
         env_base["NODE_RANK"] = str(self.cluster_environment.node_rank())
         env_base["WORLD_SIZE"] = str(self.num_processes * self.num_nodes)
         env_base["LOCAL_WORLD_SIZE"] = str(self.num_processes)
-        threads = threads_per_process(self.num_processes)
-        env_base.setdefault("OMP_NUM_THREADS", str(threads))
-        torch.set_num_threads(threads)
+        threads = default_threads(self.num_processes, announce=self.cluster_environment.node_rank() == 0)
+        if threads is not None:
+            env_base[THREADS_ENV] = str(threads)
+            # Only lowered: a smaller count set before launch() is the user's, which the re-run script sets again.
+            torch.set_num_threads(min(threads, torch.get_num_threads()))
         _load_libc()
         for local_rank in range(1, self.num_processes):
             env = dict(env_base, LOCAL_RANK=str(local_rank))

@@ -74,6 +74,14 @@ class Progress:
         self.total.ready += 1
         self.current.ready += 1
 
+    def increment_ready_and_started(self) -> None:
+        """`increment_ready` then `increment_started`, where nothing runs between them."""
+        total, current = self.total, self.current
+        total.ready += 1
+        current.ready += 1
+        total.started += 1  # type: ignore[attr-defined]
+        current.started += 1  # type: ignore[attr-defined]
+
     def increment_started(self) -> None:
         self.total.started += 1  # type: ignore[attr-defined]
         self.current.started += 1  # type: ignore[attr-defined]

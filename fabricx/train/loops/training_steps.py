@@ -77,6 +77,7 @@ class TrainingSteps:
         scale = run.fabric.grad_accum_steps
         before_zero = hooks.callback_hooks("on_before_zero_grad")
         before_zero_module = hooks.module_hook("on_before_zero_grad")
+        nothing_before_zero = not before_zero and before_zero_module is None
         zero_grad_hook = module.optimizer_zero_grad
         optimizer_step_hook = module.optimizer_step
         # Without backward hooks (or a profiler to time it), the backward is the Fabric's own.
@@ -103,12 +104,15 @@ class TrainingSteps:
                     return None
                 run.last_loss = found["loss"]
                 if batch_idx % scale == 0:
-                    zero_grad_counts.increment_ready()
-                    for method in before_zero:
-                        method(trainer, module, optimizer)
-                    if before_zero_module is not None:
-                        before_zero_module(optimizer)
-                    zero_grad_counts.increment_started()
+                    if nothing_before_zero:  # nothing can look in between: one call (this runs every step)
+                        zero_grad_counts.increment_ready_and_started()
+                    else:
+                        zero_grad_counts.increment_ready()
+                        for method in before_zero:
+                            method(trainer, module, optimizer)
+                        if before_zero_module is not None:
+                            before_zero_module(optimizer)
+                        zero_grad_counts.increment_started()
                     zero_grad_hook(epoch_counts.completed, batch_idx, optimizer)
                     zero_grad_counts.increment_completed()
                 backward(loss)
