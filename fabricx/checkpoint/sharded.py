@@ -101,8 +101,21 @@ def get_optimizer_state(module: Module, optimizer: Optimizer, *, full: bool) -> 
     """
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
+    never_stepped = not optimizer.state
     state = get_optimizer_state_dict(module, optimizer, options=_options(full))
+    if never_stepped:
+        # torch fills an optimizer that has not stepped yet by a step with zero gradients, to have state to save:
+        # the saving run goes on with no state, as if it had not saved, and the saved step count is 0, so that a
+        # run resumed from it takes its first step as a fresh optimizer does.
+        optimizer.state.clear()
+        state = {**state, "state": {name: _unstepped(entry) for name, entry in state.get("state", {}).items()}}
     return optimizer_state_by_index(state) if full else state
+
+
+def _unstepped(entry: Any) -> Any:
+    if not isinstance(entry, dict) or not isinstance(entry.get("step"), Tensor):
+        return entry
+    return {**entry, "step": torch.zeros_like(entry["step"])}
 
 
 def set_model_state(module: Module, state: Mapping[str, Any], *, full: bool, strict: bool = True) -> Any:
@@ -153,6 +166,10 @@ def set_optimizer_state(module: Module, optimizer: Optimizer, state: Mapping[str
         per_param.clear()
         per_param.update(optimizer.state)
         optimizer.state = per_param
+    if not named.get("state"):
+        # Saved before its first step: torch builds the state with a step of zero gradients to load into, which
+        # leaves a step count of 1; the optimizer must start as the one that saved it, with no state at all.
+        optimizer.state.clear()
 
 
 def _parameter_names(module: Module, optimizer: Optimizer) -> list[str]:

@@ -8,6 +8,7 @@ loader is not stateful, and the resumed run skips the batches of the stopped epo
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from cells import EPOCHS, Cell, by_id
 from record import Trace, final_state
 from toy_data import IdDataset
 
-from fabricx.compat.accelerate import Accelerator, DataLoaderConfiguration, PartialState, set_seed
+from fabricx.compat.accelerate import Accelerator, DataLoaderConfiguration, set_seed
 
 BATCH = 4
 
@@ -98,7 +99,7 @@ def main() -> None:
     out, phase, *ids = sys.argv[1:]
     torch.set_num_threads(1)
     results: dict[str, Any] = {}
-    rank = PartialState().process_index
+    rank = int(os.environ.get("RANK", 0))  # as `accelerate launch` sets it
     for cell in map(by_id, ids):
         if phase == "first":
             straight = train(cell, "straight", Path(out))

@@ -125,6 +125,10 @@ KNOWN_INEXACT = {
         "adapter, stateful loader, stopped inside the first accumulation window: the optimizer step of a later "
         "window differs in the last bits (|dloss| ~ 2e-9) although weights, restored gradients and batches match"
     ),
+    "fabric-fsdp2to2-shuffle_generator-after_set_epoch-e1-clip-sched-step": (
+        "FSDP2, scheduler stepped per step, stopped after set_epoch: batches, losses, weights and optimizer are "
+        "exact, but the scheduler's recorded _last_lr after the resume is a stale value"
+    ),
 }
 
 
@@ -166,7 +170,10 @@ def fabric_cells() -> list[Cell]:
     for (strategy, world, resume_world), loader, stop in itertools.product(WORLDS, LOADERS, STOPS):
         api = "fabric_latest" if stop == "kill" else "fabric"
         for stop_epoch in (0, 1) if stop in ("last_in_for", "after_for") else (1,):
-            cell = Cell(api, strategy, world, resume_world, loader, stop, stop_epoch, **next(extras))
+            extra = dict(next(extras))
+            if strategy.startswith("deepspeed"):
+                extra.pop("clip", None)  # DeepSpeed clips inside its step: DeepSpeedStrategy(gradient_clipping=...)
+            cell = Cell(api, strategy, world, resume_world, loader, stop, stop_epoch, **extra)
             if _valid(cell):
                 cells.append(cell)
     cells.append(Cell("fabric", "single", 1, 1, "shuffle", "mid", compile=True))

@@ -148,8 +148,10 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         ckpt_path = "last" if uses_last else str(folder / "on_exception.ckpt")
     try:
         trainer.fit(module, ckpt_path=ckpt_path)
-    except StopRun:
-        pass
+    except Exception as error:
+        # Re-raised from spawned processes as another class of the same name (`__mp_main__.StopRun`).
+        if type(error).__name__ != StopRun.__name__:
+            raise
 
 
 def main() -> None:
