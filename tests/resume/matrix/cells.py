@@ -134,6 +134,12 @@ KNOWN_INEXACT = {
 
 def peer_semantics(cell: Cell) -> str | None:
     """Why a cell resumes as the peer does rather than exactly, or ``None`` (every other cell is exact)."""
+    if cell.elastic and cell.loader == "custom_sampler":
+        return (
+            "a custom sampler at another number of processes: fabricx splits a custom sampler's draw across "
+            "processes (seed + epoch) and leaves one process's draw to the global generator, so the epochs after "
+            "the stop are drawn anew at the new size (each is read whole)"
+        )
     if cell.api == "accelerate_skip":
         return (
             "Accelerate's skip_first_batches resume: the stopped epoch's order is drawn again and the random state "

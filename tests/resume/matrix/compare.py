@@ -38,6 +38,11 @@ def differences(
             return [f"the resume was refused: {refused[0][:300]}"]
         return []  # a documented refusal, with its documented message
     if peer_semantics(cell) is not None:
+        if cell.elastic:
+            after = _by_epoch([r["trace"] for r in resume])
+            wanted = _by_epoch([s["trace"] for s in straight])
+            first_epoch = min(after, default=max(wanted) + 1)
+            return [f"epoch {e}: nothing read after the resume" for e in wanted if e > first_epoch and e not in after]
         return _peer_differences(straight, first, resume)
     if cell.elastic:
         return _elastic_differences(cell, straight, first, resume)
