@@ -4,7 +4,8 @@ Commands are parsed from the pages (```bash blocks and inline code), so a comman
 without a test naming it. Each runs as written, in a fresh folder (``examples`` linked in, so relative paths
 hold), with a few size flags appended per script (argparse keeps the last value): the command's own choices
 (strategy, devices, resume) stay. Commands of one block run in order in one folder, so "stop" then "resume"
-is run as the page shows it. Multi-process commands are in the slow suite, except the GAN's, which once failed.
+is run as the page shows it. The fast suite runs the GAN's (which once failed) and the loop conversion's; the slow
+suite runs them all.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ SMALL = {
 }
 # Multi-process commands that stay in the fast suite: the GAN's documented strategy once did not run.
 FAST_MULTI_PROCESS = ("gan_manual.py",)
+FAST_SINGLE_PROCESS = ("convert_loop.py",)
 COMMAND = re.compile(r"^(?:python|bash|fabricx run)\b.*\bexamples/\S+")
 
 
@@ -112,8 +114,13 @@ def _script(command: str) -> str:
 def _param(documented: Documented) -> object:
     marks = []
     text = " ".join(documented.commands)
-    if any(map(_is_multi_process, documented.commands)) and not any(name in text for name in FAST_MULTI_PROCESS):
-        marks += [pytest.mark.slow, pytest.mark.distributed]
+    if any(map(_is_multi_process, documented.commands)):
+        if not any(name in text for name in FAST_MULTI_PROCESS):
+            marks += [pytest.mark.slow, pytest.mark.distributed]
+    elif not any(name in text for name in FAST_SINGLE_PROCESS):
+        # The examples themselves run in the fast suite (test_examples_smoke.py); their documented spellings,
+        # several minutes together, in the slow one.
+        marks.append(pytest.mark.slow)
     if "deepspeed" in text:
         marks.append(pytest.mark.deepspeed)
     return pytest.param(documented, id=documented.where, marks=marks)

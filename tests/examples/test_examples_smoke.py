@@ -79,6 +79,7 @@ def test_digits_trainer_writes_checkpoints_and_metrics_then_resumes(tmp_path: Pa
     assert "Finished at step 20 in epoch 1/1" in resumed, resumed[-2000:]
 
 
+@pytest.mark.slow  # two full demo runs, about 2 minutes on 2 cores
 def test_make_demo_runs_twice_without_a_warning(tmp_path: Path) -> None:
     # `make demo` twice in a row: the second run goes into a new version folder, so ModelCheckpoint finds no
     # earlier files in its folder (no "exists and is not empty" warning, no -v1 names).

@@ -75,6 +75,7 @@ def _makefile_editable_install() -> tuple[dict[str, str], list[str]]:
     return assignments, options
 
 
+@pytest.mark.slow  # a fresh virtual environment and pip from the package index: about 100 s
 def test_the_makefile_install_prints_nothing(tmp_path: Path) -> None:
     # As `make demo` installs: pip upgraded first (pip 25+ shows the build backend's warnings), then quietly.
     project = tmp_path / "project"
