@@ -29,12 +29,17 @@ _USER_CODE = textwrap.dedent(
     from torch.utils.data import DataLoader, TensorDataset
 
     import fabricx
+    import fabricx.accelerators
     import fabricx.train
     from fabricx.compat.lightning.finder import AliasModule
 
     assert pl.LightningModule is PLModule is fabricx.train.TrainModule
     assert pl.Trainer is fabricx.train.Trainer and Fabric is fabricx.Fabric
     assert ModelCheckpoint is fabricx.callbacks.ModelCheckpoint
+    from lightning.fabric.accelerators import TPUAccelerator  # Lightning's deprecated name of XLAAccelerator
+    from lightning.pytorch.accelerators import TPUAccelerator as PLTPUAccelerator
+
+    assert TPUAccelerator is PLTPUAccelerator is fabricx.accelerators.XLAAccelerator
 
     class Model(pl.LightningModule):
         def __init__(self):

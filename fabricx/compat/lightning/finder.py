@@ -26,6 +26,8 @@ _TRAINER_NAMES = {
     "seed_everything": ("fabricx", "seed_everything"),
 }
 _FABRIC_NAMES = {"Fabric": ("fabricx", "Fabric"), "seed_everything": ("fabricx", "seed_everything")}
+# Lightning keeps `TPUAccelerator` as a deprecated name of `XLAAccelerator`; templates still probe it.
+_ACCELERATOR_NAMES = {"TPUAccelerator": ("fabricx.accelerators", "XLAAccelerator")}
 
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -40,7 +42,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".plugins": ("fabricx.precision", {}),
     ".plugins.precision": ("fabricx.precision", {}),
     ".strategies": ("fabricx.strategies", {}),
-    ".accelerators": ("fabricx.accelerators", {}),
+    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
     ".utilities": ("fabricx.utilities", {}),
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
@@ -52,7 +54,7 @@ FABRIC_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "": ("fabricx", _FABRIC_NAMES),
     ".loggers": ("fabricx.loggers", {}),
     ".strategies": ("fabricx.strategies", {}),
-    ".accelerators": ("fabricx.accelerators", {}),
+    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
     ".plugins": ("fabricx.precision", {}),
     ".plugins.precision": ("fabricx.precision", {}),
     ".plugins.environments": ("fabricx.environments", {}),
