@@ -1,14 +1,16 @@
 """The clients and how one of their own test runs is launched: in a fresh process, on Lightning or on fabricx.
 
-A run is ``python -m pytest <the client's tests> -p client_plugin`` in the client's folder (its own pytest
-settings apply), with ``FABRICX_CLIENT_FRAMEWORK`` choosing the framework; the plugin writes each case's
-outcome to a JSON file, which `run_client` returns.
+A run is ``python -m pytest <the client's tests> -p client_plugin`` in a copy of the client's folder beside the
+report (its own pytest settings apply, and what it writes stays out of the source tree), with
+``FABRICX_CLIENT_FRAMEWORK`` choosing the framework; the plugin writes each case's outcome to a JSON file,
+which `run_client` returns.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -58,9 +60,9 @@ def run_client(
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(CLIENTS_DIR)]),
     }
     command = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "-p", "client_plugin"]
-    done = subprocess.run(
-        command, cwd=CLIENTS_DIR / client.folder, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    workdir = report.parent / f"{client.folder}-{framework}"
+    shutil.copytree(CLIENTS_DIR / client.folder, workdir, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if not report.exists():
         raise AssertionError(
             f"{client.folder} on {framework} wrote no report:\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
