@@ -28,6 +28,11 @@ _TRAINER_NAMES = {
 _FABRIC_NAMES = {"Fabric": ("fabricx", "Fabric"), "seed_everything": ("fabricx", "seed_everything")}
 # Lightning keeps `TPUAccelerator` as a deprecated name of `XLAAccelerator`; templates still probe it.
 _ACCELERATOR_NAMES = {"TPUAccelerator": ("fabricx.accelerators", "XLAAccelerator")}
+# Libraries annotate with Lightning's private type aliases (pytorch-forecasting's base model imports these two).
+_TYPE_NAMES = {
+    "_PATH": ("fabricx.utilities.types", "PathLike"),
+    "_MAP_LOCATION_TYPE": ("fabricx.utilities.types", "MapLocation"),
+}
 
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -46,7 +51,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".utilities": ("fabricx.utilities", {}),
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
-    ".utilities.types": ("fabricx.utilities.types", {}),
+    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
 #: The same for ``lightning.fabric`` (``lightning_fabric`` is the same).
@@ -61,7 +66,7 @@ FABRIC_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".utilities": ("fabricx.utilities", {}),
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
-    ".utilities.types": ("fabricx.utilities.types", {}),
+    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
 }
 #: The top-level names the hook serves, and which table each one's submodules come from.
 ROOTS = {
