@@ -40,6 +40,11 @@ CLIENTS = (
         tests=("tests/utils/benchmarking/test_knn_classifier.py",),
         fast=("tests/utils/benchmarking/test_knn_classifier.py::TestKNNClassifier::test",),
     ),
+    Client(
+        "pytorch_forecasting",
+        tests=("tests/test_models/test_nbeats.py", "tests/test_models/test_nhits.py"),
+        fast=(),
+    ),
 )
 
 
