@@ -268,6 +268,31 @@ def run_missing_and_read_only(root: str) -> dict:
     }
 
 
+# -- 9. whether fit has validation data, read inside configure_optimizers (gluonts' models do) ---------------
+class ReadsValDataSource(Regressor):
+    def configure_optimizers(self):
+        self.val_defined = self.trainer.fit_loop.epoch_loop.val_loop._data_source.is_defined()
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class DefinesValDataloader(ReadsValDataSource):
+    def val_dataloader(self):
+        return loader(4)
+
+
+def run_val_data_source(root: str) -> dict:
+    seen = {}
+    for name, module, val in [
+        ("given", ReadsValDataSource(), loader(3)),
+        ("none", ReadsValDataSource(), None),
+        ("module_method", DefinesValDataloader(), None),
+    ]:
+        trainer = Trainer(max_steps=1, logger=False, enable_checkpointing=False, num_sanity_val_steps=0, **QUIET)
+        trainer.fit(module, loader(2), val)
+        seen[name] = module.val_defined
+    return {"seen": seen}
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -277,4 +302,5 @@ CASES = {
     "csv_steps_without_step": run_csv_steps_without_step,
     "checkpoint_hparams_keys": run_checkpoint_hparams_keys,
     "missing_and_read_only": run_missing_and_read_only,
+    "val_data_source": run_val_data_source,
 }
