@@ -43,7 +43,12 @@ CLIENTS = (
     Client(
         "pytorch_forecasting",
         tests=("tests/test_models/test_nbeats.py", "tests/test_models/test_nhits.py"),
-        fast=(),
+        fast=(),  # its models do not import under the alias yet (known_differences.py)
+    ),
+    Client(
+        "gluonts",
+        tests=("test/torch/model/test_estimators.py",),
+        fast=("test/torch/model/test_estimators.py::test_estimator_constant_dataset[False-<lambda>0]",),
     ),
 )
 
