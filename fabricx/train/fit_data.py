@@ -77,8 +77,7 @@ class FitData:
         self.val_enabled = self.may_validate()
         if not self._val_warned:
             self._val_warned = True
-            run = self.run
-            has_data = self.val_source is not None or data.defines_loader(run.datamodule, run.module, "validate")
+            has_data = self.has_val_source()
             warn_val_mismatch(self.run.module, has_data)
         if self.validates_this_epoch():
             self.ensure_val_loaders()
@@ -118,6 +117,11 @@ class FitData:
         run = self.run
         if self.trainer.limit_val_batches == 0 or not defines_step(run.module, "validation_step"):
             return False
+        return self.has_val_source()
+
+    def has_val_source(self) -> bool:
+        """Whether this fit was given validation data, or its DataModule or module defines ``val_dataloader``."""
+        run = self.run
         return self.val_source is not None or data.defines_loader(run.datamodule, run.module, "validate")
 
     def validates_this_epoch(self) -> bool:

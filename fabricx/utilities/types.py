@@ -17,9 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+#: A file or folder path as the checkpoint and logger APIs take it (Lightning's ``_PATH``).
+PathLike = str | Path
+#: What ``torch.load(map_location=...)`` and ``load_from_checkpoint(map_location=...)`` take (Lightning's
+#: ``_MAP_LOCATION_TYPE``).
+_Device = torch.device | str | int
+_StorageMap = Callable[[torch.UntypedStorage, str], torch.UntypedStorage | None]
+MapLocation = _Device | _StorageMap | dict[_Device, _Device] | None
 
 
 @runtime_checkable
@@ -65,4 +75,12 @@ class LRSchedulerConfig:
     strict: bool = True
 
 
-__all__ = ["LRScheduler", "LRSchedulerConfig", "Optimizable", "ReduceLROnPlateau", "Steppable"]
+__all__ = [
+    "LRScheduler",
+    "LRSchedulerConfig",
+    "MapLocation",
+    "Optimizable",
+    "PathLike",
+    "ReduceLROnPlateau",
+    "Steppable",
+]

@@ -29,12 +29,21 @@ _USER_CODE = textwrap.dedent(
     from torch.utils.data import DataLoader, TensorDataset
 
     import fabricx
+    import fabricx.accelerators
     import fabricx.train
+    import fabricx.utilities.types
     from fabricx.compat.lightning.finder import AliasModule
 
     assert pl.LightningModule is PLModule is fabricx.train.TrainModule
     assert pl.Trainer is fabricx.train.Trainer and Fabric is fabricx.Fabric
     assert ModelCheckpoint is fabricx.callbacks.ModelCheckpoint
+    from lightning.fabric.accelerators import TPUAccelerator  # Lightning's deprecated name of XLAAccelerator
+    from lightning.pytorch.accelerators import TPUAccelerator as PLTPUAccelerator
+
+    assert TPUAccelerator is PLTPUAccelerator is fabricx.accelerators.XLAAccelerator
+    from lightning.fabric.utilities.types import _MAP_LOCATION_TYPE, _PATH  # private aliases libraries import
+
+    assert _PATH == fabricx.utilities.types.PathLike and _MAP_LOCATION_TYPE == fabricx.utilities.types.MapLocation
 
     class Model(pl.LightningModule):
         def __init__(self):

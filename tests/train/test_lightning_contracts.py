@@ -59,6 +59,18 @@ def test_trainer_model_is_the_module_inside_configure_optimizers(results):
     _same_weights(lightning["weights"], fabricx["weights"])
 
 
+def test_val_loop_data_source_says_whether_fit_has_validation_data(results):
+    lightning, fabricx = _case(results, "val_data_source")
+    assert fabricx["seen"] == lightning["seen"] == {"given": True, "none": False, "module_method": True}
+
+
+def test_validation_inside_fit_is_no_grad_not_inference_mode(results):
+    lightning, fabricx = _case(results, "grad_in_validation")
+    assert lightning["fit_error"] is None and fabricx["fit_error"] is None, (lightning, fabricx)
+    assert fabricx["validate_error"] == lightning["validate_error"]  # trainer.validate: inference mode, both
+    assert fabricx["modes"] == lightning["modes"] == [("fit", False), ("validate", True)]
+
+
 def test_non_plain_hyperparameters_are_named_when_saving_and_loading(results):
     lightning, fabricx = _case(results, "non_plain_hparams")
     _same_weights(lightning["weights"], fabricx["weights"])

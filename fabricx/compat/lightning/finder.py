@@ -26,6 +26,13 @@ _TRAINER_NAMES = {
     "seed_everything": ("fabricx", "seed_everything"),
 }
 _FABRIC_NAMES = {"Fabric": ("fabricx", "Fabric"), "seed_everything": ("fabricx", "seed_everything")}
+# Lightning keeps `TPUAccelerator` as a deprecated name of `XLAAccelerator`; templates still probe it.
+_ACCELERATOR_NAMES = {"TPUAccelerator": ("fabricx.accelerators", "XLAAccelerator")}
+# Libraries annotate with Lightning's private type aliases (pytorch-forecasting's base model imports these two).
+_TYPE_NAMES = {
+    "_PATH": ("fabricx.utilities.types", "PathLike"),
+    "_MAP_LOCATION_TYPE": ("fabricx.utilities.types", "MapLocation"),
+}
 
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -40,11 +47,11 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".plugins": ("fabricx.precision", {}),
     ".plugins.precision": ("fabricx.precision", {}),
     ".strategies": ("fabricx.strategies", {}),
-    ".accelerators": ("fabricx.accelerators", {}),
+    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
     ".utilities": ("fabricx.utilities", {}),
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
-    ".utilities.types": ("fabricx.utilities.types", {}),
+    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
 #: The same for ``lightning.fabric`` (``lightning_fabric`` is the same).
@@ -52,14 +59,14 @@ FABRIC_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "": ("fabricx", _FABRIC_NAMES),
     ".loggers": ("fabricx.loggers", {}),
     ".strategies": ("fabricx.strategies", {}),
-    ".accelerators": ("fabricx.accelerators", {}),
+    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
     ".plugins": ("fabricx.precision", {}),
     ".plugins.precision": ("fabricx.precision", {}),
     ".plugins.environments": ("fabricx.environments", {}),
     ".utilities": ("fabricx.utilities", {}),
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
-    ".utilities.types": ("fabricx.utilities.types", {}),
+    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
 }
 #: The top-level names the hook serves, and which table each one's submodules come from.
 ROOTS = {

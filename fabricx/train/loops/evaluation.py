@@ -108,7 +108,7 @@ def _model_mode_hooks(module: Any, prefix: str) -> tuple[Any, Any]:
 
 
 @contextlib.contextmanager
-def _eval_context(trainer: Trainer, run: RunContext, prefix: str) -> Generator[None, None, None]:
+def _eval_context(trainer: Trainer, run: RunContext, prefix: str, in_fit: bool = False) -> Generator[None, None, None]:
     """``on_*_model_eval`` (default: eval mode), no gradients, then ``on_*_model_train`` or the modes restored."""
     module = run.module
     assert module is not None, "evaluation runs on a set-up module"
@@ -120,7 +120,10 @@ def _eval_context(trainer: Trainer, run: RunContext, prefix: str) -> Generator[N
         eval_hook()
     else:
         root.eval()
-    grad_context = torch.inference_mode() if getattr(trainer, "inference_mode", False) else torch.no_grad()
+    # Validation inside fit runs under no_grad, never inference_mode, as Lightning's: a step may re-enable
+    # gradients (`torch.enable_grad()`, gluonts' MQF2 model takes `autograd.grad` of its flow there).
+    inference = getattr(trainer, "inference_mode", False) and not in_fit
+    grad_context = torch.inference_mode() if inference else torch.no_grad()
     try:
         with grad_context:
             yield
@@ -140,6 +143,7 @@ def run_evaluation(
     loaders: Sequence[Any],
     limits: Sequence[float],
     sanity: bool = False,
+    in_fit: bool = False,
 ) -> list[dict[str, Any]]:
     """One validation or test pass over ``loaders``; returns the epoch metrics per loader."""
     if not any(limit > 0 for limit in limits):
@@ -170,7 +174,7 @@ def run_evaluation(
             outputs.append(connector.update_eval_epoch_metrics())
 
     try:
-        with _eval_context(trainer, run, prefix):
+        with _eval_context(trainer, run, prefix, in_fit):
             results.in_step = False
             results.hook = f"on_{prefix}_epoch_start"
             hooks.call(f"on_{prefix}_start")

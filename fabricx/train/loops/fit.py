@@ -154,9 +154,14 @@ class FitLoop:
     def reset_progress(self) -> None:
         """Every counter back to zero (a new fit of this trainer)."""
         loop = self.epoch_loop
-        for counts in (self.epoch_progress, loop.batch_progress, loop.scheduler_progress,
-                       loop.automatic_optimization.optim_progress, loop.manual_optimization.optim_step_progress,
-                       loop.val_loop.batch_progress):
+        for counts in (
+            self.epoch_progress,
+            loop.batch_progress,
+            loop.scheduler_progress,
+            loop.automatic_optimization.optim_progress,
+            loop.manual_optimization.optim_step_progress,
+            loop.val_loop.batch_progress,
+        ):
             counts.reset()
         self._loaded = False
         self._restart_counted = False
@@ -551,7 +556,7 @@ class FitLoop:
         self._validation_start_rng = capture_rng_states()
         try:
             data.ensure_val_loaders()
-            run_evaluation(trainer, run, "validate", run.val_results, data.val_loaders, data.val_limits)
+            run_evaluation(trainer, run, "validate", run.val_results, data.val_loaders, data.val_limits, in_fit=True)
             data.validation_ended(data.val_limits)
             self._validation_start_rng = None
         finally:
@@ -576,7 +581,9 @@ class FitLoop:
             run.hooks.call("on_sanity_check_start", module=False)
             data.ensure_val_loaders()
             limits = [limit if steps < 0 else min(limit, steps) for limit in data.val_limits]
-            run_evaluation(trainer, run, "validate", run.val_results, data.val_loaders, limits, sanity=True)
+            run_evaluation(
+                trainer, run, "validate", run.val_results, data.val_loaders, limits, sanity=True, in_fit=True
+            )
             data.validation_ended(limits)
             run.hooks.call("on_sanity_check_end", module=False)
             run.logger_connector.reset_metrics()
@@ -629,7 +636,6 @@ class FitLoop:
                 f" `min_steps={min_steps!r}` has not been met. Training will continue...",
             )
         return False
-
 
 
 def _is_limited(loader: Any, limit: float) -> bool:

@@ -32,13 +32,23 @@ def processed_counts(progress: Progress) -> ProcessedTracker:
     return cast(ProcessedTracker, progress.total)
 
 
+class DataSource:
+    """Whether a loop has data to run on, read as Lightning's ``_DataConnectorSource.is_defined()``."""
+
+    def __init__(self, is_defined: Callable[[], bool]) -> None:
+        self.is_defined = is_defined
+
+
 class EvaluationLoop:
     """A validation, test or prediction loop's counters; `run()` runs it (the validation inside fit)."""
 
-    def __init__(self, runner: Callable[[], Any] | None = None) -> None:
+    def __init__(self, runner: Callable[[], Any] | None = None, has_data: Callable[[], bool] | None = None) -> None:
         self.batch_progress = BatchProgress()
         self.restarting = False
         self._runner = runner
+        # Lightning's name: libraries read it (gluonts' `configure_optimizers` monitors "val_loss" only when
+        # `trainer.fit_loop.epoch_loop.val_loop._data_source.is_defined()`).
+        self._data_source = DataSource(has_data or (lambda: False))
 
     def run(self) -> Any:
         """Run the loop (inside fit: one validation pass)."""
@@ -130,7 +140,7 @@ class TrainingEpochLoop:
         self.scheduler_progress = SchedulerProgress()
         self.automatic_optimization = AutomaticOptimization()
         self.manual_optimization = ManualOptimization()
-        self.val_loop = EvaluationLoop(val_runner)
+        self.val_loop = EvaluationLoop(val_runner, has_data=lambda: trainer._data.has_val_source())
         self.restarting = False
 
     @property

@@ -268,6 +268,52 @@ def run_missing_and_read_only(root: str) -> dict:
     }
 
 
+# -- 9. whether fit has validation data, read inside configure_optimizers (gluonts' models do) ---------------
+class ReadsValDataSource(Regressor):
+    def configure_optimizers(self):
+        self.val_defined = self.trainer.fit_loop.epoch_loop.val_loop._data_source.is_defined()
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class DefinesValDataloader(ReadsValDataSource):
+    def val_dataloader(self):
+        return loader(4)
+
+
+def run_val_data_source(root: str) -> dict:
+    seen = {}
+    for name, module, val in [
+        ("given", ReadsValDataSource(), loader(3)),
+        ("none", ReadsValDataSource(), None),
+        ("module_method", DefinesValDataloader(), None),
+    ]:
+        trainer = Trainer(max_steps=1, logger=False, enable_checkpointing=False, num_sanity_val_steps=0, **QUIET)
+        trainer.fit(module, loader(2), val)
+        seen[name] = module.val_defined
+    return {"seen": seen}
+
+
+# -- 10. validation inside fit runs under no_grad (a step may re-enable gradients), not inference_mode ------
+class GradInValidation(Regressor):
+    def validation_step(self, batch, batch_idx):
+        x, _ = batch
+        self.modes.append((self.trainer.state.fn.value, torch.is_inference_mode_enabled()))
+        with torch.enable_grad():  # e.g. a normalizing flow's inverse, as gluonts' MQF2 model does
+            x = x.clone().requires_grad_(True)
+            (grad,) = torch.autograd.grad(self(x).sum(), x)
+        self.log("grad_norm", grad.norm())
+
+
+def run_grad_in_validation(root: str) -> dict:
+    torch.manual_seed(3)
+    module = GradInValidation()
+    module.modes = []
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, num_sanity_val_steps=1, **QUIET)
+    fit_error = error_of(lambda: trainer.fit(module, loader(2), loader(3)))
+    validate_error = error_of(lambda: trainer.validate(module, loader(3), verbose=False))
+    return {"fit_error": fit_error, "validate_error": validate_error, "modes": sorted(set(module.modes))}
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -277,4 +323,6 @@ CASES = {
     "csv_steps_without_step": run_csv_steps_without_step,
     "checkpoint_hparams_keys": run_checkpoint_hparams_keys,
     "missing_and_read_only": run_missing_and_read_only,
+    "val_data_source": run_val_data_source,
+    "grad_in_validation": run_grad_in_validation,
 }

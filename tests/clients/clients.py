@@ -1,0 +1,80 @@
+"""The clients and how one of their own test runs is launched: in a fresh process, on Lightning or on fabricx.
+
+A run is ``python -m pytest <the client's tests> -p client_plugin`` in a copy of the client's folder beside the
+report (its own pytest settings apply, and what it writes stays out of the source tree), with
+``FABRICX_CLIENT_FRAMEWORK`` choosing the framework; the plugin writes each case's outcome to a JSON file,
+which `run_client` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+CLIENTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = CLIENTS_DIR.parents[1]
+
+
+@dataclass(frozen=True)
+class Client:
+    """One client: its folder under tests/clients, the test paths its full run takes and the fast sample's node ids."""
+
+    folder: str
+    tests: tuple[str, ...]
+    fast: tuple[str, ...]
+
+
+CLIENTS = (
+    Client(
+        "lightning_hydra_template",
+        tests=("tests",),
+        fast=("tests/test_train.py::test_train_fast_dev_run",),
+    ),
+    Client(
+        "lightly",
+        tests=("tests/utils/benchmarking/test_knn_classifier.py",),
+        fast=("tests/utils/benchmarking/test_knn_classifier.py::TestKNNClassifier::test",),
+    ),
+    Client(
+        "pytorch_forecasting",
+        tests=("tests/test_models/test_nbeats.py", "tests/test_models/test_nhits.py"),
+        fast=(),  # its models do not import under the alias yet (known_differences.py)
+    ),
+    Client(
+        "gluonts",
+        tests=("test/torch/model/test_estimators.py",),
+        fast=(),  # a case takes 10-25 s: the full run is slow only
+    ),
+)
+
+
+def run_client(
+    client: Client, framework: str, selection: tuple[str, ...], report: Path, timeout: float
+) -> dict[str, str]:
+    """Run `selection` of `client`'s tests on ``"lightning"`` or ``"fabricx"``; node id -> outcome.
+
+    Example:
+        ```python
+        run_client(CLIENTS[0], "fabricx", CLIENTS[0].fast, tmp_path / "r.json", timeout=120)
+        ```
+    """
+    env = {
+        **os.environ,
+        "FABRICX_CLIENT_FRAMEWORK": framework,
+        "FABRICX_CLIENT_REPORT": str(report),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(CLIENTS_DIR)]),
+    }
+    command = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "-p", "client_plugin"]
+    workdir = report.parent / f"{client.folder}-{framework}"
+    shutil.copytree(CLIENTS_DIR / client.folder, workdir, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    if not report.exists():
+        raise AssertionError(
+            f"{client.folder} on {framework} wrote no report:\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+        )
+    return json.loads(report.read_text())
