@@ -9,7 +9,7 @@ export DS_BUILD_OPS ?= 0
 export DS_ACCELERATOR ?= cpu
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 
-.PHONY: demo test lint typecheck docs bench bench-tools gpu-wheels gpu-check clean
+.PHONY: demo test lint typecheck docs bench bench-tools gpu-wheels gpu-check clients clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-test: $(STAMP) lint docs
+test: $(STAMP) clients lint docs
 	$(PY) -m pytest -m "not slow" -q --durations=15
 
 # The instruction counts of the overhead benchmarks need valgrind (a Debian package): `make bench-tools` as root.
@@ -62,6 +62,18 @@ gpu-check:
 	@if [ -d "$(GPU_WHEELS)" ]; then $(GPU_PYTHON) -m pip install -q --no-index --no-deps --upgrade \
 		--find-links "$(GPU_WHEELS)" --target "$(GPU_SITE)" -r benchmarks/gpu_requirements.txt; fi
 	PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_SITE) $(GPU_PYTHON) -m benchmarks.gpu_check --out "$(GPU_OUT)" $(GPU_CHECK_ARGS)
+
+# The clients' packages (tests/clients/README.md), into a folder of their own that only the clients' runs see:
+# some of them ship top-level folders (tests, docs) that would shadow this project's, and their own dependency
+# pins would replace torch, lightning or pandas. Without them the clients' tests skip.
+CLIENTS_SITE ?= .cache/clients-site
+clients: $(CLIENTS_SITE)/.installed
+$(CLIENTS_SITE)/.installed: $(STAMP) Makefile
+	$(PY) -m pip install -q --no-deps --target $(CLIENTS_SITE) hydra-core "omegaconf<2.4" \
+		"antlr4-python3-runtime==4.9.3" hydra-colorlog colorlog rootutils python-dotenv "lightly==1.6.0" \
+		lightly-utils aenum "pytorch-forecasting==1.8.0" "scikit-base<1.1" "gluonts==0.17.0" toolz
+	rm -rf $(CLIENTS_SITE)/tests $(CLIENTS_SITE)/docs $(CLIENTS_SITE)/examples $(CLIENTS_SITE)/extension_templates
+	touch $@
 
 clean:
 	rm -rf $(VENV) site .cache demo_runs

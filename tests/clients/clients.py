@@ -8,6 +8,7 @@ which `run_client` returns.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ from pathlib import Path
 
 CLIENTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CLIENTS_DIR.parents[1]
+#: Where `make clients` installs the clients' packages (seen by the clients' runs only).
+SITE = REPO_ROOT / ".cache" / "clients-site"
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,12 @@ class Client:
     folder: str
     tests: tuple[str, ...]
     fast: tuple[str, ...]
+    #: The packages its tests import (installed by `make clients`, not by `make test`: see README.md).
+    requires: tuple[str, ...] = ()
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in self.requires if not (SITE / name).is_dir() and importlib.util.find_spec(name) is None]
 
 
 CLIENTS = (
@@ -34,21 +43,25 @@ CLIENTS = (
         "lightning_hydra_template",
         tests=("tests",),
         fast=("tests/test_train.py::test_train_fast_dev_run",),
+        requires=("hydra", "omegaconf", "rootutils", "colorlog"),
     ),
     Client(
         "lightly",
         tests=("tests/utils/benchmarking/test_knn_classifier.py",),
         fast=("tests/utils/benchmarking/test_knn_classifier.py::TestKNNClassifier::test",),
+        requires=("lightly",),
     ),
     Client(
         "pytorch_forecasting",
         tests=("tests/test_models/test_nbeats.py", "tests/test_models/test_nhits.py"),
         fast=(),  # its models do not import under the alias yet (known_differences.py)
+        requires=("pytorch_forecasting",),
     ),
     Client(
         "gluonts",
         tests=("test/torch/model/test_estimators.py",),
         fast=(),  # a case takes 10-25 s: the full run is slow only
+        requires=("gluonts",),
     ),
 )
 
@@ -67,7 +80,7 @@ def run_client(
         **os.environ,
         "FABRICX_CLIENT_FRAMEWORK": framework,
         "FABRICX_CLIENT_REPORT": str(report),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(CLIENTS_DIR)]),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(CLIENTS_DIR), str(SITE)]),
     }
     command = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "-p", "client_plugin"]
     workdir = report.parent / f"{client.folder}-{framework}"
