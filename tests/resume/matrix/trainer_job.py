@@ -149,8 +149,9 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     try:
         trainer.fit(module, ckpt_path=ckpt_path)
     except Exception as error:
-        # Re-raised from spawned processes as another class of the same name (`__mp_main__.StopRun`).
-        if type(error).__name__ != StopRun.__name__:
+        # Re-raised from spawned processes as another class of the same name (`__mp_main__.StopRun`), or inside
+        # the launcher's own error that quotes the process's traceback.
+        if type(error).__name__ != StopRun.__name__ and f"{StopRun.__name__}:" not in str(error):
             raise
 
 
