@@ -35,8 +35,11 @@ def processed_counts(progress: Progress) -> ProcessedTracker:
 class DataSource:
     """Whether a loop has data to run on, read as Lightning's ``_DataConnectorSource.is_defined()``."""
 
-    def __init__(self, is_defined: Callable[[], bool]) -> None:
-        self.is_defined = is_defined
+    def __init__(self, is_defined: Callable[[], bool] | None) -> None:
+        self._is_defined = is_defined  # a bound method, not a lambda: the Trainer is pickled for ddp_spawn
+
+    def is_defined(self) -> bool:
+        return self._is_defined is not None and bool(self._is_defined())
 
 
 class EvaluationLoop:
@@ -48,7 +51,7 @@ class EvaluationLoop:
         self._runner = runner
         # Lightning's name: libraries read it (gluonts' `configure_optimizers` monitors "val_loss" only when
         # `trainer.fit_loop.epoch_loop.val_loop._data_source.is_defined()`).
-        self._data_source = DataSource(has_data or (lambda: False))
+        self._data_source = DataSource(has_data)
 
     def run(self) -> Any:
         """Run the loop (inside fit: one validation pass)."""
@@ -140,8 +143,11 @@ class TrainingEpochLoop:
         self.scheduler_progress = SchedulerProgress()
         self.automatic_optimization = AutomaticOptimization()
         self.manual_optimization = ManualOptimization()
-        self.val_loop = EvaluationLoop(val_runner, has_data=lambda: trainer._data.has_val_source())
+        self.val_loop = EvaluationLoop(val_runner, has_data=self._has_val_source)
         self.restarting = False
+
+    def _has_val_source(self) -> bool:
+        return self._trainer._data.has_val_source()
 
     @property
     def min_steps(self) -> int | None:
