@@ -8,12 +8,10 @@ lets a first ``fit`` with fewer epochs return and resumes with ``ckpt_path="last
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -23,6 +21,7 @@ from cells import EPOCHS, Cell, by_id
 from record import final_state
 from toy_data import IdDataset
 
+from fabricx import seed_everything
 from fabricx.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
 from fabricx.train import CombinedLoader, Trainer, TrainModule
 
@@ -127,8 +126,8 @@ class WriteOnException(Callback):
 
 def fit(cell: Cell, phase: str, out: Path) -> None:
     world = cell.resume_world if phase == "resume" else cell.world
-    random.seed(0), np.random.seed(0)
-    torch.manual_seed(cell.seed % 1000 if phase != "resume" else 4321)
+    # seed_everything also reaches processes that ddp_spawn starts (they seed from its environment variable).
+    seed_everything(cell.seed % 1000 if phase != "resume" else 4321, verbose=False)
     module = Recorded(cell, phase, out)
     folder = out / f"{cell.id}.{'straight' if phase == 'straight' else 'first'}"  # the resume reads the first's
     callbacks = [
