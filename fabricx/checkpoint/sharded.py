@@ -108,7 +108,8 @@ def get_optimizer_state(module: Module, optimizer: Optimizer, *, full: bool) -> 
         # the saving run goes on with no state, as if it had not saved, and the saved step count is 0, so that a
         # run resumed from it takes its first step as a fresh optimizer does.
         optimizer.state.clear()
-        state = {**state, "state": {name: _unstepped(entry) for name, entry in state.get("state", {}).items()}}
+        per_param = cast("dict[str, Any]", state.get("state") or {})
+        state = {**state, "state": {name: _unstepped(entry) for name, entry in per_param.items()}}
     return optimizer_state_by_index(state) if full else state
 
 
