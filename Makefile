@@ -71,7 +71,7 @@ clients: $(CLIENTS_SITE)/.installed
 $(CLIENTS_SITE)/.installed: $(STAMP) Makefile
 	$(PY) -m pip install -q --no-deps --target $(CLIENTS_SITE) hydra-core "omegaconf<2.4" \
 		"antlr4-python3-runtime==4.9.3" hydra-colorlog colorlog rootutils python-dotenv "lightly==1.6.0" \
-		lightly-utils aenum "pytorch-forecasting==1.8.0" "scikit-base<1.1" "gluonts==0.17.0" toolz
+		lightly-utils aenum "pytorch-forecasting==1.8.0" "scikit-base<1.1" "gluonts==0.17.0" toolz pytest-mock
 	rm -rf $(CLIENTS_SITE)/tests $(CLIENTS_SITE)/docs $(CLIENTS_SITE)/examples $(CLIENTS_SITE)/extension_templates
 	touch $@
 
