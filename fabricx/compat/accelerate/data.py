@@ -599,8 +599,13 @@ class AcceleratedDataLoader:
             "process_index": self._options.process_index,
             "num_processes": self._options.num_processes,
             "position": self._position(),
-            "lookahead": self._lookahead if _plain_batch(self._lookahead) else None,
+            "lookahead": self._saved_lookahead(),
         }
+
+    def _saved_lookahead(self) -> Any:
+        # One process only: several processes read their shares of one global order, which resumed exactly already.
+        lookahead = self._lookahead
+        return lookahead if self._options.num_processes == 1 and _plain_batch(lookahead) else None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a `state_dict()`: the next ``iter()`` continues with the next unseen batch."""
