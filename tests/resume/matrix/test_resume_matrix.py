@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import KNOWN_INEXACT, all_cells, fast_sample
+from cells import all_cells, fast_sample, known_inexact
 from runner import reproduce_command, run_cells
 
 FAST_SEED = int(os.environ.get("FABRICX_MATRIX_SEED", "38"))
@@ -23,9 +23,9 @@ FAST_SEED = int(os.environ.get("FABRICX_MATRIX_SEED", "38"))
 
 def _assert_exact(cells, tmp_path: Path) -> None:
     report = run_cells(cells, tmp_path)
-    fixed = [cell.id for cell in cells if cell.id in KNOWN_INEXACT and not report[cell.id]]
-    assert not fixed, f"cells now exact: remove them from cells.KNOWN_INEXACT: {fixed}"
-    failed = {cell: report[cell.id] for cell in cells if report[cell.id] and cell.id not in KNOWN_INEXACT}
+    fixed = [cell.id for cell in cells if known_inexact(cell) and not report[cell.id]]
+    assert not fixed, f"cells now exact: remove them from cells.known_inexact: {fixed}"
+    failed = {cell: report[cell.id] for cell in cells if report[cell.id] and not known_inexact(cell)}
     lines = []
     for cell, problems in failed.items():
         lines.append(f"{cell.id}: " + "; ".join(p[:400] for p in problems[:3]))
