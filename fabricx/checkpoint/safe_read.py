@@ -156,7 +156,7 @@ def _admit(path: Path, what: str, root: Path | None, missing: str | None) -> os.
             if target.is_relative_to(root.resolve(strict=True)):
                 info = os.stat(target)
         except (OSError, RuntimeError):
-            pass
+            pass  # a dangling or looping link: `info` stays the link's own, refused just below
         if stat.S_ISLNK(info.st_mode):
             raise CheckpointError(
                 f"Refusing to read {what} {path}: it is a symbolic link to a file outside the checkpoint {root}. "
