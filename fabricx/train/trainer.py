@@ -194,8 +194,7 @@ class Trainer(TrainerProperties):
         config.apply_process_settings()
         self._loggers = config.logger_objects()
         self._fabric = TrainerFabric(**config.fabric_flags(), loggers=self._loggers)
-        # Processes started by the Trainer itself (spawn/fork) send their results back to this one.
-        self._spawns = bool(getattr(self._fabric.strategy.launcher, "requires_function", False))
+        self._spawns = bool(getattr(self._fabric.strategy.launcher, "requires_function", False))  # results come back
         self.callbacks = trainer_callbacks(config)
         self._init_run_state()
 

@@ -175,7 +175,7 @@ def test_trackers_do_nothing_off_rank_zero(tmp_path, monkeypatch):
 
 
 def test_missing_tracker_package_names_the_install_command():
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'fabricx\[nothere\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "fabricx\[nothere\]"'):
         require("fabricx_no_such_package", extra="nothere", feature="SomeLogger")
 
 

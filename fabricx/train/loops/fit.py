@@ -70,7 +70,7 @@ class FitLoop:
         self._steps = steps
         self.data = FitData(trainer, run)
         self.epoch_progress = Progress()
-        self.epoch_loop = TrainingEpochLoop(trainer, self.run_validation)
+        self.epoch_loop = TrainingEpochLoop(trainer, self.run_validation, self.data.has_val_source)
         self._restarting = False
         self._loaded = False  # restored from a checkpoint, not reset since
         # The restored counts were adjusted by `reset` (it may run again before the next epoch: not twice).

@@ -137,17 +137,14 @@ class ManualOptimization:
 class TrainingEpochLoop:
     """One training epoch's counters: batches, scheduler steps, optimizer steps, the validation inside it."""
 
-    def __init__(self, trainer: Trainer, val_runner: Callable[[], Any]) -> None:
+    def __init__(self, trainer: Trainer, val_runner: Callable[[], Any], has_val_data: Callable[[], bool]) -> None:
         self._trainer = trainer
         self.batch_progress = BatchProgress()
         self.scheduler_progress = SchedulerProgress()
         self.automatic_optimization = AutomaticOptimization()
         self.manual_optimization = ManualOptimization()
-        self.val_loop = EvaluationLoop(val_runner, has_data=self._has_val_source)
+        self.val_loop = EvaluationLoop(val_runner, has_data=has_val_data)
         self.restarting = False
-
-    def _has_val_source(self) -> bool:
-        return self._trainer._data.has_val_source()
 
     @property
     def min_steps(self) -> int | None:
