@@ -34,8 +34,10 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# One pytest worker per core (2 on the CI machine); a test file stays on one worker, so its module fixtures run once.
+TEST_WORKERS ?= 2
 test: $(STAMP) clients lint docs
-	$(PY) -m pytest -m "not slow" -q --durations=15
+	$(PY) -m pytest -m "not slow" -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 # The instruction counts of the overhead benchmarks need valgrind (a Debian package): `make bench-tools` as root.
 bench: $(STAMP)

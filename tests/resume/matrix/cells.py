@@ -247,7 +247,7 @@ def by_id(cell_id: str) -> Cell:
 ALWAYS = ("fabric-ddp2to2-shuffle-after_for-e0", "accelerate-single1to1-shuffle-mid-e1")
 
 
-def fast_sample(seed: int, per_group: int = 3, groups: int = 4) -> list[Cell]:
+def fast_sample(seed: int, per_group: int = 3, groups: int = 3) -> list[Cell]:
     """The `ALWAYS` cells and a seeded sample: ``per_group`` cells of ``groups`` launch groups (always 1 process
     and DDP among them)."""
     rng = random.Random(seed)
