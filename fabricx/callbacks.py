@@ -11,6 +11,7 @@ from fabricx.callbacks import EarlyStopping, ModelCheckpoint
 
 from fabricx.train.callbacks import (
     BackboneFinetuning,
+    BasePredictionWriter,
     BaseFinetuning,
     Callback,
     DeviceStatsMonitor,
@@ -25,13 +26,16 @@ from fabricx.train.callbacks import (
     Timer,
     TQDMProgressBar,
 )
+from fabricx.train.tuner.finder_callback import LearningRateFinder
 
 __all__ = [
     "BackboneFinetuning",
+    "BasePredictionWriter",
     "BaseFinetuning",
     "Callback",
     "DeviceStatsMonitor",
     "EarlyStopping",
+    "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "OnExceptionCheckpoint",

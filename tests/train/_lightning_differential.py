@@ -24,6 +24,9 @@ SWAPS = {
     "from lightning.pytorch.callbacks import Callback, ModelCheckpoint": (
         "from fabricx.callbacks import Callback, ModelCheckpoint"
     ),
+    "from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint": (
+        "from fabricx.callbacks import BasePredictionWriter, Callback, ModelCheckpoint"
+    ),
     "from lightning.pytorch.loggers import CSVLogger": "from fabricx.loggers import CSVLogger",
     "from lightning.pytorch.plugins import DoublePrecision": "from fabricx.precision import DoublePrecision",
 }

@@ -206,3 +206,13 @@ def test_rank_zero_only_of_lightning_utilities_is_set_at_import():
     assert _rank_run("fabricx", "3") == lightning  # the Fabric side too
     # No launcher: rank 0, the helper runs (on Lightning, too, rather than "needs to be set before use").
     assert _rank_run("fabricx.train", None) == "(0, 'ran')"
+
+
+def test_prediction_writer_sees_the_batches_indices_and_the_epochs_predictions(results):
+    # pytorch-forecasting's predict() is a BasePredictionWriter reading trainer.predict_loop.epoch_batch_indices.
+    lightning, fabricx = _case(results, "prediction_writer")
+    assert fabricx == lightning
+    shuffled = lightning["batch_and_epoch-True"]["batches"][-3:]
+    assert sorted(i for _, _, indices, _ in shuffled for i in indices) == list(range(10))  # real sample indices
+    assert lightning["epoch-False"]["epochs"] and lightning["epoch-False"]["returned"] is False
+    assert "write_interval" in lightning["bad_interval"]["message"]

@@ -9,6 +9,7 @@ from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 from fabricx.train.callbacks.model_summary import RichModelSummary
 from fabricx.train.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+from fabricx.train.callbacks.prediction_writer import BasePredictionWriter
 from fabricx.train.callbacks.progress_bar import RichProgressBar
 from fabricx.train.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from fabricx.train.callbacks.throughput import ThroughputMonitor
@@ -18,6 +19,7 @@ from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 __all__ = [
     "BackboneFinetuning",
     "BaseFinetuning",
+    "BasePredictionWriter",
     "Callback",
     "DeviceStatsMonitor",
     "EarlyStopping",

@@ -8,7 +8,10 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import DataLoader
 
+from fabricx.data.loader import FabricDataLoader
+from fabricx.train.callbacks.prediction_writer import BasePredictionWriter, BatchIndexRecorder
 from fabricx.train.current_hook import named_hook
 from fabricx.train.logging_result import ResultCollection, to_float
 from fabricx.train.loops.dataloader_iter import DataLoaderIter, Fetched, takes_dataloader_iter
@@ -244,7 +247,9 @@ def run_evaluation(
 def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], limits: Sequence[float]) -> list[Any]:
     """Collect ``predict_step`` outputs (one list per loader when several are given) into `trainer.predict_loop`
     (none are kept with ``return_predictions=False``, as in Lightning)."""
-    keep = trainer.predict_loop.return_predictions
+    loop = trainer.predict_loop
+    writers = [callback for callback in trainer.callbacks if isinstance(callback, BasePredictionWriter)]
+    keep = loop.return_predictions or any(writer.interval.on_epoch for writer in writers)
     hooks = run.hooks
     step = run.step_function("predict_step")
     assert run.module is not None, "prediction runs on a set-up module"
@@ -255,7 +260,8 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
     check_dataloader_idx(run.module, "predict", ["predict_step"], multiple and not feeds_iterator)
     check_dataloader_idx(run.module, "predict", ["on_predict_batch_start", "on_predict_batch_end"], multiple)
     outputs: list[list[Any]] = [[] for _ in loaders]
-    with _eval_context(trainer, run, "predict"):
+    loop.epoch_batch_indices = [[] for _ in loaders]
+    with _eval_context(trainer, run, "predict"), _batch_indices_recorded(loaders if writers else []) as recorded:
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         batches = _sequential(loaders, limits, None)
@@ -273,13 +279,40 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
                     break
                 batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
                 extra = (dataloader_idx,) if multiple else ()
+            if recorded:
+                recorder = recorded[dataloader_idx]
+                seen = recorder.seen_batch_indices if recorder is not None else []
+                loop.current_batch_indices = seen[batch_idx] if batch_idx < len(seen) else []
+                loop.epoch_batch_indices[dataloader_idx].append(loop.current_batch_indices)
             hooks.call("on_predict_batch_end", prediction, batch, batch_idx, *extra)
             if keep:
                 outputs[dataloader_idx].append(prediction)
+        loop.keep(outputs, for_writers=keep)
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
-    trainer.predict_loop.keep(outputs if keep else [])
+    loop.keep(outputs)
     return outputs if multiple else outputs[0]
+
+
+@contextlib.contextmanager
+def _batch_indices_recorded(loaders: Sequence[Any]) -> Iterator[list[BatchIndexRecorder | None]]:
+    """Per loader, a recorder of the sample indices of each batch it yields in this block (``None`` for a loader
+    without a batch sampler); the loaders get their own batch samplers back afterwards."""
+    recorders: list[BatchIndexRecorder | None] = []
+    loaders = [loader.loader if isinstance(loader, FabricDataLoader) else loader for loader in loaders]
+    for loader in loaders:
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        recorder = BatchIndexRecorder(batch_sampler) if isinstance(loader, DataLoader) and batch_sampler else None
+        if recorder is not None:
+            # DataLoader refuses a new batch_sampler after __init__; it only reads it when an iterator starts.
+            object.__setattr__(loader, "batch_sampler", recorder)
+        recorders.append(recorder)
+    try:
+        yield recorders
+    finally:
+        for loader, recorder in zip(loaders, recorders, strict=True):
+            if recorder is not None:
+                object.__setattr__(loader, "batch_sampler", recorder.batch_sampler)
 
 
 def _next_batch(

@@ -105,6 +105,9 @@ class PredictionLoop(EvaluationLoop):
         super().__init__()
         self.return_predictions = True
         self._predictions: list[list[Any]] = []  # loaders x batches
+        # Read by `BasePredictionWriter`: the sample indices of the current batch, and of every batch per loader.
+        self.current_batch_indices: list[int] = []
+        self.epoch_batch_indices: list[list[list[int]]] = []
 
     @property
     def predictions(self) -> list[Any]:
@@ -113,9 +116,10 @@ class PredictionLoop(EvaluationLoop):
             return []
         return self._predictions[0] if len(self._predictions) == 1 else self._predictions
 
-    def keep(self, predictions: list[list[Any]]) -> None:
-        """Store one `predict`'s outputs, one list per loader (nothing when `return_predictions` is off)."""
-        self._predictions = predictions if self.return_predictions else []
+    def keep(self, predictions: list[list[Any]], *, for_writers: bool = False) -> None:
+        """Store one `predict`'s outputs, one list per loader (nothing when `return_predictions` is off, unless
+        an epoch-end prediction writer is about to read them)."""
+        self._predictions = predictions if self.return_predictions or for_writers else []
 
 
 class AutomaticOptimization:

@@ -13,7 +13,7 @@ from collections.abc import MutableSequence
 
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins import DoublePrecision
 from torch import nn
@@ -314,6 +314,41 @@ def run_grad_in_validation(root: str) -> dict:
     return {"fit_error": fit_error, "validate_error": validate_error, "modes": sorted(set(module.modes))}
 
 
+# -- 11. a prediction writer sees each batch's sample indices and, at the epoch's end, every prediction ----
+class RecordingWriter(BasePredictionWriter):
+    def __init__(self, interval):
+        super().__init__(interval)
+        self.batches, self.epochs = [], []
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+        self.batches.append((batch_idx, dataloader_idx, list(batch_indices), prediction.sum().item()))
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
+        flat = predictions if isinstance(predictions[0], torch.Tensor) else [p for per in predictions for p in per]
+        self.epochs.append((batch_indices, [p.sum().item() for p in flat]))
+
+
+class Predicts(Regressor):
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        return self(batch[0])
+
+
+def run_prediction_writer(root: str) -> dict:
+    torch.manual_seed(5)
+    module, seen = Predicts(), {}
+    order = torch.Generator().manual_seed(2)
+    shuffled = DataLoader(regression(10, seed=1), batch_size=4, shuffle=True, generator=order)
+    for interval in ("batch", "epoch", "batch_and_epoch"):
+        for keep in (True, False):
+            writer = RecordingWriter(interval)
+            trainer = Trainer(logger=False, callbacks=[writer], **QUIET)
+            returned = trainer.predict(module, [loader(1), shuffled], return_predictions=keep)
+            seen[f"{interval}-{keep}"] = {"batches": writer.batches, "epochs": writer.epochs,
+                                          "returned": returned is not None and len(returned)}
+    seen["bad_interval"] = error_of(lambda: RecordingWriter("step"))
+    return seen
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -325,4 +360,5 @@ CASES = {
     "missing_and_read_only": run_missing_and_read_only,
     "val_data_source": run_val_data_source,
     "grad_in_validation": run_grad_in_validation,
+    "prediction_writer": run_prediction_writer,
 }

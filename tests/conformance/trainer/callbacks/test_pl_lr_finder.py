@@ -5,11 +5,7 @@ use names that are not public or pieces fabricx does not build:
 
 * `test_accumulation_and_early_stopping`: uses the private name `_total_batch_idx`
 * `test_gradient_correctness`: uses Lightning's private `_LRFinder`
-* `test_lr_finder_callback_applies_lr_after_restore`: uses the `LearningRateFinder` callback (fabricx builds the Tuner's `lr_find`, not the callback)
 * `test_lr_finder_callback_restarting`: uses the private name `_expected_max_steps`
-* `test_lr_finder_callback_val_batches`: uses the `LearningRateFinder` callback (fabricx builds the Tuner's `lr_find`, not the callback)
-* `test_lr_finder_checkpoint_cleanup_on_error`: uses the `LearningRateFinder` callback (fabricx builds the Tuner's `lr_find`, not the callback)
-* `test_lr_finder_with_early_stopping`: uses the `LearningRateFinder` callback (fabricx builds the Tuner's `lr_find`, not the callback)
 * `test_suggestion_not_enough_finite_points`: uses Lightning's private `_LRFinder`
 """
 
@@ -55,7 +51,7 @@ from fabricx.train import Trainer
 from fabricx.utilities.seed import seed_everything
 from fabricx.callbacks import EarlyStopping
 from fabricx.train.callbacks.finetuning import BackboneFinetuning
-LearningRateFinder = _NotInFabricx("the `LearningRateFinder` callback (fabricx builds the Tuner's `lr_find`, not the callback)")
+from fabricx.callbacks import LearningRateFinder
 from _pl_boring import BoringModel
 _LRFinder = _NotInFabricx("Lightning's private `_LRFinder`")
 from fabricx.train.tuner.tuning import Tuner
@@ -562,3 +558,212 @@ def test_lr_finder_with_backbone_finetuning_callback(tmp_path):
     # Check that backbone was unfrozen at the correct epoch
     for param in model.backbone.parameters():
         assert param.requires_grad, "Backbone parameters should be unfrozen after epoch 1"
+
+
+def test_lr_finder_callback_val_batches(tmp_path):
+    """Test that `LearningRateFinder` does not limit the number of val batches during training."""
+
+    class CustomBoringModel(BoringModel):
+        def __init__(self, lr):
+            super().__init__()
+            self.lr = lr
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    num_lr_tuner_training_steps = 5
+    model = CustomBoringModel(0.1)
+    trainer = Trainer(
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
+        max_epochs=1,
+        enable_model_summary=False,
+        callbacks=[LearningRateFinder(num_training_steps=num_lr_tuner_training_steps)],
+    )
+    trainer.fit(model)
+
+    assert trainer.num_val_batches[0] == len(trainer.val_dataloaders)
+    assert trainer.num_val_batches[0] != num_lr_tuner_training_steps
+
+
+def test_lr_finder_with_early_stopping(tmp_path):
+    class ModelWithValidation(BoringModel):
+        def __init__(self):
+            super().__init__()
+            self.learning_rate = 0.1
+
+        def validation_step(self, batch, batch_idx):
+            output = self.step(batch)
+            # Log validation loss that EarlyStopping will monitor
+            self.log("val_loss", output, on_epoch=True)
+            return output
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+
+            # Add ReduceLROnPlateau scheduler that monitors val_loss (issue #20355)
+            plateau_scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+                optimizer, mode="min", factor=0.5, patience=2
+            )
+            scheduler_config = {"scheduler": plateau_scheduler, "interval": "epoch", "monitor": "val_loss"}
+
+            return {"optimizer": optimizer, "lr_scheduler": scheduler_config}
+
+    model = ModelWithValidation()
+
+    # Both callbacks that previously caused issues
+    callbacks = [
+        LearningRateFinder(num_training_steps=100, update_attr=False),
+        EarlyStopping(monitor="val_loss", patience=3),
+    ]
+
+    trainer = Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=10,
+        callbacks=callbacks,
+        limit_train_batches=5,
+        limit_val_batches=3,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+    )
+
+    trainer.fit(model)
+    assert trainer.state.finished
+
+    # Verify that both callbacks were active
+    lr_finder_callback = None
+    early_stopping_callback = None
+    for callback in trainer.callbacks:
+        if isinstance(callback, LearningRateFinder):
+            lr_finder_callback = callback
+        elif isinstance(callback, EarlyStopping):
+            early_stopping_callback = callback
+
+    assert lr_finder_callback is not None, "LearningRateFinder callback should be present"
+    assert early_stopping_callback is not None, "EarlyStopping callback should be present"
+
+    # Verify learning rate finder ran and has results
+    assert lr_finder_callback.optimal_lr is not None, "Learning rate finder should have results"
+    suggestion = lr_finder_callback.optimal_lr.suggestion()
+    if suggestion is not None:
+        assert suggestion > 0, "Learning rate suggestion should be positive"
+
+
+def test_lr_finder_callback_applies_lr_after_restore(tmp_path):
+    """LearningRateFinder used as a callback should apply its suggested LR to the optimizer used after state
+    restoration."""
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, Dataset
+
+    from fabricx.callbacks import LearningRateMonitor
+
+    class RandomDataset(Dataset):
+        def __init__(self, n: int = 256, in_dim: int = 28 * 28):
+            self.x = torch.randn(n, in_dim)
+            self.y = torch.randn(n, in_dim)
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, idx):
+            return self.x[idx], self.y[idx]
+
+    class TinyAE(BoringModel):
+        def __init__(self, lr: float = 1e-5):
+            super().__init__()
+            self.save_hyperparameters()
+            self.encoder = nn.Sequential(nn.Linear(28 * 28, 128), nn.ReLU(), nn.Linear(128, 3))
+            self.decoder = nn.Sequential(nn.Linear(3, 128), nn.ReLU(), nn.Linear(128, 28 * 28))
+
+        def training_step(self, batch: Any, batch_idx: int) -> STEP_OUTPUT:
+            x, y = batch
+            z = self.encoder(x)
+            x_hat = self.decoder(z)
+            return F.mse_loss(x_hat, y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+    seed_everything(123)
+
+    ds = RandomDataset(n=512)
+    train_loader = DataLoader(ds, batch_size=64, shuffle=False)
+
+    model = TinyAE(lr=1e-5)
+
+    lr_finder_cb = LearningRateFinder()  # default update_attr=True should apply suggestion
+    lr_monitor = LearningRateMonitor(logging_interval="step")
+
+    trainer = Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=2,
+        callbacks=[lr_finder_cb, lr_monitor],
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        log_every_n_steps=1,
+    )
+
+    trainer.fit(model, train_loader)
+    assert model.hparams.lr is not None
+    # Ensure LR Finder produced a suggestion for this setup; if not, the test can't assert application
+    assert lr_finder_cb.optimal_lr is not None, "LR Finder should have computed results"
+    suggestion = lr_finder_cb.optimal_lr.suggestion()
+    assert suggestion is not None, "LR Finder should produce a suggestion for this setup"
+
+    # Verify that the optimizer used for subsequent training has the suggested LR applied
+    assert trainer.optimizers, "Trainer should have an optimizer after fit"
+    current_lr = trainer.optimizers[0].param_groups[0]["lr"]
+    assert current_lr == pytest.approx(suggestion), (
+        f"LR Finder suggestion {suggestion} should be applied to optimizer, but got {current_lr}"
+    )
+
+
+def test_lr_finder_checkpoint_cleanup_on_error(tmp_path):
+    """Test that temporary checkpoint files are cleaned up even when an error occurs during lr finding."""
+
+    class FailingModel(BoringModel):
+        def __init__(self, fail_on_step=2):
+            super().__init__()
+            self.fail_on_step = fail_on_step
+            self.current_step = 0
+            self.learning_rate = 1e-3
+
+        def training_step(self, batch, batch_idx):
+            self.current_step += 1
+            if self.current_step >= self.fail_on_step:
+                raise RuntimeError("Intentional failure for testing cleanup")
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=self.learning_rate)
+            lr_scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+            return [optimizer], [lr_scheduler]
+
+    model = FailingModel()
+    lr_finder = LearningRateFinder(num_training_steps=5)
+
+    trainer = Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        callbacks=[lr_finder],
+    )
+
+    # Check no lr_find checkpoint files exist initially
+    lr_find_checkpoints = glob.glob(os.path.join(tmp_path, ".lr_find_*.ckpt"))
+    assert len(lr_find_checkpoints) == 0, "No lr_find checkpoint files should exist initially"
+
+    # Run lr finder and expect it to fail
+    with pytest.raises(RuntimeError, match="Intentional failure for testing cleanup"):
+        trainer.fit(model)
+
+    # Check that no lr_find checkpoint files are left behind
+    lr_find_checkpoints = glob.glob(os.path.join(tmp_path, ".lr_find_*.ckpt"))
+    assert len(lr_find_checkpoints) == 0, (
+        f"lr_find checkpoint files should be cleaned up, but found: {lr_find_checkpoints}"
+    )
