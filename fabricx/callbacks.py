@@ -11,8 +11,8 @@ from fabricx.callbacks import EarlyStopping, ModelCheckpoint
 
 from fabricx.train.callbacks import (
     BackboneFinetuning,
-    BasePredictionWriter,
     BaseFinetuning,
+    BasePredictionWriter,
     Callback,
     DeviceStatsMonitor,
     EarlyStopping,
@@ -30,8 +30,8 @@ from fabricx.train.tuner.finder_callback import LearningRateFinder
 
 __all__ = [
     "BackboneFinetuning",
-    "BasePredictionWriter",
     "BaseFinetuning",
+    "BasePredictionWriter",
     "Callback",
     "DeviceStatsMonitor",
     "EarlyStopping",
