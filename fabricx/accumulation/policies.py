@@ -15,17 +15,8 @@ if TYPE_CHECKING:
     from fabricx.accumulation.state import AccumulationState
 
 
-def last_window_length(steps: int, epoch_length: int | None, consumed: int) -> int:
-    """``steps``, or fewer for an epoch's last window, when the window starts after ``consumed - 1`` of the epoch's
-    ``epoch_length`` batches (``None``: a loader without a length, every window is whole).
-
-    Example:
-        ```python
-        last_window_length(4, epoch_length=10, consumed=9)  # 2
-        ```
-    """
-    if epoch_length is None:
-        return steps
+def _last_window_length(steps: int, epoch_length: int, consumed: int) -> int:
+    """``steps``, or fewer for the epoch's last window, which starts at batch ``consumed`` of ``epoch_length``."""
     remaining = epoch_length - consumed + 1
     return remaining if 0 < remaining < steps else steps
 
@@ -61,7 +52,7 @@ class EpochWindows:
                 length = len(loader)
             except TypeError:  # a loader without a length: every window is whole
                 return steps
-        return last_window_length(steps, length, loader.batches_consumed)
+        return _last_window_length(steps, length, loader.batches_consumed)
 
     def ends_window(self, counter: int, window_length: int) -> bool:
         return counter >= window_length
@@ -109,7 +100,7 @@ class RunningCount:
             length = len(loader)
         except TypeError:  # a loader without a length: every window is whole
             return self.steps
-        return last_window_length(self.steps, length, loader.batches_consumed)
+        return _last_window_length(self.steps, length, loader.batches_consumed)
 
     def ends_window(self, counter: int, window_length: int) -> bool:
         loader = self._loader()
@@ -123,4 +114,4 @@ class RunningCount:
         return window_length if self.exact_scaling else 1
 
 
-__all__ = ["EpochWindows", "RunningCount", "last_window_length"]
+__all__ = ["EpochWindows", "RunningCount"]

@@ -11,26 +11,16 @@ from typing import Any, Protocol
 
 
 class WindowPolicy(Protocol):
-    """Where accumulation windows end: Fabric's epoch windows or Accelerate's running count
-    (`fabricx.accumulation.policies`)."""
+    """Where windows end (`fabricx.accumulation.policies`: Fabric's epoch windows, Accelerate's running count)."""
 
     @property
-    def steps(self) -> int:
-        """Micro-batches per window (1: every micro-batch steps, no window)."""
-        ...
+    def steps(self) -> int: ...  # micro-batches per window; 1: every micro-batch steps
 
-    def window_length(self, state: AccumulationState) -> int:
-        """How many micro-batches the window starting now holds."""
-        ...
+    def window_length(self, state: AccumulationState) -> int: ...  # of the window starting now
 
-    def ends_window(self, counter: int, window_length: int) -> bool:
-        """Whether micro-batch ``counter`` (1-based) of a window of ``window_length`` ends it; asked once per
-        micro-batch, in order."""
-        ...
+    def ends_window(self, counter: int, window_length: int) -> bool: ...  # asked once per micro-batch, in order
 
-    def loss_divisor(self, window_length: int) -> int:
-        """What `Fabric.backward` divides the loss by inside a window of ``window_length``."""
-        ...
+    def loss_divisor(self, window_length: int) -> int: ...  # what Fabric.backward divides the loss by
 
 
 class AccumulationState:
