@@ -15,9 +15,16 @@ if TYPE_CHECKING:
     from fabricx.accumulation.state import AccumulationState
 
 
-def _last_window_length(steps: int, epoch_length: int, consumed: int) -> int:
-    """``steps``, or fewer for the epoch's last window, which starts at batch ``consumed`` of ``epoch_length``."""
-    remaining = epoch_length - consumed + 1
+def _window_length(steps: int, loader: Any, epoch_length: int | None) -> int:
+    """``steps``, or fewer for the last window of ``loader``'s epoch (``epoch_length`` batches, else its length)."""
+    if loader is None:
+        return steps
+    if epoch_length is None:
+        try:
+            epoch_length = len(loader)
+        except TypeError:  # a loader without a length: every window is whole
+            return steps
+    remaining = epoch_length - loader.batches_consumed + 1
     return remaining if 0 < remaining < steps else steps
 
 
@@ -41,18 +48,9 @@ class EpochWindows:
 
     def window_length(self, state: AccumulationState) -> int:
         loader = state.active_loader
-        steps = self.steps
-        if loader is None:
-            return steps
-        length = self.epoch_length
-        if length is None:
-            length = getattr(loader, "epoch_batches", None)
-        if length is None:
-            try:
-                length = len(loader)
-            except TypeError:  # a loader without a length: every window is whole
-                return steps
-        return _last_window_length(steps, length, loader.batches_consumed)
+        # A fabricx loader measured its epoch when it started; other loaders are asked their length.
+        length = self.epoch_length if self.epoch_length is not None else getattr(loader, "epoch_batches", None)
+        return _window_length(self.steps, loader, length)
 
     def ends_window(self, counter: int, window_length: int) -> bool:
         return counter >= window_length
@@ -93,14 +91,7 @@ class RunningCount:
         return state.active_dataloader if state.sync_with_dataloader else None
 
     def window_length(self, state: AccumulationState) -> int:
-        loader = self._loader()
-        if loader is None:
-            return self.steps
-        try:
-            length = len(loader)
-        except TypeError:  # a loader without a length: every window is whole
-            return self.steps
-        return _last_window_length(self.steps, length, loader.batches_consumed)
+        return _window_length(self.steps, self._loader(), None)
 
     def ends_window(self, counter: int, window_length: int) -> bool:
         loader = self._loader()
