@@ -620,9 +620,9 @@ class Fabric:
         """
         if not self._launched:
             self._require_launched("backward()")
-        accumulation = self._accumulation
-        if accumulation.in_window and self._grad_accum_steps > 1:
-            tensor = tensor / accumulation.window_length
+        divisor = self._accumulation.loss_divisor  # inside a window: its policy's (the window's real length)
+        if divisor != 1:
+            tensor = tensor / divisor
         try:
             if self._plain_backward:
                 tensor.backward(*args, **kwargs)

@@ -55,10 +55,9 @@ class WindowPosition:
                     f"with {saved[1]} on {saved[0]} process(es) (here: {here[1]} on {here[0]}). Resume with that "
                     "setup, or resume from a checkpoint saved at a window boundary (after optimizer.step())."
                 )
-        acc = self.accumulation
-        acc.counter = int(state.get("counter", 0))
-        acc.window_length = int(state.get("window_length", 1))
-        acc.sync_gradients = bool(state.get("sync_gradients", True))
+        self.accumulation.restore(
+            int(state.get("counter", 0)), int(state.get("window_length", 1)), bool(state.get("sync_gradients", True))
+        )
 
 
 class WindowGradients:

@@ -596,7 +596,7 @@ class FabricDataLoader:
             if accumulation is not None:
                 # The loader that yielded the current batch measures accumulation windows (a
                 # validation loader iterated in between must not).
-                accumulation.active_loader = self
+                accumulation.set_active_loader(self)
             yield batch if device is None else move_data_to_device(batch, device)
         self._finished = True
 

@@ -15,7 +15,6 @@ from torch.optim import Optimizer
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.precision.precision import Precision
-from fabricx.utilities.apply import move_data_to_device
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.contents import EntryStorage
@@ -230,9 +229,6 @@ class Strategy(ABC):
                 reset()
 
     # -- data -----------------------------------------------------------------------------------
-    def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
-        return move_data_to_device(batch, device or self.root_device)
-
     def process_dataloader(self, dataloader: Any) -> Any:
         """A last change to a set-up data loader (identity for most strategies)."""
         return dataloader

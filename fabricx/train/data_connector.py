@@ -17,7 +17,6 @@ _METHOD = {
     "test": "test_dataloader",
     "predict": "predict_dataloader",
 }
-_STEP = {"train": "training_step", "validate": "validation_step", "test": "test_step", "predict": "predict_step"}
 
 
 def is_datamodule(obj: Any) -> bool:
@@ -39,15 +38,6 @@ def _source_defines(source: Any, method: str) -> bool:
     if isinstance(source, TrainModule):
         return defines(source, method, TrainModule)
     return True
-
-
-def module_defines_step(module: Any, kind: str) -> bool:
-    """Whether ``module`` has its own ``*_step`` for ``kind`` (``predict_step`` always exists)."""
-    if kind == "predict":
-        return True
-    if not isinstance(module, TrainModule):
-        return callable(getattr(module, _STEP[kind], None))
-    return defines(module, _STEP[kind], TrainModule)
 
 
 def defines_loader(datamodule: Any, module: Any, kind: str) -> bool:

@@ -36,6 +36,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from fabricx._compat.lr_scheduler import count_scheduler_step, scheduler_step_count
+from fabricx.accumulation.policies import RunningCount
 from fabricx.compat.accelerate.collectives import CollectivesMixin
 from fabricx.compat.accelerate.config import (
     DataLoaderConfiguration,
@@ -363,8 +364,7 @@ class Accelerator(StateMixin, CollectivesMixin):
         self.state.mixed_precision = self.mixed_precision
         self.flag_tensor: Tensor | None = None
         self._accumulate_depth = 0
-        #: Micro-batches counted by `accumulate()` since the last loader end (Accelerate's ``step``).
-        self.step = 0
+        self._windows = RunningCount(self.gradient_state, exact_scaling=self._exact_window_scaling)
         self._step_was_skipped = False
         self._log_with = normalize_log_with(log_with)
         self.trackers: list[Any] = []
@@ -449,6 +449,15 @@ class Accelerator(StateMixin, CollectivesMixin):
     def sync_gradients(self) -> bool:
         """Whether this micro-batch ends an accumulation window (the optimizer steps)."""
         return self._fabric.sync_gradients
+
+    @property
+    def step(self) -> int:
+        """Micro-batches counted by `accumulate()` since the last loader end (Accelerate's ``step``)."""
+        return self._windows.step
+
+    @step.setter
+    def step(self, step: int) -> None:
+        self._windows.step = step
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -605,12 +614,7 @@ class Accelerator(StateMixin, CollectivesMixin):
             iterator_at_prepare=config.use_stateful_dataloader,
         )
         prepared = AcceleratedDataLoader(loader, options, self.gradient_state)
-        accumulation = self._fabric.accumulation_state
-
-        def on_batch(current: AcceleratedDataLoader) -> None:
-            accumulation.active_loader = current
-
-        prepared.on_batch = on_batch
+        prepared.on_batch = self._fabric.accumulation_state.set_active_loader
         self._dataloaders.append(prepared)
         return prepared
 
@@ -658,14 +662,9 @@ class Accelerator(StateMixin, CollectivesMixin):
             ```
         """
         steps = self.gradient_accumulation_steps
-        if steps > 1 and (self._accumulate_depth == 0 or not self._exact_window_scaling):
-            accumulation = self._fabric.accumulation_state
-            in_window, accumulation.in_window = accumulation.in_window, False
-            try:
-                self._fabric.backward(loss / steps, **kwargs)
-            finally:
-                accumulation.in_window = in_window
-            return
+        if steps > 1 and not (self._exact_window_scaling and self._accumulate_depth):
+            # Accelerate's division; the window's own divisor is 1 then (see RunningCount.loss_divisor).
+            loss = loss / steps
         self._fabric.backward(loss, **kwargs)
 
     @contextlib.contextmanager
@@ -689,49 +688,21 @@ class Accelerator(StateMixin, CollectivesMixin):
                 raise TypeError(
                     f"accumulate() needs the models returned by accelerator.prepare(), got {type(model).__name__}."
                 )
-        boundary = self._window_step()
-        with contextlib.ExitStack() as stack:
-            if not boundary and not self._sync_each_batch:
-                for model in models:
-                    stack.enter_context(self._fabric.no_backward_sync(model))
-            accumulation = self._fabric.accumulation_state
-            accumulation.in_window = self.gradient_accumulation_steps > 1
-            self._accumulate_depth += 1
-            try:
-                yield
-            finally:
-                self._accumulate_depth -= 1
-                accumulation.in_window = False
-                if boundary:
-                    accumulation.counter = 0
-
-    def _window_step(self) -> bool:
-        """Count one micro-batch; whether it ends the window (the optimizer steps)."""
         accumulation = self._fabric.accumulation_state
-        steps = self.gradient_accumulation_steps
-        state = self.gradient_state
-        loader = state.active_dataloader if state.sync_with_dataloader else None
-        # Accelerate's rule: a running count of micro-batches, a boundary at every multiple of the
-        # (possibly changed) steps, and at the loader's end, where the count starts again.
-        if loader is not None and loader.end_of_dataloader:
-            self.step = 0
-            boundary = True
-        else:
-            self.step += 1
-            boundary = self.step % steps == 0
-        if steps > 1:
-            # The position in the window: for a save mid-window, and for exact_window_scaling.
-            accumulation.counter += 1
-            if accumulation.counter == 1:
-                accumulation.window_length = steps
-                if loader is not None:
-                    with contextlib.suppress(TypeError):
-                        remaining = len(loader) - loader.batches_consumed + 1
-                        if 0 < remaining < steps:
-                            accumulation.window_length = remaining
-        accumulation.sync_gradients = boundary
-        state.sync_gradients = boundary
-        return boundary
+        boundary = accumulation.begin(self._windows)
+        self.gradient_state._set_sync_gradients(boundary)
+        try:
+            with contextlib.ExitStack() as stack:
+                if not boundary and not self._sync_each_batch:
+                    for model in models:
+                        stack.enter_context(self._fabric.no_backward_sync(model))
+                self._accumulate_depth += 1
+                try:
+                    yield
+                finally:
+                    self._accumulate_depth -= 1
+        finally:
+            accumulation.end(boundary)
 
     @contextlib.contextmanager
     def trigger_sync_in_backward(self, model: nn.Module) -> Generator[None, None, None]:

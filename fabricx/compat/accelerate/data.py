@@ -45,6 +45,10 @@ class GradientState:
         self.sync_with_dataloader = sync_with_dataloader
         self.sync_gradients = True
 
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        """Accelerate's setter, which its ``Accelerator.accumulate`` and Transformers' ``Trainer`` call."""
+        self.sync_gradients = sync_gradients
+
     @classmethod
     def _reset_state(cls) -> None:
         """Accelerate's singleton reset; each fabricx Accelerator has its own state, so nothing to do."""
