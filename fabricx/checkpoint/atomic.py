@@ -181,6 +181,7 @@ class _BackgroundRemover:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queue: list[Path] = []
+        self._pending: set[Path] = set()  # queued or being deleted: a clean-up meanwhile skips them
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
@@ -188,6 +189,7 @@ class _BackgroundRemover:
     def submit(self, paths: list[Path]) -> None:
         with self._lock:
             self._queue.extend(paths)
+            self._pending.update(paths)
             self._idle.clear()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="fabricx-leftover-removal", daemon=True)
@@ -202,6 +204,12 @@ class _BackgroundRemover:
                     return
                 path = self._queue.pop()
             _remove(path)
+            with self._lock:
+                self._pending.discard(path)
+
+    def pending(self, path: Path) -> bool:
+        with self._lock:
+            return path in self._pending
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
@@ -504,7 +512,7 @@ def remove_dead_leftovers(folder: str | os.PathLike[str], names: Iterable[str] |
     trash: list[Path] = []
     for name in names:
         parsed = leftover_of(name)
-        if parsed is None:
+        if parsed is None or (parsed[1] == "del" and _remover.pending(root / name)):
             continue
         taken = _take_if_dead(root, name, *parsed)
         if taken is not None:

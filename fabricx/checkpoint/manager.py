@@ -470,7 +470,7 @@ class CheckpointManager:
                 doomed += [p for p in leftovers if not p.exists()]
         if batched:
             # A stale index's incomplete .old- copy is no checkpoint either; the rest only once its writer is gone.
-            named = [p for p in batched if (found := leftover_of(p.name)) is not None and found[1] != "old"]
+            named = {p for p in batched if (found := leftover_of(p.name)) is not None and found[1] != "old"}
             try:
                 discard_all([p for p in batched if p not in named])
                 gone = set(remove_dead_leftovers(self.directory, [p.name for p in named]))
