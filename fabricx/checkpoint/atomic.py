@@ -43,6 +43,7 @@ __all__ = [
     "fsync_tree",
     "leftover_of",
     "list_files",
+    "locked_temporary",
     "prepare_directory",
     "recover_directory",
     "remove_dead_leftovers",
@@ -416,7 +417,7 @@ def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp, handle = _locked_temporary(target)
+    tmp, handle = locked_temporary(target)
     try:
         with handle:
             write_fn(handle)
@@ -434,9 +435,20 @@ def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO
     remove_dead_leftovers(target.parent)
 
 
-def _locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
-    """A new ``<name>.tmp-<token>`` beside ``target``, open and locked while this process writes it (where
-    advisory locks exist), so that a later save can tell it from what a killed save left."""
+def locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
+    """A new ``<name>.tmp-f<12 hex>`` beside ``target``, open and locked until the caller closes it (where
+    advisory locks exist), so that a clean-up tells it from what a killed save left; rename it into place
+    before closing it.
+
+    Example:
+
+    ```python
+    tmp, handle = locked_temporary(Path("out/shard.bin"))
+    with handle:
+        handle.write(data)
+        os.replace(tmp, "out/shard.bin")
+    ```
+    """
     for _ in range(8):
         tmp = target.with_name(f"{target.name}{_TMP_MARK}f{secrets.token_hex(6)}")
         handle = open(tmp, "xb")  # noqa: SIM115 - closed by the caller
