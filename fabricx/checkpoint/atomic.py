@@ -8,8 +8,11 @@ deleted by first renaming it to ``<name>.del-<token>`` (a name no reader conside
 the middle of a deletion never leaves a half-deleted copy under a readable name. Which copy is
 complete is decided by a caller-given check (the checkpoint format's manifest), never by mtime.
 A single file is written under ``<name>.tmp-<token>``, locked while it is written, and renamed into
-place; each such save then removes (a bounded number of) the unlocked temporary files killed saves
-left in its folder (`discard_dead_temporary_files()`).
+place; a staging directory is locked by the process that prepared it until its commit or abort.
+
+What a writer leaves beside a checkpoint is recognised by one rule, `leftover_of()`, and every commit
+removes what killed writers left in its folder by it (`remove_dead_leftovers()`); readers and "latest"
+never take such a name for a checkpoint.
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ __all__ = [
     "atomic_write_file",
     "commit_directory",
     "discard_all",
-    "discard_dead_temporary_files",
     "fsync_tree",
+    "leftover_of",
     "list_files",
+    "locked_temporary",
     "prepare_directory",
     "recover_directory",
+    "remove_dead_leftovers",
     "remove_directory",
     "resolve_directory",
     "wait_for_background_removals",
@@ -177,6 +182,7 @@ class _BackgroundRemover:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queue: list[Path] = []
+        self._pending: set[Path] = set()  # queued or being deleted: a clean-up meanwhile skips them
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
@@ -184,6 +190,7 @@ class _BackgroundRemover:
     def submit(self, paths: list[Path]) -> None:
         with self._lock:
             self._queue.extend(paths)
+            self._pending.update(paths)
             self._idle.clear()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="fabricx-leftover-removal", daemon=True)
@@ -198,6 +205,12 @@ class _BackgroundRemover:
                     return
                 path = self._queue.pop()
             _remove(path)
+            with self._lock:
+                self._pending.discard(path)
+
+    def pending(self, path: Path) -> bool:
+        with self._lock:
+            return path in self._pending
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
@@ -261,10 +274,49 @@ def prepare_directory(path: str | os.PathLike[str], token: str | None = None) ->
     target = Path(path)
     tmp = temporary_name(target, token)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if tmp.exists() or tmp.is_symlink():
-        _remove(tmp)
-    tmp.mkdir()
-    return tmp
+    for _ in range(8):
+        if tmp.exists() or tmp.is_symlink():
+            _release(tmp)
+            _remove(tmp)
+        tmp.mkdir()
+        if _hold(tmp):
+            return tmp
+    raise OSError(f"Could not create the staging folder {tmp}: it kept being removed.")
+
+
+# Staging directories this process prepared and has not committed or aborted: path -> its locked descriptor.
+# The lock tells any other process's clean-up that the save is alive (a killed process's locks are gone).
+_held_lock = threading.Lock()
+_held: dict[Path, int] = {}
+
+
+def _hold(tmp: Path) -> bool:
+    """Lock the new staging directory ``tmp`` for as long as its save runs; ``False`` when a clean-up removed it
+    between its creation and the lock (then the caller creates it again)."""
+    if fcntl is None:
+        return True
+    try:
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_EX)  # blocking: a clean-up holds it only while it renames it away
+    try:
+        same = os.stat(tmp).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        same = False
+    if not same:
+        os.close(fd)
+        return False
+    with _held_lock:
+        _held[Path(os.path.abspath(tmp))] = fd
+    return True
+
+
+def _release(tmp: Path) -> None:
+    with _held_lock:
+        fd = _held.pop(Path(os.path.abspath(tmp)), None)
+    if fd is not None:
+        os.close(fd)
 
 
 def temporary_name(path: str | os.PathLike[str], token: str | None = None) -> Path:
@@ -313,6 +365,8 @@ def commit_directory(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) 
     else:
         os.rename(tmp_path, target)
         _fsync_dir(parent)
+    _release(tmp_path)
+    remove_dead_leftovers(parent)
 
 
 def abort_directory(tmp: str | os.PathLike[str]) -> None:
@@ -323,6 +377,7 @@ def abort_directory(tmp: str | os.PathLike[str]) -> None:
         abort_directory("ckpt.tmp-step100")
         ```
     """
+    _release(Path(tmp))
     _remove(Path(tmp))
 
 
@@ -362,7 +417,7 @@ def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp, handle = _locked_temporary(target)
+    tmp, handle = locked_temporary(target)
     try:
         with handle:
             write_fn(handle)
@@ -377,12 +432,23 @@ def atomic_write_file(path: str | os.PathLike[str], write_fn: Callable[[BinaryIO
             tmp.unlink()
         raise
     _fsync_dir(target.parent)
-    discard_dead_temporary_files(target.parent)
+    remove_dead_leftovers(target.parent)
 
 
-def _locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
-    """A new ``<name>.tmp-<token>`` beside ``target``, open and locked while this process writes it (where
-    advisory locks exist), so that a later save can tell it from what a killed save left."""
+def locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
+    """A new ``<name>.tmp-f<12 hex>`` beside ``target``, open and locked until the caller closes it (where
+    advisory locks exist), so that a clean-up tells it from what a killed save left; rename it into place
+    before closing it.
+
+    Example:
+
+    ```python
+    tmp, handle = locked_temporary(Path("out/shard.bin"))
+    with handle:
+        handle.write(data)
+        os.replace(tmp, "out/shard.bin")
+    ```
+    """
     for _ in range(8):
         tmp = target.with_name(f"{target.name}{_TMP_MARK}f{secrets.token_hex(6)}")
         handle = open(tmp, "xb")  # noqa: SIM115 - closed by the caller
@@ -395,51 +461,143 @@ def _locked_temporary(target: Path) -> tuple[Path, BinaryIO]:
     raise OSError(f"Could not create a temporary file beside {target}: it kept being removed.")
 
 
-#: The temporary files `atomic_write_file()` writes (``<name>.tmp-f<12 hex digits>``), a name no other writer
-#: uses (others stage unlocked files under ``.tmp-<8 hex>``, which a clean-up must not take for dead).
-_TEMPORARY_FILE = re.compile(r".+\.tmp-f[0-9a-f]{12}")
-#: How many left-over temporary files one save removes at most (its bounded share of the clean-up).
-CLEAN_UP_PER_SAVE = 64
+# ------------------------------------------------------------------------------------- the left-over rule
+
+#: Every name a writer leaves beside the checkpoint ``<name>`` it writes or deletes, and only these:
+#: ``<name>.tmp-<token>`` (a save in progress: a staging folder, or a single file's ``.tmp-f<12 hex>``),
+#: ``<name>.old-<token>`` (the previous copy during a swap), ``<name>.del-<token>`` (a deletion under way) and
+#: ``<name>.reserved`` (a writer's claim on the name). Object stores have no such names: a remote save's
+#: left-overs are versions its commit marker does not name and local staging copies (`storage.py`).
+_LEFTOVER = re.compile(
+    r"^(?P<base>.+?)(?:\.(?P<kind>tmp|old|del)-(?P<token>[A-Za-z0-9_-]{1,64})|\.(?P<claim>reserved))$"
+)
+#: The token of a single-file save's temporary file, and of a file a background deletion renamed: a regular
+#: file with another token (a user's ``notes.tmp-backup``, a tool's unlocked staging file) is never removed.
+_FILE_TOKEN = {"tmp": re.compile(r"f[0-9a-f]{12}"), "del": re.compile(r"[0-9a-f]{8}")}
 
 
-def discard_dead_temporary_files(folder: Path, limit: int = CLEAN_UP_PER_SAVE) -> int:
-    """Remove up to ``limit`` temporary files of single-file saves in ``folder`` that no running save holds
-    (what a killed save left); returns how many. Folders (directory saves' staging) are left to their own
-    save's recovery; without advisory locks (Windows) nothing is removed, since a live save cannot be told
-    from a dead one there.
+def leftover_of(name: str) -> tuple[str, str] | None:
+    """``(checkpoint name, kind)`` when ``name`` is what a writer leaves beside a checkpoint (kind ``"tmp"``,
+    ``"old"``, ``"del"`` or ``"reserved"``), else ``None``. No reader, listing or "latest" takes such a name for a
+    checkpoint; `remove_dead_leftovers()` removes it once its writer is gone.
 
     Example:
-        ```python
-        discard_dead_temporary_files(Path("checkpoints"))  # 8 after eight killed saves
-        ```
+
+    ```python
+    leftover_of("last.ckpt.tmp-f0123456789ab")  # ("last.ckpt", "tmp")
+    leftover_of("checkpoint_3")                 # None
+    ```
     """
+    match = _LEFTOVER.match(name)
+    if match is None:
+        return None
+    return match.group("base"), match.group("kind") or "reserved"
+
+
+def remove_dead_leftovers(folder: str | os.PathLike[str], names: Iterable[str] | None = None) -> list[Path]:
+    """Remove the left-overs (`leftover_of()`) in ``folder`` (or those among ``names``) that no live writer holds;
+    returns what was removed. Called by every commit, so killed saves' left-overs never accumulate.
+
+    One listing and one lock probe each: a ``.tmp-`` staging folder or temporary file locked by its writer, and
+    anything of a name whose ``<name>.reserved`` claim a writer holds, is alive and kept; an ``.old-`` copy is
+    kept while ``<name>`` itself is missing (it is then the readable copy); a link, a named pipe or a device,
+    a non-empty ``.reserved``, an ``.old-`` file, and a regular file with another token than fabricx's are not
+    a writer's and are never touched. Folders are renamed to ``.del-`` names at once; beyond a few dozen their
+    deletion runs in a background thread (as `discard_all()`'s does). Without advisory locks (Windows) nothing is
+    removed, since a live writer cannot be told from a dead one there.
+
+    Example:
+
+    ```python
+    remove_dead_leftovers(Path("checkpoints"))  # [.../last.ckpt.tmp-f0123456789ab, ...] after killed saves
+    ```
+    """
+    root = Path(folder)
     if fcntl is None:
-        return 0
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    removed = 0
+        return []
+    if names is None:
+        try:
+            names = os.listdir(root)
+        except OSError:
+            return []
+    removed: list[Path] = []
+    trash: list[Path] = []
     for name in names:
-        if removed >= limit:
-            break
-        if not _TEMPORARY_FILE.fullmatch(name):
+        parsed = leftover_of(name)
+        if parsed is None or (parsed[1] == "del" and _remover.pending(root / name)):
             continue
-        try:
-            fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a running save: OSError, left alone
-            os.unlink(folder / name)  # while locked: its writer, if any, sees it gone and takes another name
-            removed += 1
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
+        taken = _take_if_dead(root, name, *parsed)
+        if taken is not None:
+            removed.append(root / name)
+            if taken != root / name or taken.exists():
+                trash.append(taken)
+    if len(trash) > _BACKGROUND_AT:
+        _remover.submit(trash)
+    else:
+        for path in trash:
+            _remove(path)
     return removed
+
+
+def _take_if_dead(root: Path, name: str, base: str, kind: str) -> Path | None:
+    """``root/name`` out of readers' way when it is a dead writer's left-over: a file is unlinked (the path is
+    returned), a folder renamed to a fresh ``.del-`` name (returned, for the caller to delete); ``None`` when it
+    is alive or not a writer's."""
+    assert fcntl is not None
+    path = root / name
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    is_dir, is_file = stat.S_ISDIR(info.st_mode), stat.S_ISREG(info.st_mode)
+    if kind == "reserved":
+        fits = is_file and info.st_size == 0
+    elif kind == "old":
+        fits = is_dir and os.path.lexists(root / base)
+    else:
+        token = name[len(base) + len(kind) + 2 :]
+        fits = is_dir or (is_file and _FILE_TOKEN[kind].fullmatch(token) is not None)
+    if not fits or (kind != "reserved" and _claimed(root / f"{base}.reserved")):
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | (getattr(os, "O_DIRECTORY", 0) if is_dir else 0))
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_ino != info.st_ino:
+            return None  # replaced since it was looked at
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live writer holds it: OSError, kept
+        if is_file:
+            os.unlink(path)  # while locked: a writer that locks it next sees it gone and takes another name
+            return path
+        if kind == "del":
+            return path  # already out of readers' way
+        trash = path.with_name(f"{base}{_DEL_MARK}{_new_token()}")
+        os.rename(path, trash)
+        return trash
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _claimed(claim: Path) -> bool:
+    """Whether a live writer holds the claim file ``claim`` (``<name>.reserved``)."""
+    assert fcntl is not None
+    try:
+        fd = os.open(claim, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _always(path: Path) -> bool:
@@ -514,7 +672,9 @@ def recover_directory(path: str | os.PathLike[str], is_complete: Callable[[Path]
             os.rename(copies[0], target)
             _fsync_dir(target.parent)
             present = True
-    discard_all(_siblings(target, *LEFTOVER_MARKS))
+    if not present:  # no copy is complete: the .old- ones are no checkpoint
+        discard_all(_siblings(target, _OLD_MARK))
+    remove_dead_leftovers(target.parent, [p.name for p in _siblings(target, *LEFTOVER_MARKS)])
     return target if present else None
 
 
@@ -527,7 +687,8 @@ def remove_directory(path: str | os.PathLike[str]) -> None:
         ```
     """
     target = Path(path)
-    discard_all([target, *_siblings(target, *LEFTOVER_MARKS)])
+    discard_all([target, *_siblings(target, _OLD_MARK)])  # every copy of it; a live writer's save is its own
+    remove_dead_leftovers(target.parent, [p.name for p in _siblings(target, _TMP_MARK, _DEL_MARK)])
 
 
 def _mtime(path: Path) -> float:

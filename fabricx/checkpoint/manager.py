@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 
-from fabricx.checkpoint.atomic import discard_all
+from fabricx.checkpoint.atomic import discard_all, leftover_of, remove_dead_leftovers
 from fabricx.checkpoint.format import is_complete
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO, default_io
 from fabricx.checkpoint.storage import io_for, is_url, join_path
@@ -199,7 +199,7 @@ class CheckpointManager:
         self.total_limit = total_limit
         self.prefix = prefix
         self.io = io_for(project_dir, io or default_io())
-        self._pattern = re.compile(rf"^{re.escape(prefix)}_(\d+)(?:\.(tmp|old|del)-[A-Za-z0-9_-]+|\.({_RESERVED}))?$")
+        self._pattern = re.compile(rf"^{re.escape(prefix)}_(\d+)$")
         self._held: dict[int, int] = {}  # index -> locked file descriptor of our reservation
 
     @property
@@ -225,11 +225,10 @@ class CheckpointManager:
                 return []
         entries = []
         for name, child in names:
-            match = self._pattern.match(name)
-            if match is None:
-                continue
-            kind = match.group(2) or match.group(3) or "committed"
-            entries.append(_Entry(int(match.group(1)), child, kind))
+            base, kind = leftover_of(name) or (name, "committed")  # the one left-over rule
+            match = self._pattern.match(base)
+            if match is not None:
+                entries.append(_Entry(int(match.group(1)), child, kind))
         return sorted(entries, key=lambda e: (e.index, PurePosixPath(os.fspath(e.path)).name))
 
     @property
@@ -290,6 +289,9 @@ class CheckpointManager:
                 raise write_failure(self.path_for(wanted), error) from error
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.fstat(fd).st_nlink == 0:  # a clean-up took it for a dead writer's before our lock
+                    os.close(fd)
+                    continue
             self._held[wanted] = fd
             return self.path_for(wanted)
 
@@ -467,11 +469,15 @@ class CheckpointManager:
             if not batch or index in kept:
                 doomed += [p for p in leftovers if not p.exists()]
         if batched:
+            # A stale index's incomplete .old- copy is no checkpoint either; the rest only once its writer is gone.
+            named = {p for p in batched if (found := leftover_of(p.name)) is not None and found[1] != "old"}
             try:
-                discard_all(batched)
+                discard_all([p for p in batched if p not in named])
+                gone = set(remove_dead_leftovers(self.directory, [p.name for p in named]))
             except OSError as error:
                 _skipped(self.directory, error)
-            doomed += batched
+                gone = set()
+            doomed += [p for p in batched if p not in named or p in gone]
         return doomed
 
 

@@ -197,6 +197,8 @@ def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
     """
     if not state or "param_groups" not in state:
         return state
+    # DCP keeps no empty dict: an optimizer saved before its first step comes back without its "state".
+    state = {"state": {}, **state}
     names = [name for group in state["param_groups"] for name in group["params"]]
     if not all(isinstance(name, str) for name in names):
         return _int_state_keys(state)

@@ -159,3 +159,21 @@ def test_dcp_layout_refuses_a_fabricx_checkpoint_directory_or_a_file(tmp_path: P
     with pytest.raises(CheckpointError, match="a file is there"):
         fabric.save(tmp_path / "file", {"model": model}, layout="dcp")
     assert (tmp_path / "file").read_text() == "x"
+
+
+def test_an_optimizer_that_never_stepped_saves_and_loads_in_dcp(tmp_path: Path) -> None:
+    # DCP stores no empty dict, so an unstepped optimizer's empty "state" is not in the folder.
+    fabric = Fabric(accelerator="cpu", devices=1)
+    model, optimizer, _ = _setup(fabric, seed=0)
+    optimizer.param_groups[0]["lr"] = 0.0125
+    fabric.save(tmp_path / "ckpt", {"model": model, "optimizer": optimizer, "step": 0}, layout="dcp")
+    fresh_model, fresh_optimizer, _ = _setup(fabric, seed=1)
+    state = {"model": fresh_model, "optimizer": fresh_optimizer, "step": -1}
+    fabric.load(tmp_path / "ckpt", state)
+    assert state["step"] == 0 and fresh_optimizer.param_groups[0]["lr"] == 0.0125
+    _assert_same(optimizer.state_dict(), fresh_optimizer.state_dict(), "optimizer")
+    for live_model, live_optimizer in ((model, optimizer), (fresh_model, fresh_optimizer)):
+        torch.manual_seed(7)  # the same batch: both take their first step from the same state
+        _step(fabric, live_model, live_optimizer)
+    _assert_same(model.state_dict(), fresh_model.state_dict(), "model after a step")
+    _assert_same(optimizer.state_dict(), fresh_optimizer.state_dict(), "optimizer after a step")

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from fabricx.checkpoint.atomic import atomic_write_file, fsync_tree
+from fabricx.checkpoint.atomic import atomic_write_file, fsync_tree, locked_temporary
 from fabricx.checkpoint.export import parse_size, save_weights
 
 __all__ = ["save_object", "save_state_dict"]
@@ -89,10 +89,15 @@ def _save_bin(state_dict: Mapping[str, torch.Tensor], target: Path, limit: int) 
         return target
     names = [f"{_BIN_PREFIX}-{i:05d}-of-{len(shards):05d}.bin" for i in range(1, len(shards) + 1)]
     staged: list[Path] = []
+    handles: list[BinaryIO] = []  # held open (and locked) until renamed: a clean-up meanwhile keeps them
     try:
         for name, shard in zip(names, shards, strict=True):
-            staged.append(target / f"{name}{_STAGED}{token}")
-            _write_durably(staged[-1], lambda handle, shard=shard: torch.save(shard, handle))
+            path, handle = locked_temporary(target / name)
+            staged.append(path)
+            handles.append(handle)
+            torch.save(shard, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
         _move_old_shards_aside(target, index_file, set(names), token)
         for name, path in zip(names, staged, strict=True):
             os.replace(path, target / name)
@@ -108,19 +113,14 @@ def _save_bin(state_dict: Mapping[str, torch.Tensor], target: Path, limit: int) 
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         raise
+    finally:
+        for handle in handles:
+            handle.close()
     _remove_bin_files(target, keep={index_file.name, *names})
     return target
 
 
-_STAGED = ".tmp-"
 _BIN_FILE = re.compile(rf"^{_BIN_PREFIX}(\.old-[0-9a-f]+)?(-\d{{5}}-of-\d{{5}})?\.bin(\.index\.json)?$")
-
-
-def _write_durably(path: Path, write: Any) -> None:
-    with open(path, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def _move_old_shards_aside(target: Path, index_file: Path, new_names: set[str], token: str) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabricx.checkpoint.atomic import leftover_of
 from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.checkpoint.safe_read import inside
 from fabricx.checkpoint.storage import is_url
@@ -597,4 +598,5 @@ class ModelCheckpoint(Callback):
 
 
 def _not_empty(folder: str) -> bool:
-    return os.path.isdir(folder) and bool(os.listdir(folder))
+    # What killed saves left is no checkpoint (the next save removes it).
+    return os.path.isdir(folder) and any(leftover_of(name) is None for name in os.listdir(folder))
