@@ -138,11 +138,6 @@ KNOWN_INEXACT = {
 
 def known_inexact(cell: Cell) -> str | None:
     """Why a cell is known to end inexact (`KNOWN_INEXACT`, or a whole kind of cell), else ``None``."""
-    if cell.elastic and cell.stop == "last_in_for":
-        return (
-            "saved at an epoch's last batch inside the loop, resumed at another number of processes: the loop's "
-            "continuation reads the next epoch (one epoch too many); tests/data/test_elastic_loader.py pins that"
-        )
     return KNOWN_INEXACT.get(cell.id)
 
 
