@@ -125,10 +125,6 @@ KNOWN_INEXACT = {
         "adapter, stateful loader, stopped inside the first accumulation window: the optimizer step of a later "
         "window differs in the last bits (|dloss| ~ 2e-9) although weights, restored gradients and batches match"
     ),
-    "fabric-deepspeed_stage_22to2-batch_sampler-after_set_epoch-e1-acc3-sched-epoch": (
-        "DeepSpeed ZeRO-2, a per-rank custom batch sampler, accumulation 3, stopped after set_epoch: the loss "
-        "differs from the first optimizer step after the resume (not investigated yet)"
-    ),
 }
 
 
