@@ -120,16 +120,11 @@ def refusal(cell: Cell) -> tuple[str, ...]:
 
 #: Cells known to end inexact, with what was found; the test requires them to still differ (so that a fix is
 #: noticed and the entry removed), and the closing note of the round that found them names them.
-KNOWN_INEXACT = {
-    "accelerate-single1to1-shuffle-first-e1-acc3": (
-        "adapter, stateful loader, stopped inside the first accumulation window: the optimizer step of a later "
-        "window differs in the last bits (|dloss| ~ 2e-9) although weights, restored gradients and batches match"
-    ),
-}
+KNOWN_INEXACT: dict[str, str] = {}
 
 
 def known_inexact(cell: Cell) -> str | None:
-    """Why a cell is known to end inexact (`KNOWN_INEXACT`, or a whole kind of cell), else ``None``."""
+    """Why a cell is known to end inexact (`KNOWN_INEXACT`), else ``None``."""
     return KNOWN_INEXACT.get(cell.id)
 
 
