@@ -459,6 +459,8 @@ class FabricDataLoader:
         self._resume_pending = False
         # Whether the inner loader holds an iterator restored inside a pass (until the next iter()).
         self._restored_pass = False
+        # Restored at the last batch of an epoch at another number of processes: the next iter() ends that epoch.
+        self._nothing_left = False
         self._yielded = 0
         # After a resume at another number of processes: the batches this rank's share of the epoch
         # would have had before the remainder it reads now (so len() and batches_consumed keep their
@@ -560,6 +562,11 @@ class FabricDataLoader:
         self._parked_state = None
         resuming = self._resume_pending
         self._resume_pending = False
+        if resuming and self._nothing_left:
+            self._nothing_left = False
+            self._finished = True
+            return iter(())
+        self._nothing_left = False
         if self._restored_pass and not resuming:
             # A pass restored from a checkpoint that is not continued (set_epoch(), end_pass()): torchdata would hand
             # out the restored iterator again, so it is let go and the next pass starts from its beginning.
@@ -679,7 +686,7 @@ class FabricDataLoader:
         self._yielded = int(state_dict.get("batches_consumed", 0))
         self._batch_offset = int(state_dict.get("batch_offset", 0))
         self._epoch_start = state_dict.get("epoch_start")
-        self._resume_pending = False
+        self._resume_pending = self._nothing_left = False
         self._inner_live = False
         if self._kept:
             self._load_kept_state(state_dict)
@@ -815,8 +822,13 @@ class FabricDataLoader:
         self._end_restored_epoch()
 
     def _end_restored_epoch(self) -> None:
-        """A restored epoch with nothing left to read: the next ``iter()`` starts the next epoch."""
+        """A restored epoch with nothing left to read. Saved after its ``for`` loop ended, the next ``iter()``
+        starts the next epoch; saved at its last batch, still inside the loop, the next ``iter()`` is that loop's
+        continuation and yields nothing, as the uninterrupted run's did."""
         self._epoch_start = None
+        if self._started and not self._finished:
+            self._resume_pending = self._nothing_left = True
+            return
         self._finished = self._started
 
     # -- a loader kept as the user built it ---------------------------------------------------------------

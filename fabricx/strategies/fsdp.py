@@ -14,7 +14,6 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx._compat.lr_scheduler import retarget_scheduler
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
@@ -178,10 +177,8 @@ class DTensorStrategy(ParallelStrategy):
             if all(id(p) in current for group in optimizer.param_groups for p in group["params"]):
                 outputs.append(self.setup_optimizer(optimizer))  # already over the sharded parameters
                 continue
-            rebuilt = _rebuild_optimizer(optimizer, names, params, type(self).__name__)
-            if scheduler is not None and getattr(scheduler, "optimizer", None) is optimizer:
-                retarget_scheduler(scheduler, optimizer, rebuilt)
-            outputs.append(self.setup_optimizer(rebuilt))
+            _rebuild_optimizer(optimizer, names, params, type(self).__name__)
+            outputs.append(self.setup_optimizer(optimizer))
         return module, outputs, scheduler
 
     def _module_of(self, optimizer: Optimizer) -> Module:
@@ -658,8 +655,11 @@ def _check_rebuildable(optimizer: Optimizer, names: dict[int, str], strategy: st
 
 def _rebuild_optimizer(
     optimizer: Optimizer, names: dict[int, str], params: Mapping[str, Tensor], strategy: str
-) -> Optimizer:
-    """The same optimizer class and hyper-parameters (group by group) over the sharded parameters."""
+) -> None:
+    """Rebuild ``optimizer`` in place over the sharded parameters: the same class and hyper-parameters (group by
+    group), made by its constructor, then moved into the user's object. Whatever holds that object (a scheduler
+    created before setup, the user's own name for it) drives the optimizer the run steps, as with Lightning's
+    FSDP, which keeps the original parameters and so the user's optimizer."""
     groups = []
     for group in optimizer.param_groups:
         hyper = {key: value for key, value in group.items() if key != "params"}
@@ -683,7 +683,11 @@ def _rebuild_optimizer(
     rebuilt.defaults = dict(optimizer.defaults)
     for new, old in zip(rebuilt.param_groups, groups, strict=True):
         new.update({key: value for key, value in old.items() if key != "params"})
-    return rebuilt
+    # Hooks the user registered, and the step tracking a scheduler installed on the instance, stay.
+    kept = {key for key in vars(optimizer) if key == "step" or key.endswith("_hooks")}
+    for key, value in vars(rebuilt).items():
+        if key not in kept:
+            setattr(optimizer, key, value)
 
 
 def _fsdp_params(module: Module) -> list[tuple[str, Any]]:

@@ -95,6 +95,10 @@ def _train(
             optimizer.step()
             optimizer.zero_grad()
         state["micro"] += 1
+        # The loop changes the learning rate, as a scheduler would: a resume must restore it with the optimizer
+        # (DeepSpeed's elastic ZeRO-1/2 shards hold none; fabricx keeps it beside them).
+        for group in optimizer.param_groups:
+            group["lr"] *= 0.9
         if saves and state["micro"] in saves:
             try:
                 handles.append(fabric.save(saves[state["micro"]], state, async_save=background))

@@ -141,11 +141,24 @@ def test_not_a_divisor_pads_like_distributed_sampler_and_epoch_end_carries():
     _steps([iter(loader) for loader in loaders], 2)  # 20 consumed
     states = [loader.state_dict() for loader in loaders]
     three = _move(states, 3, 5)
-    rest = _samples(_steps([iter(loader) for loader in three]))
+    iterators = [iter(loader) for loader in three]
+    rest = _samples(_steps(iterators, 2))  # every rank at its share's last batch, still inside its loop
     remaining = _epoch_order(0)[20:]  # 28 samples over 3 ranks: 10 each, the first 2 repeated as padding
     assert sorted(rest) == sorted(remaining + remaining[:2])
     assert set(rest) == set(remaining)
-    ended = _move([loader.state_dict() for loader in three], 4, 5)
+    inside = [loader.state_dict() for loader in three]
+    assert all(next(iterator, None) is None for iterator in iterators)  # each rank's loop ends
+    after = [loader.state_dict() for loader in three]
+
+    # Saved at the epoch's last batch inside the loop: the resumed iter() is that loop's continuation and
+    # yields nothing, because an uninterrupted run's loop ends its epoch there; the next iter() starts epoch 1.
+    ended = _move(inside, 4, 5)
+    assert [list(iter(loader)) for loader in ended] == [[]] * 4
+    assert [loader.epoch for loader in ended] == [0] * 4
+    assert _samples(_steps([iter(loader) for loader in ended]))[:5] == _epoch_order(1)[0:20:4]
+    assert all(loader.epoch == 1 for loader in ended)
+    # Saved after the loop ended: the next iter() starts epoch 1 at once.
+    ended = _move(after, 4, 5)
     assert [loader.epoch for loader in ended] == [0] * 4
     assert _samples(_steps([iter(loader) for loader in ended]))[:5] == _epoch_order(1)[0:20:4]
     assert all(loader.epoch == 1 for loader in ended)

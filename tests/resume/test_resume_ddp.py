@@ -139,11 +139,13 @@ def phase_two(fabric: Fabric, plan: list[dict], out: str, single_end: str, singl
     for scenario in plan:
         name, accumulate = scenario["name"], scenario["accumulate"]
         results["resumed"][name] = train(fabric, accumulate, scenario["checkpoint"], resume=True)
-    # A checkpoint written by ONE process, at an epoch end: both ranks continue with the next epoch.
+    # A checkpoint written by ONE process at an epoch's last batch, inside its loop: on both ranks the loop's
+    # continuation reads nothing (an uninterrupted run's loop ends its epoch there), then the next epoch follows.
     state = _build(fabric)
     fabric.load(single_end, state)
+    continuation = len(list(iter(state["loader"])))
     batch_ids = next(iter(state["loader"]))[0].tolist()
-    results["from_single_end"] = {"epoch": state["loader"].epoch, "first_ids": batch_ids}
+    results["from_single_end"] = {"continuation": continuation, "epoch": state["loader"].epoch, "first_ids": batch_ids}
     # ... and in the middle of an epoch: the ranks share the rest of that epoch's order.
     state = _build(fabric)
     fabric.load(single_mid, state)
@@ -228,7 +230,7 @@ def test_ddp_resume_on_a_different_number_of_processes(ddp_runs):
     # One-process checkpoint at an epoch end, resumed on two ranks: epoch 1's distributed order.
     for rank in range(WORLD):
         reference_epoch1 = one[rank]["full"][False]["seen"][PER_RANK_BATCHES * BATCH :][:BATCH]
-        assert two[rank]["from_single_end"] == {"epoch": 1, "first_ids": reference_epoch1}
+        assert two[rank]["from_single_end"] == {"continuation": 0, "epoch": 1, "first_ids": reference_epoch1}
     # One-process checkpoint after 3 batches: the two ranks deal the rest of that epoch's order in turn.
     mids = [two[rank]["from_single_mid"] for rank in range(WORLD)]
     order = mids[0]["single_order"]
@@ -242,6 +244,8 @@ def test_ddp_resume_on_a_different_number_of_processes(ddp_runs):
     state = _build(single)
     single.load(tmp_path / "shuffle-epoch-end", state)
     assert state["step"] == PER_RANK_BATCHES
+    # Saved at the epoch's last batch inside the loop: the loop's continuation reads nothing, as uninterrupted.
+    assert list(iter(state["loader"])) == []
     ids = next(iter(state["loader"]))[0].tolist()
     assert state["loader"].epoch == 1
     epoch1 = [one[r]["full"][False]["seen"][PER_RANK_BATCHES * BATCH :] for r in range(WORLD)]

@@ -133,13 +133,14 @@ def _main(fabric: Fabric, tmp: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     rank, world = fabric.global_rank, fabric.world_size
 
-    # setup(model, optimizer): the optimizer and the scheduler are moved onto the sharded parameters.
+    # setup(model, optimizer): the optimizer is rebuilt in place over the sharded parameters, so a scheduler
+    # created before setup and not passed to it (as a Lightning script has it) drives the optimizer the run steps.
     model = _net()
-    optimizer = _optimizer(model)
+    user_optimizer = optimizer = _optimizer(model)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model, optimizer, scheduler = fabric.setup(model, optimizer, scheduler=scheduler)
+        model, optimizer = fabric.setup(model, optimizer)
         inner = fabric.unwrap(optimizer)
         out["rebuilt"] = {
             "is_adamw": isinstance(optimizer, torch.optim.AdamW),
@@ -147,6 +148,7 @@ def _main(fabric: Fabric, tmp: str) -> dict[str, Any]:
             "weight_decay": [g["weight_decay"] for g in inner.param_groups],
             "all_dtensor": all(isinstance(p, DTensor) for g in inner.param_groups for p in g["params"]),
             "scheduler_follows": scheduler.optimizer is inner,
+            "user_object": inner is user_optimizer,
         }
         _train(fabric, model, optimizer, steps=2, scheduler=scheduler)
     out["scheduler_warnings"] = [str(w.message) for w in caught if "lr_scheduler" in str(w.message)]
@@ -390,7 +392,7 @@ def test_setup_rebuilds_optimizer_and_scheduler(runs: dict[str, Any]) -> None:
     main = runs["main"]
     assert main["rebuilt"] == {
         "is_adamw": True, "lrs": [0.05, 0.02], "weight_decay": [0.1, 0.1], "all_dtensor": True,
-        "scheduler_follows": True,
+        "scheduler_follows": True, "user_object": True,
     }
     assert main["lr_after"] == [0.05 / 4, 0.02 / 4]
     assert main["scheduler_warnings"] == []

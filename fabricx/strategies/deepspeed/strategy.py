@@ -668,10 +668,12 @@ class _EngineEntries(EntryStorage):
         """Every rank: each model's engine saves its files under ``staging``, inside ``around(engine)``."""
         models, _, _ = self.strategy._split_engine_state(entries)
         for key, engine in models.items():
+            elastic = engine.optimizer is not None and _elastic_engine(engine)
             with around(engine):
                 engine.save_checkpoint(
                     os.fspath(staging / ENGINE_FOLDER),
                     tag=key,
+                    client_state={GROUP_SETTINGS_KEY: _group_settings(engine)} if elastic else {},
                     save_latest=False,
                     exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
                 )
@@ -743,7 +745,7 @@ class _EngineEntries(EntryStorage):
             engine_dir = os.fspath(loaded.path if folder == "." else loaded.path / folder)
             check_engine_folder(os.path.join(engine_dir, tag))
             with safe_engine_loading(engine):  # DeepSpeed's files are read weights-only
-                load_path, _ = engine.load_checkpoint(
+                load_path, client_state = engine.load_checkpoint(
                     engine_dir,
                     tag=tag,
                     load_module_strict=strict,
@@ -754,6 +756,7 @@ class _EngineEntries(EntryStorage):
                     raise CheckpointError(f"DeepSpeed could not load {engine_dir}/{tag}; see its log above.")
                 if elastic:
                     _load_elastic_optimizer(engine, engine_dir, tag)
+                    _restore_group_settings(engine, (client_state or {}).get(GROUP_SETTINGS_KEY))
 
     @staticmethod
     def _elastic(engine: Any, loaded: Any) -> bool:
@@ -804,6 +807,33 @@ def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
     for group, had in zip(groups, had_step, strict=True):
         if not had and group.get("step", 0) is None:
             del group["step"]
+
+
+#: Where the engine's model-states file keeps the base optimizer's param-group settings (lr, betas, weight decay,
+#: a scheduler's initial_lr) beside elastic ZeRO-1/2 shards: those hold only the per-parameter state, and DeepSpeed
+#: restores the learning rate through its own scheduler only, so a torch scheduler the user steps would resume with
+#: the lr the optimizer was built with.
+GROUP_SETTINGS_KEY = "fabricx_param_group_settings"
+
+
+def _group_settings(engine: Any) -> list[dict[str, Any]]:
+    """The base optimizer's param-group settings, group by group (not the parameters; DeepSpeed keeps the step)."""
+    groups = engine.optimizer.optimizer.param_groups
+    return [{key: value for key, value in group.items() if key not in ("params", "step")} for group in groups]
+
+
+def _restore_group_settings(engine: Any, saved: list[dict[str, Any]] | None) -> None:
+    """Put back what `_group_settings` saved (a checkpoint written before it was saved keeps the built settings)."""
+    if saved is None:
+        return
+    groups = engine.optimizer.optimizer.param_groups
+    if len(saved) != len(groups):
+        raise CheckpointError(
+            f"The checkpoint's DeepSpeed optimizer has {len(saved)} param group(s), this one {len(groups)}: build the "
+            "optimizer with the same param groups as the run that saved it."
+        )
+    for group, settings in zip(groups, saved, strict=True):
+        group.update(settings)
 
 
 def _regroup_shards(shards: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:

@@ -120,29 +120,11 @@ def refusal(cell: Cell) -> tuple[str, ...]:
 
 #: Cells known to end inexact, with what was found; the test requires them to still differ (so that a fix is
 #: noticed and the entry removed), and the closing note of the round that found them names them.
-KNOWN_INEXACT = {
-    "accelerate-single1to1-shuffle-first-e1-acc3": (
-        "adapter, stateful loader, stopped inside the first accumulation window: the optimizer step of a later "
-        "window differs in the last bits (|dloss| ~ 2e-9) although weights, restored gradients and batches match"
-    ),
-    "fabric-fsdp2to2-shuffle_generator-after_set_epoch-e1-clip-sched-step": (
-        "FSDP2, scheduler stepped per step, stopped after set_epoch: batches, losses, weights and optimizer are "
-        "exact, but the scheduler's recorded _last_lr after the resume is a stale value"
-    ),
-    "fabric-deepspeed_stage_22to2-batch_sampler-after_set_epoch-e1-acc3-sched-epoch": (
-        "DeepSpeed ZeRO-2, a per-rank custom batch sampler, accumulation 3, stopped after set_epoch: the loss "
-        "differs from the first optimizer step after the resume (not investigated yet)"
-    ),
-}
+KNOWN_INEXACT: dict[str, str] = {}
 
 
 def known_inexact(cell: Cell) -> str | None:
-    """Why a cell is known to end inexact (`KNOWN_INEXACT`, or a whole kind of cell), else ``None``."""
-    if cell.elastic and cell.stop == "last_in_for":
-        return (
-            "saved at an epoch's last batch inside the loop, resumed at another number of processes: the loop's "
-            "continuation reads the next epoch (one epoch too many); tests/data/test_elastic_loader.py pins that"
-        )
+    """Why a cell is known to end inexact (`KNOWN_INEXACT`), else ``None``."""
     return KNOWN_INEXACT.get(cell.id)
 
 

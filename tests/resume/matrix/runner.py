@@ -34,6 +34,11 @@ def _launch(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
     env.update(OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
+    # The two runs of a cell are compared bit for bit across processes; MKL's products are reproducible across
+    # processes only with its Conditional Numerical Reproducibility on (without it, the adapter's stateful-loader
+    # cell stopped inside an accumulation window got one gradient element 1 ulp off in the resumed process, with
+    # weights, batch, loss and restored gradients bit-equal). Builds without MKL ignore the variable.
+    env.setdefault("MKL_CBWR", "COMPATIBLE")
     if job == "accelerate_job.py" and world > 1:  # as `accelerate launch` starts it: one process per rank
         launch_two_ranks(HERE / job, str(out), phase, *ids, env=env, timeout=timeout)
         return
