@@ -35,6 +35,22 @@ class AttributeDict(dict):
         del self[key]
 
 
+def get_init_args(frame: FrameType) -> dict[str, Any]:
+    """The arguments of the ``__init__`` running in ``frame`` (``{}`` for another frame), as Lightning's
+    `lightning.pytorch.utilities.parsing.get_init_args` returns them.
+
+    Example:
+        ```python
+        class Model(TrainModule):
+            def __init__(self, hidden=8, **kwargs):
+                super().__init__()
+                self.init_args = get_init_args(inspect.currentframe())  # {"hidden": 8, ...}
+        ```
+    """
+    found = _init_frame_arguments(frame)
+    return {} if found is None else found[1]
+
+
 def _init_frame_arguments(frame: FrameType) -> tuple[Any, dict[str, Any]] | None:
     """``(self, {argument: value})`` of an ``__init__`` frame, or ``None`` for another frame."""
     if frame.f_code.co_name != "__init__":

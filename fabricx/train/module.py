@@ -68,7 +68,8 @@ class TrainModule(ModuleHooks, nn.Module):
         # backward and self.optimizers() then go through that Fabric while no Trainer runs the module.
         self.__dict__["_fabric"] = None
         self.__dict__["_fabric_optimizers"] = []
-        self.__dict__["_hparams"] = AttributeDict()
+        # save_hyperparameters() may run before this __init__ (pytorch-forecasting's models do, as Lightning allows).
+        self.__dict__.setdefault("_hparams", AttributeDict())
 
     # -- where the module is running ------------------------------------------------------------------
     @property
@@ -147,7 +148,7 @@ class TrainModule(ModuleHooks, nn.Module):
     def hparams(self) -> AttributeDict:
         """Hyperparameters recorded by `save_hyperparameters()` (``self.hparams.lr`` or ``["lr"]``;
         sent to the loggers at fit start and stored in checkpoints)."""
-        hparams = self.__dict__["_hparams"]
+        hparams = self.__dict__.setdefault("_hparams", AttributeDict())
         if not isinstance(hparams, AttributeDict):
             hparams = self.__dict__["_hparams"] = AttributeDict(hparams)
         return hparams

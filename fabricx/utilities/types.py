@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +30,8 @@ PathLike = str | Path
 _Device = torch.device | str | int
 _StorageMap = Callable[[torch.UntypedStorage, str], torch.UntypedStorage | None]
 MapLocation = _Device | _StorageMap | dict[_Device, _Device] | None
+#: What a ``training_step`` may return (Lightning's ``STEP_OUTPUT``): a loss, a dict with a ``"loss"``, or None.
+StepOutput = torch.Tensor | Mapping[str, Any] | None
 
 
 @runtime_checkable

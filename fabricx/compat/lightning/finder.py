@@ -32,6 +32,7 @@ _ACCELERATOR_NAMES = {"TPUAccelerator": ("fabricx.accelerators", "XLAAccelerator
 _TYPE_NAMES = {
     "_PATH": ("fabricx.utilities.types", "PathLike"),
     "_MAP_LOCATION_TYPE": ("fabricx.utilities.types", "MapLocation"),
+    "STEP_OUTPUT": ("fabricx.utilities.types", "StepOutput"),
 }
 
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
@@ -43,6 +44,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".callbacks": ("fabricx.callbacks", {}),
     ".loggers": ("fabricx.loggers", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
+    ".trainer.states": ("fabricx.train.states", {}),
     ".tuner": ("fabricx.train.tuner", {}),
     ".plugins": ("fabricx.precision", {}),
     ".plugins.precision": ("fabricx.precision", {}),
@@ -52,6 +54,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
     ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
+    ".utilities.parsing": ("fabricx.train.hparams", {}),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
 #: The same for ``lightning.fabric`` (``lightning_fabric`` is the same).
