@@ -243,8 +243,13 @@ def by_id(cell_id: str) -> Cell:
 
 
 #: Cells the fast suite always runs: the two resumes this matrix was built after (a DDP checkpoint saved after an
-#: epoch's ``for`` loop; the adapter's stateful loader on one process).
-ALWAYS = ("fabric-ddp2to2-shuffle-after_for-e0", "accelerate-single1to1-shuffle-mid-e1")
+#: epoch's ``for`` loop; the adapter's stateful loader on one process), and the Trainer on two processes (its
+#: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch).
+ALWAYS = (
+    "fabric-ddp2to2-shuffle-after_for-e0",
+    "accelerate-single1to1-shuffle-mid-e1",
+    "trainer-ddp2to2-shuffle-mid-e1",
+)
 
 
 def fast_sample(seed: int, per_group: int = 3, groups: int = 4) -> list[Cell]:
