@@ -114,12 +114,6 @@ class IterableLoader:
             self.loader.load_state_dict(inner)
         self._resume_pending = self._started and not self._finished
 
-    def _all_handed_out(self) -> bool:
-        try:
-            return self.batches_consumed >= len(self)
-        except TypeError:  # no length: only the pass's own end tells
-            return False
-
     @property
     def resumable(self) -> bool:
         """Whether a pass cut by a checkpoint continues where it was (the iterable keeps its own state)."""
@@ -199,12 +193,6 @@ class LoaderGroup:
             yield unflatten(values, self.spec)
         self._finished = True
 
-    def _all_handed_out(self) -> bool:
-        try:
-            return self.batches_consumed >= len(self)
-        except TypeError:  # no length: only the pass's own end tells
-            return False
-
     @property
     def resumable(self) -> bool:
         return all(getattr(loader, "resumable", True) for loader in self.loaders)
@@ -223,9 +211,7 @@ class LoaderGroup:
         for loader, state in zip(self.loaders, state_dict["loaders"], strict=True):
             loader.load_state_dict(state)
         self._started = self.batches_consumed > 0
-        # A pass whose batches were all handed out is over, also when the state was saved before the loop asked
-        # for one more (in the validation that ends the epoch, say).
-        self._resuming = self._started and not (state_dict.get("finished", False) or self._all_handed_out())
+        self._resuming = self._started and not state_dict.get("finished", False)
         if not self._resuming:
             # The next pass of the group starts every loader's next pass, as it does in an uninterrupted run (a
             # shorter loader cycled by "max_size_cycle" stops in the middle of its own pass).

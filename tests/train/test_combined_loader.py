@@ -212,35 +212,3 @@ def test_accumulation_windows_end_with_the_combined_pass_as_in_lightning(tmp_pat
     ours = _trainer(tmp_path / "fx", max_epochs=2, accumulate_grad_batches=4)
     ours.fit(_TwoSources(), _regression_loaders())
     assert ours.global_step == theirs.global_step == 4
-
-
-def test_a_pass_saved_after_its_last_batch_was_handed_out_resumes_with_the_next_epoch():
-    """A checkpoint written in the validation that ends an epoch: the group has handed out its last batch, but the
-    loop has not asked for another (so the pass has not seen its end). The next epoch must be read whole, as in an
-    uninterrupted run, although the cycled shorter loader stopped in the middle of its own pass."""
-    from fabricx import Fabric
-    from fabricx.train.loaders import LoaderGroup
-
-    fabric = Fabric(accelerator="cpu", devices=1)
-
-    def group() -> LoaderGroup:
-        torch.manual_seed(3)
-        loaders = {"a": DataLoader(torch.arange(10), batch_size=2, shuffle=True),
-                   "b": DataLoader(torch.arange(100, 106), batch_size=2, shuffle=True)}
-        flat, spec = flatten(loaders)
-        return LoaderGroup([fabric.setup_dataloaders(loader) for loader in flat], spec, "max_size_cycle")
-
-    def epoch(loaders: LoaderGroup, number: int, batches: int | None = None) -> list:
-        loaders.set_epoch(number)
-        return [_plain(batch) for batch in itertools.islice(loaders, batches)]
-
-    straight = group()
-    expected = [epoch(straight, 0), epoch(straight, 1)]
-    first = group()
-    seen = epoch(first, 0, batches=len(first))  # every batch of the pass, but not the end of the pass
-    state, rng = first.state_dict(), torch.get_rng_state()  # (a checkpoint holds the generators too)
-    assert state["batches_consumed"] == 5 and not state["finished"]
-    resumed = group()
-    resumed.load_state_dict(state)
-    torch.set_rng_state(rng)
-    assert [seen, epoch(resumed, 1)] == expected
