@@ -194,7 +194,7 @@ class FitData:
         loaders = setup_loaders(trainer, run, changed, "Trainer.fit(train_dataloaders)")
         if spec.kind == "leaf" and source is None:
             return loaders[0]
-        return setup.LoaderGroup(loaders, spec, mode or "max_size_cycle", source)
+        return setup.LoaderGroup(loaders, spec, mode or "max_size_cycle", source, run.fabric.accumulation_state)
 
     def _build_val_loaders(self, given: Any) -> None:
         trainer, run = self.trainer, self.run

@@ -14,6 +14,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from fabricx.accumulation.state import AccumulationState
 from fabricx.data.loader import FabricDataLoader
 from fabricx.train.combined_loader import CombinedLoader, combined_length
 from fabricx.train.loader_tree import TreeSpec, flatten, is_stateful, sized_length, unflatten
@@ -133,11 +134,19 @@ class LoaderGroup:
 
     _fabricx_per_rank = True
 
-    def __init__(self, loaders: list[Any], spec: TreeSpec, mode: str, source: CombinedLoader | None = None) -> None:
+    def __init__(
+        self,
+        loaders: list[Any],
+        spec: TreeSpec,
+        mode: str,
+        source: CombinedLoader | None = None,
+        accumulation: AccumulationState | None = None,
+    ) -> None:
         self.loaders = loaders
         self.spec = spec
         self.mode = mode
         self.source = source
+        self._accumulation = accumulation
         self.batches_consumed = 0
         self._started = False
         self._finished = False
@@ -177,6 +186,10 @@ class LoaderGroup:
             except StopIteration:
                 break
             self.batches_consumed += 1
+            if self._accumulation is not None:
+                # The group's pass bounds the accumulation windows, not the pass of whichever loader yielded last
+                # (a shorter loader cycled by "max_size_cycle" would carry the last window into the next epoch).
+                self._accumulation.active_loader = self
             yield unflatten(values, self.spec)
         self._finished = True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -612,12 +613,27 @@ class Trainer(TrainerProperties):
         self.state.status = TrainerStatus.INTERRUPTED
         self.fit_loop.rewind_interrupted_validation()
         for method in self._run.hooks.callback_hooks("on_exception"):
-            method(self, self._run.module, exception)
-        self._run.call_datamodule_hook("on_exception", exception)
+            _keeping_the_original(exception, method, self, self._run.module, exception)
+        _keeping_the_original(exception, self._run.call_datamodule_hook, "on_exception", exception)
         try:
             self._finalize_loggers("failed")
         except Exception:  # the original exception matters more than a logger failing to close
             pass
+
+
+def _keeping_the_original(exception: BaseException, hook: Any, *args: Any) -> None:
+    """Call an ``on_exception`` hook; if it fails too, the run's own exception still propagates, carrying a note
+    of the hook's failure (otherwise the hook's error would be all a user or a launcher's log shows)."""
+    try:
+        hook(*args)
+    except Exception as failure:
+        where = traceback.extract_tb(failure.__traceback__)[-1]
+        note = (
+            f"While handling it, an on_exception hook raised {type(failure).__name__}: {failure} "
+            f"({where.filename}:{where.lineno}, in {where.name})"
+        )
+        # What BaseException.add_note does (3.11+; this package supports 3.10, whose tracebacks do not print it).
+        exception.__notes__ = [*getattr(exception, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 _ENTRY_STAGES = {

@@ -10,16 +10,18 @@ import contextlib
 import csv
 import io
 import os
+import random
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from fabricx import Fabric
+from fabricx import Fabric, seed_everything
 from fabricx.connector import Connector
 from fabricx.loggers import CSVLogger
 from fabricx.strategies import DDPStrategy, SingleDeviceStrategy
@@ -169,12 +171,18 @@ class _Stream(IterableDataset):
         return iter(range(8))
 
 
+def _random_draws() -> tuple[float, float, float]:
+    return random.random(), float(np.random.rand()), torch.rand(()).item()
+
+
 def _spawn_checks(fabric: Fabric, tmp_dir: str) -> dict:
+    draws = _random_draws()  # before anything else draws: what the launching process would draw next
     torch.set_num_threads(1)
     model = fabric.setup_module(torch.nn.Linear(2, 2))
     inner = model._forward_module
     results = {
         "rank": fabric.global_rank,
+        "draws": draws,
         "ddp_wrapped": isinstance(inner, DistributedDataParallel),
         "broadcast_buffers_passed_through": inner.broadcast_buffers is False,
         "backend": torch.distributed.get_backend(),
@@ -195,9 +203,13 @@ def test_ddp_spawn_two_processes(tmp_path: Path) -> None:
     strategy = DDPStrategy(start_method="spawn", timeout=60, broadcast_buffers=False)
     logger = CSVLogger(tmp_path / "logs", name="run", flush_logs_every_n_steps=1)
     fabric = Fabric(accelerator="cpu", devices=2, strategy=strategy, loggers=logger)
+    seed_everything(123)
     results = fabric.launch(_spawn_checks, str(tmp_path))
 
     assert results["rank"] == 0 and results["other_ranks"]["rank"] == 1
+    # The spawned processes start from the launching process's generators (seed_everything reaches them).
+    seed_everything(123)
+    assert results["draws"] == results["other_ranks"]["draws"] == _random_draws()
     for res in (results, results["other_ranks"]):
         assert res["ddp_wrapped"] and res["broadcast_buffers_passed_through"]
         assert res["backend"] == "gloo" and res["timeout_s"] == 60

@@ -191,3 +191,24 @@ def test_an_iterable_without_state_restarts_with_one_warning(tmp_path):
     with pytest.warns(PossibleUserWarning, match="resuming from a checkpoint that ended before"):
         _trainer(tmp_path, max_steps=4).fit(model, _Counting(), ckpt_path=tmp_path / "mid.ckpt")
     assert model.seen == [[0], [1]]
+
+
+def test_accumulation_windows_end_with_the_combined_pass_as_in_lightning(tmp_path):
+    """6 combined batches per epoch, accumulating 4: windows of 4 and 2 in each epoch (the small loader, cycled,
+    yields last, but its own pass of 2 batches must not decide where the epoch's last window ends)."""
+    import lightning.pytorch as pl
+
+    class Theirs(pl.LightningModule):
+        training_step, configure_optimizers = _TwoSources.training_step, _TwoSources.configure_optimizers
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+    theirs = pl.Trainer(default_root_dir=tmp_path / "pl", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", max_epochs=2,
+                        accumulate_grad_batches=4)
+    theirs.fit(Theirs(), _regression_loaders())
+    ours = _trainer(tmp_path / "fx", max_epochs=2, accumulate_grad_batches=4)
+    ours.fit(_TwoSources(), _regression_loaders())
+    assert ours.global_step == theirs.global_step == 4

@@ -63,3 +63,35 @@ def test_an_empty_filename_is_refused_as_lightning_refuses_it():
         with pytest.raises(ValueError, match="The filename cannot be empty"):
             callback_class("here", filename="")
     assert OnExceptionCheckpoint("here").ckpt_path == LightningOnException("here").ckpt_path
+
+
+def test_a_fit_that_fails_before_setup_raises_its_own_error_and_writes_nothing(tmp_path):
+    import fabricx.train as fx
+    from fabricx.callbacks import Callback, OnExceptionCheckpoint
+
+    class Failing(Callback):
+        def on_exception(self, trainer, pl_module, exception):
+            raise RuntimeError("the handler broke too")
+
+    class Module(fx.TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+    trainer = fx.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[OnExceptionCheckpoint(tmp_path), Failing()], default_root_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="missing.ckpt") as raised:
+        trainer.fit(Module(), data, ckpt_path=str(tmp_path / "missing.ckpt"))
+    # No module was set up: nothing to save, so nothing written (the checkpoint to resume from is left alone) ...
+    assert not (tmp_path / "on_exception.ckpt").exists()
+    # ... and a hook that fails while handling the error leaves the original in charge, with a note of its own.
+    [note] = raised.value.__notes__
+    assert note.startswith("While handling it, an on_exception hook raised RuntimeError: the handler broke too (")
+    assert note.endswith(f"{__file__}:{Failing.on_exception.__code__.co_firstlineno + 1}, in on_exception)")

@@ -9,6 +9,7 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from fabricx.strategies.launchers.launcher import LaunchedStrategy, Launcher, de
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE
 from fabricx.utilities.process_group import note_rank_failed, release_process_group
+from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 
 _POLL_SECONDS = 0.05
 
@@ -33,6 +35,10 @@ class MultiprocessingLauncher(Launcher):
     your script with ``if __name__ == "__main__":``). ``fork`` is for notebooks; it is refused where
     the platform has no fork or CUDA is already initialised in this process. Forked processes use one
     intra-op thread each, because a thread pool the parent already started would hang them.
+
+    Spawned processes start from this process's random generators and deterministic-algorithm settings
+    (as Lightning's launcher does; forked ones inherit them), so ``seed_everything`` before the launch
+    makes every rank's draws repeat.
 
     If any process raises, the others are stopped and the error, with that process's traceback,
     is raised here.
@@ -69,10 +75,11 @@ class MultiprocessingLauncher(Launcher):
         # intra-op thread would wait forever for them.
         threads = 1 if self._start_method == "fork" else default_threads(nprocs, environment.node_rank() == 0)
         results = mp.get_context(self._start_method).SimpleQueue()
+        inherited = None if self._start_method == "fork" else _ProcessGlobals.capture()
         try:
             context = start_processes(
                 _run_rank,
-                args=(self._strategy, function, args, kwargs, results, threads),
+                args=(self._strategy, function, args, kwargs, results, threads, inherited),
                 nprocs=nprocs,
                 start_method=self._start_method,
                 join=False,
@@ -122,8 +129,11 @@ def _run_rank(
     kwargs: dict,
     results: Any,
     threads: int | None,
+    inherited: _ProcessGlobals | None,
 ) -> None:
     os.environ["LOCAL_RANK"] = str(process_index)
+    if inherited is not None:
+        inherited.restore()
     if threads is not None:  # None: the user's OMP_NUM_THREADS, which this process started with
         torch.set_num_threads(threads)
     function, args, kwargs = _own_module_memory((function, args, kwargs))
@@ -142,6 +152,31 @@ def _run_rank(
     # Every rank waits for the others, then the group goes and gloo's threads settle, before this
     # process finalizes (see fabricx.utilities.process_group).
     release_process_group()
+
+
+@dataclass(frozen=True)
+class _ProcessGlobals:
+    """What a spawned process takes over from the launching one: without the random generators' states a
+    fresh process draws from unseeded Python and NumPy generators, whatever ``seed_everything`` did."""
+
+    rng_states: dict[str, Any]
+    deterministic: bool
+    deterministic_warn_only: bool
+    cudnn_benchmark: bool
+
+    @classmethod
+    def capture(cls) -> _ProcessGlobals:
+        return cls(
+            capture_rng_states(),
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.benchmark,
+        )
+
+    def restore(self) -> None:
+        torch.use_deterministic_algorithms(self.deterministic, warn_only=self.deterministic_warn_only)
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        restore_rng_states(self.rng_states)
 
 
 _PEER_FAILURE_GRACE_SECONDS = 3.0

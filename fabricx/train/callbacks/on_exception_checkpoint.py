@@ -42,6 +42,10 @@ class OnExceptionCheckpoint(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
         self._raised = True
+        if trainer.model is None:
+            # Raised before the module was set up (a ckpt_path that does not exist, say): nothing has trained, and
+            # the checkpoint this fit was to resume from must stay as it is.
+            return
         trainer.save_checkpoint(self.ckpt_path)
 
     def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:

@@ -120,7 +120,14 @@ def refusal(cell: Cell) -> tuple[str, ...]:
 
 #: Cells known to end inexact, with what was found; the test requires them to still differ (so that a fix is
 #: noticed and the entry removed), and the closing note of the round that found them names them.
-KNOWN_INEXACT: dict[str, str] = {}
+KNOWN_INEXACT: dict[str, str] = {
+    "trainer-ddp2to2-combined-in_validation-e1-acc3": (
+        "Trainer, a max_size_cycle CombinedLoader on 2 processes, stopped inside the validation that ends epoch 1: "
+        "the saved group has handed out all 5 batches but is not finished, and its cycled shorter loader is in "
+        "the middle of its next pass; the resumed epoch 2 reads 1 batch (uninterrupted: 5), in another order "
+        "(not fixed yet; the 1-process cell, and this loader stopped mid-epoch under ddp_spawn, are exact)"
+    ),
+}
 
 
 def known_inexact(cell: Cell) -> str | None:
@@ -225,8 +232,13 @@ def by_id(cell_id: str) -> Cell:
 
 
 #: Cells the fast suite always runs: the two resumes this matrix was built after (a DDP checkpoint saved after an
-#: epoch's ``for`` loop; the adapter's stateful loader on one process).
-ALWAYS = ("fabric-ddp2to2-shuffle-after_for-e0", "accelerate-single1to1-shuffle-mid-e1")
+#: epoch's ``for`` loop; the adapter's stateful loader on one process), and the Trainer on two processes (its
+#: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch).
+ALWAYS = (
+    "fabric-ddp2to2-shuffle-after_for-e0",
+    "accelerate-single1to1-shuffle-mid-e1",
+    "trainer-ddp2to2-shuffle-mid-e1",
+)
 
 
 def fast_sample(seed: int, per_group: int = 3, groups: int = 3) -> list[Cell]:

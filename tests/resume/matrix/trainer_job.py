@@ -8,10 +8,12 @@ lets a first ``fit`` with fewer epochs return and resumes with ``ckpt_path="last
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -78,7 +80,8 @@ class Recorded(TrainModule):
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         ids, x, y = batch
-        if self.phase == "first" and self.cell.stop == "in_validation" and self.current_epoch == 1 and batch_idx == 2:
+        in_the_middle = batch_idx == int(self.trainer.num_val_batches[0]) // 2  # 4 batches on 1 process, 2 on 2
+        if self.phase == "first" and self.cell.stop == "in_validation" and self.current_epoch == 1 and in_the_middle:
             raise StopRun("inside validation")
         loss = nn.functional.mse_loss(self.net(x), y)
         self.validation.append((self.current_epoch, ids.tolist(), loss.detach().clone()))
@@ -113,6 +116,8 @@ class Recorded(TrainModule):
         torch.save(record, self.out / f"{self.cell.id}.{self.phase}.rank{rank}.pt")
 
     def on_fit_end(self) -> None:
+        if self.phase == "first" and self.cell.stop != "refit":
+            raise AssertionError(f"the first run of {self.cell.id} ended without reaching its stop")
         self.write(final=self.phase != "first")
 
 
@@ -126,8 +131,11 @@ class WriteOnException(Callback):
 
 def fit(cell: Cell, phase: str, out: Path) -> None:
     world = cell.resume_world if phase == "resume" else cell.world
-    # seed_everything also reaches processes that ddp_spawn starts (they seed from its environment variable).
-    seed_everything(cell.seed % 1000 if phase != "resume" else 4321, verbose=False)
+    # The same seed in every run, as a user's script has (the distributed sampler's order follows it); spawned
+    # processes start from this process's generators.
+    seed_everything(cell.seed % 1000, verbose=False)
+    if phase == "resume":
+        torch.manual_seed(4321), random.seed(4321), np.random.seed(4321)  # the resume must not depend on these
     module = Recorded(cell, phase, out)
     folder = out / f"{cell.id}.{'straight' if phase == 'straight' else 'first'}"  # the resume reads the first's
     callbacks = [
