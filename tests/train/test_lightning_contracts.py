@@ -216,3 +216,10 @@ def test_prediction_writer_sees_the_batches_indices_and_the_epochs_predictions(r
     assert sorted(i for _, _, indices, _ in shuffled for i in indices) == list(range(10))  # real sample indices
     assert lightning["epoch-False"]["epochs"] and lightning["epoch-False"]["returned"] is False
     assert "write_interval" in lightning["bad_interval"]["message"]
+
+
+def test_hyperparameters_saved_before_the_module_init_are_kept(results):
+    # pytorch-forecasting's models call save_hyperparameters() first and read get_init_args(frame).
+    lightning, fabricx = _case(results, "hparams_before_init")
+    assert fabricx == lightning
+    assert lightning["hparams"] == {"hidden": 2, "scale": 0.5, "extra": "x"}

@@ -7,6 +7,7 @@ weights, the warnings, the exceptions (their types and messages), the files writ
 
 import csv
 import functools
+import inspect
 import os
 import warnings
 from collections.abc import MutableSequence
@@ -16,6 +17,8 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins import DoublePrecision
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.parsing import get_init_args
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -349,6 +352,20 @@ def run_prediction_writer(root: str) -> dict:
     return seen
 
 
+# -- 12. save_hyperparameters() before LightningModule.__init__, and parsing.get_init_args (pytorch-forecasting) --
+class HparamsFirst(LightningModule):
+    def __init__(self, hidden=3, scale=0.5, **kwargs):
+        self.save_hyperparameters()
+        self.init_args = get_init_args(inspect.currentframe())
+        super().__init__()
+        self.net = nn.Linear(4, hidden)
+
+
+def run_hparams_before_init(root: str) -> dict:
+    module = HparamsFirst(hidden=2, extra="x")
+    return {"hparams": dict(module.hparams), "init_args": module.init_args, "stage": str(RunningStage.TRAINING)}
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -361,4 +378,5 @@ CASES = {
     "val_data_source": run_val_data_source,
     "grad_in_validation": run_grad_in_validation,
     "prediction_writer": run_prediction_writer,
+    "hparams_before_init": run_hparams_before_init,
 }
