@@ -189,7 +189,7 @@ class LoaderGroup:
             if self._accumulation is not None:
                 # The group's pass bounds the accumulation windows, not the pass of whichever loader yielded last
                 # (a shorter loader cycled by "max_size_cycle" would carry the last window into the next epoch).
-                self._accumulation.active_loader = self
+                self._accumulation.set_active_loader(self)
             yield unflatten(values, self.spec)
         self._finished = True
 
