@@ -6,6 +6,14 @@ import os
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
+    # `make test` runs two workers on two cores: a worker's own tensor work on one thread each, so that idle
+    # OpenMP threads of one worker do not spin on the core the other one computes on. Processes a test launches
+    # choose their threads as they would anywhere.
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _restore_environment_variables():

@@ -244,7 +244,7 @@ ALWAYS = (
 )
 
 
-def fast_sample(seed: int, per_group: int = 3, groups: int = 3) -> list[Cell]:
+def fast_sample(seed: int, per_group: int = 3, groups: int = 2) -> list[Cell]:
     """The `ALWAYS` cells and a seeded sample: ``per_group`` cells of ``groups`` launch groups (always 1 process
     and DDP among them)."""
     rng = random.Random(seed)
