@@ -11,8 +11,6 @@ if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
     from fabricx.train.trainer import Trainer
 
-SUPPORTED_MODES = ("linear", "exponential")
-
 
 class LearningRateFinder(Callback):
     """Search a learning rate when `fit` starts, then train with the suggestion (Lightning's callback).
@@ -29,6 +27,8 @@ class LearningRateFinder(Callback):
         ```
     """
 
+    SUPPORTED_MODES = ("linear", "exponential")
+
     def __init__(
         self,
         min_lr: float = 1e-8,
@@ -40,8 +40,8 @@ class LearningRateFinder(Callback):
         attr_name: str = "",
     ) -> None:
         mode = mode.lower()
-        if mode not in SUPPORTED_MODES:
-            raise ValueError(f"`mode` should be either of {SUPPORTED_MODES}, got {mode!r}.")
+        if mode not in self.SUPPORTED_MODES:
+            raise ValueError(f"`mode` should be either of {self.SUPPORTED_MODES}, got {mode!r}.")
         self._min_lr = min_lr
         self._max_lr = max_lr
         self._num_training_steps = num_training_steps
