@@ -71,6 +71,75 @@ class ClusterEnvironment(ABC):
         """Undo any process-wide changes this environment made."""
 
 
+class ExternalEnvironment(ClusterEnvironment):
+    """A job whose launcher (torchrun, SLURM, LSF, MPI, Kubeflow) started every process itself.
+
+    Ranks come from the environment variables the class names; ``MASTER_ADDR``/``MASTER_PORT`` win over
+    the launcher's own address and port (`launcher_main_address`, `launcher_main_port`).
+
+    Example:
+        ```python
+        class PBSEnvironment(ExternalEnvironment):
+            world_size_variable, global_rank_variable, local_rank_variable = "PBS_NP", "PBS_RANK", "PBS_LRANK"
+        ```
+    """
+
+    world_size_variable = "WORLD_SIZE"
+    global_rank_variable = "RANK"
+    local_rank_variable = "LOCAL_RANK"
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    @property
+    def main_address(self) -> str:
+        if "MASTER_ADDR" in os.environ:
+            return os.environ["MASTER_ADDR"]
+        return self.launcher_main_address()
+
+    @property
+    def main_port(self) -> int:
+        if "MASTER_PORT" in os.environ:
+            return int_env("MASTER_PORT")
+        return self.launcher_main_port()
+
+    def launcher_main_address(self) -> str:
+        """Rank 0's host when ``MASTER_ADDR`` is unset; by default the launcher must set it."""
+        raise _missing("MASTER_ADDR")
+
+    def launcher_main_port(self) -> int:
+        """The rendezvous port when ``MASTER_PORT`` is unset; by default the launcher must set it."""
+        raise _missing("MASTER_PORT")
+
+    def world_size(self) -> int:
+        return int_env(self.world_size_variable)
+
+    def global_rank(self) -> int:
+        return int_env(self.global_rank_variable)
+
+    def local_rank(self) -> int:
+        return int_env(self.local_rank_variable)
+
+    def check_world_size(self, num_devices: int, num_nodes: int, started: str, fix: str) -> None:
+        """Refuse a launch whose process count is not ``devices x num_nodes``; `started` says what the
+        launcher started (``{world_size}`` filled in), `fix` what to change."""
+        world_size = self.world_size()
+        if world_size != num_devices * num_nodes:
+            started, fix = started.format(world_size=world_size), fix.format(world_size=world_size)
+            raise MisconfigurationError(
+                f"{started} but fabricx was given devices={num_devices} x num_nodes={num_nodes} ="
+                f" {num_devices * num_nodes} processes. {fix}"
+            )
+
+
+def _missing(name: str) -> MisconfigurationError:
+    return MisconfigurationError(
+        f"The environment variable {name} is not set, but the launcher that started this process"
+        " should have set it. Start the script through that launcher, or set the variable."
+    )
+
+
 def int_env(name: str, default: int | None = None) -> int:
     """The integer in environment variable `name` (or `default` when unset), with one clear message
     for a missing or non-numeric value, shared by the cluster environments.
@@ -83,10 +152,7 @@ def int_env(name: str, default: int | None = None) -> int:
     value = os.environ.get(name)
     if value is None:
         if default is None:
-            raise MisconfigurationError(
-                f"The environment variable {name} is not set, but the launcher that started this process"
-                " should have set it. Start the script through that launcher, or set the variable."
-            )
+            raise _missing(name)
         return default
     try:
         return int(value)

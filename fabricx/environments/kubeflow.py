@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
-from fabricx.environments.base import ClusterEnvironment, int_env
+from fabricx.environments.base import ExternalEnvironment, int_env
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _REQUIRED = ("KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 
 
-class KubeflowEnvironment(ClusterEnvironment):
+class KubeflowEnvironment(ExternalEnvironment):
     """Reads ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK`` set by the PyTorchJob operator.
 
     The operator counts pods, so each pod is a node holding one process: ``local_rank`` is 0 and
@@ -24,18 +24,6 @@ class KubeflowEnvironment(ClusterEnvironment):
         ```
     """
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        return True
-
-    @property
-    def main_address(self) -> str:
-        return os.environ["MASTER_ADDR"]
-
-    @property
-    def main_port(self) -> int:
-        return int_env("MASTER_PORT")
-
     @staticmethod
     def detect() -> bool:
         # Only chosen explicitly; see detect_env().
@@ -45,12 +33,6 @@ class KubeflowEnvironment(ClusterEnvironment):
     def detect_env() -> bool:
         """Whether the variables a PyTorchJob sets are all present."""
         return all(name in os.environ for name in _REQUIRED)
-
-    def world_size(self) -> int:
-        return int_env("WORLD_SIZE")
-
-    def global_rank(self) -> int:
-        return int_env("RANK")
 
     def local_rank(self) -> int:
         return 0
@@ -64,9 +46,9 @@ class KubeflowEnvironment(ClusterEnvironment):
                 f"KubeflowEnvironment runs one process per pod, but fabricx was given devices={num_devices}."
                 " Set devices=1 and give each pod one device, or run torchrun inside each pod instead."
             )
-        world_size = self.world_size()
-        if world_size != num_nodes:
-            raise MisconfigurationError(
-                f"The PyTorchJob has {world_size} pods (WORLD_SIZE={world_size}) but fabricx was given"
-                f" num_nodes={num_nodes}. Set num_nodes={world_size}, or change the job's replica count."
-            )
+        self.check_world_size(
+            num_devices,
+            num_nodes,
+            started="The PyTorchJob has {world_size} pods (WORLD_SIZE={world_size})",
+            fix="Set num_nodes={world_size}, or change the job's replica count.",
+        )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import socket
 
-from fabricx.environments.base import ClusterEnvironment, int_env, port_from_job_id
+from fabricx.environments.base import ExternalEnvironment, port_from_job_id
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _DEFAULT_PORT = 12910
 
 
-class LSFEnvironment(ClusterEnvironment):
+class LSFEnvironment(ExternalEnvironment):
     """Reads ``JSM_NAMESPACE_RANK``/``SIZE``/``LOCAL_RANK`` and the job's hosts.
 
     Hosts come from the file named by ``LSB_DJOB_RANKFILE`` (one line per slot) or from
@@ -27,23 +27,17 @@ class LSFEnvironment(ClusterEnvironment):
         ```
     """
 
+    world_size_variable = "JSM_NAMESPACE_SIZE"
+    global_rank_variable = "JSM_NAMESPACE_RANK"
+    local_rank_variable = "JSM_NAMESPACE_LOCAL_RANK"
+
     def __init__(self) -> None:
         self._hosts: list[str] | None = None
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        return True
-
-    @property
-    def main_address(self) -> str:
-        if "MASTER_ADDR" in os.environ:
-            return os.environ["MASTER_ADDR"]
+    def launcher_main_address(self) -> str:
         return self.compute_hosts()[0]
 
-    @property
-    def main_port(self) -> int:
-        if "MASTER_PORT" in os.environ:
-            return int_env("MASTER_PORT")
+    def launcher_main_port(self) -> int:
         return port_from_job_id(os.environ.get("LSB_JOBID"), _DEFAULT_PORT)
 
     @staticmethod
@@ -51,15 +45,6 @@ class LSFEnvironment(ClusterEnvironment):
         required = ("LSB_JOBID", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK")
         has_hosts = "LSB_DJOB_RANKFILE" in os.environ or "LSB_HOSTS" in os.environ
         return has_hosts and all(name in os.environ for name in required)
-
-    def world_size(self) -> int:
-        return int_env("JSM_NAMESPACE_SIZE")
-
-    def global_rank(self) -> int:
-        return int_env("JSM_NAMESPACE_RANK")
-
-    def local_rank(self) -> int:
-        return int_env("JSM_NAMESPACE_LOCAL_RANK")
 
     def node_rank(self) -> int:
         hosts = self.compute_hosts()
@@ -88,14 +73,13 @@ class LSFEnvironment(ClusterEnvironment):
                 f"LSF gave this job {len(hosts)} compute hosts ({', '.join(hosts)}) but fabricx was given"
                 f" num_nodes={num_nodes}. Set num_nodes={len(hosts)}, or request {num_nodes} nodes from bsub."
             )
-        world_size = self.world_size()
-        if world_size != num_devices * num_nodes:
-            raise MisconfigurationError(
-                f"jsrun started {world_size} processes (JSM_NAMESPACE_SIZE={world_size}) but fabricx was"
-                f" given devices={num_devices} x num_nodes={num_nodes} = {num_devices * num_nodes}."
-                f" Make jsrun start {num_devices} processes per host, or set"
-                f" devices={world_size // max(num_nodes, 1)}."
-            )
+        self.check_world_size(
+            num_devices,
+            num_nodes,
+            started="jsrun started {world_size} processes (JSM_NAMESPACE_SIZE={world_size})",
+            fix=f"Make jsrun start {num_devices} processes per host, or set"
+            f" devices={self.world_size() // max(num_nodes, 1)}.",
+        )
 
 
 def _read_host_slots() -> list[str]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 
-from fabricx.environments.base import ClusterEnvironment, int_env
+from fabricx.environments.base import ExternalEnvironment
 from fabricx.environments.local import find_free_port
-from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.imports import lazy_import
 
 
@@ -23,7 +21,7 @@ def _import_mpi() -> Any | None:
         return None
 
 
-class MPIEnvironment(ClusterEnvironment):
+class MPIEnvironment(ExternalEnvironment):
     """Ranks from ``MPI.COMM_WORLD``; local and node rank from grouping the ranks by host name.
 
     Needs ``mpi4py`` (``pip install mpi4py``). The main address is rank 0's host name and the
@@ -50,22 +48,12 @@ class MPIEnvironment(ClusterEnvironment):
         self._main_address: str | None = None
         self._main_port: int | None = None
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        return True
-
-    @property
-    def main_address(self) -> str:
-        if "MASTER_ADDR" in os.environ:
-            return os.environ["MASTER_ADDR"]
+    def launcher_main_address(self) -> str:
         if self._main_address is None:
             self._main_address = str(self._comm.bcast(socket.gethostname(), root=0))
         return self._main_address
 
-    @property
-    def main_port(self) -> int:
-        if "MASTER_PORT" in os.environ:
-            return int_env("MASTER_PORT")
+    def launcher_main_port(self) -> int:
         if self._main_port is None:
             # Only rank 0 can tell which port is free on its own host.
             port = find_free_port() if self._comm.Get_rank() == 0 else None
@@ -90,13 +78,12 @@ class MPIEnvironment(ClusterEnvironment):
         return self._local_and_node_rank()[1]
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
-        world_size = self.world_size()
-        if world_size != num_devices * num_nodes:
-            raise MisconfigurationError(
-                f"mpirun started {world_size} processes but fabricx was given devices={num_devices} x"
-                f" num_nodes={num_nodes} = {num_devices * num_nodes}. Start mpirun with"
-                f" -np {num_devices * num_nodes}, or change devices and num_nodes to match."
-            )
+        self.check_world_size(
+            num_devices,
+            num_nodes,
+            started="mpirun started {world_size} processes",
+            fix=f"Start mpirun with -np {num_devices * num_nodes}, or change devices and num_nodes to match.",
+        )
 
     def _local_and_node_rank(self) -> tuple[int, int]:
         if self._layout is None:

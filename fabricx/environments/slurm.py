@@ -6,7 +6,7 @@ import itertools
 import os
 import re
 
-from fabricx.environments.base import ClusterEnvironment, int_env, port_from_job_id
+from fabricx.environments.base import ExternalEnvironment, int_env, port_from_job_id
 from fabricx.utilities.exceptions import MisconfigurationError
 
 _INTERACTIVE_JOB_NAMES = ("bash", "interactive")
@@ -66,7 +66,7 @@ def _expand_range(spec: str) -> list[str]:
     return values
 
 
-class SLURMEnvironment(ClusterEnvironment):
+class SLURMEnvironment(ExternalEnvironment):
     """Reads ``SLURM_NTASKS``, ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID`` and the node list.
 
     The main address is the first host of ``SLURM_NODELIST``; the port is derived from
@@ -80,23 +80,17 @@ class SLURMEnvironment(ClusterEnvironment):
         ```
     """
 
-    @property
-    def creates_processes_externally(self) -> bool:
-        return True
+    world_size_variable = "SLURM_NTASKS"
+    global_rank_variable = "SLURM_PROCID"
+    local_rank_variable = "SLURM_LOCALID"
 
-    @property
-    def main_address(self) -> str:
-        if "MASTER_ADDR" in os.environ:
-            return os.environ["MASTER_ADDR"]
+    def launcher_main_address(self) -> str:
         nodelist = os.environ.get("SLURM_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
         if not nodelist:
             return "127.0.0.1"
         return expand_hostlist(nodelist)[0]
 
-    @property
-    def main_port(self) -> int:
-        if "MASTER_PORT" in os.environ:
-            return int_env("MASTER_PORT")
+    def launcher_main_port(self) -> int:
         return port_from_job_id(os.environ.get("SLURM_JOB_ID"), _DEFAULT_PORT)
 
     @staticmethod
@@ -110,15 +104,6 @@ class SLURMEnvironment(ClusterEnvironment):
         if "SLURM_STEP_ID" not in os.environ:
             return False
         return int_env("SLURM_STEP_NUM_TASKS", int_env("SLURM_NTASKS")) > 1
-
-    def world_size(self) -> int:
-        return int_env("SLURM_NTASKS")
-
-    def global_rank(self) -> int:
-        return int_env("SLURM_PROCID")
-
-    def local_rank(self) -> int:
-        return int_env("SLURM_LOCALID")
 
     def node_rank(self) -> int:
         return int_env("SLURM_NODEID")
@@ -137,11 +122,10 @@ class SLURMEnvironment(ClusterEnvironment):
                 f"SLURM allocated {nodes} nodes (--nodes={nodes}) but fabricx was given"
                 f" num_nodes={num_nodes}. Set num_nodes={nodes}, or submit with --nodes={num_nodes}."
             )
-        ntasks = self.world_size()
-        if ntasks != num_devices * num_nodes:
-            raise MisconfigurationError(
-                f"SLURM started {ntasks} tasks (SLURM_NTASKS={ntasks}) but fabricx was given"
-                f" devices={num_devices} x num_nodes={num_nodes} = {num_devices * num_nodes} processes."
-                f" Submit with --nodes={num_nodes} --ntasks-per-node={num_devices}, or change devices and"
-                f" num_nodes to match the allocation."
-            )
+        self.check_world_size(
+            num_devices,
+            num_nodes,
+            started="SLURM started {world_size} tasks (SLURM_NTASKS={world_size})",
+            fix=f"Submit with --nodes={num_nodes} --ntasks-per-node={num_devices}, or change devices and"
+            " num_nodes to match the allocation.",
+        )
