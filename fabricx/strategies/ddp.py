@@ -62,13 +62,7 @@ class DDPStrategy(ParallelStrategy):
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
+            accelerator, parallel_devices, cluster_environment, precision, process_group_backend, timeout, start_method
         )
         self._ddp_kwargs = ddp_kwargs
         self._ddp_comm_state = ddp_comm_state

@@ -50,26 +50,9 @@ class DTensorStrategy(ParallelStrategy):
 
     requires_optimizer_after_module = True
 
-    def __init__(
-        self,
-        accelerator: Accelerator | None = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        precision: Precision | None = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | float | None = timedelta(minutes=30),
-        start_method: str = "popen",
-        state_dict_type: str = "sharded",
-    ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-        )
+    def __init__(self, *parallel: Any, state_dict_type: str = "sharded") -> None:
+        # `parallel`: ParallelStrategy's arguments, in its order (each subclass spells them out for its users).
+        super().__init__(*parallel)
         if state_dict_type not in STATE_DICT_TYPES:
             raise MisconfigurationError(
                 f"state_dict_type={state_dict_type!r}; choose 'sharded' (every rank writes its shards, "
@@ -445,16 +428,8 @@ class FSDPStrategy(DTensorStrategy):
         state_dict_type: str = "sharded",
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-            state_dict_type=state_dict_type,
-        )
+        parallel = (accelerator, parallel_devices, cluster_environment, precision, process_group_backend, timeout)
+        super().__init__(*parallel, start_method, state_dict_type=state_dict_type)
         name = getattr(sharding_strategy, "name", sharding_strategy)  # FSDP1's ShardingStrategy enum too
         if not isinstance(name, str) or name.upper() not in SHARDING_STRATEGIES:
             raise MisconfigurationError(

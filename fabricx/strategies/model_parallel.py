@@ -64,16 +64,8 @@ class ModelParallelStrategy(DTensorStrategy):
         cluster_environment: Any = None,
         precision: Precision | None = None,
     ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
-            state_dict_type="sharded" if save_distributed_checkpoint else "full",
-        )
+        parallel = (accelerator, parallel_devices, cluster_environment, precision, process_group_backend, timeout)
+        super().__init__(*parallel, start_method, state_dict_type="sharded" if save_distributed_checkpoint else "full")
         if not callable(parallelize_fn):
             raise TypeError(
                 f"parallelize_fn must be a function (model, device_mesh) -> model; got {type(parallelize_fn).__name__}."

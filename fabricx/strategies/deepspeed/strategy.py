@@ -155,13 +155,7 @@ class DeepSpeedStrategy(ParallelStrategy):
     ) -> None:
         require_deepspeed()
         super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,
+            accelerator, parallel_devices, cluster_environment, precision, process_group_backend, timeout, start_method
         )
         if gradient_accumulation_steps is not None and (
             not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 1
