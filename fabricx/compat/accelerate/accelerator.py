@@ -21,7 +21,6 @@ Where Accelerate's behaviour is wrong, this adapter is right:
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 import types
@@ -64,7 +63,7 @@ from fabricx.compat.accelerate.kwargs import (
 )
 from fabricx.compat.accelerate.memory import find_executable_batch_size
 from fabricx.compat.accelerate.model import answer_as_prepared, ddp_of
-from fabricx.compat.accelerate.process import AcceleratorState, PartialState, externally_launched, only_on
+from fabricx.compat.accelerate.process import AcceleratorState, PartialState, ProcessSelection, externally_launched
 from fabricx.compat.accelerate.state import StateMixin
 from fabricx.compat.accelerate.tracking import build_trackers, normalize_log_with
 from fabricx.fabric import Fabric
@@ -202,7 +201,7 @@ def _is_scheduler(obj: Any) -> bool:
     )
 
 
-class Accelerator(StateMixin, CollectivesMixin):
+class Accelerator(ProcessSelection, StateMixin, CollectivesMixin):
     """Hugging Face Accelerate's ``Accelerator`` on top of `fabricx.Fabric`.
 
     Args:
@@ -391,22 +390,6 @@ class Accelerator(StateMixin, CollectivesMixin):
     @property
     def local_process_index(self) -> int:
         return self._fabric.local_rank
-
-    @property
-    def is_main_process(self) -> bool:
-        return self._fabric.is_global_zero
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self._fabric.local_rank == 0
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.num_processes > 1
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -871,17 +854,6 @@ class Accelerator(StateMixin, CollectivesMixin):
 
     # -- processes ---------------------------------------------------------------------------------------
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` once per machine (on the local main process).
-
-        Example:
-            ```python
-            accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
-            ```
-        """
-        if self.is_local_main_process:
-            print(*args, **kwargs)
-
     @contextlib.contextmanager
     def main_process_first(self) -> Generator[None, None, None]:
         """Run the block on the main process first, then on the others.
@@ -907,67 +879,6 @@ class Accelerator(StateMixin, CollectivesMixin):
         """
         with self._fabric.rank_zero_first(local=True):
             yield
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: run ``function`` on the main process only.
-
-        Example:
-            ```python
-            @accelerator.on_main_process
-            def report(text): print(text)
-            ```
-        """
-        return only_on(self.is_main_process, self.use_distributed, function)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: run ``function`` on each machine's main process only.
-
-        Example:
-            ```python
-            @accelerator.on_local_main_process
-            def report(text): print(text)
-            ```
-        """
-        return only_on(self.is_local_main_process, self.use_distributed, function)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: run ``function`` on the last process only.
-
-        Example:
-            ```python
-            @accelerator.on_last_process
-            def report(text): print(text)
-            ```
-        """
-        return only_on(self.is_last_process, self.use_distributed, function)
-
-    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
-        """Decorator: run ``function`` on process ``process_index`` only (a one-process run runs it whatever the
-        index, as Accelerate does).
-
-        Example:
-            ```python
-            accelerator.on_process(print, process_index=1)("on process 1, or when alone")
-            ```
-        """
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        return only_on(self.process_index == process_index, self.use_distributed, function)
-
-    def on_local_process(
-        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
-    ) -> Any:
-        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only (a one-process
-        run runs it whatever the index, as Accelerate does).
-
-        Example:
-            ```python
-            accelerator.on_local_process(print, local_process_index=0)("once per machine")
-            ```
-        """
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return only_on(self.local_process_index == local_process_index, self.use_distributed, function)
 
     def set_trigger(self) -> None:
         """Raise a flag on this process that `check_trigger()` sees on every process (e.g. to stop early).

@@ -98,22 +98,9 @@ class CollectivesMixin:
             tokens = accelerator.gather(padded)
             ```
         """
+        from fabricx.compat.accelerate.ops import pad_across_processes
 
-        def pad(t: Tensor) -> Tensor:
-            if self.num_processes == 1 or t.dim() == 0:
-                return t
-            sizes = self._fabric.all_gather(torch.tensor([t.shape[dim]], device=t.device))
-            largest = int(torch.as_tensor(sizes).max())
-            if largest == t.shape[dim]:
-                return t
-            shape = list(t.shape)
-            shape[dim] = largest
-            out = t.new_full(shape, pad_index)
-            start = largest - t.shape[dim] if pad_first else 0
-            out.narrow(dim, start, t.shape[dim]).copy_(t)
-            return out
-
-        return apply_to_collection(tensor, Tensor, pad)
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Generator[Any, None, None]:

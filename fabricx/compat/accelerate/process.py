@@ -61,6 +61,105 @@ def only_on(selected: bool, use_distributed: bool, function: Callable[..., Any])
     return function if selected or not use_distributed else _skipped
 
 
+class ProcessSelection:
+    """Which process this is, and decorators that run a function on chosen processes only: what
+    `PartialState` and the `Accelerator` share. Hosts provide ``num_processes``, ``process_index`` and
+    ``local_process_index``.
+    """
+
+    num_processes: int
+    process_index: int
+    local_process_index: int
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine (on the local main process).
+
+        Example:
+            ```python
+            accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
+            ```
+        """
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on the main process only.
+
+        Example:
+            ```python
+            @accelerator.on_main_process
+            def report(text): print(text)
+            ```
+        """
+        return only_on(self.is_main_process, self.use_distributed, function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on each machine's main process only.
+
+        Example:
+            ```python
+            @accelerator.on_local_main_process
+            def report(text): print(text)
+            ```
+        """
+        return only_on(self.is_local_main_process, self.use_distributed, function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: run ``function`` on the last process only.
+
+        Example:
+            ```python
+            @accelerator.on_last_process
+            def report(text): print(text)
+            ```
+        """
+        return only_on(self.is_last_process, self.use_distributed, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on process ``process_index`` only (a one-process run runs it whatever the
+        index, as Accelerate does).
+
+        Example:
+            ```python
+            accelerator.on_process(print, process_index=1)("on process 1, or when alone")
+            ```
+        """
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return only_on(self.process_index == process_index, self.use_distributed, function)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only (a one-process
+        run runs it whatever the index, as Accelerate does).
+
+        Example:
+            ```python
+            accelerator.on_local_process(print, local_process_index=0)("once per machine")
+            ```
+        """
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return only_on(self.local_process_index == local_process_index, self.use_distributed, function)
+
+
 def _process_fabric(cpu: bool = False) -> Any:
     """One Fabric per process for state objects created without an Accelerator (starts the process group)."""
     if "fabric" not in _SHARED:
@@ -79,7 +178,7 @@ def _process_fabric(cpu: bool = False) -> Any:
     return _SHARED["fabric"]
 
 
-class PartialState:
+class PartialState(ProcessSelection):
     """Where this process is: ``num_processes``, ``process_index``, ``local_process_index``, ``device``,
     ``distributed_type``, and helpers (``print``, ``wait_for_everyone``, ``on_main_process``, ...).
 
@@ -117,22 +216,6 @@ class PartialState:
         return True
 
     @property
-    def use_distributed(self) -> bool:
-        return self.num_processes > 1
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.local_process_index == 0
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
-
-    @property
     def num_processes_per_node(self) -> int:
         return int(os.environ.get("LOCAL_WORLD_SIZE", self.num_processes))
 
@@ -141,11 +224,6 @@ class PartialState:
         """Wait until every process gets here."""
         if self.num_processes > 1 and dist.is_initialized():
             dist.barrier()
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the local main process only."""
-        if self.is_local_main_process:
-            print(*args, **kwargs)
 
     def destroy_process_group(self, group: Any = None) -> None:
         """End the process group (every process must call it)."""
@@ -176,45 +254,6 @@ class PartialState:
         from fabricx.compat.accelerate.splitting import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: run ``function`` on the main process only."""
-        return only_on(self.is_main_process, self.use_distributed, function)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: run ``function`` on each machine's main process only."""
-        return only_on(self.is_local_main_process, self.use_distributed, function)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: run ``function`` on the last process only."""
-        return only_on(self.is_last_process, self.use_distributed, function)
-
-    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
-        """Decorator: run ``function`` on process ``process_index`` only."""
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        return only_on(self.process_index == process_index, self.use_distributed, function)
-
-    def on_local_process(
-        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
-    ) -> Any:
-        """Decorator: run ``function`` on local process ``local_process_index`` of each machine only."""
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return only_on(self.local_process_index == local_process_index, self.use_distributed, function)
-
-    def __repr__(self) -> str:
-        return (
-            f"Distributed environment: {self.distributed_type.value}"
-            f"{'  Backend: ' + self.backend if self.backend else ''}\n"
-            f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
-            f"Local process index: {self.local_process_index}\nDevice: {self.device}\n"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(other) == vars(self)
-
-    __hash__ = object.__hash__
 
 
 class AcceleratorState(PartialState):
