@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabricx.train.tuner.search import free_accelerator_memory, is_oom_error
@@ -15,22 +16,20 @@ log = logging.getLogger(__name__)
 Trial = Callable[[], "int | None"]
 
 
+@dataclass
 class BatchSizeSearch:
     """Lightning's power/binsearch rules over a ``trial`` function and a ``get``/``set`` pair for the batch size."""
 
-    def __init__(
-        self, trial: Trial, get: Callable[[], int], set_: Callable[[int], None], max_trials: int, max_val: int
-    ) -> None:
-        self._trial = trial
-        self._get = get
-        self._set = set_
-        self._max_trials = max_trials
-        self._max_val = max_val
-        self._dataset_length: int | None = None
+    trial: Trial
+    get: Callable[[], int]
+    set_: Callable[[int], None]
+    max_trials: int
+    max_val: int
+    _dataset_length: int | None = field(default=None, init=False)
 
     def adjust(self, factor: float = 1.0, value: int | None = None, desc: str | None = None) -> tuple[int, bool]:
         """Set the batch size to ``value`` (or ``factor`` times it), capped by the dataset and ``max_val``."""
-        batch_size = self._get()
+        batch_size = self.get()
         if self._dataset_length is not None and batch_size >= self._dataset_length:
             rank_zero_log_info(
                 log,
@@ -39,40 +38,46 @@ class BatchSizeSearch:
             )
             return batch_size, False
         new_size = value if value is not None else int(batch_size * factor)
-        if new_size > self._max_val:
+        if new_size > self.max_val:
             if desc:
-                limit = self._max_val
+                limit = self.max_val
                 rank_zero_log_info(log, f"Batch size {new_size} exceeds max_val limit {limit}, capping at {limit}")
-            new_size = self._max_val
+            new_size = self.max_val
         if desc:
             rank_zero_log_info(log, f"Batch size {batch_size} {desc}, trying batch size {new_size}")
-        self._set(new_size)
+        self.set_(new_size)
         return new_size, new_size != batch_size
 
     def _run(self) -> None:
         free_accelerator_memory()
-        self._dataset_length = self._trial()
+        self._dataset_length = self.trial()
+
+    def _fits(self, new_size: int) -> bool | None:
+        """Run a trial at ``new_size``: whether it fit in memory; ``None`` (no trial) once it reaches ``max_val``."""
+        if new_size >= self.max_val:
+            rank_zero_log_info(log, f"Reached the maximum batch size limit of {self.max_val}. Stopping search.")
+            return None
+        try:
+            self._run()
+        except RuntimeError as exception:
+            if not is_oom_error(exception):
+                raise
+            free_accelerator_memory()
+            return False
+        return True
 
     def power(self, new_size: int) -> int:
         any_success = False
-        last_successful = new_size
-        for trial in range(self._max_trials):
-            if new_size >= self._max_val:
-                rank_zero_log_info(log, f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
+        for trial in range(self.max_trials):
+            fits = self._fits(new_size)
+            if fits is None:
                 break
-            try:
-                self._run()
-            except RuntimeError as exception:
-                if not is_oom_error(exception):
-                    raise
-                free_accelerator_memory()
+            if not fits:
                 new_size, _ = self.adjust(factor=0.5, desc="failed")
                 if any_success:
                     break
                 continue
-            last_successful = new_size
-            if trial + 1 >= self._max_trials:
-                new_size = last_successful
+            if trial + 1 >= self.max_trials:
                 break
             new_size, changed = self.adjust(factor=2.0, desc="succeeded")
             if not changed:
@@ -83,26 +88,18 @@ class BatchSizeSearch:
     def binsearch(self, new_size: int, margin: float) -> int:
         low, high = 1, None
         count = 0
-        last_successful = new_size
         while True:
-            if new_size >= self._max_val:
-                rank_zero_log_info(log, f"Reached the maximum batch size limit of {self._max_val}. Stopping search.")
+            fits = self._fits(new_size)
+            if fits is None:
                 break
-            try:
-                self._run()
-            except RuntimeError as exception:
-                if not is_oom_error(exception):
-                    raise
-                free_accelerator_memory()
+            if not fits:
                 high = new_size
                 new_size, _ = self.adjust(value=(high + low) // 2, desc="failed")
                 if high - low <= 1:
                     break
                 continue
-            last_successful = new_size
             count += 1
-            if count >= self._max_trials:
-                new_size = last_successful
+            if count >= self.max_trials:
                 break
             low = new_size
             if high:
@@ -119,7 +116,7 @@ class BatchSizeSearch:
                 message = f"Applying margin of {margin:.1%}, reducing batch size from {new_size} to {reduced}"
                 rank_zero_log_info(log, message)
                 new_size = reduced
-                self._set(new_size)
+                self.set_(new_size)
         return new_size
 
 

@@ -42,13 +42,16 @@ class LearningRateFinder(Callback):
         mode = mode.lower()
         if mode not in self.SUPPORTED_MODES:
             raise ValueError(f"`mode` should be either of {self.SUPPORTED_MODES}, got {mode!r}.")
-        self._min_lr = min_lr
-        self._max_lr = max_lr
-        self._num_training_steps = num_training_steps
-        self._mode = mode
-        self._early_stop_threshold = early_stop_threshold
-        self._update_attr = update_attr
-        self._attr_name = attr_name
+        # Tuner.lr_find's own arguments, handed on unchanged when fit starts.
+        self._search = {
+            "min_lr": min_lr,
+            "max_lr": max_lr,
+            "num_training": num_training_steps,
+            "mode": mode,
+            "early_stop_threshold": early_stop_threshold,
+            "update_attr": update_attr,
+            "attr_name": attr_name,
+        }
         self.optimal_lr: LRFinder | None = None
 
     def lr_find(self, trainer: Trainer, pl_module: TrainModule) -> None:
@@ -58,20 +61,11 @@ class LearningRateFinder(Callback):
         data = trainer.fit_loop.data
         datamodule = trainer.datamodule
         train, val = (None, None) if datamodule is not None else (data.train_source, data.val_source)
-        self.optimal_lr = Tuner(trainer).lr_find(
-            pl_module,
-            train_dataloaders=train,
-            val_dataloaders=val,
-            datamodule=datamodule,
-            min_lr=self._min_lr,
-            max_lr=self._max_lr,
-            num_training=self._num_training_steps,
-            mode=self._mode,
-            early_stop_threshold=self._early_stop_threshold,
-            update_attr=self._update_attr,
-            attr_name=self._attr_name,
+        finder = Tuner(trainer).lr_find(
+            pl_module, train_dataloaders=train, val_dataloaders=val, datamodule=datamodule, **self._search
         )
-        suggestion = self.optimal_lr.suggestion() if self.optimal_lr is not None and self._update_attr else None
+        self.optimal_lr = finder
+        suggestion = finder.suggestion() if finder is not None and self._search["update_attr"] else None
         if suggestion is not None:  # the fit's optimizers exist already: they train with it too
             for optimizer in trainer.optimizers:
                 for group in optimizer.param_groups:
