@@ -9,40 +9,9 @@ from fabricx.callbacks import EarlyStopping, ModelCheckpoint
 ```
 """
 
-from fabricx.train.callbacks import (
-    BackboneFinetuning,
-    BaseFinetuning,
-    BasePredictionWriter,
-    Callback,
-    DeviceStatsMonitor,
-    EarlyStopping,
-    LearningRateMonitor,
-    ModelCheckpoint,
-    OnExceptionCheckpoint,
-    RichModelSummary,
-    RichProgressBar,
-    StochasticWeightAveraging,
-    ThroughputMonitor,
-    Timer,
-    TQDMProgressBar,
-)
+from fabricx.train import callbacks as _callbacks
+from fabricx.train.callbacks import *  # noqa: F403 (the same names, under Lightning's module path)
 from fabricx.train.tuner.finder_callback import LearningRateFinder
 
-__all__ = [
-    "BackboneFinetuning",
-    "BaseFinetuning",
-    "BasePredictionWriter",
-    "Callback",
-    "DeviceStatsMonitor",
-    "EarlyStopping",
-    "LearningRateFinder",
-    "LearningRateMonitor",
-    "ModelCheckpoint",
-    "OnExceptionCheckpoint",
-    "RichModelSummary",
-    "RichProgressBar",
-    "StochasticWeightAveraging",
-    "TQDMProgressBar",
-    "ThroughputMonitor",
-    "Timer",
-]
+__all__ = ["LearningRateFinder"]
+__all__ += _callbacks.__all__

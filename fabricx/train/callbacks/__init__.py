@@ -10,6 +10,7 @@ from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 from fabricx.train.callbacks.model_summary import RichModelSummary
 from fabricx.train.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from fabricx.train.callbacks.prediction_writer import BasePredictionWriter
+from fabricx.train.callbacks.progress import ProgressBar
 from fabricx.train.callbacks.progress_bar import RichProgressBar
 from fabricx.train.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from fabricx.train.callbacks.throughput import ThroughputMonitor
@@ -26,6 +27,7 @@ __all__ = [
     "LearningRateMonitor",
     "ModelCheckpoint",
     "OnExceptionCheckpoint",
+    "ProgressBar",
     "RichModelSummary",
     "RichProgressBar",
     "StochasticWeightAveraging",

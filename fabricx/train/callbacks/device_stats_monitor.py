@@ -82,30 +82,20 @@ class DeviceStatsMonitor(Callback):
             separator = logger.group_separator
             logger.log_metrics({f"{prefix}{separator}{k}": v for k, v in stats.items()}, step=step)
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         self._get_and_log_device_stats(trainer, "on_train_batch_start")
 
-    def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         self._get_and_log_device_stats(trainer, "on_train_batch_end")
 
-    def on_validation_batch_start(
-        self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
+    def on_validation_batch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         self._get_and_log_device_stats(trainer, "on_validation_batch_start")
 
-    def on_validation_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         self._get_and_log_device_stats(trainer, "on_validation_batch_end")
 
-    def on_test_batch_start(
-        self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
+    def on_test_batch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         self._get_and_log_device_stats(trainer, "on_test_batch_start")
 
-    def on_test_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
+    def on_test_batch_end(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         self._get_and_log_device_stats(trainer, "on_test_batch_end")

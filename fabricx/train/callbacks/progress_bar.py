@@ -12,8 +12,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.callbacks.base import Callback
-from fabricx.train.callbacks.trainer_state import shown_metrics, total_val_batches
+from fabricx.train.callbacks.progress import ProgressBar
 from fabricx.train.logging_result import to_float
 from fabricx.utilities.imports import lazy_import
 
@@ -31,7 +30,7 @@ def _format_value(value: Any) -> str:
     return f"{value:.{_DIGITS}g}" if isinstance(value, float) else str(value)
 
 
-class RichProgressBar(Callback):
+class RichProgressBar(ProgressBar):
     """Show training progress: batches done, elapsed and remaining time, speed, loss and ``prog_bar`` metrics.
 
     Args:
@@ -53,7 +52,6 @@ class RichProgressBar(Callback):
         self.refresh_rate = refresh_rate
         self.leave = leave
         self.console_kwargs = console_kwargs or {}
-        self._trainer: Trainer | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -77,23 +75,6 @@ class RichProgressBar(Callback):
         for key in ("_console", "_progress", "_train_task", "_eval_task", "_trainer"):
             state[key] = None
         return state
-
-    @property
-    def trainer(self) -> Trainer:
-        """The Trainer this bar shows (set in ``setup``)."""
-        if self._trainer is None:
-            raise TypeError(f"The `{type(self).__name__}._trainer` reference has not been set yet.")
-        return self._trainer
-
-    @property
-    def total_train_batches(self) -> int | float:
-        """The training batches of an epoch (``inf`` for a loader without a length)."""
-        return self.trainer.num_training_batches
-
-    @property
-    def total_val_batches(self) -> int | float:
-        """The validation batches of the current epoch, over all loaders (0 in an epoch that does not validate)."""
-        return total_val_batches(self.trainer)
 
     @property
     def is_terminal(self) -> bool:
@@ -189,16 +170,6 @@ class RichProgressBar(Callback):
         if elapsed <= 0 or done <= 0:
             return ""
         return f"{done / elapsed:.2f} it/s"
-
-    def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
-        """``v_num`` (the logger's version) and the ``prog_bar`` metrics, as Lightning's progress bars give them.
-
-        Example:
-            ```python
-            trainer.progress_bar_callback.get_metrics(trainer, model)["train_loss"]
-            ```
-        """
-        return shown_metrics(trainer)
 
     def _metrics_text(self, trainer: Trainer, with_loss: bool, only: Any = None) -> str:
         shown: dict[str, str] = {}

@@ -6,15 +6,14 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.callbacks.base import Callback
-from fabricx.train.callbacks.trainer_state import shown_metrics, total_val_batches
+from fabricx.train.callbacks.progress import ProgressBar
 
 if TYPE_CHECKING:
     from fabricx.train.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 
-class TQDMProgressBar(Callback):
+class TQDMProgressBar(ProgressBar):
     """tqdm bars: ``Epoch N`` over the training batches (with validation batches counted in), and one for
     each validation, test and predict run, showing ``v_num`` and the ``prog_bar`` metrics.
 
@@ -37,7 +36,6 @@ class TQDMProgressBar(Callback):
         self._enabled = True
         self._leave = leave
         self._bars: dict[str, Any] = {}
-        self._trainer: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Bars hold a terminal; a copy sent to another process draws its own.
@@ -72,12 +70,6 @@ class TQDMProgressBar(Callback):
     def enable(self) -> None:
         self._enabled = True
 
-    @property
-    def trainer(self) -> Trainer:
-        if self._trainer is None:
-            raise TypeError(f"The `{type(self).__name__}._trainer` reference has not been set yet.")
-        return self._trainer
-
     def _bar(self, key: str) -> Any:
         if key not in self._bars:
             raise TypeError(
@@ -102,19 +94,6 @@ class TQDMProgressBar(Callback):
     def predict_progress_bar(self) -> Any:
         return self._bar("predict")
 
-    @property
-    def total_train_batches(self) -> int | float:
-        return self.trainer.num_training_batches
-
-    @property
-    def total_val_batches(self) -> int | float:
-        # The epoch bar counts the validation runs of the epoch when validation runs at its end.
-        return total_val_batches(self.trainer)
-
-    def get_metrics(self, trainer: Trainer, pl_module: TrainModule) -> dict[str, Any]:
-        """``v_num`` (the logger's version) and the ``prog_bar`` metrics; override to change what is shown."""
-        return shown_metrics(trainer)
-
     # -- bars --------------------------------------------------------------------------------------------
     def _new_bar(self, key: str, description: str, total: float, position: int, leave: bool) -> Any:
         from tqdm.auto import tqdm
@@ -137,6 +116,11 @@ class TQDMProgressBar(Callback):
         bar = self._bars.pop(key, None)
         if bar is not None:
             bar.close()
+
+    def _advance_one(self, key: str) -> None:
+        bar = self._bars.get(key)
+        if bar is not None:
+            self._advance(key, bar.n + 1, bar.total)
 
     def _advance(self, key: str, n: int, total: float | None = None) -> None:
         bar = self._bars.get(key)
@@ -194,9 +178,7 @@ class TQDMProgressBar(Callback):
     def on_validation_batch_end(
         self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        bar = self._bars.get("val")
-        if bar is not None:
-            self._advance("val", bar.n + 1, bar.total)
+        self._advance_one("val")
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not getattr(trainer, "sanity_checking", False):
@@ -211,9 +193,7 @@ class TQDMProgressBar(Callback):
     def on_test_batch_end(
         self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        bar = self._bars.get("test")
-        if bar is not None:
-            self._advance("test", bar.n + 1, bar.total)
+        self._advance_one("test")
 
     def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._close("test")
@@ -224,9 +204,7 @@ class TQDMProgressBar(Callback):
     def on_predict_batch_end(
         self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        bar = self._bars.get("predict")
-        if bar is not None:
-            self._advance("predict", bar.n + 1, bar.total)
+        self._advance_one("predict")
 
     def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._close("predict")
