@@ -20,6 +20,7 @@ from fabricx.checkpoint.sharded import META_KEY as SHARDED_META_KEY
 from fabricx.precision.precision import Precision
 from fabricx.strategies.mesh import MeshLayout
 from fabricx.strategies.parallel import ParallelStrategy
+from fabricx.strategies.strategy import local_tensor, optimizer_parameters
 from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
@@ -177,20 +178,6 @@ class DTensorStrategy(ParallelStrategy):
             "`fabric.setup(model, optimizer)` so the optimizer is rebuilt over the sharded parameters."
         )
 
-    def materialize_module(self, module: Module) -> None:
-        if not any(t.is_meta for t in _tensors(module)):
-            return
-        module.to_empty(device=self._materialize_device)
-        with torch.no_grad():
-            for submodule in module.modules():
-                reset = getattr(submodule, "reset_parameters", None)
-                if callable(reset):
-                    reset()
-
-    @property
-    def _materialize_device(self) -> torch.device:
-        return self.root_device
-
     # -- backward ---------------------------------------------------------------------------------------
     def no_backward_sync(self, module: Module, enabled: bool = True) -> contextlib.AbstractContextManager:
         if not enabled:
@@ -202,23 +189,15 @@ class DTensorStrategy(ParallelStrategy):
             fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
         return _gradient_sync_off(fsdp_modules)
 
-    def clip_gradients_norm(
-        self,
-        module: Module,
-        optimizer: Optimizer,
-        max_norm: float,
-        norm_type: float = 2.0,
-        error_if_nonfinite: bool = True,
-    ) -> Tensor:
-        self.precision.unscale_gradients(optimizer)
-        return clip_grad_norm_(_parameters(optimizer), max_norm, norm_type, error_if_nonfinite)
+    def _clip_grad_norm(self, *args: Any) -> Tensor:
+        return clip_grad_norm_(*args)  # over the shards, each mesh's norm counted once
 
     def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float) -> None:
         self.precision.unscale_gradients(optimizer)
         with torch.no_grad():
-            for param in _parameters(optimizer):
+            for param in optimizer_parameters(optimizer):
                 if param.grad is not None:
-                    _local(param.grad).clamp_(min=-clip_val, max=clip_val)
+                    local_tensor(param.grad).clamp_(min=-clip_val, max=clip_val)
 
     # -- state dicts (full form, so they load into unsharded objects too) ---------------------------------
     def get_module_state_dict(self, module: Module) -> dict[str, Any]:
@@ -262,7 +241,7 @@ class DTensorStrategy(ParallelStrategy):
         for name, fsdp_param in _fsdp_params(module):
             grad = unsharded_accumulated_grad(fsdp_param)
             if grad is not None:
-                unsharded[name] = _local(grad).detach()
+                unsharded[name] = local_tensor(grad).detach()
         if not sharded and not unsharded:
             return {}
         return {"sharded": sharded, "unsharded": unsharded}
@@ -695,12 +674,6 @@ def _gradient_sync_off(fsdp_modules: Sequence[Any]) -> Generator[None, None, Non
             module.set_requires_gradient_sync(True, recurse=False)
 
 
-def _local(tensor: Tensor) -> Tensor:
-    from torch.distributed.tensor import DTensor
-
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
 def clip_grad_norm_(
     parameters: Iterable[Tensor], max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = True
 ) -> Tensor:
@@ -739,7 +712,7 @@ def clip_grad_norm_(
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     with torch.no_grad():
         for grad in grads:
-            local = _local(grad)
+            local = local_tensor(grad)
             local.mul_(coefficient.to(device=local.device, dtype=local.dtype))
     return total
 
@@ -748,15 +721,6 @@ def _is_sharded(module: Module) -> bool:
     from torch.distributed.tensor import DTensor
 
     return any(isinstance(p, DTensor) for p in module.parameters())
-
-
-def _parameters(optimizer: Optimizer) -> list[Tensor]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def _tensors(module: Module) -> Iterable[Tensor]:
-    yield from module.parameters()
-    yield from module.buffers()
 
 
 __all__ = ["SHARDING_STRATEGIES", "STATE_DICT_TYPES", "FSDPStrategy", "clip_grad_norm_"]

@@ -222,11 +222,17 @@ class Strategy(ABC):
         """Give real storage to parameters created on the meta device, then reset them."""
         if not any(t.is_meta for t in _tensors(module)):
             return
-        module.to_empty(device=self.root_device)
-        for submodule in module.modules():
-            reset = getattr(submodule, "reset_parameters", None)
-            if callable(reset):
-                reset()
+        module.to_empty(device=self._materialize_device)
+        with torch.no_grad():
+            for submodule in module.modules():
+                reset = getattr(submodule, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+
+    @property
+    def _materialize_device(self) -> torch.device:
+        # Where meta parameters get their storage (FSDP with CPU offload keeps them on the CPU).
+        return self.root_device
 
     # -- data -----------------------------------------------------------------------------------
     def process_dataloader(self, dataloader: Any) -> Any:
@@ -277,11 +283,17 @@ class Strategy(ABC):
         error_if_nonfinite: bool = True,
     ) -> Tensor:
         self.precision.unscale_gradients(optimizer)
-        return clip_grad_norm(_optimizer_parameters(optimizer), max_norm, norm_type, error_if_nonfinite)
+        return self._clip_grad_norm(optimizer_parameters(optimizer), max_norm, norm_type, error_if_nonfinite)
+
+    def _clip_grad_norm(
+        self, parameters: list[Tensor], max_norm: float, norm_type: float, error_if_nonfinite: bool
+    ) -> Tensor:
+        # Sharded strategies reduce the norm over their shards instead.
+        return clip_grad_norm(parameters, max_norm, norm_type, error_if_nonfinite)
 
     def clip_gradients_value(self, module: Module, optimizer: Optimizer, clip_val: float) -> None:
         self.precision.unscale_gradients(optimizer)
-        torch.nn.utils.clip_grad_value_(_optimizer_parameters(optimizer), clip_value=clip_val)
+        torch.nn.utils.clip_grad_value_(optimizer_parameters(optimizer), clip_value=clip_val)
 
     # -- collectives (identity for one process) -----------------------------------------------------
     def barrier(self, name: str | None = None) -> None:
@@ -320,7 +332,7 @@ class Strategy(ABC):
 
         Parameters without a gradient are left out; DTensor gradients give their local shard.
         """
-        return {name: _local(p.grad).detach() for name, p in module.named_parameters() if p.grad is not None}
+        return {name: local_tensor(p.grad).detach() for name, p in module.named_parameters() if p.grad is not None}
 
     def load_gradient_state(self, module: Module, state: dict[str, Any]) -> None:
         """Put gradients from `get_gradient_state()` back; parameters not in ``state`` get none."""
@@ -331,7 +343,7 @@ class Strategy(ABC):
                     param.grad = None
                     continue
                 grad = torch.zeros_like(param)
-                _local(grad).copy_(saved)
+                local_tensor(grad).copy_(saved)
                 param.grad = grad
 
     def checkpoint_storage(self) -> EntryStorage | None:
@@ -364,7 +376,8 @@ class Strategy(ABC):
         return f"{type(self).__name__}()"
 
 
-def _local(tensor: Tensor) -> Tensor:
+def local_tensor(tensor: Tensor) -> Tensor:
+    """This process's part of a DTensor (tensor parallel, FSDP2); any other tensor as it is."""
     to_local = getattr(tensor, "to_local", None)  # a DTensor (tensor parallel, FSDP2) gives its shard
     return cast(Tensor, to_local()) if callable(to_local) else tensor
 
@@ -389,7 +402,8 @@ def clip_grad_norm(
     return total_norm
 
 
-def _optimizer_parameters(optimizer: Optimizer) -> list[Tensor]:
+def optimizer_parameters(optimizer: Optimizer) -> list[Tensor]:
+    """Every parameter the optimizer updates, over all its groups."""
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
