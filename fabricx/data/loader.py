@@ -38,6 +38,7 @@ from fabricx.data.sampler import (
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
 
 if TYPE_CHECKING:
@@ -403,18 +404,6 @@ def _loader_generators(loader: DataLoader) -> list[torch.Generator]:
     return found
 
 
-def _capture_global_rng() -> dict[str, Any]:
-    # CUDA generators are not involved in building a loader iterator.
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def _restore_global_rng(states: dict[str, Any]) -> None:
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    np.random.set_state(tuple(states["numpy"]))
-    torch.set_rng_state(states["torch"])
-
-
 class FabricDataLoader:
     """A data loader that moves each batch to the device and can save and restore its exact
     position: epoch, batches consumed, shuffle generators and worker states (per rank).
@@ -582,7 +571,7 @@ class FabricDataLoader:
         self._set_sampler_epoch()
         if not resuming:
             self._epoch_start = {
-                "rng": _capture_global_rng(),
+                "rng": capture_rng_states(cuda=False),
                 "generators": [g.get_state() for g in self._generators],
             }
         # Built now (not at the first next()) so the draws it makes happen at a well-defined point;
@@ -745,16 +734,16 @@ class FabricDataLoader:
     def _replaying_epoch_start(self, saved_generators: list[Any]) -> Generator[None, None, None]:
         """Rebuild this epoch's iterator under the random state it was first built with, then put the
         global generators back as they are now and the loader's own as they were when saved."""
-        current = _capture_global_rng()
+        current = capture_rng_states(cuda=False)
         start = self._epoch_start
         if start is not None:
-            _restore_global_rng(start["rng"])
+            restore_rng_states(start["rng"])
             for generator, state in zip(self._generators, start["generators"], strict=False):
                 generator.set_state(state)
         try:
             yield
         finally:
-            _restore_global_rng(current)
+            restore_rng_states(current)
             for generator, state in zip(self._generators, saved_generators, strict=True):
                 generator.set_state(state)
 

@@ -9,14 +9,20 @@ import numpy as np
 import torch
 
 
-def capture_rng_states() -> dict[str, Any]:
-    """The state of Python's ``random``, NumPy's global generator, torch's CPU and CUDA generators."""
+def capture_rng_states(cuda: bool = True) -> dict[str, Any]:
+    """The state of Python's ``random``, NumPy's global generator, torch's CPU and (``cuda``) CUDA generators.
+
+    Example:
+        ```python
+        states = capture_rng_states(cuda=False)  # building a loader iterator draws on no CUDA generator
+        ```
+    """
     states: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
 

@@ -5,12 +5,10 @@ process), the last round evened out, and an exact position for ``save_state``/``
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -22,6 +20,7 @@ from fabricx.compat.accelerate.sharding import BatchShard, IterableShard, Seedab
 from fabricx.data.loader import DATALOADER_SETTINGS
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 
 __all__ = ["AcceleratedDataLoader", "GradientState", "LoaderOptions", "SkipBatchesLoader"]
 
@@ -131,17 +130,6 @@ def _plain_batch(batch: Any) -> bool:
     if isinstance(batch, dict):
         return all(isinstance(key, str) and _plain_batch(value) for key, value in batch.items())
     return False
-
-
-def _capture_rng() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def _restore_rng(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    np.random.set_state(tuple(state["numpy"]))
-    torch.set_rng_state(state["torch"])
 
 
 def _concatenate(batches: list[Any]) -> Any:
@@ -330,7 +318,7 @@ class AcceleratedDataLoader:
         built, which builds the first pass's iterator then (drawing the loader's base seed from the global
         generator, and with workers the whole order) and hands it out at the first ``iter()``. Doing the same
         keeps the global generator's draws where Accelerate's are, so later loaders and user draws match."""
-        before = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
+        before = {"rng": capture_rng_states(cuda=False), "generators": [g.get_state() for g in self._generators]}
         plans = self._planned.plans_drawn if self._planned is not None else 0
         self._prebuilt = (iter(self._inner), before, plans)
 
@@ -442,7 +430,7 @@ class AcceleratedDataLoader:
             self._yielded = 0
             self._consumed_base = self._yielded_base = 0
             self._in_pass = True
-            now = {"rng": _capture_rng(), "generators": [g.get_state() for g in self._generators]}
+            now = {"rng": capture_rng_states(cuda=False), "generators": [g.get_state() for g in self._generators]}
             prebuilt, self._prebuilt = self._prebuilt, None
             if prebuilt is None:
                 self._pass_start = now
@@ -454,11 +442,11 @@ class AcceleratedDataLoader:
             if self._planned is None or self._planned.plans_drawn == plans:
                 self._pass_start["reading"] = now
             return iterator
-        now_rng = _capture_rng()
+        now_rng = capture_rng_states(cuda=False)
         now_generators = [g.get_state() for g in self._generators]
         start = resume["pass_start"]
         self._pass_start = start
-        _restore_rng(start["rng"])
+        restore_rng_states(start["rng"])
         for generator, state in zip(self._generators, start["generators"], strict=True):
             generator.set_state(state)
         skip = int(resume["yielded"])
@@ -466,14 +454,14 @@ class AcceleratedDataLoader:
         self._in_pass = True
 
         def back_to_now() -> None:
-            _restore_rng(now_rng)
+            restore_rng_states(now_rng)
             for generator, state in zip(self._generators, now_generators, strict=True):
                 generator.set_state(state)
 
         def to_reading() -> None:
             reading = start.get("reading")
             if reading is not None:  # the pass's iterator was built at prepare time (see _build_first_iterator)
-                _restore_rng(reading["rng"])
+                restore_rng_states(reading["rng"])
                 for generator, state in zip(self._generators, reading["generators"], strict=True):
                     generator.set_state(state)
 
