@@ -14,10 +14,10 @@ import torch
 from fabricx.loggers.base import Logger
 from fabricx.loggers.folders import VersionedFolder
 from fabricx.loggers.utils import (
-    NoOpExperiment,
     add_prefix,
     metric_value,
     params_to_dict,
+    rank_zero_experiment,
     write_hparams_yaml,
 )
 from fabricx.utilities.rank_zero import rank_zero_only
@@ -182,13 +182,11 @@ class CSVLogger(VersionedFolder, Logger):
         return self.experiment.hparams if rank_zero_only.rank == 0 else {}
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
         """The `ExperimentWriter` on global rank 0 (created on first use); a do-nothing object elsewhere."""
-        if self._experiment is not None:
-            return self._experiment
-        if rank_zero_only.rank != 0:
-            return NoOpExperiment()  # type: ignore[return-value]
-        self._experiment = ExperimentWriter(self.log_dir)
+        if self._experiment is None:
+            self._experiment = ExperimentWriter(self.log_dir)
         return self._experiment
 
     @rank_zero_only

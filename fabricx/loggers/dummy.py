@@ -6,22 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fabricx.loggers.base import Logger
-
-
-class DummyExperiment:
-    """What ``DummyLogger.experiment`` returns: every method call does nothing."""
-
-    def nop(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self.nop
-
-    def __getitem__(self, idx: int) -> DummyExperiment:
-        # self.logger.experiment[0].add_image(...) keeps working
-        return self
+from fabricx.loggers.utils import NoOpExperiment as DummyExperiment
 
 
 class DummyLogger(Logger):

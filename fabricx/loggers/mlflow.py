@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 
 from fabricx.loggers.base import Logger
-from fabricx.loggers.utils import NoOpExperiment, add_prefix, flatten_dict, metric_value, params_to_dict
+from fabricx.loggers.utils import add_prefix, flatten_dict, metric_value, params_to_dict, rank_zero_experiment
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
@@ -95,12 +95,11 @@ class MLFlowLogger(Logger):
 
     # -- the MLflow objects -------------------------------------------------------------------------
     @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
         """The ``mlflow.MlflowClient`` of this run (created on first use); a do-nothing object off rank 0."""
         if self._client is not None:
             return self._client
-        if rank_zero_only.rank != 0:
-            return NoOpExperiment()
         with rng_untouched():  # MLflow names unnamed runs with Python's global random
             return self._start(lazy_import("mlflow.tracking").MlflowClient(tracking_uri=self._tracking_uri))
 

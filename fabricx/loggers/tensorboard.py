@@ -14,11 +14,11 @@ from torch import nn
 from fabricx.loggers.base import Logger
 from fabricx.loggers.folders import VersionedFolder
 from fabricx.loggers.utils import (
-    NoOpExperiment,
     add_prefix,
     flatten_dict,
     metric_value,
     params_to_dict,
+    rank_zero_experiment,
     write_hparams_yaml,
 )
 from fabricx.utilities.imports import lazy_import
@@ -119,13 +119,11 @@ class TensorBoardLogger(VersionedFolder, Logger):
         return os.path.expandvars(os.path.expanduser(path))
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
         """The ``SummaryWriter`` on global rank 0 (created on first use); a do-nothing object elsewhere."""
-        if self._experiment is not None:
-            return self._experiment
-        if rank_zero_only.rank != 0:
-            return NoOpExperiment()
-        self._experiment = _summary_writer_class()(log_dir=self.log_dir, **self._kwargs)
+        if self._experiment is None:
+            self._experiment = _summary_writer_class()(log_dir=self.log_dir, **self._kwargs)
         return self._experiment
 
     @rank_zero_only

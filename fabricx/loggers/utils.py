@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
+
+from fabricx.utilities.rank_zero import rank_zero_only
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 # Words YAML 1.1 readers turn into booleans or null; they must stay quoted.
 _RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
+
+T = TypeVar("T")
 
 
 def next_version(directory: str | os.PathLike) -> int:
@@ -146,10 +151,36 @@ def _yaml_string(text: str) -> str:
 
 
 class NoOpExperiment:
-    """Stands in for a logger's experiment object on ranks other than 0, so user calls on it do nothing there."""
+    """Stands in for a logger's experiment where nothing is recorded (ranks other than 0, ``DummyLogger``):
+    attributes, calls and indexing give it back, so ``experiment[0].add_image(...)`` does nothing."""
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # no protocol (``__array__``, ``__len__``...) is faked
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, index: Any) -> NoOpExperiment:
         return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> NoOpExperiment:
         return self
+
+
+def rank_zero_experiment(fn: Callable[[Any], T]) -> Callable[[Any], T]:
+    """For a logger's ``experiment`` property: what ``fn`` gives on global rank 0, a `NoOpExperiment` on the
+    other ranks (Lightning's decorator of the same name).
+
+    Example:
+        ```python
+        @property
+        @rank_zero_experiment
+        def experiment(self):
+            return self._writer
+        ```
+    """
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> T:
+        return fn(self) if rank_zero_only.rank == 0 else cast(T, NoOpExperiment())
+
+    return experiment

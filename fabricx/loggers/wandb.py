@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fabricx.loggers.base import Logger
-from fabricx.loggers.utils import NoOpExperiment, add_prefix, metric_value, params_to_dict
+from fabricx.loggers.utils import add_prefix, metric_value, params_to_dict, rank_zero_experiment
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
@@ -99,12 +99,11 @@ class WandbLogger(Logger):
             self._init_kwargs["mode"] = "offline"
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
         """The ``wandb`` run (started on first use); a do-nothing object off rank 0."""
         if self._experiment is not None:
             return self._experiment
-        if rank_zero_only.rank != 0:
-            return NoOpExperiment()
         wandb = lazy_import("wandb")
         if wandb.run is not None:
             self._experiment = wandb.run  # a run the user started already: log into it
