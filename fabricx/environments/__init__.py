@@ -1,6 +1,6 @@
 """Where a process sits in a job, read from the launcher that started it."""
 
-from fabricx.environments.base import ClusterEnvironment
+from fabricx.environments.base import ClusterEnvironment, ExternalEnvironment
 from fabricx.environments.detect import detect_cluster_environment
 from fabricx.environments.kubeflow import KubeflowEnvironment
 from fabricx.environments.local import LocalEnvironment, find_free_port
@@ -11,6 +11,7 @@ from fabricx.environments.torchelastic import TorchElasticEnvironment
 
 __all__ = [
     "ClusterEnvironment",
+    "ExternalEnvironment",
     "KubeflowEnvironment",
     "LSFEnvironment",
     "LocalEnvironment",

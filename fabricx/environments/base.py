@@ -79,8 +79,15 @@ class ExternalEnvironment(ClusterEnvironment):
 
     Example:
         ```python
-        class PBSEnvironment(ExternalEnvironment):
-            world_size_variable, global_rank_variable, local_rank_variable = "PBS_NP", "PBS_RANK", "PBS_LRANK"
+        class MyLauncherEnvironment(ExternalEnvironment):
+            world_size_variable, global_rank_variable, local_rank_variable = "MY_SIZE", "MY_RANK", "MY_LOCAL_RANK"
+
+            @staticmethod
+            def detect() -> bool:
+                return "MY_JOB_ID" in os.environ
+
+            def node_rank(self) -> int:
+                return int_env("MY_NODE_RANK")
         ```
     """
 
