@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fabricx.strategies.registry import STRATEGIES, available_strategy_names
 from fabricx.strategies.single_device import SingleDeviceStrategy
 from fabricx.strategies.strategy import Strategy
+from fabricx.utilities.imports import lazy_attributes
 
+# Parallel strategies import torch.distributed pieces; they load when first named.
 _LAZY = {
     "DDPStrategy": "fabricx.strategies.ddp",
     "ParallelStrategy": "fabricx.strategies.parallel",
@@ -15,21 +15,7 @@ _LAZY = {
     "DeepSpeedStrategy": "fabricx.strategies.deepspeed.strategy",
     "ModelParallelStrategy": "fabricx.strategies.model_parallel",
 }
-
-
-def __getattr__(name: str) -> Any:
-    # Parallel strategies import torch.distributed pieces; load them when first named.
-    if name in _LAZY:
-        from fabricx.utilities.imports import lazy_import
-
-        return getattr(lazy_import(_LAZY[name]), name)
-    from fabricx.utilities.imports import submodule
-
-    module = submodule(__name__, name)  # `fabricx.strategies.fsdp.FSDPStrategy` without importing the module first
-    if module is not None:
-        return module
-    raise AttributeError(f"module 'fabricx.strategies' has no attribute {name!r}")
-
+__getattr__ = lazy_attributes(__name__, _LAZY)  # also `fabricx.strategies.fsdp` without importing it first
 
 __all__ = [
     "STRATEGIES",

@@ -12,8 +12,9 @@ import contextlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import ModuleType
+from typing import Any
 
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
 
@@ -95,3 +96,24 @@ def submodule(package: str, name: str) -> ModuleType | None:
     if importlib.util.find_spec(f"{package}.{name}") is None:
         return None
     return lazy_import(f"{package}.{name}")
+
+
+def lazy_attributes(package: str, names: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__``: each of ``names`` read from the module it maps to, and any module of
+    ``package`` (`submodule()`), both imported on first use.
+
+    Example:
+        ```python
+        __getattr__ = lazy_attributes(__name__, {"DDPStrategy": "fabricx.strategies.ddp"})
+        ```
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            return getattr(lazy_import(names[name]), name)
+        module = submodule(package, name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return module
+
+    return __getattr__

@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabricx.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from fabricx.strategies.deepspeed.strategy import DeepSpeedStrategy
 
-
-def __getattr__(name: str) -> Any:
-    # The package's modules import each other; naming the strategy here loads it on first use only.
-    if name == "DeepSpeedStrategy":
-        from fabricx.strategies.deepspeed.strategy import DeepSpeedStrategy
-
-        return DeepSpeedStrategy
-    raise AttributeError(f"module 'fabricx.strategies.deepspeed' has no attribute {name!r}")
+# The package's modules import each other; naming the strategy here loads it on first use only.
+__getattr__ = lazy_attributes(__name__, {"DeepSpeedStrategy": "fabricx.strategies.deepspeed.strategy"})
 
 
 __all__ = ["DeepSpeedStrategy"]
