@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.callbacks.trainer_state import shown_metrics, total_val_batches
-from fabricx.train.logging_result import to_float
+from fabricx.train.logging.logging_result import to_float
 from fabricx.utilities.imports import lazy_import
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from fabricx.train.fit_data import FitData
-from fabricx.train.loaders import LoaderGroup
+from fabricx.train.data.fit_data import FitData
+from fabricx.train.data.loaders import LoaderGroup
 from fabricx.train.loops.dataloader_iter import DataLoaderIter, takes_dataloader_iter
 from fabricx.train.loops.evaluation import run_evaluation
 from fabricx.train.loops.loop_objects import TrainingEpochLoop, processed_counts
@@ -204,7 +204,7 @@ class FitLoop:
         self.restarting = False
 
     def state_dict(self) -> dict[str, Any]:
-        from fabricx.train.loaders import lightning_loader_states
+        from fabricx.train.data.loaders import lightning_loader_states
 
         loader_states = lightning_loader_states(self.data.train_loader)
         return {

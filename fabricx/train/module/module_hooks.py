@@ -1,7 +1,7 @@
 """The hooks of a `fabricx.train.TrainModule` that do nothing (or the obvious thing) unless overridden.
 
 Lightning's `ModelHooks`, `DataHooks` and `CheckpointHooks`: the Trainer calls only the ones a module
-overrides (see `fabricx.train.hooks`), so an unused hook costs nothing.
+overrides (see `fabricx.train.module.hooks`), so an unused hook costs nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fabricx.train.hook_messages import missing_loader_hook
+from fabricx.train.data.hook_messages import missing_loader_hook
 from fabricx.utilities.apply import move_data_to_device
 
 if TYPE_CHECKING:
