@@ -31,12 +31,12 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from fabricx.train.data.fit_data import FitData
 from fabricx.train.data.loaders import LoaderGroup
 from fabricx.train.loops.dataloader_iter import DataLoaderIter, takes_dataloader_iter
 from fabricx.train.loops.evaluation import run_evaluation
+from fabricx.train.loops.fit_data import FitData
 from fabricx.train.loops.loop_objects import TrainingEpochLoop, processed_counts
-from fabricx.train.loops.progress_trackers import ProcessedTracker, Progress
+from fabricx.train.loops.progress_trackers import ProcessedTracker, ProgressCounters
 from fabricx.train.states import RunningStage
 from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
@@ -69,7 +69,7 @@ class FitLoop:
         self._run = run
         self._steps = steps
         self.data = FitData(trainer, run)
-        self.epoch_progress = Progress()
+        self.epoch_progress = ProgressCounters()
         self.epoch_loop = TrainingEpochLoop(trainer, self.run_validation, self.data.has_val_source)
         self._restarting = False
         self._loaded = False  # restored from a checkpoint, not reset since
