@@ -274,10 +274,10 @@ class FitLoop:
             self.epoch_loop.val_loop.run()
             progress.validated_at_epoch_end = True
 
-    def _start_epoch(self) -> tuple[Any, Iterator[Any], DataLoaderIter | None, float] | None:
+    def _start_epoch(self) -> tuple[Any, Iterator[Any], DataLoaderIter | None, float, bool] | None:
         """The epoch's start hooks and counters (skipped when resuming inside it); the loader, its iterator, the
-        ``dataloader_iter`` handed to the step and the epoch's batch limit, or ``None`` when a resumed epoch has no
-        batch left."""
+        ``dataloader_iter`` handed to the step, the epoch's batch limit and whether it cuts the loader short, or
+        ``None`` when a resumed epoch has no batch left."""
         trainer, run = self._trainer, self._run
         loader = self.data.train_loader
         progress = trainer.progress
@@ -303,13 +303,14 @@ class FitLoop:
                 "['min_size', 'max_size_cycle', 'max_size']. Give the training iterables in one of those modes."
             )
         limit = self.data.num_training_batches
-        if resumed and _is_limited(loader, limit) and loader.batches_consumed >= limit:
+        limited = _is_limited(loader, limit)
+        if resumed and limited and loader.batches_consumed >= limit:
             return None
         iterator = iter(loader)
-        return loader, iterator, self._dataloader_iter(iterator, loader, limit), limit
+        return loader, iterator, self._dataloader_iter(iterator, loader, limit), limit, limited
 
     def _batch_advance(
-        self, loader: Any, iterator: Iterator[Any], fetcher: DataLoaderIter | None, limit: float
+        self, loader: Any, iterator: Iterator[Any], fetcher: DataLoaderIter | None, limit: float, limited: bool
     ) -> Callable[[], bool]:
         """The epoch's per-batch step, Lightning's ``advance()``: runs one batch, answers whether the epoch goes on.
 
@@ -322,7 +323,6 @@ class FitLoop:
         progress = trainer.progress
         epoch_loop = self.epoch_loop
         counts = epoch_loop.batch_progress
-        limited = _is_limited(loader, limit)
         # The last window of a limited epoch ends at the limit, not at the loader's end.
         epoch_length = int(limit) if limited else None
         if fetcher is not None and not math.isinf(limit):
