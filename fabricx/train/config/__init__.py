@@ -1,6 +1,2 @@
-"""The Trainer's flags: `TrainerConfig` (every flag checked once), the checks Lightning applies to them,
-``barebones=True`` and the ``PL_TRAINER_*`` environment defaults.
-
-Nothing is re-exported here: import from the module that defines a name
-(``from fabricx.train.config.trainer_config import TrainerConfig``).
-"""
+"""The Trainer's flags: `TrainerConfig`, Lightning's checks, ``barebones=True``, ``PL_TRAINER_*`` defaults.
+Nothing is re-exported: import from the defining module."""
