@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fabricx.train.combined_loader import CombinedLoader
-    from fabricx.train.datamodule import DataModule
-    from fabricx.train.grad_clipping import GradClipAlgorithmType
-    from fabricx.train.hparams import AttributeDict
-    from fabricx.train.loader_setup import has_len_all_ranks
+    from fabricx.train.data.combined_loader import CombinedLoader
+    from fabricx.train.data.datamodule import DataModule
+    from fabricx.train.data.loader_setup import has_len_all_ranks
     from fabricx.train.loops.progress import Progress
-    from fabricx.train.module import TrainModule
-    from fabricx.train.optimizer_proxy import LightningOptimizer
-    from fabricx.train.overrides import is_overridden
+    from fabricx.train.module.hparams import AttributeDict
+    from fabricx.train.module.module import TrainModule
+    from fabricx.train.module.overrides import is_overridden
+    from fabricx.train.optim.grad_clipping import GradClipAlgorithmType
+    from fabricx.train.optim.optimizer_proxy import LightningOptimizer
     from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
     from fabricx.train.trainer import Trainer
     from fabricx.train.tuner import Tuner
@@ -43,21 +43,21 @@ __all__ = [
 ]
 
 _WHERE = {
-    "AttributeDict": "fabricx.train.hparams",
-    "CombinedLoader": "fabricx.train.combined_loader",
-    "DataModule": "fabricx.train.datamodule",
-    "GradClipAlgorithmType": "fabricx.train.grad_clipping",
-    "LightningOptimizer": "fabricx.train.optimizer_proxy",
+    "AttributeDict": "fabricx.train.module.hparams",
+    "CombinedLoader": "fabricx.train.data.combined_loader",
+    "DataModule": "fabricx.train.data.datamodule",
+    "GradClipAlgorithmType": "fabricx.train.optim.grad_clipping",
+    "LightningOptimizer": "fabricx.train.optim.optimizer_proxy",
     "Progress": "fabricx.train.loops.progress",
     "RunningStage": "fabricx.train.states",
     "TrainerFn": "fabricx.train.states",
     "TrainerState": "fabricx.train.states",
     "TrainerStatus": "fabricx.train.states",
-    "TrainModule": "fabricx.train.module",
+    "TrainModule": "fabricx.train.module.module",
     "Trainer": "fabricx.train.trainer",
     "Tuner": "fabricx.train.tuner",
-    "has_len_all_ranks": "fabricx.train.loader_setup",
-    "is_overridden": "fabricx.train.overrides",
+    "has_len_all_ranks": "fabricx.train.data.loader_setup",
+    "is_overridden": "fabricx.train.module.overrides",
 }
 
 

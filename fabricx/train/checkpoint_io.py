@@ -19,6 +19,8 @@ from fabricx.train.checkpointing import (
     restore_datamodule,
     with_hook_changes,
 )
+from fabricx.train.data.loader_setup import drop_rest_of_epoch
+from fabricx.train.data.loaders import warn_if_not_resumable
 from fabricx.train.lightning_checkpoint import (
     HPARAMS_LEFT_OUT_KEY,
     HParamsState,
@@ -27,8 +29,6 @@ from fabricx.train.lightning_checkpoint import (
     restore_lightning_keys,
     warn_left_out_hparams,
 )
-from fabricx.train.loader_setup import drop_rest_of_epoch
-from fabricx.train.loaders import warn_if_not_resumable
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.wrappers import unwrap
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from fabricx.train.loaders import load_lightning_loader_states
+from fabricx.train.data.loaders import load_lightning_loader_states
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 

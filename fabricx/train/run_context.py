@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fabricx.train.batch_transfer import batch_processor
-from fabricx.train.current_hook import call_hook
-from fabricx.train.hooks import Hooks
-from fabricx.train.logger_connector import LoggerConnector
-from fabricx.train.logging_result import ResultCollection
-from fabricx.train.optimizer_proxy import TrainerOptimizer
-from fabricx.train.optimizers import SchedulerConfig, parse_optimizers
-from fabricx.train.overrides import is_overridden
+from fabricx.train.data.batch_transfer import batch_processor
+from fabricx.train.logging.logger_connector import LoggerConnector
+from fabricx.train.logging.logging_result import ResultCollection
+from fabricx.train.module.current_hook import call_hook
+from fabricx.train.module.hooks import Hooks
+from fabricx.train.module.overrides import is_overridden
+from fabricx.train.optim.optimizer_proxy import TrainerOptimizer
+from fabricx.train.optim.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
 from fabricx.wrappers.step_methods import step_caller
@@ -28,7 +28,7 @@ from fabricx.wrappers.step_methods import step_caller
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
     from fabricx.train.loops.training_steps import TrainingSteps
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
     from fabricx.wrappers import FabricModule
 

@@ -16,7 +16,7 @@ from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 #: The key that marks a started process's result.

@@ -12,9 +12,7 @@ import torch
 
 from fabricx.fabric import Fabric
 from fabricx.train import checkpointing as ckpt
-from fabricx.train import data_connector as data
-from fabricx.train import flags
-from fabricx.train.callback_setup import trainer_callbacks, with_module_callbacks
+from fabricx.train.callbacks.callback_setup import trainer_callbacks, with_module_callbacks
 from fabricx.train.checkpoint_io import (
     reload_cast_weights,
     restore_fit,
@@ -22,19 +20,21 @@ from fabricx.train.checkpoint_io import (
     save_trainer_checkpoint,
 )
 from fabricx.train.ckpt_path import select_ckpt_path
-from fabricx.train.config import TrainerConfig
-from fabricx.train.env_defaults import defaults_from_env_vars
-from fabricx.train.loader_setup import limited_length, setup_eval_loaders
-from fabricx.train.loaders import shutdown_workers
-from fabricx.train.logging_result import ResultCollection
+from fabricx.train.config import flag_checks
+from fabricx.train.config.env_defaults import defaults_from_env_vars
+from fabricx.train.config.trainer_config import TrainerConfig
+from fabricx.train.data import data_connector as data
+from fabricx.train.data.loader_setup import limited_length, setup_eval_loaders
+from fabricx.train.data.loaders import shutdown_workers
+from fabricx.train.logging.logging_result import ResultCollection
 from fabricx.train.loops.evaluation import run_evaluation, run_prediction
 from fabricx.train.loops.fit import FitLoop
 from fabricx.train.loops.loop_checks import check_loop_configuration
 from fabricx.train.loops.loop_objects import EvaluationLoop, PredictionLoop
 from fabricx.train.loops.progress import Progress
 from fabricx.train.loops.training_steps import TrainingSteps
-from fabricx.train.module import TrainModule
-from fabricx.train.module_export import log_graph_to_loggers
+from fabricx.train.module.module import TrainModule
+from fabricx.train.module.module_export import log_graph_to_loggers
 from fabricx.train.run_context import RunContext
 from fabricx.train.spawn_transport import TrainerFabric, apply_spawn_result, is_spawn_result, spawn_result
 from fabricx.train.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
@@ -275,7 +275,7 @@ class Trainer(TrainerProperties):
         """
         _check_module(model, "fit")
         train_dataloaders, datamodule = data.check_fit_arguments(train_dataloaders, val_dataloaders, datamodule)
-        self.max_epochs = flags.fit_max_epochs(self.max_epochs, self.max_steps, self.max_time, self.callbacks)
+        self.max_epochs = flag_checks.fit_max_epochs(self.max_epochs, self.max_steps, self.max_time, self.callbacks)
         self._launch(self._fit_in_process, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
 
     def validate(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train import loaders as setup
-from fabricx.train.loader_setup import per_iterable, user_view
+from fabricx.train.data import loaders as setup
+from fabricx.train.data.loader_setup import per_iterable, user_view
 from fabricx.train.states import RunningStage, TrainerFn, TrainerStatus, is_stage
 from fabricx.utilities.exceptions import FabricxError
 
@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from fabricx.fabric import Fabric
-    from fabricx.train.config import TrainerConfig
+    from fabricx.train.config.trainer_config import TrainerConfig
     from fabricx.train.loops.fit import FitLoop
     from fabricx.train.loops.progress import Progress
-    from fabricx.train.module import TrainModule
-    from fabricx.train.optimizers import SchedulerConfig
+    from fabricx.train.module.module import TrainModule
+    from fabricx.train.optim.optimizers import SchedulerConfig
     from fabricx.train.run_context import RunContext
     from fabricx.train.states import TrainerState
     from fabricx.wrappers import FabricModule

@@ -30,7 +30,9 @@ SWAPS = {
     "from lightning.pytorch.loggers import CSVLogger": "from fabricx.loggers import CSVLogger",
     "from lightning.pytorch.plugins import DoublePrecision": "from fabricx.precision import DoublePrecision",
     "from lightning.pytorch.trainer.states import RunningStage": "from fabricx.train.states import RunningStage",
-    "from lightning.pytorch.utilities.parsing import get_init_args": "from fabricx.train.hparams import get_init_args",
+    "from lightning.pytorch.utilities.parsing import get_init_args": (
+        "from fabricx.train.module.hparams import get_init_args"
+    ),
 }
 
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from fabricx.train import CombinedLoader, Trainer, TrainModule
-from fabricx.train.loader_tree import flatten, unflatten
+from fabricx.train.data.loader_tree import flatten, unflatten
 from fabricx.utilities.warnings import PossibleUserWarning
 
 MODES = ["min_size", "max_size_cycle", "max_size", "sequential"]

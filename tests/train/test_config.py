@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from fabricx.train import Trainer
-from fabricx.train.config import TrainerConfig
+from fabricx.train.config.trainer_config import TrainerConfig
 from fabricx.utilities.exceptions import MisconfigurationError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabricx.train.env_defaults import env_defaults
+from fabricx.train.config.env_defaults import env_defaults
 
 
 def test_values_are_read_as_literals_and_strings_stay_strings():

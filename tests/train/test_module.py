@@ -11,7 +11,7 @@ from _train_helpers import Regressor, loader, regression_data
 
 from fabricx.callbacks import EarlyStopping, ModelCheckpoint
 from fabricx.train import Trainer, TrainModule
-from fabricx.train.optimizers import parse_optimizers
+from fabricx.train.optim.optimizers import parse_optimizers
 from fabricx.utilities.exceptions import MisconfigurationError, MisconfigurationException
 from fabricx.wrappers import unwrap
 

@@ -39,8 +39,8 @@ _TYPE_NAMES = {
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "": ("fabricx.train", _TRAINER_NAMES),
     ".core": ("fabricx.train", _TRAINER_NAMES),
-    ".core.module": ("fabricx.train.module", {"LightningModule": ("fabricx.train", "TrainModule")}),
-    ".core.datamodule": ("fabricx.train.datamodule", {"LightningDataModule": ("fabricx.train", "DataModule")}),
+    ".core.module": ("fabricx.train.module.module", {"LightningModule": ("fabricx.train", "TrainModule")}),
+    ".core.datamodule": ("fabricx.train.data.datamodule", {"LightningDataModule": ("fabricx.train", "DataModule")}),
     ".callbacks": ("fabricx.callbacks", {}),
     ".loggers": ("fabricx.loggers", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
@@ -54,7 +54,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
     ".utilities.seed": ("fabricx.utilities.seed", {}),
     ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
-    ".utilities.parsing": ("fabricx.train.hparams", {}),
+    ".utilities.parsing": ("fabricx.train.module.hparams", {}),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
 #: The same for ``lightning.fabric`` (``lightning_fabric`` is the same).

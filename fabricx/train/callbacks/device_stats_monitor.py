@@ -12,7 +12,7 @@ from fabricx.train.callbacks.trainer_state import batches_that_stepped, logs_thi
 from fabricx.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

@@ -23,12 +23,12 @@ from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.checkpoint.safe_read import inside
 from fabricx.checkpoint.storage import is_url
 from fabricx.train.callbacks.base import Callback
-from fabricx.train.logging_result import to_float
+from fabricx.train.logging.logging_result import to_float
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 # "{epoch}", "{val/loss:.2f}": the name of each field (up to a format spec, a conversion, or the end).

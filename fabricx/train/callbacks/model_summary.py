@@ -11,7 +11,7 @@ from fabricx.train.callbacks.base import Callback
 from fabricx.utilities.imports import lazy_import
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

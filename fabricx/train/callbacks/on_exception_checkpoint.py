@@ -9,7 +9,7 @@ from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.train.callbacks.base import Callback
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

@@ -9,7 +9,7 @@ from fabricx.train.callbacks.base import Callback
 from fabricx.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 WRITE_INTERVALS = ("batch", "epoch", "batch_and_epoch")

@@ -8,7 +8,7 @@ from fabricx.train.callbacks.base import Callback
 from fabricx.train.callbacks.trainer_state import shown_metrics, total_val_batches
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

@@ -13,11 +13,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.progress import ProgressBar
-from fabricx.train.logging_result import to_float
+from fabricx.train.logging.logging_result import to_float
 from fabricx.utilities.imports import lazy_import
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

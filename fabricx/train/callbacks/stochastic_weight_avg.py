@@ -12,14 +12,14 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import SWALR, update_bn
 
 from fabricx.train.callbacks.base import Callback
-from fabricx.train.optimizers import SchedulerConfig
+from fabricx.train.optim.optimizers import SchedulerConfig
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 AverageFunction = Callable[[Tensor, Tensor, Tensor], Tensor]

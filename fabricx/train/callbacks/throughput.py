@@ -13,7 +13,7 @@ from fabricx.utilities.device_flops import peak_flops as data_sheet_peak_flops
 from fabricx.utilities.throughput import Throughput, compute_dtype
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 _RATES = ("batches_per_sec", "samples_per_sec", "items_per_sec", "flops_per_sec")

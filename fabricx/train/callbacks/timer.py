@@ -15,7 +15,7 @@ from fabricx.utilities.rank_zero import rank_zero_log_info
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 # Lightning's RunningStage values: the names Timer's methods take.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fabricx.train.callbacks.progress import ProgressBar
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

@@ -12,9 +12,9 @@ from torch.utils.data import DataLoader
 
 from fabricx.data.loader import FabricDataLoader
 from fabricx.train.callbacks.prediction_writer import BasePredictionWriter, BatchIndexRecorder
-from fabricx.train.current_hook import named_hook
-from fabricx.train.logging_result import ResultCollection, to_float
+from fabricx.train.logging.logging_result import ResultCollection, to_float
 from fabricx.train.loops.dataloader_iter import DataLoaderIter, Fetched, takes_dataloader_iter
+from fabricx.train.module.current_hook import named_hook
 
 if TYPE_CHECKING:
     from fabricx.train.run_context import RunContext
@@ -91,8 +91,8 @@ def check_dataloader_idx(module: Any, stage: str, hook_names: Sequence[str], mul
 
 
 def _model_mode_hooks(module: Any, prefix: str) -> tuple[Any, Any]:
-    from fabricx.train.datamodule import defines
-    from fabricx.train.module import TrainModule
+    from fabricx.train.data.datamodule import defines
+    from fabricx.train.module.module import TrainModule
 
     eval_name, train_name = f"on_{prefix}_model_eval", f"on_{prefix}_model_train"
     eval_hook = getattr(module, eval_name, None) if isinstance(module, TrainModule) else None

@@ -28,15 +28,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from fabricx.train.fit_data import FitData
-from fabricx.train.loaders import LoaderGroup
+from fabricx.train.data.loaders import LoaderGroup
 from fabricx.train.loops.dataloader_iter import DataLoaderIter, takes_dataloader_iter
 from fabricx.train.loops.evaluation import run_evaluation
+from fabricx.train.loops.fit_data import FitData
 from fabricx.train.loops.loop_objects import TrainingEpochLoop, processed_counts
-from fabricx.train.loops.progress_trackers import ProcessedTracker, Progress
+from fabricx.train.loops.progress_trackers import ProcessedTracker, ProgressCounters
 from fabricx.train.states import RunningStage
 from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
 from fabricx.utilities.rng import capture_rng_states, restore_rng_states
@@ -69,7 +69,7 @@ class FitLoop:
         self._run = run
         self._steps = steps
         self.data = FitData(trainer, run)
-        self.epoch_progress = Progress()
+        self.epoch_progress = ProgressCounters()
         self.epoch_loop = TrainingEpochLoop(trainer, self.run_validation, self.data.has_val_source)
         self._restarting = False
         self._loaded = False  # restored from a checkpoint, not reset since
@@ -204,7 +204,7 @@ class FitLoop:
         self.restarting = False
 
     def state_dict(self) -> dict[str, Any]:
-        from fabricx.train.loaders import lightning_loader_states
+        from fabricx.train.data.loaders import lightning_loader_states
 
         loader_states = lightning_loader_states(self.data.train_loader)
         return {
@@ -254,18 +254,37 @@ class FitLoop:
                 break
 
     def _run_epoch(self) -> None:
-        """One pass over the training data (or the rest of it, after a mid-epoch resume)."""
-        trainer, run, steps = self._trainer, self._run, self._steps
-        fabric = run.fabric
+        """One pass over the training data (or the rest of it, after a mid-epoch resume): `advance` per batch."""
+        started = self._start_epoch()
+        if started is None:
+            return
+        advance = self._batch_advance(*started)
+        while advance():
+            pass
+        progress, data, limit = self._trainer.progress, self.data, started[3]
+        if (
+            not progress.validated_at_epoch_end
+            and math.isinf(limit)
+            and math.isinf(data.val_check_batch)
+            and self._trainer.val_check_seconds is None
+            and data.val_enabled
+            and data.validates_this_epoch()
+        ):
+            # A loader without a length: the end of the epoch is only known now.
+            self.epoch_loop.val_loop.run()
+            progress.validated_at_epoch_end = True
+
+    def _start_epoch(self) -> tuple[Any, Iterator[Any], DataLoaderIter | None, float, bool] | None:
+        """The epoch's start hooks and counters (skipped when resuming inside it); the loader, its iterator, the
+        ``dataloader_iter`` handed to the step, the epoch's batch limit and whether it cuts the loader short, or
+        ``None`` when a resumed epoch has no batch left."""
+        trainer, run = self._trainer, self._run
         loader = self.data.train_loader
-        hooks = run.hooks
-        results = run.train_results
         progress = trainer.progress
-        run.results = results
+        run.results = results = run.train_results
         results.in_step = True
         results.hook = "training_step"
         resumed = progress.resumed_mid_epoch
-        epoch_loop = self.epoch_loop
         if resumed:
             progress.resumed_mid_epoch = False
         else:
@@ -274,12 +293,10 @@ class FitLoop:
             progress.validated_at_epoch_end = False
             self.reset()
             self.epoch_progress.increment_ready()
-            hooks.call("on_train_epoch_start")
+            run.hooks.call("on_train_epoch_start")
             self.epoch_progress.increment_started()
-        epoch_loop.reset()
+        self.epoch_loop.reset()
         self.restarting = False  # the restored counts are set; from here on they count this run
-        counts = epoch_loop.batch_progress
-
         if isinstance(loader, LoaderGroup) and loader.mode == "sequential":
             raise ValueError(
                 "`FitLoop` does not support the `CombinedLoader(mode='sequential')` mode. The available modes are: "
@@ -288,16 +305,29 @@ class FitLoop:
         limit = self.data.num_training_batches
         limited = _is_limited(loader, limit)
         if resumed and limited and loader.batches_consumed >= limit:
-            return
+            return None
         iterator = iter(loader)
-        fetcher = self._dataloader_iter(iterator, loader, limit)
+        return loader, iterator, self._dataloader_iter(iterator, loader, limit), limit, limited
+
+    def _batch_advance(
+        self, loader: Any, iterator: Iterator[Any], fetcher: DataLoaderIter | None, limit: float, limited: bool
+    ) -> Callable[[], bool]:
+        """The epoch's per-batch step, Lightning's ``advance()``: runs one batch, answers whether the epoch goes on.
+
+        Everything it touches is looked up here, once per epoch: the per-batch path reads its closure's cells.
+        """
+        trainer, run, steps = self._trainer, self._run, self._steps
+        fabric = run.fabric
+        hooks = run.hooks
+        results = run.train_results
+        progress = trainer.progress
+        epoch_loop = self.epoch_loop
+        counts = epoch_loop.batch_progress
         # The last window of a limited epoch ends at the limit, not at the loader's end.
         epoch_length = int(limit) if limited else None
         if fetcher is not None and not math.isinf(limit):
             # A dataloader_iter step fetches inside its window: when a window begins, the loader is a batch behind.
             epoch_length = int(limit) - 1
-
-        # Everything the per-batch path touches, looked up once.
         batch_start_callbacks = hooks.callback_hooks("on_train_batch_start")
         batch_start_module = hooks.module_hook("on_train_batch_start")
         batch_end_callbacks = hooks.callback_hooks("on_train_batch_end", monitoring=False)
@@ -318,19 +348,19 @@ class FitLoop:
         data = self.data
         step_counter = epoch_loop.step_counter(automatic)  # `.completed` is trainer.global_step, read per batch
 
-        while True:
+        def advance() -> bool:
             if limited and loader.batches_consumed >= limit:
-                break
+                return False
             if fetcher is None:
                 try:
                     batch = next(iterator)
                 except StopIteration:
-                    break
+                    return False
                 batch_idx = position = loader.batches_consumed - 1
                 if process is not None:
                     batch = process(batch, 0)
             elif fetcher.done:
-                break
+                return False
             else:
                 # training_step fetches its batches: the hooks before it see the last one fetched; the epoch's
                 # batch index counts steps (as Lightning's), and its end is known once the data is used up.
@@ -356,7 +386,7 @@ class FitLoop:
                     progress.is_last_batch = True  # as Lightning: the epoch ends at this batch, its schedulers step
                     if epoch_schedulers:
                         step_lr_schedulers("epoch", plateau=False)
-                    break
+                    return False
                 counts.increment_started()
                 step_input = batch if fetcher is None else fetcher
                 steps_before = step_counter.completed
@@ -380,7 +410,7 @@ class FitLoop:
                     if fetcher is None:
                         raise
                     if automatic:
-                        break  # a dataloader_iter step found the data used up: the epoch ends, as in Lightning
+                        return False  # a dataloader_iter step found the data used up: the epoch ends, as in Lightning
                     outputs, stepped = None, True  # as Lightning, a manual step's batch then ends as any other
                     progress.stepped = step_counter.completed != steps_before
                 if fetcher is not None:
@@ -409,18 +439,10 @@ class FitLoop:
             if (may_end or 0 <= trainer.max_steps <= step_counter.completed) and self._should_end_epoch():
                 # Stopped by max_steps/max_time before the data ended: the epoch is cut, not finished.
                 progress.epoch_cut = not trainer.should_stop and batch_idx + 1 < limit
-                break
-        if (
-            not progress.validated_at_epoch_end
-            and math.isinf(limit)
-            and math.isinf(self.data.val_check_batch)
-            and trainer.val_check_seconds is None
-            and self.data.val_enabled
-            and self.data.validates_this_epoch()
-        ):
-            # A loader without a length: the end of the epoch is only known now.
-            epoch_loop.val_loop.run()
-            progress.validated_at_epoch_end = True
+                return False
+            return True
+
+        return advance
 
     def _dataloader_iter(self, iterator: Iterator[Any], loader: Any, limit: float) -> DataLoaderIter | None:
         """What a ``training_step(self, dataloader_iter)`` is handed (``None`` for a step that takes a batch)."""

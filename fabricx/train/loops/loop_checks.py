@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabricx.train.overrides import is_overridden
+from fabricx.train.module.overrides import is_overridden
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.utilities.warnings import PossibleUserWarning

@@ -17,7 +17,7 @@ from fabricx.train.loops.progress_trackers import (
     BatchProgress,
     OptimizationProgress,
     ProcessedTracker,
-    Progress,
+    ProgressCounters,
     ReadyCompletedTracker,
     SchedulerProgress,
     ready_completed_progress,
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
-def processed_counts(progress: Progress) -> ProcessedTracker:
+def processed_counts(progress: ProgressCounters) -> ProcessedTracker:
     # Epoch and batch progress count all four stages (only scheduler and optimizer counts have fewer).
     return cast(ProcessedTracker, progress.total)
 

@@ -1,6 +1,6 @@
 """Lightning's loop progress counters: how many batches, epochs, steps were ready, started, processed, completed.
 
-Each `Progress` holds a `total` (over the whole fit) and a `current` (this epoch, or this evaluation pass)
+Each `ProgressCounters` holds a `total` (over the whole fit) and a `current` (this epoch, or this evaluation pass)
 tracker; their state dicts are the ones under `loops` in a Lightning checkpoint, so a Lightning file and a
 fabricx file read the same. `reset_on_restart()` sets what was counted as begun back to what completed, as
 Lightning does when a run restarts from a checkpoint.
@@ -57,7 +57,7 @@ class ProcessedTracker(StartedTracker):
 
 
 @dataclass
-class Progress:
+class ProgressCounters:
     """`total` and `current` trackers, incremented together.
 
     Example:
@@ -117,7 +117,7 @@ class Progress:
 
 
 @dataclass
-class BatchProgress(Progress):
+class BatchProgress(ProgressCounters):
     """Batch counters and whether the current batch is the last of its pass."""
 
     is_last_batch: bool = False
@@ -143,25 +143,25 @@ class BatchProgress(Progress):
 
 
 @dataclass
-class SchedulerProgress(Progress):
+class SchedulerProgress(ProgressCounters):
     """Learning-rate scheduler steps (ready and completed only)."""
 
     total: ReadyCompletedTracker = field(default_factory=ReadyCompletedTracker)
     current: ReadyCompletedTracker = field(default_factory=ReadyCompletedTracker)
 
 
-def ready_completed_progress() -> Progress:
+def ready_completed_progress() -> ProgressCounters:
     """Counts of something that is only begun and done (an optimizer step)."""
-    return Progress(total=ReadyCompletedTracker(), current=ReadyCompletedTracker())
+    return ProgressCounters(total=ReadyCompletedTracker(), current=ReadyCompletedTracker())
 
 
 @dataclass
 class OptimizerProgress:
     """`step` (ready, completed) and `zero_grad` (ready, started, completed) counts of the optimizer."""
 
-    step: Progress = field(default_factory=ready_completed_progress)
-    zero_grad: Progress = field(
-        default_factory=lambda: Progress(total=StartedTracker(), current=StartedTracker())
+    step: ProgressCounters = field(default_factory=ready_completed_progress)
+    zero_grad: ProgressCounters = field(
+        default_factory=lambda: ProgressCounters(total=StartedTracker(), current=StartedTracker())
     )
 
     def reset(self) -> None:
@@ -215,7 +215,7 @@ __all__ = [
     "OptimizationProgress",
     "OptimizerProgress",
     "ProcessedTracker",
-    "Progress",
+    "ProgressCounters",
     "ReadyCompletedTracker",
     "SchedulerProgress",
     "StartedTracker",

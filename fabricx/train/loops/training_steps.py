@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from fabricx.train.current_hook import call_hook
 from fabricx.train.loops.evaluation import takes_batch_idx
+from fabricx.train.module.current_hook import call_hook
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from fabricx.train.hooks import Hooks
-    from fabricx.train.optimizer_proxy import TrainerOptimizer
+    from fabricx.train.module.hooks import Hooks
+    from fabricx.train.optim.optimizer_proxy import TrainerOptimizer
     from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
 

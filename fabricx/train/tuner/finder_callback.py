@@ -8,7 +8,7 @@ from fabricx.train.callbacks.base import Callback
 from fabricx.train.tuner.lr_finder import LRFinder
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 

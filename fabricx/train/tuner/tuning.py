@@ -15,7 +15,7 @@ from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train import data_connector as data
-from fabricx.train import loaders as setup
-from fabricx.train.loader_setup import limited_length, setup_eval_loaders, setup_loaders, shuffled, without_shuffle
+from fabricx.train.data import data_connector as data
+from fabricx.train.data import loaders as setup
+from fabricx.train.data.loader_setup import limited_length, setup_eval_loaders, setup_loaders, shuffled, without_shuffle
 from fabricx.train.loops.loop_checks import defines_step, warn_val_mismatch
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn

@@ -5,8 +5,8 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.hparams import AttributeDict, collect_init_arguments
-from fabricx.train.module_hooks import DataHooks
+from fabricx.train.module.hparams import AttributeDict, collect_init_arguments
+from fabricx.train.module.module_hooks import DataHooks
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
@@ -97,7 +97,7 @@ class DataModule(DataHooks):
             trainer.fit(model, datamodule=dm)
             ```
         """
-        from fabricx.train.datamodule_datasets import init_arguments, loader_method
+        from fabricx.train.data.datamodule_datasets import init_arguments, loader_method
 
         datamodule = cls(**datamodule_kwargs, **init_arguments(cls, batch_size=batch_size, num_workers=num_workers))
         given = {"train": train_dataset, "val": val_dataset, "test": test_dataset, "predict": predict_dataset}
@@ -115,7 +115,7 @@ class DataModule(DataHooks):
             print(dm)  # {Train dataloader: size=64}\n{Validation dataloader: None}...
             ```
         """
-        from fabricx.train.datamodule_datasets import describe_loaders
+        from fabricx.train.data.datamodule_datasets import describe_loaders
 
         return describe_loaders(self)
 

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from fabricx._compat.torch_internals import detached_copy
-from fabricx.train.log_hooks import logging_levels
-from fabricx.train.logging_result import is_metric
+from fabricx.train.logging.log_hooks import logging_levels
+from fabricx.train.logging.logging_result import is_metric
 from fabricx.train.states import RunningStage
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -115,7 +115,7 @@ def record(
         )
         return
     if trainer.barebones:
-        from fabricx.train.barebones import LOG_WARNING
+        from fabricx.train.config.barebones import LOG_WARNING
 
         rank_zero_warn(LOG_WARNING)
         return

@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 
 from fabricx.accumulation.state import AccumulationState
 from fabricx.data.loader import FabricDataLoader
-from fabricx.train.combined_loader import CombinedLoader, combined_length
-from fabricx.train.loader_tree import TreeSpec, flatten, is_stateful, sized_length, unflatten
+from fabricx.train.data.combined_loader import CombinedLoader, combined_length
+from fabricx.train.data.loader_tree import TreeSpec, flatten, is_stateful, sized_length, unflatten
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.utilities.warnings import PossibleUserWarning
 

@@ -8,11 +8,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 import torch
 
-from fabricx.train.current_hook import call_hook
+from fabricx.train.module.current_hook import call_hook
 from fabricx.utilities.jit import jit_inspection
 
 if TYPE_CHECKING:
-    from fabricx.train.module import TrainModule
+    from fabricx.train.module.module import TrainModule
 
 
 def example_on_device(module: TrainModule, example: Any) -> Any:

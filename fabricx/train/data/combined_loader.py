@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
-from fabricx.train.loader_tree import TreeSpec, flatten, sized_length, unflatten
+from fabricx.train.data.loader_tree import TreeSpec, flatten, sized_length, unflatten
 
 Mode = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
 MODES: tuple[str, ...] = ("min_size", "max_size_cycle", "max_size", "sequential")

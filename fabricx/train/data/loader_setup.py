@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from fabricx.train import loaders as setup
+from fabricx.train.data import loaders as setup
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 

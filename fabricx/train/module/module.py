@@ -12,9 +12,9 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
-from fabricx.train.hparams import AttributeDict, collect_init_arguments
-from fabricx.train.module_hooks import ModuleHooks
-from fabricx.train.module_logging import is_metric_collection, log_through_fabric, record
+from fabricx.train.logging.module_logging import is_metric_collection, log_through_fabric, record
+from fabricx.train.module.hparams import AttributeDict, collect_init_arguments
+from fabricx.train.module.module_hooks import ModuleHooks
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.jit import jit_inspecting
 
@@ -471,7 +471,7 @@ class TrainModule(ModuleHooks, nn.Module):
             scripted = model.to_torchscript("model.pt")
             ```
         """
-        from fabricx.train.module_export import compile_torchscript
+        from fabricx.train.module.module_export import compile_torchscript
 
         return compile_torchscript(self, file_path, method, example_inputs, kwargs)
 
@@ -479,7 +479,7 @@ class TrainModule(ModuleHooks, nn.Module):
         self, file_path: str | os.PathLike | IO[bytes] | None = None, input_sample: Any = None, **kwargs: Any
     ) -> Any:
         """Export to ONNX with ``torch.onnx.export`` (``input_sample`` defaults to ``example_input_array``)."""
-        from fabricx.train.module_export import export_onnx
+        from fabricx.train.module.module_export import export_onnx
 
         return export_onnx(self, file_path, input_sample, kwargs)
 

@@ -18,10 +18,10 @@ def move_to_device(batch: Any, device: Any) -> Any:
 def _owner(name: str, module: Any, datamodule: Any) -> Any:
     """Whose hook runs: the datamodule's when it overrides it, else the module's (Lightning's rule); the
     module's runs as its current hook (``self.log`` refuses there, as in Lightning)."""
-    from fabricx.train.current_hook import named_hook
-    from fabricx.train.datamodule import DataModule
-    from fabricx.train.module import TrainModule
-    from fabricx.train.overrides import is_overridden
+    from fabricx.train.data.datamodule import DataModule
+    from fabricx.train.module.current_hook import named_hook
+    from fabricx.train.module.module import TrainModule
+    from fabricx.train.module.overrides import is_overridden
 
     # As Lightning: a datamodule's hook counts when its code differs from DataModule's (a wrapper made with
     # functools.partial/wraps around the inherited one does not).

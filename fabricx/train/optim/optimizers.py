@@ -41,7 +41,7 @@ def parse_optimizers(
     optimizers: list[Any]
     raw_schedulers: list[tuple[Any, str | None]] = []
     if returned is None:
-        from fabricx.train.no_optimizer import NoOptimizer
+        from fabricx.train.optim.no_optimizer import NoOptimizer
         from fabricx.utilities.rank_zero import rank_zero_warn
 
         rank_zero_warn(

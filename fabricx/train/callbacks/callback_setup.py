@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fabricx.train.config import TrainerConfig
-    from fabricx.train.module import TrainModule
+    from fabricx.train.config.trainer_config import TrainerConfig
+    from fabricx.train.module.module import TrainModule
 
 
 def trainer_callbacks(config: TrainerConfig) -> list[Any]:
@@ -31,7 +31,7 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
 
 def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
     """``configure_callbacks()`` results replace the Trainer's callbacks of the same types."""
-    from fabricx.train.current_hook import call_hook
+    from fabricx.train.module.current_hook import call_hook
 
     hook = getattr(module, "configure_callbacks", None)
     returned = call_hook(module, "configure_callbacks", hook) if callable(hook) else []

@@ -38,8 +38,8 @@ def is_overridden(method_name: str, instance: object | None = None, parent: type
 
 def _fabricx_base(instance: object) -> type:
     from fabricx.train.callbacks.base import Callback
-    from fabricx.train.datamodule import DataModule
-    from fabricx.train.module import TrainModule
+    from fabricx.train.data.datamodule import DataModule
+    from fabricx.train.module.module import TrainModule
 
     for base in (TrainModule, DataModule, Callback):
         if isinstance(instance, base):

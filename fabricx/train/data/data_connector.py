@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fabricx.train.current_hook import call_hook
-from fabricx.train.datamodule import DataModule, defines
-from fabricx.train.module import TrainModule
+from fabricx.train.data.datamodule import DataModule, defines
+from fabricx.train.module.current_hook import call_hook
+from fabricx.train.module.module import TrainModule
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.profilers import Profiler, profiled
 

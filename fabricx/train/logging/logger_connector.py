@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from fabricx.train.logging_result import Metrics, ResultCollection, to_float
+from fabricx.train.logging.logging_result import Metrics, ResultCollection, to_float
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabricx.loggers.dummy import DummyLogger
-from fabricx.train import flags
-from fabricx.train.barebones import barebones_flags
+from fabricx.train.config import flag_checks
+from fabricx.train.config.barebones import barebones_flags
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.iterables import one_or_many
 from fabricx.utilities.profilers import Profiler, resolve_profiler
@@ -133,8 +133,8 @@ class TrainerConfig:
         root = self.default_root_dir
         self.profiler_flag = self.profiler
         self.profiler = resolve_profiler(self.profiler, root_dir=root if root else os.getcwd())
-        flags.refuse_unsupported(model_registry=self.model_registry)
-        self.grad_accum_steps = flags.merge_alias(
+        flag_checks.refuse_unsupported(model_registry=self.model_registry)
+        self.grad_accum_steps = flag_checks.merge_alias(
             "grad_accum_steps", self.grad_accum_steps, 1, "accumulate_grad_batches", self.accumulate_grad_batches, 1
         )
         self.accumulate_grad_batches = self.grad_accum_steps
@@ -144,12 +144,12 @@ class TrainerConfig:
         if self.barebones:
             self._apply_barebones()
         self._apply_fast_dev_run()
-        self.overfit_batches = flags.check_overfit(self.overfit_batches)
+        self.overfit_batches = flag_checks.check_overfit(self.overfit_batches)
         if self.overfit_batches:
             self.limit_train_batches = self.limit_val_batches = self.overfit_batches
-        self.max_time = flags.max_time_seconds(self.max_time)
-        self.reload_dataloaders_every_n_epochs = flags.check_reload_every(self.reload_dataloaders_every_n_epochs)
-        flags.check_determinism(self.deterministic)
+        self.max_time = flag_checks.max_time_seconds(self.max_time)
+        self.reload_dataloaders_every_n_epochs = flag_checks.check_reload_every(self.reload_dataloaders_every_n_epochs)
+        flag_checks.check_determinism(self.deterministic)
         for name in ("inference_mode", "use_distributed_sampler", "detect_anomaly", "sync_batchnorm"):
             setattr(self, name, bool(getattr(self, name)))
         self.enable_autolog_hparams = bool(self.enable_autolog_hparams)
@@ -161,7 +161,7 @@ class TrainerConfig:
 
     def apply_process_settings(self) -> None:
         """Set what the flags change for the whole process: deterministic algorithms, cuDNN benchmark, the seed."""
-        flags.apply_determinism(self.deterministic, self.benchmark)
+        flag_checks.apply_determinism(self.deterministic, self.benchmark)
         if self.seed is not None:
             seed_everything(self.seed)
 
@@ -229,7 +229,7 @@ class TrainerConfig:
         self.num_sanity_val_steps = off["num_sanity_val_steps"]
 
     def _apply_fast_dev_run(self) -> None:
-        n = flags.fast_dev_run_batches(self.fast_dev_run)
+        n = flag_checks.fast_dev_run_batches(self.fast_dev_run)
         if n == 1:
             self.fast_dev_run = True  # as Lightning: one batch is `True`, other counts stay as given
         if not n:
@@ -256,15 +256,15 @@ class TrainerConfig:
         self.gradient_clip_algorithm = algorithm.lower() if algorithm else None
 
     def _check_numbers(self) -> None:
-        flags.check_loop_limit("max_steps", self.max_steps)
+        flag_checks.check_loop_limit("max_steps", self.max_steps)
         if self.max_epochs is not None:  # None stays None until fit resolves it, as in Lightning
-            flags.check_loop_limit("max_epochs", self.max_epochs)
+            flag_checks.check_loop_limit("max_epochs", self.max_epochs)
         for name in ("min_epochs", "min_steps"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), minimum=0)
-        flags.check_gradient_clipping(self.gradient_clip_val, self.gradient_clip_algorithm)
+        flag_checks.check_gradient_clipping(self.gradient_clip_val, self.gradient_clip_algorithm)
         self._check_val_check_interval()
-        flags.check_val_every_n_epoch(self.check_val_every_n_epoch)
+        flag_checks.check_val_every_n_epoch(self.check_val_every_n_epoch)
         for stage in ("train", "val", "test", "predict"):
             check_limit(f"limit_{stage}_batches", getattr(self, f"limit_{stage}_batches"))
         check_int("num_sanity_val_steps", self.num_sanity_val_steps, minimum=-1)
@@ -274,7 +274,7 @@ class TrainerConfig:
         interval = self.val_check_interval
         if isinstance(interval, (str, dict, datetime.timedelta)):
             # Time-based, as in Lightning: validate whenever this much wall-clock time passed since the last one.
-            self.val_check_seconds = flags.interval_seconds("val_check_interval", interval)
+            self.val_check_seconds = flag_checks.interval_seconds("val_check_interval", interval)
             return
         if self.check_val_every_n_epoch is None and isinstance(interval, float):
             raise MisconfigurationError(
@@ -292,7 +292,7 @@ class TrainerConfig:
                 "or None (end of each epoch)."
             )
         if isinstance(interval, float) and not 0.0 < interval <= 1.0:
-            raise MisconfigurationError(flags.invalid_limit("val_check_interval", interval))
+            raise MisconfigurationError(flag_checks.invalid_limit("val_check_interval", interval))
         if isinstance(interval, int) and interval < 1:
             raise MisconfigurationError(f"val_check_interval={interval} must be >= 1 as an int.")
 
@@ -332,9 +332,9 @@ def check_limit(name: str, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MisconfigurationError(flags.invalid_limit(name, repr(value)))
+        raise MisconfigurationError(flag_checks.invalid_limit(name, repr(value)))
     if (isinstance(value, float) and not 0.0 <= value <= 1.0) or (isinstance(value, int) and value < 0):
-        raise MisconfigurationError(flags.invalid_limit(name, value))
+        raise MisconfigurationError(flag_checks.invalid_limit(name, value))
 
 
 CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(TrainerConfig))

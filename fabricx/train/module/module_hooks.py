@@ -1,7 +1,7 @@
 """The hooks of a `fabricx.train.TrainModule` that do nothing (or the obvious thing) unless overridden.
 
 Lightning's `ModelHooks`, `DataHooks` and `CheckpointHooks`: the Trainer calls only the ones a module
-overrides (see `fabricx.train.hooks`), so an unused hook costs nothing.
+overrides (see `fabricx.train.module.hooks`), so an unused hook costs nothing.
 """
 
 from __future__ import annotations
@@ -10,11 +10,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fabricx.train.hook_messages import missing_loader_hook
 from fabricx.utilities.apply import move_data_to_device
+from fabricx.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
+
+
+def _missing_loader_hook(owner: Any, method: str, stage: str) -> MisconfigurationException:
+    """The error a loader hook of a DataModule or TrainModule raises when the user did not define it
+    (Lightning's exception type and phrase, and what to do)."""
+    return MisconfigurationException(
+        f"`{method}` must be implemented to be used with the Lightning Trainer: {type(owner).__name__} has no "
+        f"{method}(), which Trainer.{stage} needs. Define {method}(self) returning a DataLoader, or pass the "
+        "loader to the Trainer call."
+    )
 
 
 class DataHooks:
@@ -35,19 +45,19 @@ class DataHooks:
     def train_dataloader(self) -> Any:
         """The training loader (or a dict/list of loaders, combined batch by batch) ``Trainer.fit`` uses when
         none is passed."""
-        raise missing_loader_hook(self, "train_dataloader", "fit")
+        raise _missing_loader_hook(self, "train_dataloader", "fit")
 
     def val_dataloader(self) -> Any:
         """The validation loader(s) used when none are passed."""
-        raise missing_loader_hook(self, "val_dataloader", "validate")
+        raise _missing_loader_hook(self, "val_dataloader", "validate")
 
     def test_dataloader(self) -> Any:
         """The test loader(s) used when none are passed."""
-        raise missing_loader_hook(self, "test_dataloader", "test")
+        raise _missing_loader_hook(self, "test_dataloader", "test")
 
     def predict_dataloader(self) -> Any:
         """The prediction loader(s) used when none are passed."""
-        raise missing_loader_hook(self, "predict_dataloader", "predict")
+        raise _missing_loader_hook(self, "predict_dataloader", "predict")
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch before it is moved to the device."""

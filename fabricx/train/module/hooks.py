@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.base import Callback
-from fabricx.train.current_hook import named_hook
-from fabricx.train.module import TrainModule
+from fabricx.train.module.current_hook import named_hook
+from fabricx.train.module.module import TrainModule
 from fabricx.utilities.profilers import profiled
 
 if TYPE_CHECKING:
