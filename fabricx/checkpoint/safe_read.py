@@ -44,6 +44,8 @@ from typing import Any, BinaryIO
 import torch
 from torch import Tensor
 
+from fabricx.checkpoint.numpy_scalars import SAFE_GLOBALS as NUMPY_SCALARS
+from fabricx.checkpoint.numpy_scalars import NumpyDtype
 from fabricx.checkpoint.unsafe_pickle import pickle_allowed
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -274,9 +276,8 @@ def load_torch(
             _check_archive(handle, what)
     else:
         _check_archive(io.BytesIO(source), what)
-    globals_ = list(allowed_globals)
     try:
-        with warnings.catch_warnings(), torch.serialization.safe_globals(globals_) if globals_ else _nothing():
+        with warnings.catch_warnings(), torch.serialization.safe_globals([*allowed_globals, *NUMPY_SCALARS]):
             # torch warns about pickle protocols it may not handle; the outcome is reported below anyway.
             warnings.filterwarnings("ignore", message=".*pickle protocol", category=UserWarning)
             file = source if isinstance(source, Path) else io.BytesIO(source)
@@ -303,11 +304,6 @@ def load_torch(
     return loaded
 
 
-@contextlib.contextmanager
-def _nothing() -> Any:
-    yield
-
-
 def check_tensors(value: Any, what: str) -> None:
     """Refuse a loaded value whose containers nest deeper than `MAX_NESTING`, or that holds a tensor that is not
     dense or whose elements do not all have their own bytes (an expanded, stride-0 view: copying it out would
@@ -329,6 +325,11 @@ def check_tensors(value: Any, what: str) -> None:
             children: Iterable[tuple[Any, Any]] = item.items()
         elif isinstance(item, list | tuple | set | frozenset):
             children = enumerate(item)
+        elif isinstance(item, NumpyDtype):  # only a NumPy scalar's own dtype is read (numpy_scalars.py)
+            raise CheckpointError(
+                f"Refusing to load {what}: {_where(trail)} is a NumPy dtype on its own, which fabricx reads only "
+                "inside a NumPy scalar. Store its name (str(dtype)) instead."
+            )
         else:
             continue
         if id(item) in seen:

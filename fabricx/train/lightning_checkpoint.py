@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fabricx.checkpoint.numpy_scalars import is_numpy_scalar
 from fabricx.utilities.exceptions import FabricxError
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ _PLAIN = (bool, int, float, str, type(None))
 
 
 def _plain(value: Any) -> bool:
-    if isinstance(value, _PLAIN):
+    if isinstance(value, _PLAIN) or is_numpy_scalar(value):
         return True
     if isinstance(value, (list, tuple)):
         return all(_plain(v) for v in value)
@@ -39,7 +40,8 @@ def _plain(value: Any) -> bool:
 
 
 def plain_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters a code-free file can hold (numbers, strings, ``None``, lists/dicts of them).
+    """The hyper-parameters a code-free file can hold (numbers, NumPy's included, strings, ``None``, lists/dicts
+    of them).
 
     Others (a module passed to ``__init__``, a ``functools.partial``, ...) are left out (`left_out_hparams`
     names them): pass them again to ``load_from_checkpoint(path, name=value)``, or

@@ -60,6 +60,7 @@ def test_client_sample_on_fabricx(client: Client, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * 1500 + 60)  # two runs of up to 1500 s each (gluonts takes about 12 min), not the suite's 300 s
 @pytest.mark.parametrize("client", CLIENTS, ids=lambda client: client.folder)
 def test_client_suite(client: Client, tmp_path: Path) -> None:
     _require(client)

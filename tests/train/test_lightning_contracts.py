@@ -223,3 +223,17 @@ def test_hyperparameters_saved_before_the_module_init_are_kept(results):
     lightning, fabricx = _case(results, "hparams_before_init")
     assert fabricx == lightning
     assert lightning["hparams"] == {"hidden": 2, "scale": 0.5, "extra": "x"}
+
+
+def test_numpy_scalars_in_hyperparameters_load_back_as_the_same_numpy_types(results):
+    # pytorch-forecasting's models keep NumPy scalars in their hyper-parameters; fabricx's single file holds them
+    # and reads them back through a checked allow-list (no code runs).
+    lightning, fabricx = _case(results, "numpy_hparams")
+    assert fabricx["hparams"] == lightning["hparams"]
+    assert lightning["hparams"]["min_idx"] == ("int64", "np.int64(4)")
+    assert lightning["hparams"]["flags"][1][0] == ("bool", "np.True_")
+    _same_weights(lightning["weights"], fabricx["weights"])
+    _same_weights(lightning["loaded_weights"], fabricx["loaded_weights"])
+    # Lightning's default load is torch's weights-only one, which refuses NumPy; fabricx's checked reader does not.
+    assert "UnpicklingError" in lightning["default_load"]["types"]
+    assert fabricx["default_load"] is None

@@ -15,7 +15,8 @@ A per-rank entry of rank 0 is stored under its own key; the other ranks send the
 writes the file (temporary file in the same folder, fsync, rename, folder fsync: readers see the old
 file or the new one). fabricx's entries may hold NumPy arrays (random states); they are stored as
 tensors tagged `__fabricx_numpy__` so the file stays weights-only. A user entry that
-`weights_only=True` could not read back is refused, naming the entry.
+`weights_only=True` could not read back is refused, naming the entry; NumPy scalars are kept as Lightning
+keeps them (read back through `numpy_scalars.SAFE_GLOBALS`).
 
 Reading never runs code: `torch.load(..., weights_only=True)` is an allow-listed unpickler, and a
 file that needs anything else (a `GLOBAL os.system`, a class of the user's) is refused with a
@@ -48,6 +49,7 @@ from fabricx.checkpoint.contents import checkpoint_io_of, claimed_entries, entry
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.numpy_scalars import is_numpy_scalar
 from fabricx.checkpoint.safe_read import load_torch
 from fabricx.checkpoint.storage import io_for, is_url
 from fabricx.checkpoint.write_errors import write_failure
@@ -127,7 +129,7 @@ def _check(value: Any, where: str, file: Any) -> None:
                 "(tensor.as_subclass(torch.Tensor) or .full_tensor() for a DTensor)."
             )
         return
-    if kind in _LEAVES:
+    if kind in _LEAVES or is_numpy_scalar(value):  # NumPy scalars: as Lightning stores them (numpy_scalars.py)
         return
     if kind in (dict, OrderedDict):
         for key, item in value.items():

@@ -12,6 +12,7 @@ import os
 import warnings
 from collections.abc import MutableSequence
 
+import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
@@ -366,6 +367,41 @@ def run_hparams_before_init(root: str) -> dict:
     return {"hparams": dict(module.hparams), "init_args": module.init_args, "stage": str(RunningStage.TRAINING)}
 
 
+# -- 13. NumPy scalars in hyper-parameters (pytorch-forecasting keeps a pandas column's np.int64) -------------------
+class NumpyHparams(Regressor):
+    def __init__(self, lr=0.1, min_idx=0, scale=0.5, flags=()):
+        super().__init__(lr)
+        self.save_hyperparameters()
+
+
+def described(value):
+    """A value as (type name, repr), through lists and tuples: the exact NumPy types compared across sides."""
+    if isinstance(value, list | tuple):
+        return type(value).__name__, [described(item) for item in value]
+    return type(value).__name__, repr(value)
+
+
+def run_numpy_hparams(root: str) -> dict:
+    torch.manual_seed(6)
+    given = {
+        "lr": np.float64(0.1),
+        "min_idx": np.int64(4),
+        "scale": np.float32(0.5),
+        "flags": [np.bool_(True), np.uint8(3), np.float16(-2.0), np.int32(-7)],
+    }
+    module = NumpyHparams(**given)
+    checkpoint = ModelCheckpoint(dirpath=root, filename="numpy")
+    Trainer(max_epochs=1, logger=False, callbacks=[checkpoint], **QUIET).fit(module, loader(6))
+    # weights_only=False, as pytorch-forecasting passes it: Lightning's default (torch's weights-only) refuses NumPy.
+    loaded = NumpyHparams.load_from_checkpoint(checkpoint.best_model_path, weights_only=False)
+    return {
+        "hparams": {key: described(value) for key, value in loaded.hparams.items()},
+        "weights": weights(module),
+        "loaded_weights": weights(loaded),
+        "default_load": error_of(lambda: NumpyHparams.load_from_checkpoint(checkpoint.best_model_path)),
+    }
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -379,4 +415,5 @@ CASES = {
     "grad_in_validation": run_grad_in_validation,
     "prediction_writer": run_prediction_writer,
     "hparams_before_init": run_hparams_before_init,
+    "numpy_hparams": run_numpy_hparams,
 }
