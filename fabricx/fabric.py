@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from fabricx.accelerators.accelerator import Accelerator
     from fabricx.capabilities import IncompatibleKeys, LoggerLike
     from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.checkpointer import Checkpointer
     from fabricx.checkpoint.manager import CheckpointManager
     from fabricx.connector import Plugin
     from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
@@ -146,6 +147,7 @@ class Fabric:
         self._compile = check_compile_option(compile)
         self._preemption_watcher: PreemptionWatcher | None = None
         self._accumulation = AccumulationState()
+        self._checkpointer: Checkpointer | None = None
         # Decided once: when neither strategy nor precision changes backward, call it directly.
         self._plain_backward = _backward_is_plain(self._strategy, self._precision)
         self._sync_is_noop = _no_backward_sync_is_noop(self._strategy)
@@ -866,6 +868,23 @@ class Fabric:
                 self.barrier("rank_zero_first")
 
     # -- checkpoints ------------------------------------------------------------------------------------
+    @property
+    def checkpointer(self) -> Checkpointer:
+        """The one `fabricx.checkpoint.checkpointer.Checkpointer` of this Fabric: every save and load of
+        ``fabric``, the Trainer and the Accelerate adapter goes through it, and it owns the asynchronous save
+        in flight.
+
+        Example:
+            ```python
+            fabric.checkpointer.wait()  # the last async save is committed
+            ```
+        """
+        if self._checkpointer is None:
+            from fabricx.checkpoint.checkpointer import Checkpointer
+
+            self._checkpointer = Checkpointer(self._strategy, self._with_internal_state)
+        return self._checkpointer
+
     def save(
         self,
         path: str | os.PathLike,
@@ -907,18 +926,8 @@ class Fabric:
         if not isinstance(state, dict):
             raise TypeError(f"save() expects a dict of things to save, got {type(state).__name__}.")
         self._require_launched("save()")
-        from fabricx.checkpoint.background import wait_for_pending_save
-
-        wait_for_pending_save()
-        options = {"layout": layout} if layout is not None else {}
-        if async_save:
-            from fabricx.checkpoint.pipeline import save_checkpoint
-
-            return save_checkpoint(
-                self._strategy, os.fspath(path), self._with_internal_state(state), filter, layout, mode="async"
-            )
-        self._strategy.save_checkpoint(os.fspath(path), self._with_internal_state(state), filter=filter, **options)
-        return None
+        mode = "async" if async_save else "sync"
+        return self.checkpointer.save(path, state, filter, layout=layout, mode=mode)
 
     def load(
         self,
@@ -941,23 +950,7 @@ class Fabric:
             step = state["step"]
             ```
         """
-        if weights_only is False:
-            from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
-
-            with allow_unsafe_pickle(path):
-                return self.load(path, state, strict)
-        from fabricx.checkpoint.background import wait_for_pending_save
-
-        wait_for_pending_save()
-        path = os.fspath(path)
-        if state is None:
-            return self._strategy.load_checkpoint(path, None, strict=strict)
-        internal = self._with_internal_state(state)
-        remainder = self._strategy.load_checkpoint(path, internal, strict=strict)
-        for key in state:
-            if key in internal and internal[key] is not state[key]:
-                state[key] = internal[key]
-        return remainder
+        return self.checkpointer.load(path, state, strict, weights_only=weights_only)
 
     def load_raw(
         self,
@@ -976,22 +969,7 @@ class Fabric:
             fabric.load_raw("pretrained.pt", model)
             ```
         """
-        if weights_only is False:
-            from fabricx.checkpoint.unsafe_pickle import allow_unsafe_pickle
-
-            with allow_unsafe_pickle(path):
-                return self.load_raw(path, obj, strict)
-        from fabricx.checkpoint.format import read_checkpoint
-        from fabricx.checkpoint.safe_read import check_optimizer_state
-
-        loaded = read_checkpoint(os.fspath(path), rank=self.global_rank)
-        contents = loaded.shared
-        target = unwrap(obj)
-        if isinstance(target, nn.Module):
-            self._strategy.load_module_state_dict(target, contents, strict=strict)
-        else:
-            check_optimizer_state(target, contents, f"checkpoint {path}")
-            self._strategy.load_optimizer_state(target, contents)
+        self.checkpointer.load(path, unwrap(obj), strict, weights_only=weights_only)
 
     def save_checkpoint(
         self,
@@ -1011,9 +989,9 @@ class Fabric:
             path = fabric.save_checkpoint(manager, state)
             ```
         """
-        from fabricx.resume import save_checkpoint
-
-        return save_checkpoint(self, project, state, filter=filter, async_save=async_save)
+        self._require_launched("save_checkpoint()")
+        mode = "async" if async_save else "sync"
+        return self.checkpointer.save_next(project, state, filter, mode=mode)
 
     def load_latest(
         self, project: CheckpointManager | str | os.PathLike[str], state: dict[str, Any], strict: bool = True
@@ -1025,9 +1003,10 @@ class Fabric:
             resumed_from = fabric.load_latest("runs/exp1", state)  # None on the first run
             ```
         """
-        from fabricx.resume import load_latest
-
-        return load_latest(self, project, state, strict=strict)
+        path = self.checkpointer.latest(project)
+        if path is not None:
+            self.load(path, state, strict=strict)
+        return path
 
     def save_weights(self, module: nn.Module, directory: str | os.PathLike, max_shard_size: int | str = "10GB") -> None:
         """Export a model's full weights as safetensors (sharded with an index past ``max_shard_size``).

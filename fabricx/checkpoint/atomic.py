@@ -41,6 +41,7 @@ __all__ = [
     "commit_directory",
     "discard_all",
     "fsync_tree",
+    "is_claimed",
     "leftover_of",
     "list_files",
     "locked_temporary",
@@ -557,7 +558,7 @@ def _take_if_dead(root: Path, name: str, base: str, kind: str) -> Path | None:
     else:
         token = name[len(base) + len(kind) + 2 :]
         fits = is_dir or (is_file and _FILE_TOKEN[kind].fullmatch(token) is not None)
-    if not fits or (kind != "reserved" and _claimed(root / f"{base}.reserved")):
+    if not fits or (kind != "reserved" and is_claimed(root / f"{base}.reserved")):
         return None
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
@@ -582,9 +583,17 @@ def _take_if_dead(root: Path, name: str, base: str, kind: str) -> Path | None:
         os.close(fd)
 
 
-def _claimed(claim: Path) -> bool:
-    """Whether a live writer holds the claim file ``claim`` (``<name>.reserved``)."""
-    assert fcntl is not None
+def is_claimed(claim: Path) -> bool:
+    """Whether a live writer holds the claim file ``claim`` (``<name>.reserved``): a regular file that this
+    process cannot lock. Anything else there (a folder, a link) is no writer's claim.
+
+    Example:
+        ```python
+        is_claimed(Path("checkpoints/checkpoint_3.reserved"))  # False once its writer is gone
+        ```
+    """
+    if fcntl is None:
+        return claim.exists()
     try:
         fd = os.open(claim, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:

@@ -4,8 +4,8 @@ The training loop is blocked only while the state is copied (`stage_to_host()`; 
 on CUDA, so the copy runs at full bus speed). A background thread then writes the copy, and the
 checkpoint is committed only once every rank's files are durable: the ranks agree on a dedicated
 gloo group (`background_group()`), never on the training one, so the training loop's own
-collectives cannot interleave with the save's. One background save runs at a time per process:
-starting the next one, loading, and the end of the process wait for it.
+collectives cannot interleave with the save's. One background save runs at a time per checkpointer:
+its next save, a load, and the end of the process wait for it.
 
 A crash (even SIGKILL) during the background write leaves only an uncommitted temporary copy,
 which no reader takes, so the previous checkpoint stays the latest.
@@ -38,12 +38,10 @@ __all__ = [
     "CommitCallbackError",
     "agree",
     "background_group",
-    "pending_save",
     "release_staging_buffers",
     "stage_to_host",
     "stage_to_host_deferred",
     "start_background_save",
-    "wait_for_pending_save",
 ]
 
 # Exact types kept as they are: immutable, and storable without pickling.
@@ -85,7 +83,7 @@ class AsyncSave:
         self._finished = threading.Event()
         self._error: BaseException | None = None  # the save itself failed: nothing was committed
         self._after_commit: list[tuple[Callable[[], Any], BaseException]] = []  # committed; a callback failed
-        self._reported = False
+        self.reported = False
         self._thread: threading.Thread | None = None
         self._callbacks: list[Callable[[], Any]] | None = []
         self._done_callbacks: list[Callable[[], Any]] | None = []
@@ -195,7 +193,7 @@ class AsyncSave:
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
-            self._reported = True
+            self.reported = True
             error = self._error
             if isinstance(error, CheckpointError):
                 raise CheckpointError(f"The background save of {self.path} failed: {error}") from error
@@ -204,7 +202,7 @@ class AsyncSave:
                 "committed; the checkpoint saved before it is still the latest."
             ) from error
         if self._after_commit:
-            self._reported = True
+            self.reported = True
             failures = "; ".join(
                 f"{getattr(callback, '__qualname__', repr(callback))} raised {type(error).__name__}: {error}"
                 for callback, error in self._after_commit
@@ -225,36 +223,9 @@ class AsyncSave:
         return f"AsyncSave(path={self.path!r}, {state})"
 
 
-_lock = threading.Lock()
-_pending: AsyncSave | None = None
-_exit_hook_installed = False
-_exit_status_settable = False
-
-
-def pending_save() -> AsyncSave | None:
-    """The background save of this process that has not been waited for, if any."""
-    return _pending
-
-
-def wait_for_pending_save() -> None:
-    """Wait for this process's unfinished background save; raise its error if it failed.
-
-    Called before every save and load, so a save never overlaps the previous one.
-
-    Example:
-        ```python
-        wait_for_pending_save()
-        ```
-    """
-    global _pending
-    with _lock:
-        handle, _pending = _pending, None
-    if handle is not None and not handle._reported:
-        handle.wait()
-
-
 def start_background_save(path: Any, job: Callable[[], Any], guard: Any = None) -> AsyncSave:
-    """Run ``job`` (write and commit ``path``) in a background thread, after any earlier one finished.
+    """Run ``job`` (write and commit ``path``) in a background thread; the caller (a
+    `fabricx.checkpoint.checkpointer.Checkpointer`) holds the handle and waits for it before its next save.
 
     ``guard`` (a `fabricx.checkpoint.step_guard.StagingGuard`) is what the handle's ``wait_staged`` and
     ``step_wait_s`` report on: the deferred copy the next optimizer step waits for.
@@ -264,41 +235,14 @@ def start_background_save(path: Any, job: Callable[[], Any], guard: Any = None) 
         handle = start_background_save("ckpt", lambda: write_checkpoint("ckpt", staged, None))
         ```
     """
-    global _pending, _exit_hook_installed, _exit_status_settable
-    wait_for_pending_save()
     handle = AsyncSave(path)
     handle._guard = guard
     # Not a daemon: the interpreter lets it finish before exiting, so a save is never cut short by a
-    # normal exit; the shutdown hook waits for it and reports a failure nobody waited for.
+    # normal exit; the checkpointer's shutdown hook waits for it and reports a failure nobody waited for.
     thread = threading.Thread(target=handle._run, args=(job,), name="fabricx-async-save", daemon=False)
     handle._thread = thread
-    with _lock:
-        _pending = handle
-        if not _exit_hook_installed:
-            from fabricx._compat.thread_shutdown import at_thread_shutdown
-
-            _exit_status_settable = at_thread_shutdown(_wait_at_exit)
-            _exit_hook_installed = True
     thread.start()
     return handle
-
-
-#: Exit status of a process whose last background save failed and was never waited for (what an
-#: uncaught exception, e.g. a failed synchronous save, exits with).
-FAILED_SAVE_EXIT_CODE = 1
-
-
-def _wait_at_exit() -> None:
-    """At shutdown, once the main thread has finished: wait for the last save; if it failed, say so and
-    exit with `FAILED_SAVE_EXIT_CODE`, so a scheduler never takes the run for a success."""
-    try:
-        wait_for_pending_save()
-    except CheckpointError as error:
-        print(f"fabricx: {error}", file=sys.stderr)
-        if _exit_status_settable:
-            from fabricx._compat.thread_shutdown import exit_after_shutdown
-
-            exit_after_shutdown(FAILED_SAVE_EXIT_CODE)
 
 
 # ----------------------------------------------------------------------------------------- host staging

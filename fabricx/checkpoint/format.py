@@ -33,18 +33,14 @@ from safetensors import SafetensorError
 
 from fabricx.checkpoint.atomic import DirectoryPin
 from fabricx.checkpoint.io import CheckpointIO, default_io
-from fabricx.checkpoint.layouts.single_file import (
-    check_weights_only,
-    load_single_file,
-    looks_like_torch_file,
-    write_file,
-)
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.safe_read import read_regular
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
+from fabricx.checkpoint.torch_files import check_weights_only, load_single_file, looks_like_torch_file, write_file
 from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError, CheckpointNotFoundError
+from fabricx.version import __version__
 
 __all__ = [
     "FORMAT_VERSION",
@@ -70,12 +66,6 @@ _DEFAULT_DISTRIBUTED_TOKEN = "save"
 def rank_stem(rank: int) -> str:
     """The file stem holding rank ``rank``'s own state."""
     return f"rank_{rank}"
-
-
-def _fabricx_version() -> str:
-    from fabricx.version import __version__
-
-    return __version__
 
 
 def _key_names(state: dict | None) -> list[str] | None:
@@ -254,7 +244,7 @@ class CheckpointWriter:
             meta = {
                 "format": _FORMAT_NAME,
                 "format_version": FORMAT_VERSION,
-                "fabricx_version": _fabricx_version(),
+                "fabricx_version": __version__,
                 "world_size": self.world_size,
                 "created": time.time(),
                 "created_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -352,7 +342,7 @@ def read_meta(directory: str | os.PathLike[str]) -> dict:
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
         raise CheckpointError(
             f"{meta_file} declares checkpoint format version {version!r}; this fabricx "
-            f"({_fabricx_version()}) supports format versions 1 to {FORMAT_VERSION}. "
+            f"({__version__}) supports format versions 1 to {FORMAT_VERSION}. "
             "Load it with the fabricx version that wrote it, or upgrade fabricx."
         )
     world_size = meta.get("world_size")
@@ -497,18 +487,10 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
         ```
     """
     target = Path(path)
-    if target.is_file():
-        return _looks_like_torch_file(target)
-    found = default_io().resolve(target, is_complete)
+    found = target if target.is_file() else default_io().resolve(target, is_complete)
     if found is None:
         return False
-    if found.is_file():
-        return _looks_like_torch_file(found)
-    return True
-
-
-def _looks_like_torch_file(file: Path) -> bool:
-    return looks_like_torch_file(file)
+    return looks_like_torch_file(found) if found.is_file() else True
 
 
 # ------------------------------------------------------------------------------------------- single file

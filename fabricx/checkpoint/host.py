@@ -1,4 +1,4 @@
-"""What the checkpoint pipeline needs from its caller (a strategy), as a Protocol: checkpoint/ imports no strategy.
+"""What the `Checkpointer` needs from its host (a strategy), as a Protocol: checkpoint/ imports no strategy.
 
 A strategy is a host: it says where this process is, synchronises the ranks and turns live objects into state
 and back (gathering shards where it has them). Two optional capabilities are read where present: `checkpoint_io`
@@ -38,7 +38,7 @@ class CheckpointHost(RankHost, Protocol):
 
     Example:
         ```python
-        save_checkpoint(fabric.strategy, "ckpt/step_10", state)  # any Strategy is a CheckpointHost
+        Checkpointer(fabric.strategy).save("ckpt/step_10", state)  # any Strategy is a CheckpointHost
         ```
     """
 

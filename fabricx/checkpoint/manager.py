@@ -12,12 +12,11 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from fabricx.checkpoint.atomic import discard_all, leftover_of, remove_dead_leftovers
+from fabricx.checkpoint.atomic import discard_all, is_claimed, leftover_of, remove_dead_leftovers
 from fabricx.checkpoint.format import is_complete
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO, default_io
 from fabricx.checkpoint.storage import io_for, is_url, join_path
@@ -30,10 +29,9 @@ try:  # advisory locks tell a live writer's reservation from one a killed writer
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CheckpointManager", "PathClaim", "claim_path", "remove_checkpoint", "reserve_on_rank_zero"]
+__all__ = ["CheckpointManager", "PathClaim", "claim_path", "remove_checkpoint"]
 
 _RESERVED = "reserved"
-_T = TypeVar("_T")
 
 
 def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = None) -> None:
@@ -45,43 +43,6 @@ def remove_checkpoint(path: str | os.PathLike[str], io: CheckpointIO | None = No
         ```
     """
     (io or default_io()).remove(path)
-
-
-class RankHost(Protocol):
-    """What `reserve_on_rank_zero` needs from Fabric: its rank and a broadcast."""
-
-    @property
-    def is_global_zero(self) -> bool: ...
-
-    @property
-    def world_size(self) -> int: ...
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any: ...
-
-
-def reserve_on_rank_zero(host: RankHost, reserve: Callable[[], _T]) -> _T | None:
-    """Run ``reserve`` on rank 0 and return its claim there (``None`` on the other ranks); if rank 0's
-    reservation raised `CheckpointError`, every rank raises it, so no rank goes on into a collective save.
-
-    Example:
-        ```python
-        last = "checkpoints/last.ckpt"
-        claim = reserve_on_rank_zero(fabric, lambda: claim_path(last))
-        ```
-    """
-    claim, refused = None, None
-    if host.is_global_zero:
-        try:
-            claim = reserve()
-        except CheckpointError as error:
-            refused = error
-    if host.world_size > 1:
-        reason = host.broadcast(str(refused) if refused is not None else None, src=0)
-        if reason is not None and refused is None:
-            refused = CheckpointError(reason)
-    if refused is not None:
-        raise refused
-    return claim
 
 
 class PathClaim:
@@ -325,23 +286,7 @@ class CheckpointManager:
         indices with a reservation on disk)."""
         if index in self._held:
             return True
-        if index not in reserved:
-            return False
-        if fcntl is None:
-            return True
-        try:
-            fd = os.open(self._reservation(index), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            return False
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return False  # not a reservation this class made; _drop_reservation skips it
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return index in reserved and is_claimed(self._reservation(index))
 
     def _drop_reservation(self, index: int) -> None:
         """Remove a dead writer's reservation file; anything else under that name is left, with a warning."""

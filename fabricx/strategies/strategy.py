@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
@@ -350,22 +350,6 @@ class Strategy(ABC):
         """How this strategy stores some entries itself (shards, an engine's files); ``None``: all the
         shared layout. Saving and loading are otherwise the same pipeline for every strategy."""
         return None
-
-    def save_checkpoint(
-        self,
-        path: str,
-        state: dict[str, Any],
-        filter: dict[str, Callable] | None = None,
-        layout: str | None = None,
-    ) -> None:
-        from fabricx.checkpoint.pipeline import save_checkpoint
-
-        save_checkpoint(self, path, state, filter, layout)
-
-    def load_checkpoint(self, path: str, state: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
-        from fabricx.checkpoint.pipeline import load_checkpoint
-
-        return load_checkpoint(self, path, state, strict)
 
     def teardown(self) -> None:
         self.precision.teardown()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from fabricx.fabric import Fabric
-from fabricx.train import checkpointing as ckpt
+from fabricx.train.checkpoint import entries as ckpt
 
 if TYPE_CHECKING:
     from fabricx.train.module.module import TrainModule

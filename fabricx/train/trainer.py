@@ -11,15 +11,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabricx.fabric import Fabric
-from fabricx.train import checkpointing as ckpt
 from fabricx.train.callbacks.callback_setup import trainer_callbacks, with_module_callbacks
-from fabricx.train.checkpoint_io import (
-    reload_cast_weights,
-    restore_fit,
-    restore_modules_and_callbacks,
-    save_trainer_checkpoint,
-)
-from fabricx.train.ckpt_path import select_ckpt_path
+from fabricx.train.checkpoint.ckpt_path import select_ckpt_path
+from fabricx.train.checkpoint.connector import CheckpointConnector
 from fabricx.train.config import flag_checks
 from fabricx.train.config.env_defaults import defaults_from_env_vars
 from fabricx.train.config.trainer_config import TrainerConfig
@@ -205,6 +199,7 @@ class Trainer(TrainerProperties):
         self._given_callbacks = list(self.callbacks)  # configure_callbacks() replaces kinds among these per run
         self.progress = Progress()
         self._run = RunContext(self, self._fabric, self.profiler, self.callbacks)
+        self.checkpoint_connector = CheckpointConnector(self)
         self._steps = self._run.steps = TrainingSteps(self, self._run)
         self.fit_loop = FitLoop(self, self._run, self._steps)
         self.progress.count_from(self.fit_loop)
@@ -399,7 +394,16 @@ class Trainer(TrainerProperties):
             raise MisconfigurationError(
                 "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
             )
-        return save_trainer_checkpoint(self, filepath, weights_only, async_save)
+        # Rank 0 claims the name until the save has committed (or failed): two jobs never write one file, and a
+        # job killed in between leaves the previous file as it was. The hooks run inside the claim.
+        connector = self.checkpoint_connector
+        return self.fabric.checkpointer.save(
+            filepath,
+            lambda: connector.dump_checkpoint(weights_only, filepath),
+            layout=connector.layout(),
+            mode="async" if async_save else "sync",
+            exclusive=True,
+        )
 
     # -- running in each process ------------------------------------------------------------------------------
     # -- running in each process ------------------------------------------------------------------------------
@@ -446,11 +450,13 @@ class Trainer(TrainerProperties):
             if fabric.world_size > 1:
                 path = fabric.broadcast(path)
             run.ckpt_path = path
-            # As Lightning: the module's weights and the callbacks' states before configure_optimizers (the
-            # strategy's setup), the optimizer, loop and data states after it (in restore_fit).
-            restored = restore_modules_and_callbacks(self, path) if path is not None else None
+            # As Lightning: the checkpoint is read once; the module's weights and the callbacks' states are
+            # restored before configure_optimizers (the strategy's setup), the optimizer, loop and data states after.
+            connector = self.checkpoint_connector
+            connector.resume_start(path)
+            connector.restore_modules_and_callbacks()
             self._setup_fit(module, train_dataloaders, val_dataloaders)
-            reload_cast_weights(self, restored)
+            connector.reload_cast_weights()
             hooks.call("on_fit_start")
             module.zero_grad()
             if path is None and self.num_sanity_val_steps != 0 and self._data.may_validate():
@@ -458,8 +464,8 @@ class Trainer(TrainerProperties):
             # As Lightning: the training data is requested after the sanity check (or earlier, by
             # estimated_stepping_batches in configure_optimizers).
             self._data.setup_fit_data()
-            if path is not None:
-                restore_fit(self, path, modules_restored=restored is not None)
+            connector.restore_training_state()
+            connector.resume_end()
             self._log_hyperparams()
             fit_loop.start_clock()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
@@ -474,6 +480,7 @@ class Trainer(TrainerProperties):
             self._on_exception(exception)
             raise
         finally:
+            self.checkpoint_connector.resume_end()
             self._shutdown_loader_workers("fit")
             run.call_teardown("fit")
             run.report_profile()
@@ -555,13 +562,14 @@ class Trainer(TrainerProperties):
         path = run.ckpt_path
         if path is None:
             return
-        from fabricx.train.lightning_checkpoint import is_lightning_file, load_lightning_weights
+        from fabricx.train.checkpoint.entries import is_legacy_folder
+        from fabricx.train.checkpoint.lightning_files import is_lightning_file, restore_weights
 
         if is_lightning_file(path):
             assert run.module is not None
-            load_lightning_weights(run.module, path)
+            restore_weights(run.module, path, self._fabric.load(path))
         else:
-            key = "module" if ckpt.is_legacy_folder(path) else "state_dict"
+            key = "module" if is_legacy_folder(path) else "state_dict"
             self._fabric.load(path, {key: run.model}, strict=False)
 
     def _setup_fit(self, module: TrainModule, train_dataloaders: Any, val_dataloaders: Any) -> None:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fabricx import Fabric
-from fabricx.checkpoint.background import AsyncSave, pending_save, stage_to_host
+from fabricx.checkpoint.background import AsyncSave, stage_to_host
 from fabricx.checkpoint.format import read_checkpoint
 from fabricx.checkpoint.manager import CheckpointManager
 from fabricx.train import TrainModule
@@ -71,7 +71,7 @@ def test_staging_refuses_unsaveable_values_before_anything_runs(tmp_path: Path) 
     fabric, model, _ = _setup()
     with pytest.raises(CheckpointError, match="without pickling"):
         fabric.save(tmp_path / "ckpt", {"model": model, "bad": object()}, async_save=True)
-    assert pending_save() is None or pending_save().done()
+    assert fabric.checkpointer.pending is None or fabric.checkpointer.pending.done()
     assert not any(tmp_path.iterdir())
 
 
@@ -171,7 +171,7 @@ def test_next_save_and_load_wait_for_the_unfinished_one(tmp_path: Path) -> None:
     fabric, model, _ = _setup(width=256)
     first = fabric.save(tmp_path / "a", {"model": model, "step": 1}, async_save=True)
     fabric.save(tmp_path / "b", {"model": model, "step": 2})  # synchronous: waits first
-    assert first is not None and first.done() and pending_save() is None
+    assert first is not None and first.done() and fabric.checkpointer.pending is None
     second = fabric.save(tmp_path / "a", {"model": model, "step": 3}, async_save=True)
     state = {"model": model, "step": 0}
     fabric.load(tmp_path / "a", state)  # loading the path being written gets the new checkpoint
@@ -215,7 +215,7 @@ def test_manager_applies_retention_only_after_the_commit(tmp_path: Path) -> None
     manager.apply_retention = watched  # type: ignore[method-assign]
     for step in range(3):
         fabric.save_checkpoint(manager, {"model": model, "step": step}, async_save=True)
-    pending = pending_save()
+    pending = fabric.checkpointer.pending
     assert pending is not None
     pending.wait()
     # Every retention pass ran with the new checkpoint already committed next to the older one.
@@ -353,7 +353,8 @@ def _fit_with_checkpoints(root: Path, async_save: bool) -> tuple[list[str], dict
     trainer = Trainer(accelerator="cpu", max_epochs=5, callbacks=[checkpoint], loggers=False, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=root)
     trainer.fit(_Scored([0.5, 0.2, 0.9, 0.1, 0.3]), DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
-    assert pending_save() is None or pending_save().done()  # fit returned with everything committed
+    pending = trainer.fabric.checkpointer.pending
+    assert pending is None or pending.done()  # fit returned with everything committed
     best = read_checkpoint(checkpoint.best_model_path).shared
     return sorted(p.name for p in root.iterdir()), best["state_dict"]
 

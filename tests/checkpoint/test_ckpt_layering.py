@@ -52,6 +52,6 @@ def test_checkpoint_modules_import_neither_facade_nor_strategies() -> None:
 
 def test_project_helpers_live_beside_the_facade() -> None:
     assert not (PACKAGE / "checkpoint" / "resume.py").exists()
-    from fabricx.resume import exit_if_preempted, load_latest, save_checkpoint
+    from fabricx.resume import exit_if_preempted
 
-    assert all(f.__module__ == "fabricx.resume" for f in (exit_if_preempted, load_latest, save_checkpoint))
+    assert exit_if_preempted.__module__ == "fabricx.resume"

@@ -29,6 +29,7 @@ from torch import nn
 from fabricx import Fabric
 from fabricx.checkpoint.atomic import leftover_of, prepare_directory, wait_for_background_removals
 from fabricx.checkpoint.manager import CheckpointManager, claim_path
+from fabricx.utilities.exceptions import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +64,7 @@ _KILLED_SAVES = textwrap.dedent(
     import os, signal, sys, time
     from pathlib import Path
     import torch
-    from fabricx.checkpoint.layouts.single_file import write_file
+    from fabricx.checkpoint.torch_files import write_file
 
     folder = Path(sys.argv[1])
     state = {"w": torch.ones(4 * 2**20)}  # 16 MiB: the kill lands while it is written
@@ -214,3 +215,20 @@ def test_five_thousand_stale_folders_of_other_names_go_with_the_next_save(tmp_pa
     print(f"save blocked {blocked:.2f} s with 5000 stale folders")
     assert left == ["final"], left[:5]
     assert blocked < 15.0, f"the save was blocked {blocked:.1f} s by 5000 left-overs"
+
+
+def test_loading_a_left_over_by_its_name_is_refused(tmp_path: Path) -> None:
+    """A left-over may be half written or a running save's: ``fabric.load`` of its name says so and names the
+    checkpoint to load, for a single file and a directory alike (``load_raw`` too)."""
+    fabric = Fabric(accelerator="cpu", devices=1)
+    model = nn.Linear(2, 2)
+    fabric.save(tmp_path / "last.ckpt", {"model": model})
+    fabric.save(tmp_path / "ckpt", {"model": model})
+    for name, base in (("last.ckpt.tmp-f0123456789ab", "last.ckpt"), ("ckpt.tmp-0123456789abcdef", "ckpt")):
+        left = tmp_path / name
+        os.link(tmp_path / base, left) if (tmp_path / base).is_file() else os.rename(tmp_path / base, left)
+        with pytest.raises(CheckpointError, match=rf"Refusing to load .*{name}.*Load '{base}'"):
+            fabric.load(left, {"model": model})
+        with pytest.raises(CheckpointError, match="unfinished save"):
+            fabric.load_raw(left, model)
+    assert fabric.load(tmp_path / "last.ckpt", {"model": model}) == {}

@@ -30,7 +30,6 @@ JOB_A = textwrap.dedent(
     from torch import nn
     import fabricx.checkpoint.format as checkpoint_format
     from fabricx import Fabric
-    from fabricx.checkpoint.background import pending_save
 
     project, started, go = sys.argv[1:4]
     original_dump = checkpoint_format.dump
@@ -47,7 +46,7 @@ JOB_A = textwrap.dedent(
     path = fabric.save_checkpoint(project, {"model": model, "job": "A"}, async_save=True)
     open(started, "w").write(str(path))
     try:
-        pending_save().wait()
+        fabric.checkpointer.wait()
         print(json.dumps({"path": str(path), "error": None}))
     except Exception as error:
         print(json.dumps({"path": str(path), "error": f"{type(error).__name__}: {error}"}))

@@ -48,15 +48,16 @@ DIFFERENCES: dict[str, str] = {
         "fabricx has no Fabric.run() entry point to override, so there is nothing to refuse under Lightning's CLI"
     ),
     "test_fabric.py::test_save_wrapped_objects": (
-        "fabric.save adds fabricx's own entries (every rank's RNG states, the precision's scaler) to the state "
-        "handed to the strategy, and passes path/state positionally"
+        "fabric.save goes through fabric.checkpointer (the strategy is its host, not a save door), and adds "
+        "fabricx's own entries (every rank's RNG states, the precision's scaler) to the state"
     ),
     "test_fabric.py::test_save_filter": (
         "checkpoints are directories written by fabricx's checkpoint package, not one file through "
         "strategy.checkpoint_io.save_checkpoint, and a filter on a plain value is refused"
     ),
-    "test_fabric.py::test_load_wrapped_objects[True]": (
-        "the strategy receives the set-up wrappers and unwraps them itself (the sharded layouts need the wrapper)"
+    "test_fabric.py::test_load_wrapped_objects": (
+        "fabric.load goes through fabric.checkpointer, not strategy.load_checkpoint (the strategy is the "
+        "checkpointer's host), which receives the set-up wrappers (the sharded layouts need the wrapper)"
     ),
     "test_fabric.py::test_load_raw": (
         "load_raw reads the file through fabricx's checkpoint reader (never unpickling) and hands the state dict to "

@@ -149,8 +149,8 @@ def test_the_check_sees_a_circle() -> None:
     assert _circles(kept) == []
 
 
-def test_the_checkpoint_pipeline_imports_no_layout_backend_strategy_or_facade() -> None:
-    """A layout is looked up by its key, so the pipeline (and the registry it asks) names no backend:
+def test_the_checkpointer_imports_no_layout_backend_strategy_or_facade() -> None:
+    """A layout is looked up by its key, so the checkpointer (and the registry it asks) names no backend:
     a new layout is one backend file plus one registry line."""
     edges = _edges(_modules())
     backends = sorted(m for m in edges if m.startswith("fabricx.checkpoint.layouts."))
@@ -163,10 +163,10 @@ def test_the_checkpoint_pipeline_imports_no_layout_backend_strategy_or_facade() 
             or name.startswith(("fabricx.strategies", "fabricx.connector"))
         )
 
-    for module in ("fabricx.checkpoint.pipeline", "fabricx.checkpoint.layouts"):
+    for module in ("fabricx.checkpoint.checkpointer", "fabricx.checkpoint.layouts"):
         imported = sorted(edges[module])
         assert not [name for name in imported if forbidden(name)], f"{module} imports {imported}"
-    assert "fabricx.checkpoint.layouts" in edges["fabricx.checkpoint.pipeline"]  # the registry, by key
+    assert "fabricx.checkpoint.layouts" in edges["fabricx.checkpoint.checkpointer"]  # the registry, by key
 
 
 def test_no_module_imports_another_modules_underscore_names() -> None:

@@ -20,7 +20,7 @@ import torch
 
 from fabricx import Fabric
 from fabricx.checkpoint import CheckpointManager, read_checkpoint
-from fabricx.resume import exit_if_preempted, load_latest, save_checkpoint
+from fabricx.resume import exit_if_preempted
 from fabricx.utilities.preemption import REQUEUE_EXIT_CODE, PreemptionWatcher, resolve_signals
 
 JOB = r"""
@@ -274,10 +274,10 @@ def test_single_process_preemption_saves_through_the_manager_and_exits_85(tmp_pa
         assert manager.latest() == manager.path_for(0)
         fresh = Fabric(accelerator="cpu")
         restored = {"model": fresh.setup(torch.nn.Linear(2, 2)), "step": 0}
-        assert load_latest(fresh, manager, restored) == manager.path_for(0)
+        assert fresh.load_latest(manager, restored) == manager.path_for(0)
         assert restored["step"] == 7
         assert torch.equal(restored["model"].weight, model.weight)
-        path = save_checkpoint(fresh, manager, restored)
+        path = fresh.save_checkpoint(manager, restored)
         assert path == manager.path_for(1) and manager.list_complete() == [path], "keep-last-1 retention"
     finally:
         fabric._preemption_watcher.restore()

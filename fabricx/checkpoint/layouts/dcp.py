@@ -10,7 +10,7 @@ go into the DCP folder as their shards, each rank writing its own: a model's key
 optimizer's by parameter names (``param_groups`` pickled by DCP), as Lightning's ``save_checkpoint``
 writes them, so Lightning's ``fabric.load`` restores a checkpoint fabricx wrote and fabricx one Lightning
 wrote. Other modules and optimizers go in as their full state dicts. ``meta.pt`` is a single-file
-checkpoint of the remaining entries (`fabricx.checkpoint.layouts.single_file`), written by rank 0 through
+checkpoint of the remaining entries (`fabricx.checkpoint.torch_files`), written by rank 0 through
 the host's `fabricx.checkpoint.io.CheckpointIO` (``write_file``, as a single-file save writes);
 Lightning reads it with ``torch.load`` and returns fabricx's own entries as unrequested ones.
 
@@ -51,6 +51,7 @@ import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx.checkpoint import staged_folder
 from fabricx.checkpoint.contents import (
     checkpoint_io_of,
     claimed_entries,
@@ -60,11 +61,10 @@ from fabricx.checkpoint.contents import (
     split_state,
     unwrap_object,
 )
-from fabricx.checkpoint.layouts import staged_folder
-from fabricx.checkpoint.layouts.single_file import file_contents, read_single_file
-from fabricx.checkpoint.layouts.staged_folder import FABRICX_META
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.staged_folder import FABRICX_META
 from fabricx.checkpoint.storage import is_url
+from fabricx.checkpoint.torch_files import file_contents, read_single_file
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.checkpoint.save_modes import SaveMode
 
-__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "committed_folder", "read_dcp", "save_dcp"]
+__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "committed_folder", "read_dcp"]
 
 #: The file of the entries that are not modules or optimizers (Lightning's ``_METADATA_FILENAME``).
 META_FILE = "meta.pt"
@@ -144,46 +144,6 @@ def _meta_writer(contents: dict[str, Any] | None, io: CheckpointIO) -> Callable[
     return lambda staging: io.write_file(staging / META_FILE, lambda handle: torch.save(contents, handle))
 
 
-def save_dcp(
-    host: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: Mapping[str, Callable] | None,
-    mode: SaveMode,
-) -> AsyncSave | None:
-    """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``, atomically; the handle of an
-    async save.
-
-    Example:
-
-    ```python
-    state = {"model": model, "optimizer": optimizer, "step": 3}
-    save_dcp(fabric.strategy, "ckpt", state, None, save_mode("sync"))
-    ```
-    """
-    from torch.distributed.checkpoint import filesystem, state_dict_saver
-
-    if is_url(path):
-        raise CheckpointError(f"layout='dcp' writes local folders; {path} is a URL. Save without layout= there.")
-    folder = Path(path)
-    tensors = _state_dicts(host, entry_storage_of(host), state, filter)
-    others = {key: obj for key, obj in state.items() if key not in tensors}
-    shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
-    # Checked (every rank's entries weights-only) before anything on disk changes.
-    contents = file_contents(host, folder / META_FILE, shared, per_rank, [key for key in shared if is_reserved(key)])
-    staged = None if contents is None else mode.copy(contents)
-
-    def write_shards(staging: Path) -> None:
-        with warnings.catch_warnings():  # one process without a process group is a save like any other
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-            # Every rank writes its own shards; DCP returns on every rank once all of them are written.
-            state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(staging))
-
-    return staged_folder.save_staged(
-        host, path, _is_dcp_folder, _refusal, write_shards, _meta_writer(staged, checkpoint_io_of(host)), mode
-    )
-
-
 def read_dcp(folder: Path, rank: int) -> LoadedCheckpoint:
     """Rank ``rank``'s view of a ``"dcp"`` folder (fabricx's or Lightning's), without running code.
 
@@ -229,7 +189,38 @@ class DcpLayout:
         filter: Mapping[str, Callable] | None,
         mode: SaveMode,
     ) -> AsyncSave | None:
-        return save_dcp(host, path, state, filter, mode)
+        """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``, atomically; the handle of an
+        async save.
+
+        Example:
+
+        ```python
+        state = {"model": model, "optimizer": optimizer, "step": 3}
+        LAYOUT.save(fabric.strategy, "ckpt", state, None, save_mode("sync"))
+        ```
+        """
+        from torch.distributed.checkpoint import filesystem, state_dict_saver
+
+        if is_url(path):
+            raise CheckpointError(f"layout='dcp' writes local folders; {path} is a URL. Save without layout= there.")
+        folder = Path(path)
+        tensors = _state_dicts(host, entry_storage_of(host), state, filter)
+        others = {key: obj for key, obj in state.items() if key not in tensors}
+        shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
+        # Checked (every rank's entries weights-only) before anything on disk changes.
+        reserved = [key for key in shared if is_reserved(key)]
+        contents = file_contents(host, folder / META_FILE, shared, per_rank, reserved)
+        staged = None if contents is None else mode.copy(contents)
+
+        def write_shards(staging: Path) -> None:
+            with warnings.catch_warnings():  # one process without a process group is a save like any other
+                warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+                # Every rank writes its own shards; DCP returns on every rank once all of them are written.
+                state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(staging))
+
+        return staged_folder.save_staged(
+            host, path, _is_dcp_folder, _refusal, write_shards, _meta_writer(staged, checkpoint_io_of(host)), mode
+        )
 
     def holds(self, path: str) -> bool:
         return not is_url(path) and committed_folder(Path(path)) is not None

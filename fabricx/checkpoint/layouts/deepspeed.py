@@ -11,7 +11,7 @@ The files are the DeepSpeed engine's own ``save_checkpoint(path, client_state=..
 (the strategy's `fabricx.checkpoint.contents.EntryStorage.save_engine_folder`), for the state's one
 DeepSpeed model and its optimizer. Everything else of the state is the client state, which the engine
 stores in its model states file: rank 0's is a single-file checkpoint's contents
-(`fabricx.checkpoint.layouts.single_file.file_contents`: the user's entries at the top, every rank's
+(`fabricx.checkpoint.torch_files.file_contents`: the user's entries at the top, every rank's
 per-rank ones, fabricx's own under reserved keys, among them the engine record `RECORD_KEY` that names
 the model's and optimizer's keys). Lightning's ``fabric.load`` restores such a folder and returns
 fabricx's entries as unrequested ones; fabricx loads a folder Lightning wrote, taking the state's
@@ -22,7 +22,7 @@ allowed (`fabricx.checkpoint.deepspeed_files`), and the engine's own load goes t
 A folder holds this layout when its ``checkpoint/`` folder has a model states file and it has no fabricx
 ``meta.json``.
 
-A save is atomic (`fabricx.checkpoint.layouts.staged_folder`): the engine writes into a staging folder
+A save is atomic (`fabricx.checkpoint.staged_folder`): the engine writes into a staging folder
 beside ``<path>``, which rank 0 swaps into place once every rank wrote its files; a save that dies
 midway leaves the previous checkpoint. With ``async_save=True`` the engine's files are written before
 the save returns, the commit in the background.
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx.checkpoint import staged_folder
 from fabricx.checkpoint.contents import (
     claimed_entries,
     entry_storage_of,
@@ -57,10 +58,9 @@ from fabricx.checkpoint.contents import (
 )
 from fabricx.checkpoint.deepspeed_consolidate import META_KEY
 from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file
-from fabricx.checkpoint.layouts import staged_folder
-from fabricx.checkpoint.layouts.single_file import file_contents, split_contents
 from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.storage import is_url
+from fabricx.checkpoint.torch_files import file_contents, split_contents
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -162,55 +162,6 @@ def _client_state(
     return contents
 
 
-def save_deepspeed(
-    host: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: Mapping[str, Callable] | None,
-    mode: SaveMode,
-) -> AsyncSave | None:
-    """Every rank: write ``state`` at ``path`` as the DeepSpeed engine's own checkpoint folder, atomically;
-    the handle of an async save.
-
-    Example:
-
-    ```python
-    state = {"model": model, "optimizer": optimizer, "step": 3}
-    save_deepspeed(fabric.strategy, "ckpt", state, None, mode)
-    ```
-    """
-    if is_url(path):
-        raise CheckpointError(f"layout='deepspeed' writes local folders; {path} is a URL. Save without layout= there.")
-    folder = Path(path)
-    claimed, storage = _engine_record(host, state, filter)
-    record = storage.record(claimed)
-    models = dict(record.get("models") or {})
-    if len(models) != 1:
-        raise CheckpointError(
-            f"layout='deepspeed' saves one DeepSpeed model per checkpoint, as Lightning's DeepSpeedStrategy does; "
-            f"the state holds {sorted(models)}. Save each model to its own path, or save without layout= for a "
-            "checkpoint directory that holds them all."
-        )
-    # The engine writes rigid ZeRO shards in this layout (see `save_engine_folder`), as Lightning's config does.
-    record = {
-        **record,
-        "elastic_checkpoint": False,
-        "folder": ".",
-        "models": {k: {**v, "tag": TAG} for k, v in models.items()},
-    }
-    others = {key: obj for key, obj in state.items() if key not in claimed}
-    client = _client_state(host, folder, others, filter, record)
-    return staged_folder.save_staged(
-        host,
-        path,
-        _is_deepspeed_folder,
-        _refusal,
-        lambda staging: storage.save_engine_folder(staging, claimed, client, TAG),  # every rank: the engine's files
-        None,
-        mode,
-    )
-
-
 def _model_file(tag_dir: Path) -> Path:
     for name in _MODEL_FILES:
         if (tag_dir / name).is_file():
@@ -291,7 +242,48 @@ class DeepSpeedLayout:
         filter: Mapping[str, Callable] | None,
         mode: SaveMode,
     ) -> AsyncSave | None:
-        return save_deepspeed(host, path, state, filter, mode)
+        """Every rank: write ``state`` at ``path`` as the DeepSpeed engine's own checkpoint folder, atomically;
+        the handle of an async save.
+
+        Example:
+
+        ```python
+        state = {"model": model, "optimizer": optimizer, "step": 3}
+        LAYOUT.save(fabric.strategy, "ckpt", state, None, mode)
+        ```
+        """
+        if is_url(path):
+            raise CheckpointError(
+                f"layout='deepspeed' writes local folders; {path} is a URL. Save without layout= there."
+            )
+        folder = Path(path)
+        claimed, storage = _engine_record(host, state, filter)
+        record = storage.record(claimed)
+        models = dict(record.get("models") or {})
+        if len(models) != 1:
+            raise CheckpointError(
+                f"layout='deepspeed' saves one DeepSpeed model per checkpoint, as Lightning's DeepSpeedStrategy does; "
+                f"the state holds {sorted(models)}. Save each model to its own path, or save without layout= for a "
+                "checkpoint directory that holds them all."
+            )
+        # The engine writes rigid ZeRO shards in this layout (see `save_engine_folder`), as Lightning's config does.
+        record = {
+            **record,
+            "elastic_checkpoint": False,
+            "folder": ".",
+            "models": {k: {**v, "tag": TAG} for k, v in models.items()},
+        }
+        others = {key: obj for key, obj in state.items() if key not in claimed}
+        client = _client_state(host, folder, others, filter, record)
+        return staged_folder.save_staged(
+            host,
+            path,
+            _is_deepspeed_folder,
+            _refusal,
+            lambda staging: storage.save_engine_folder(staging, claimed, client, TAG),  # every rank: the engine's files
+            None,
+            mode,
+        )
 
     def holds(self, path: str) -> bool:
         return not is_url(path) and staged_folder.committed_folder(Path(path), _is_deepspeed_folder) is not None

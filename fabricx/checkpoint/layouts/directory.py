@@ -10,7 +10,7 @@ job runs and whether it writes from a host copy.
 Example:
 
 ```python
-save_directory(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10}, None, save_mode("sync"))
+LAYOUT.save(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10}, None, save_mode("sync"))
 ```
 """
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.loaded import LoadedCheckpoint
     from fabricx.checkpoint.save_modes import SaveMode
 
-__all__ = ["LAYOUT", "DirectoryLayout", "DirectorySave", "plan_directory_save", "save_directory", "write_and_commit"]
+__all__ = ["LAYOUT", "DirectoryLayout", "DirectorySave", "plan_directory_save", "write_and_commit"]
 
 
 @dataclass
@@ -117,44 +117,6 @@ def write_and_commit(
     plan.writer.commit_agreed(error, agreement)
 
 
-def save_directory(
-    host: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: Mapping[str, Callable] | None,
-    mode: SaveMode,
-) -> AsyncSave | None:
-    """Every rank: write ``state`` as a checkpoint directory at ``path``; the handle of an asynchronous save.
-
-    Example:
-
-    ```python
-    handle = save_directory(strategy, "ckpt", {"model": model, "step": 3}, None, save_mode("async"))
-    ```
-    """
-    plan = plan_directory_save(host, path, state, filter, mode.barrier(host))
-    agreement = mode.agreement(host)
-    copy = mode.stage(plan.shared if host.is_global_zero else {}, plan.per_rank, plan.plain.values())
-    plan.shared, plan.per_rank = {}, {}  # the copy is what is written; the plan holds no live state
-    staging = plan.writer.begin()  # rank 0 creates the staging directory
-    try:
-        finish_claimed = mode.write_claimed(plan.storage, staging, plan.claimed, filter)
-    except BaseException:
-        plan.writer.abort()
-        copy.release()
-        raise
-    plan.plain, plan.claimed = {}, {}  # written or staged: the job needs neither
-    guard = copy.hold_steps()
-
-    def job() -> None:
-        try:
-            write_and_commit(plan, copy.shared, copy.per_rank, finish_claimed, agreement, copy.finish)
-        finally:
-            copy.release()
-
-    return mode.run(path, job, guard)
-
-
 class DirectoryLayout:
     """The `fabricx.checkpoint.layouts.Layout` of checkpoint directories (it also reads any other path)."""
 
@@ -166,7 +128,35 @@ class DirectoryLayout:
         filter: Mapping[str, Callable] | None,
         mode: SaveMode,
     ) -> AsyncSave | None:
-        return save_directory(host, path, state, filter, mode)
+        """Every rank: write ``state`` as a checkpoint directory at ``path``; the handle of an asynchronous save.
+
+        Example:
+
+        ```python
+        handle = LAYOUT.save(strategy, "ckpt", {"model": model, "step": 3}, None, save_mode("async"))
+        ```
+        """
+        plan = plan_directory_save(host, path, state, filter, mode.barrier(host))
+        agreement = mode.agreement(host)
+        copy = mode.stage(plan.shared if host.is_global_zero else {}, plan.per_rank, plan.plain.values())
+        plan.shared, plan.per_rank = {}, {}  # the copy is what is written; the plan holds no live state
+        staging = plan.writer.begin()  # rank 0 creates the staging directory
+        try:
+            finish_claimed = mode.write_claimed(plan.storage, staging, plan.claimed, filter)
+        except BaseException:
+            plan.writer.abort()
+            copy.release()
+            raise
+        plan.plain, plan.claimed = {}, {}  # written or staged: the job needs neither
+        guard = copy.hold_steps()
+
+        def job() -> None:
+            try:
+                write_and_commit(plan, copy.shared, copy.per_rank, finish_claimed, agreement, copy.finish)
+            finally:
+                copy.release()
+
+        return mode.run(path, job, guard)
 
     def holds(self, path: str) -> bool:
         return True  # asked last: its reader names what is wrong with anything no other layout holds

@@ -14,7 +14,6 @@ from fabricx.checkpoint.manager import CheckpointManager
 from fabricx.checkpoint.safe_read import read_regular
 from fabricx.compat.accelerate.data import SkipBatchesLoader
 from fabricx.compat.accelerate.io import save_object, save_state_dict
-from fabricx.resume import save_checkpoint
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
@@ -167,7 +166,8 @@ class StateMixin:
                 )
             # The one manager names, reserves and retains, as for Fabric.save_checkpoint.
             index = self._next_checkpoint_index()
-            path = save_checkpoint(self._fabric, manager, self._checkpoint_state(), async_save=async_save, index=index)
+            mode = "async" if async_save else "sync"
+            path = self._fabric.checkpointer.save_next(manager, self._checkpoint_state(), mode=mode, index=index)
             self.project_configuration.iteration = index + 1
             self.wait_for_everyone()  # rank 0's retention is done before any process looks at the folder
             return str(path)
@@ -190,9 +190,6 @@ class StateMixin:
             accelerator.load_state()  # newest project_dir/checkpoints/checkpoint_<n>
             ```
         """
-        from fabricx.checkpoint.background import wait_for_pending_save
-
-        wait_for_pending_save()  # an asynchronous save_state() may still be writing the newest one
         if input_dir is None:
             manager = self._manager()
             if manager is None:
@@ -200,8 +197,7 @@ class StateMixin:
                     "load_state() needs an input_dir, or ProjectConfiguration(project_dir=..., "
                     "automatic_checkpoint_naming=True) to find the newest checkpoint."
                 )
-            found = manager.latest() if self.is_main_process else None
-            latest = self._fabric.broadcast(None if found is None else str(found))
+            latest = self._fabric.checkpointer.latest(manager)  # waits for an asynchronous save_state() too
             if latest is None:
                 raise FileNotFoundError(
                     f"load_state() found no complete checkpoint in {manager.directory}. Save one with "
@@ -209,6 +205,7 @@ class StateMixin:
                 )
             path = latest
         else:
+            self._fabric.checkpointer.wait()  # an asynchronous save_state() may still be writing this folder
             path = os.fspath(input_dir)
             if not os.path.isdir(path):
                 raise FileNotFoundError(f"load_state({path!r}): no such checkpoint folder.")

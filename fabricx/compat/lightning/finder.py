@@ -168,7 +168,7 @@ class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         # Checked where libraries compare versions (`lightning.__version__ >= "2.0"`): the Lightning version
         # whose API this alias follows.
-        from fabricx.train.lightning_checkpoint import lightning_version
+        from fabricx.train.checkpoint.lightning_files import lightning_version
 
         module.__dict__.setdefault("__version__", lightning_version())
 

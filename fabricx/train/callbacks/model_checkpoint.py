@@ -1,7 +1,7 @@
 """``ModelCheckpoint``: Lightning's checkpoint callback, writing Lightning's ``.ckpt`` files.
 
 Every checkpoint is ONE file named as Lightning names it (``epoch=0-step=5.ckpt``, ``last.ckpt``, ``-v1``
-when the name exists), holding Lightning's top-level keys (see `fabricx.train.lightning_checkpoint`),
+when the name exists), holding Lightning's top-level keys (see `fabricx.train.checkpoint.lightning_files`),
 written atomically through the single-file checkpoint layout.
 """
 

@@ -207,9 +207,9 @@ class TrainModule(ModuleHooks, nn.Module):
             model = Classifier.load_from_checkpoint("checkpoints/last", lr=0.01)
             ```
         """
-        from fabricx.train.lightning_checkpoint import load_module_from_checkpoint
+        from fabricx.train.checkpoint.lightning_files import module_from_checkpoint
 
-        return load_module_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, strict, kwargs)
+        return module_from_checkpoint(cls, checkpoint_path, map_location, hparams_file, strict, kwargs)
 
     # -- optimization ------------------------------------------------------------------------------------
     #: Set to ``False`` in ``__init__`` to step the optimizers yourself in ``training_step``.

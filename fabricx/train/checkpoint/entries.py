@@ -3,7 +3,7 @@
 Everything goes through ``fabric.save``/``fabric.load``: the module, optimizers, schedulers and the
 training data loader (its exact position) as objects with state, plus small stateful holders for the
 trainer's progress, the callbacks' states, the logged metrics (per process) and the user's extras.
-The top-level keys are Lightning's (see `fabricx.train.lightning_checkpoint`).
+The top-level keys are Lightning's (see `fabricx.train.checkpoint.lightning_files`).
 """
 
 from __future__ import annotations

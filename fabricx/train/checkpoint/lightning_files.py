@@ -120,7 +120,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     ``epoch``, ``global_step``, ``pytorch-lightning_version``, ``state_dict`` (the module), ``loops``,
     ``callbacks``, ``optimizer_states``, ``lr_schedulers`` (not with ``weights_only``), ``hparams_name`` and
     ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``; fabricx's exact-resume entries
-    under reserved keys. The ``on_save_checkpoint`` hooks change it through `checkpointing.hook_view()`.
+    under reserved keys. The ``on_save_checkpoint`` hooks change it through `entries.hook_view()`.
 
     Example:
 
@@ -128,7 +128,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     fabric.save("epoch=0-step=5.ckpt", checkpoint_state(trainer))
     ```
     """
-    from fabricx.train import checkpointing as ckpt
+    from fabricx.train.checkpoint import entries as ckpt
 
     module = trainer.lightning_module
     assert module is not None and trainer.model is not None, "a checkpoint is written for a set-up module"
@@ -170,12 +170,11 @@ def is_lightning_file(path: str | os.PathLike) -> bool:
     return Path(path).is_file()
 
 
-def _read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``(weights, hyper_parameters, whole checkpoint)`` of a ``.ckpt`` file or a Trainer checkpoint folder."""
-    from fabricx.checkpoint.format import read_checkpoint
-
-    loaded = read_checkpoint(path)
-    state = loaded.shared
+def weights_and_hparams(
+    path: str | os.PathLike, state: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(weights, hyper_parameters, whole checkpoint)`` of a ``.ckpt`` file's or a Trainer checkpoint folder's
+    contents (``state``, read from ``path``)."""
     if "state_dict" in state and isinstance(state["state_dict"], Mapping):
         return dict(state["state_dict"]), dict(state.get("hyper_parameters") or {}), state
     weights = state.get("module")  # a checkpoint folder of an earlier fabricx Trainer
@@ -190,16 +189,17 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], dict
     return dict(weights), hparams, extra
 
 
-def load_lightning_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
-    """Load the weights of a Lightning ``.ckpt`` file into ``module`` and call its ``on_load_checkpoint``."""
-    weights, _, checkpoint = _read(path)
+def restore_weights(module: torch.nn.Module, path: str | os.PathLike, contents: dict[str, Any]) -> None:
+    """Load the weights of a Trainer checkpoint's ``contents`` (read from ``path``) into ``module`` and call its
+    ``on_load_checkpoint``."""
+    weights, _, checkpoint = weights_and_hparams(path, contents)
     module.load_state_dict(weights)
     hook = getattr(module, "on_load_checkpoint", None)
     if callable(hook):
         hook(checkpoint)
 
 
-def load_module_from_checkpoint(
+def module_from_checkpoint(
     cls: type,
     path: str | os.PathLike,
     map_location: Any,
@@ -207,8 +207,14 @@ def load_module_from_checkpoint(
     strict: bool | None,
     overrides: dict[str, Any],
 ) -> Any:
-    """Build ``cls`` from the checkpoint's hyper-parameters (updated with ``overrides``) and load its weights."""
-    weights, hparams, checkpoint = _read(path)
+    """Build ``cls`` from the checkpoint's hyper-parameters (updated with ``overrides``) and load its weights.
+
+    There is no Fabric here (``TrainModule.load_from_checkpoint`` is a class method): the file is read on this
+    process through the gate (`fabricx.checkpoint.format.read_checkpoint`).
+    """
+    from fabricx.checkpoint.format import read_checkpoint
+
+    weights, hparams, checkpoint = weights_and_hparams(path, read_checkpoint(path).shared)
     if hparams_file is not None:
         hparams.update(_read_hparams_file(hparams_file))
     hparams.update(overrides)
@@ -319,64 +325,12 @@ class HParamsState:
         """Nothing to restore: the module was built by the user."""
 
 
-#: Keys a Lightning-format file may lack (files written by other tools).
-OPTIONAL_KEYS = ("loops", "callbacks", "lr_schedulers")
-
-
-def restore_lightning_keys(trainer: Trainer, path: str, restored: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Restore a checkpoint with Lightning's keys (fabricx's or Lightning's own file) into the trainer, but for
-    the entries ``restored`` already (the module's weights and the callbacks, before ``configure_optimizers``).
-
-    Returns the checkpoint's other entries (what ``on_save_checkpoint`` added, ``epoch``, ``global_step``,
-    ...) for the ``on_load_checkpoint`` hooks. A Lightning-written file has no fabricx progress entry: the
-    progress then comes from its ``epoch``, ``global_step`` and ``loops``.
-    """
-    from fabricx.checkpoint.fabric_state import CheckpointKeyError
-    from fabricx.train import checkpointing as ckpt
-
-    state = checkpoint_state(trainer)
-    not_restored = (
-        "pytorch-lightning_version",
-        "hparams_name",
-        "hyper_parameters",
-        "datamodule_hparams_name",
-        "datamodule_hyper_parameters",
-        HPARAMS_LEFT_OUT_KEY,
-    )
-    datamodule_entry = ckpt.datamodule_key(trainer)  # None without a DataModule
-    for key in (*not_restored, *restored, *((datamodule_entry,) if datamodule_entry is not None else ())):
-        state.pop(key, None)  # they come back to the hooks as they are in the file
-    if "state_dict" in restored:
-        state["state_dict"] = ModuleWeights(trainer.model)
-    state[DATAMODULE_KEY] = ckpt.DataModuleState(trainer)  # where files of earlier fabricx versions hold it
-    progress, loops = state[PROGRESS_KEY], state["loops"]
-    try:
-        remainder = trainer.fabric.load(path, state)
-    except CheckpointKeyError as error:
-        if "optimizer_states" in str(error) and trainer.optimizers:
-            raise KeyError(
-                "Trying to restore optimizer state but checkpoint contains only the model. This is probably due "
-                "to `ModelCheckpoint.save_weights_only` being set to `True`."
-            ) from error
-        if not any(key in str(error) for key in OPTIONAL_KEYS):
-            raise
-        missing = [key for key in OPTIONAL_KEYS if key in str(error)]
-        state = {key: value for key, value in state.items() if key not in missing}
-        remainder = trainer.fabric.load(path, state)
-    if not progress.loaded:
-        ckpt.progress_from_lightning(trainer, loops.loaded, int(state["epoch"]), int(state["global_step"]))
-    elif loops.loaded is None:
-        global_step, epoch = progress.counts
-        trainer.fit_loop.count_from_checkpoint(global_step, epoch, trainer.progress.epoch_done)
-    return {**remainder, "epoch": state["epoch"], "global_step": state["global_step"]}
-
-
 __all__ = [
     "checkpoint_state",
     "is_lightning_file",
     "left_out_hparams",
     "lightning_version",
-    "load_lightning_weights",
-    "load_module_from_checkpoint",
+    "module_from_checkpoint",
+    "restore_weights",
     "warn_left_out_hparams",
 ]
