@@ -562,6 +562,12 @@ class FabricDataLoader:
             self._loader.load_state_dict({})
         self._restored_pass = False
         if not resuming:
+            # A restored sampler position is read by the sampler's next iter() (torchdata's keeps it on the sampler),
+            # which happens at the first batch asked for: a restored pass let go (set_epoch(), end_pass()) or
+            # continued without asking for a batch (a combined loader's pass already at its end) must not carry it
+            # into this one.
+            for sampler in self._samplers():
+                close_restored_epoch(sampler)
             if self._started:
                 self._epoch += 1
             self._yielded = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -212,3 +213,38 @@ def test_accumulation_windows_end_with_the_combined_pass_as_in_lightning(tmp_pat
     ours = _trainer(tmp_path / "fx", max_epochs=2, accumulate_grad_batches=4)
     ours.fit(_TwoSources(), _regression_loaders())
     assert ours.global_step == theirs.global_step == 4
+
+
+def test_a_pass_saved_after_its_last_batch_continues_empty_then_the_next_epoch_is_whole():
+    """The Trainer's checkpoint written in the validation that ends an epoch, on a rank of two: every combined batch
+    was handed out, the loop had not asked for another. The resumed pass yields nothing, and the next epoch is read
+    whole, as in an uninterrupted run (the restored positions of the distributed samplers, which torchdata keeps on
+    the sampler until a batch is asked for, once reached into it: 1 batch instead of 5)."""
+    from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+
+    from fabricx import Fabric
+    from fabricx.train.loaders import LoaderGroup
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+
+    def group() -> LoaderGroup:
+        def loader(data: list[int]) -> Any:
+            sampler = StatefulDistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=5)
+            return fabric.setup_dataloaders(DataLoader(data, batch_size=2, sampler=sampler))
+
+        flat, spec = flatten({"a": loader(list(range(20))), "b": loader(list(range(100, 112)))})
+        return LoaderGroup(flat, spec, "max_size_cycle")
+
+    def epoch(loaders: LoaderGroup, number: int | None, batches: int | None = None) -> list:
+        if number is not None:
+            loaders.set_epoch(number)
+        return [_plain(batch) for batch in itertools.islice(loaders, batches)]
+
+    straight = group()
+    expected = [epoch(straight, 0), epoch(straight, 1)]
+    first = group()
+    assert epoch(first, 0, batches=5) == expected[0]  # all 5 handed out; "b" is inside its second pass
+    resumed = group()
+    resumed.load_state_dict(first.state_dict())
+    assert epoch(resumed, None) == []  # the rest of the restored epoch
+    assert epoch(resumed, 1) == expected[1]

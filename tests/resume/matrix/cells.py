@@ -118,19 +118,9 @@ def refusal(cell: Cell) -> tuple[str, ...]:
     return tuple(REFUSALS.values()) if cell.elastic else ()
 
 
-_COMBINED_IN_VALIDATION = (
-    "Trainer, a max_size_cycle CombinedLoader on 2 processes, stopped inside the validation that ends epoch 1: "
-    "the saved group has handed out all 5 batches but is not finished, and its cycled shorter loader is in "
-    "the middle of its next pass; the resumed epoch 2 reads 1 batch (uninterrupted: 5), in another order "
-    "(not fixed yet; the 1-process cell, and this loader stopped mid-epoch under ddp_spawn, are exact)"
-)
-
 #: Cells known to end inexact, with what was found; the test requires them to still differ (so that a fix is
 #: noticed and the entry removed), and the closing note of the round that found them names them.
-KNOWN_INEXACT: dict[str, str] = {
-    "trainer-ddp2to2-combined-in_validation-e1-acc3": _COMBINED_IN_VALIDATION,
-    "trainer-ddp_spawn2to2-combined-in_validation-e1-acc3": _COMBINED_IN_VALIDATION,
-}
+KNOWN_INEXACT: dict[str, str] = {}
 
 
 def known_inexact(cell: Cell) -> str | None:

@@ -21,6 +21,7 @@ from tests.differential._two_ranks import launch_two_ranks  # noqa: E402
 
 JOBS = {"fabric": "fabric_job.py", "fabric_latest": "fabric_job.py", "trainer": "trainer_job.py",
         "accelerate": "accelerate_job.py", "accelerate_skip": "accelerate_job.py"}
+TRAINER_CELLS_PER_LAUNCH = 8
 _CLEAN_ENV = ("FABRICX_GLOBAL_SEED", "PL_GLOBAL_SEED", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
 
 
@@ -57,8 +58,12 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
     out.mkdir(parents=True, exist_ok=True)
     job, ids = JOBS[cells[0].api], [cell.id for cell in cells]
     # The Trainer under "ddp" starts its other process by running the script again: one fit that ends in an
-    # exception per script, as a user's script has.
-    batches = [[i] for i in ids] if cells[0].api == "trainer" and cells[0].strategy == "ddp" else [ids]
+    # exception per script, as a user's script has. Other Trainer cells share launches a few at a time (each fit
+    # under ddp_spawn starts its processes anew: 48 cells in one launch outlast its timeout).
+    batches = [ids]
+    if cells[0].api == "trainer":
+        per_launch = 1 if cells[0].strategy == "ddp" else TRAINER_CELLS_PER_LAUNCH
+        batches = [ids[start : start + per_launch] for start in range(0, len(ids), per_launch)]
     for batch in batches:
         _launch(job, out, "first", batch, world=cells[0].world)
     for cell in cells:
