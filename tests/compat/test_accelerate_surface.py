@@ -262,7 +262,9 @@ def test_log_with_all_takes_the_trackers_accelerate_takes(hf, tmp_path, monkeypa
     theirs = run(hf, "hf", lambda tracker: tracker.name)
     ours = run(fx, "fx", lambda tracker: kinds.get(type(tracker).__name__, type(tracker).__name__))
     assert ours == theirs and "wandb" in ours
-    assert not (tmp_path / "fx" / "wandb").exists() and (tmp_path / "wandb").is_dir()
+    # Where wandb's own folder goes is wandb's process-wide setting (another test in this process may have set
+    # it first): what is pinned is that fabricx puts it where Accelerate does, not inside project_dir.
+    assert (tmp_path / "fx" / "wandb").exists() == (tmp_path / "hf" / "wandb").exists()
 
 
 def test_profile_writes_accelerates_trace_files(hf, tmp_path):
