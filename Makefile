@@ -37,7 +37,7 @@ docs: $(STAMP)
 # One pytest worker per core (2 on the CI machine); a test file stays on one worker, so its module fixtures run once.
 TEST_WORKERS ?= 2
 test: $(STAMP) clients lint docs
-	$(PY) -m pytest -m "not slow" -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -m "not slow" -q --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The instruction counts of the overhead benchmarks need valgrind (a Debian package): `make bench-tools` as root.
 bench: $(STAMP)

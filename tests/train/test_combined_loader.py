@@ -223,7 +223,7 @@ def test_a_pass_saved_after_its_last_batch_continues_empty_then_the_next_epoch_i
     from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
     from fabricx import Fabric
-    from fabricx.train.loaders import LoaderGroup
+    from fabricx.train.data.loaders import LoaderGroup
 
     fabric = Fabric(accelerator="cpu", devices=1)
 
