@@ -50,6 +50,7 @@ class DTensorStrategy(ParallelStrategy):
     """
 
     requires_optimizer_after_module = True
+    shards_parameters = True
 
     def __init__(self, *parallel: Any, state_dict_type: str = "sharded") -> None:
         # `parallel`: ParallelStrategy's arguments, in its order (each subclass spells them out for its users).

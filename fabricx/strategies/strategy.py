@@ -73,6 +73,11 @@ class Strategy(ABC):
     requires_optimizer_after_module: bool = False
     #: Whether the same module may be set up again (the strategy leaves the user's module as it was).
     allows_repeated_module_setup: bool = False
+    #: Whether each process holds only a shard of the parameters (what a full copy of the model, as
+    #: StochasticWeightAveraging keeps, cannot follow).
+    shards_parameters: bool = False
+    #: Whether an engine owns the optimizer's param groups (what BaseFinetuning cannot add groups to).
+    engine_owns_optimizer: bool = False
 
     def __init__(self, accelerator: Accelerator | None = None, precision: Precision | None = None) -> None:
         self.accelerator = accelerator

@@ -226,3 +226,33 @@ def test_model_checkpoint_keeps_last_when_max_steps_ends_before_the_first_valida
     trainer.fit(ScriptedScore([0.5]), loader(regression_data(32)), loader(regression_data(16), shuffle=False))
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["last.ckpt"]
     assert checkpoint.best_model_score is None
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_callbacks_refuse_strategies_by_capability_not_by_class_name(strategy: str) -> None:
+    # StochasticWeightAveraging keeps a full copy of the model, which sharded parameters cannot follow; a
+    # DeepSpeed engine owns its param groups, which BaseFinetuning adds to. A user's subclass of the strategy
+    # (another class name) is refused the same way. The callbacks read what the strategy can do, nothing that
+    # its constructor sets up, so the strategy is made without one (no DeepSpeed import).
+    from types import SimpleNamespace
+
+    from fabricx.train.callbacks import BackboneFinetuning, StochasticWeightAveraging
+    from fabricx.utilities.exceptions import MisconfigurationException
+
+    if strategy == "fsdp":
+        from fabricx.strategies.fsdp import FSDPStrategy as base
+    else:
+        from fabricx.strategies.deepspeed.strategy import DeepSpeedStrategy as base
+    renamed = type("MyStrategy", (base,), {})
+    trainer = SimpleNamespace(strategy=renamed.__new__(renamed))
+    module = torch.nn.Module()
+    module.backbone = torch.nn.Linear(2, 2)  # what BackboneFinetuning freezes before it checks the strategy
+    with pytest.raises(MisconfigurationException, match="sharded models"):
+        StochasticWeightAveraging(swa_lrs=0.1).setup(trainer, module, "fit")  # type: ignore[arg-type]
+    finetuning = BackboneFinetuning()
+    if strategy == "deepspeed":
+        with pytest.raises(NotImplementedError, match="DeepSpeed"):
+            finetuning.setup(trainer, module, "fit")  # type: ignore[arg-type]
+    else:
+        finetuning.setup(trainer, module, "fit")  # type: ignore[arg-type]
+        assert not any(parameter.requires_grad for parameter in module.backbone.parameters())

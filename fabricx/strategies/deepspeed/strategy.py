@@ -112,6 +112,8 @@ class DeepSpeedStrategy(ParallelStrategy):
 
     strategy_name = "deepspeed"
     requires_fabric_backward = True
+    shards_parameters = True  # ZeRO may partition them (stage 3); Lightning treats every stage as sharded
+    engine_owns_optimizer = True
 
     def __init__(
         self,

@@ -61,8 +61,7 @@ class BaseFinetuning(Callback):
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self.freeze_before_training(module)
-        strategy = getattr(trainer, "strategy", None)
-        if type(strategy).__name__ == "DeepSpeedStrategy":
+        if getattr(getattr(trainer, "strategy", None), "engine_owns_optimizer", False):
             raise NotImplementedError(
                 "The Finetuning callback does not support running with the DeepSpeed strategy."
                 " Choose a different strategy or disable the callback."

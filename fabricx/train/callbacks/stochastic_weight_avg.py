@@ -99,7 +99,7 @@ class StochasticWeightAveraging(Callback):
         return any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in pl_module.modules())
 
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        if type(trainer.strategy).__name__ in ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy"):
+        if getattr(trainer.strategy, "shards_parameters", False):
             raise MisconfigurationException("SWA does not currently support sharded models.")
         # The copy shares the trainer instead of copying it.
         shared = (module.__dict__.get(name) for name in ("_trainer", "_fabric"))
