@@ -26,9 +26,13 @@ from typing import Any, TypeGuard
 
 import torch
 
-from fabricx.utilities.exceptions import CheckpointError
 
-__all__ = ["unpickle_dcp_metadata"]
+class MetadataRefused(ValueError):
+    """A ``.metadata`` file the restricted unpickler will not build (the reader raises it as a `CheckpointError`;
+    `_compat` imports nothing of fabricx)."""
+
+
+__all__ = ["MetadataRefused", "unpickle_dcp_metadata"]
 
 #: More dimensions than torch itself allows for a tensor.
 _MAX_DIMS = 64
@@ -232,7 +236,7 @@ _build_dispatch()
 
 def unpickle_dcp_metadata(data: bytes, path: Path) -> Any:
     """The DCP ``Metadata`` pickled in ``data`` (read from ``path``), built by the restricted unpickler and checked
-    for its structure and declared sizes; `CheckpointError` naming ``path`` for anything else (nothing is
+    for its structure and declared sizes; `MetadataRefused` naming ``path`` for anything else (nothing is
     executed). `fabricx.checkpoint.safe_read.read_dcp_metadata` reads the file and checks it against its storage.
 
     Example:
@@ -246,18 +250,18 @@ def unpickle_dcp_metadata(data: bytes, path: Path) -> Any:
     try:
         metadata = _MetadataUnpickler(io.BytesIO(data)).load()
     except _Refused as refusal:
-        raise CheckpointError(
+        raise MetadataRefused(
             f"Refusing to read {path}: {refusal}, which a torch.distributed.checkpoint metadata file never "
             "needs. Nothing was executed. The file is damaged or was crafted to run code."
         ) from None
     except RecursionError:
-        raise CheckpointError(f"Cannot read {path}: it is nested too deeply.") from None
+        raise MetadataRefused(f"Cannot read {path}: it is nested too deeply.") from None
     except (Exception, pickle.UnpicklingError) as error:
-        raise CheckpointError(
+        raise MetadataRefused(
             f"Cannot read {path} (truncated or damaged?): {type(error).__name__}: {str(error)[:200]}"
         ) from None
     if type(metadata) is not Metadata:
-        raise CheckpointError(
+        raise MetadataRefused(
             f"{path} is not a torch.distributed.checkpoint metadata file: it holds a {_describe(type(metadata))}."
         )
     _check_structure(path, metadata, budget=len(data) + 16)
@@ -269,7 +273,7 @@ def unpickle_dcp_metadata(data: bytes, path: Path) -> Any:
 
 def _need(condition: bool, path: Path, message: str) -> None:
     if not condition:
-        raise CheckpointError(f"{path} is damaged: {message}.")
+        raise MetadataRefused(f"{path} is damaged: {message}.")
 
 
 def _is_int(value: Any, low: int = 0) -> TypeGuard[int]:
@@ -289,7 +293,7 @@ class _Budget:
     def spend(self, amount: int = 1) -> None:
         self.left -= amount
         if self.left < 0:
-            raise CheckpointError(f"{self.path} is damaged: it lists more entries than its size can hold.")
+            raise MetadataRefused(f"{self.path} is damaged: it lists more entries than its size can hold.")
 
 
 def _check_structure(path: Path, metadata: Any, budget: int) -> None:

@@ -423,7 +423,7 @@ def read_dcp_metadata(directory: Path) -> Any:
         sorted(metadata.state_dict_metadata)
         ```
     """
-    from fabricx._compat.dcp_metadata import unpickle_dcp_metadata
+    from fabricx._compat.dcp_metadata import MetadataRefused, unpickle_dcp_metadata
 
     file = directory / ".metadata"
     data = read_regular(
@@ -431,7 +431,10 @@ def read_dcp_metadata(directory: Path) -> Any:
         "the sharded checkpoint's metadata",
         missing=f"{directory} is not a complete sharded checkpoint: no {file.name}.",
     )
-    metadata = unpickle_dcp_metadata(data, file)
+    try:
+        metadata = unpickle_dcp_metadata(data, file)
+    except MetadataRefused as refused:
+        raise CheckpointError(str(refused)) from None
     _check_dcp_storage(directory, metadata)
     return metadata
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.optim import Optimizer
 
-from fabricx.wrappers.identity import Delegating, facade_class, gate_method
+from fabricx.utilities.identity import Delegating, facade_class, gate_method
 
 if TYPE_CHECKING:
     from fabricx.accumulation.state import AccumulationState

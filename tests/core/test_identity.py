@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fabricx import Fabric
+from fabricx.utilities.identity import facade_class, gate_method, intercept_method, user_class
 from fabricx.wrappers import FabricOptimizer
-from fabricx.wrappers.identity import facade_class, gate_method, intercept_method, user_class
 
 
 def _setup(grad_accum_steps: int = 1):

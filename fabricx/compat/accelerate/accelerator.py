@@ -69,8 +69,8 @@ from fabricx.compat.accelerate.tracking import build_trackers, normalize_log_wit
 from fabricx.fabric import Fabric
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
+from fabricx.utilities.identity import intercept_method, is_intercepted, user_class
 from fabricx.wrappers import FabricModule, FabricOptimizer, unwrap
-from fabricx.wrappers.identity import intercept_method, is_intercepted, user_class
 
 __all__ = [
     "Accelerator",

@@ -11,8 +11,8 @@ from typing import Any
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from fabricx.utilities.identity import facade_class
 from fabricx.wrappers import FabricModule
-from fabricx.wrappers.identity import facade_class
 
 __all__ = ["answer_as_prepared", "ddp_of"]
 

@@ -32,8 +32,8 @@ from fabricx.precision.precision import Precision
 from fabricx.strategies.deepspeed import config as ds_config
 from fabricx.strategies.parallel import ParallelStrategy
 from fabricx.utilities.exceptions import CheckpointError, FabricxError, MisconfigurationError
+from fabricx.utilities.identity import facade_class
 from fabricx.utilities.imports import rng_untouched
-from fabricx.wrappers.identity import facade_class
 
 INSTALL_HINT = "pip install 'fabricx[deepspeed]'"
 _TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
