@@ -80,7 +80,9 @@ class ExternalEnvironment(ClusterEnvironment):
     Example:
         ```python
         class MyLauncherEnvironment(ExternalEnvironment):
-            world_size_variable, global_rank_variable, local_rank_variable = "MY_SIZE", "MY_RANK", "MY_LOCAL_RANK"
+            world_size_variable = "MY_SIZE"
+            global_rank_variable = "MY_RANK"
+            local_rank_variable = "MY_LOCAL_RANK"
 
             @staticmethod
             def detect() -> bool:
