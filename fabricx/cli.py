@@ -8,6 +8,7 @@ engine behind ``torchrun``) and hands its flags to ``Fabric()`` in the script th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -165,7 +166,9 @@ def run(options: RunOptions) -> int:
     if threads is not None:
         os.environ[THREADS_ENV] = str(threads)
     try:
-        torchrun_main(torchrun_args)
+        with _leaving_together(options) as finished:
+            torchrun_main(torchrun_args)
+            finished[0] = True
     except ChildFailedError as error:
         if _all_left_for_requeue(error):
             # Every rank called fabric.exit_for_requeue(): hand the requeue code on (torchrun would say 1).
@@ -174,6 +177,17 @@ def run(options: RunOptions) -> int:
         sys.stderr.write(f"\nfabricx run: a process of the job failed.\n{error}\n")
         return 1
     return 0
+
+
+def _leaving_together(options: RunOptions) -> contextlib.AbstractContextManager[list[bool]]:
+    """A static multi-node job keeps node 0's store up until the other nodes have left (see node_departure)."""
+    num_nodes = options.num_nodes or 1
+    if num_nodes == 1 or options.elastic or options.max_restarts:
+        return contextlib.nullcontext([False])
+    from fabricx.strategies.launchers.node_departure import nodes_leave_together
+
+    port = options.main_port or DEFAULT_MULTI_NODE_PORT
+    return nodes_leave_together(options.main_address, port, options.node_rank, num_nodes)
 
 
 def _all_left_for_requeue(error: Any) -> bool:

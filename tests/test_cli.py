@@ -416,3 +416,26 @@ def test_consolidate_explains_a_missing_module(
     assert main(["consolidate", str(tmp_path)]) == 1
     assert "consolidate" in capsys.readouterr().err
     assert main(["consolidate", str(tmp_path / "absent")]) == 2
+
+
+def test_node_zero_keeps_the_store_up_until_the_other_nodes_have_left() -> None:
+    """The other nodes of a static job read torchrun's exit barrier from node 0's store: it must outlive their reads."""
+    import threading
+
+    from fabricx.environments.local import find_free_port
+    from fabricx.strategies.launchers.node_departure import _say_left, nodes_leave_together
+
+    port = find_free_port()
+    host_left = threading.Event()
+
+    def node_zero() -> None:
+        with nodes_leave_together("127.0.0.1", port, node_rank=0, num_nodes=2) as finished:
+            finished[0] = True
+        host_left.set()
+
+    thread = threading.Thread(target=node_zero)
+    thread.start()
+    assert not host_left.wait(1.0)  # node 1 has not said it left: node 0 stays
+    _say_left("127.0.0.1", port)
+    assert host_left.wait(10.0)
+    thread.join()
