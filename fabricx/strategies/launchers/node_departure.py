@@ -34,7 +34,8 @@ def nodes_leave_together(address: str, port: int, node_rank: int, num_nodes: int
             finished[0] = True
         ```
     """
-    from torch.distributed import TCPStore
+    # torch.distributed.TCPStore is public (documented); pyright sees it as re-exported from torch._C.
+    from torch.distributed import TCPStore  # pyright: ignore[reportPrivateImportUsage]
 
     finished = [False]
     host = None
@@ -59,7 +60,7 @@ def _wait_for_others(store: Any, others: int) -> None:
 
 
 def _say_left(address: str, port: int) -> None:
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # pyright: ignore[reportPrivateImportUsage]
 
     # Node 0 may already be gone (it stops waiting after DEPARTURE_TIMEOUT_S): nothing is left to tell.
     with contextlib.suppress(RuntimeError):
