@@ -31,13 +31,15 @@ typecheck: $(STAMP)
 	$(VENV)/bin/pyright --pythonpath $(PY)
 
 # NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life banner is nothing a reader of this project can act on.
+# Its output is kept in site-build.log: `make test` hands the built site and the log to the docs tests.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site > site-build.log 2>&1; \
+	status=$$?; cat site-build.log; exit $$status
 
 # One pytest worker per core (2 on the CI machine); a test file stays on one worker, so its module fixtures run once.
 TEST_WORKERS ?= 2
 test: $(STAMP) clients lint docs
-	$(PY) -m pytest -m "not slow" -q --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	FABRICX_BUILT_SITE=site FABRICX_BUILT_SITE_LOG=site-build.log $(PY) -m pytest -m "not slow" -q --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The instruction counts of the overhead benchmarks need valgrind (a Debian package): `make bench-tools` as root.
 bench: $(STAMP)
@@ -78,4 +80,4 @@ $(CLIENTS_SITE)/.installed: $(STAMP) Makefile
 	touch $@
 
 clean:
-	rm -rf $(VENV) site .cache demo_runs
+	rm -rf $(VENV) site site-build.log .cache demo_runs

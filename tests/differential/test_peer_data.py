@@ -35,17 +35,32 @@ def _launch(role: str, ckpt: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[str, dict]:
+def run_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("peer_data")
-    ckpt, out = root / "ckpt", root / "out"
-    # One launch at a time (on 2 busy cores, side-by-side launches starve each other's process-group
-    # start-up); the resumes need the checkpoints the fabricx runs wrote.
-    for role in ("single", "lightning-ddp", "fabricx-ddp", "fabricx-resume", "fabricx-ddp-resume"):
-        _launch(role, ckpt, out)
+    # One launch at a time (on 2 busy cores, side-by-side launches starve each other's process-group start-up).
+    for role in ("single", "lightning-ddp", "fabricx-ddp"):
+        _launch(role, root / "ckpt", root / "out")
+    return root
+
+
+def _merged(out: Path) -> dict[str, dict]:
     merged: dict[str, dict] = {}
     for file in sorted(out.glob("*.pt")):
         merged.update(torch.load(file, weights_only=False))
     return merged
+
+
+@pytest.fixture(scope="module")
+def results(run_root: Path) -> dict[str, dict]:
+    return _merged(run_root / "out")
+
+
+@pytest.fixture(scope="module")
+def resumed(run_root: Path) -> dict[str, dict]:
+    """The runs above plus fresh processes resuming from the checkpoints the fabricx runs wrote mid-epoch."""
+    for role in ("fabricx-resume", "fabricx-ddp-resume"):
+        _launch(role, run_root / "ckpt", run_root / "out")
+    return _merged(run_root / "out")
 
 
 def _assert_same_run(expected: dict, got: dict, what: str) -> None:
@@ -67,21 +82,29 @@ def test_one_process_shuffled_equals_plain_pytorch_and_lightning(results, mode):
     _assert_same_run(plain, results[f"fabricx-{mode}"], f"fabricx ({mode}) vs plain PyTorch")
 
 
+# The resumes are slow-suite only: the fast suite's resume matrix sample resumes one-process and DDP Fabric
+# runs from mid-epoch checkpoints in fresh processes (tests/resume/matrix), bit for bit, on every run.
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["global", "generator"])
-def test_one_process_resume_in_a_fresh_process_equals_uninterrupted(results, mode):
-    resumed = results[f"fabricx-resume-{mode}"]
-    assert resumed["skipped"] == 3  # it continued in the middle of epoch 0
-    _assert_same_run(results[f"plain-{mode}"], resumed, f"fabricx resumed ({mode}) vs plain PyTorch")
+def test_one_process_resume_in_a_fresh_process_equals_uninterrupted(resumed, mode):
+    run = resumed[f"fabricx-resume-{mode}"]
+    assert run["skipped"] == 3  # it continued in the middle of epoch 0
+    _assert_same_run(resumed[f"plain-{mode}"], run, f"fabricx resumed ({mode}) vs plain PyTorch")
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_ddp_two_ranks_each_rank_gets_what_lightning_gives_it_and_resumes_exactly(results, rank):
+def test_ddp_two_ranks_each_rank_gets_what_lightning_gives_it(results, rank):
     lightning = results[f"lightning-ddp-rank{rank}"]
     other = results[f"lightning-ddp-rank{1 - rank}"]
     # Lightning's DistributedSampler: disjoint halves of one permutation, a new one each epoch.
     assert sorted(i for batch in lightning["batches"][:4] + other["batches"][:4] for i in batch) == list(range(24))
     assert lightning["batches"][:4] != lightning["batches"][4:]
     _assert_same_run(lightning, results[f"fabricx-ddp-rank{rank}"], f"fabricx DDP rank {rank} vs Lightning")
-    resumed = results[f"fabricx-ddp-resume-rank{rank}"]
-    assert resumed["skipped"] == 3
-    _assert_same_run(lightning, resumed, f"fabricx DDP rank {rank} resumed vs Lightning")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ddp_two_ranks_resume_exactly(resumed, rank):
+    run = resumed[f"fabricx-ddp-resume-rank{rank}"]
+    assert run["skipped"] == 3
+    _assert_same_run(resumed[f"lightning-ddp-rank{rank}"], run, f"fabricx DDP rank {rank} resumed vs Lightning")

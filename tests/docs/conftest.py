@@ -24,7 +24,16 @@ def makefile_docs_environment() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def docs_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The built site and everything the build printed."""
+    """The built site and everything the build printed.
+
+    `make test` builds the site once (its `docs` step, strict) and names it and its log in
+    ``FABRICX_BUILT_SITE`` / ``FABRICX_BUILT_SITE_LOG``; otherwise each test session builds its own.
+    """
+    built, log = os.environ.get("FABRICX_BUILT_SITE"), os.environ.get("FABRICX_BUILT_SITE_LOG")
+    if built and log:
+        site, output = REPO / built, (REPO / log).read_text()
+        assert (site / "index.html").is_file(), f"FABRICX_BUILT_SITE={built} holds no built site"
+        return site, output
     out = tmp_path_factory.mktemp("site")
     process = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],

@@ -151,6 +151,9 @@ def test_char_gpt_resumes_mid_epoch_to_the_same_weights(tmp_path: Path) -> None:
     assert "loss" in (tmp_path / "b" / "logs" / "version_0" / "metrics.csv").read_text()
 
 
+# Slow suite only: the fast suite resumes 2-process DDP Fabric runs in the resume matrix sample (tests/resume/matrix)
+# and this example on one process (above).
+@pytest.mark.slow
 def test_char_gpt_two_processes_ddp_resume(tmp_path: Path) -> None:
     gpt = ["examples/char_gpt.py", *_GPT_TINY, "--devices", "2", "--strategy", "ddp", "--root-dir", str(tmp_path)]
     first = _run([*gpt, "--max-steps", "3", "--save-every", "3"])
