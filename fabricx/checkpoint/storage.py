@@ -13,7 +13,8 @@ commit marker, a single small object that the store replaces atomically. Readers
 first and only ever look at the version it names, so an unfinished upload is invisible, and a save
 that replaces a checkpoint leaves the previous one readable until the marker moves. Only then are
 the other versions deleted. Deleting a checkpoint removes its marker first, so a half-deleted one is
-never taken for committed.
+never taken for committed. Each commit then removes dead versions a few neighbours hold
+(`fabricx.checkpoint.remote_leftovers`).
 
 Example:
     ```python
@@ -43,7 +44,9 @@ from typing import Any, BinaryIO
 
 from fabricx._compat.fsspec_paths import strip_protocol
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
+from fabricx.checkpoint.remote_leftovers import COMMIT_MARKER, VERSION_NAME, modified, next_names, remove_stale_versions
 from fabricx.utilities.exceptions import CheckpointError
+from fabricx.utilities.rank_zero import warn_at_user_line
 
 try:  # advisory locks tell a live process's local copies from those a killed one left
     import fcntl
@@ -52,11 +55,10 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = ["COMMIT_MARKER", "FsspecCheckpointIO", "io_for", "is_url", "join_path", "remove_dead_local_copies"]
 
-#: The object naming a checkpoint's committed version; written after every file of that version.
-COMMIT_MARKER = "COMMIT"
 _MARKER_FORMAT = "fabricx-commit"
 _VERSION_PREFIX = "v-"
-_VERSION_NAME = re.compile(r"^v-[A-Za-z0-9_-]{1,64}$")
+# Each commit examines this many other names of its parent prefix for dead versions.
+_NEIGHBOURS_PER_COMMIT = 4
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # At most this many downloaded copies are kept per I/O object (a reader uses one at a time).
 _KEPT_DOWNLOADS = 2
@@ -107,6 +109,10 @@ class FsspecCheckpointIO(CheckpointIO):
     folder where each rank writes its files before uploading them (default: the system temp folder).
     Local paths given to this object are handed to ``local`` (the default local checkpoint I/O).
 
+    ``stale_after`` (seconds, default one hour) is how old, by the store's clock, the newest object of an
+    uncommitted version must be before a later save of the run takes it for a killed save's left-over and
+    deletes it; it must exceed the longest a running save may go between two finished uploads.
+
     Example:
         ```python
         endpoint = {"endpoint_url": "http://127.0.0.1:9000"}
@@ -121,9 +127,16 @@ class FsspecCheckpointIO(CheckpointIO):
         storage_options: dict[str, Any] | None = None,
         staging_dir: str | os.PathLike[str] | None = None,
         local: Any = None,
+        stale_after: float = 3600.0,
     ) -> None:
         if storage_options is not None and not isinstance(storage_options, dict):
             raise TypeError(f"storage_options must be a dict or None; got {type(storage_options).__name__}.")
+        if isinstance(stale_after, bool) or not isinstance(stale_after, (int, float)) or not stale_after >= 0:
+            raise ValueError(
+                f"stale_after must be a number of seconds >= 0; got {stale_after!r}. Give how old a killed "
+                "save's upload must be before later saves delete it (default 3600)."
+            )
+        self.stale_after = float(stale_after)
         self.storage_options = dict(storage_options or {})
         self._staging_root = Path(staging_dir) if staging_dir is not None else None
         self._local = local
@@ -134,6 +147,8 @@ class FsspecCheckpointIO(CheckpointIO):
         self._owned = _OwnedCopies()
         # protocol -> (process id, file system): one client per protocol, made again after a fork
         self._filesystems: dict[str, tuple[int, Any]] = {}
+        # parent URL -> the last name examined for dead versions (the next commit goes on from there)
+        self._examined: dict[str, str] = {}
         atexit.register(self._drop_downloads)
 
     # -- file system access ------------------------------------------------------------------------------
@@ -251,6 +266,7 @@ class FsspecCheckpointIO(CheckpointIO):
             ) from error
         self._forget(Path(staging))
         self._drop_versions(url, keep=version)
+        self._remove_dead_neighbours(url)
 
     def abort(self, staging: Path, path: str | os.PathLike[str]) -> None:
         """Throw away an unfinished save: its uploaded version and the local staging directory."""
@@ -294,17 +310,49 @@ class FsspecCheckpointIO(CheckpointIO):
         remove_dead_local_copies(root, once=True)
         return root
 
-    def _in_flight(self, url: str) -> set[str]:
+    def _in_flight(self) -> set[str]:
+        """The versions this object is still uploading (tokens are unique, so whichever checkpoint's)."""
         with self._lock:
-            return {version for staged_url, version, _ in self._staged.values() if staged_url == url}
+            return {version for _, version, _ in self._staged.values()}
 
     def _drop_versions(self, url: str, keep: str | None) -> None:
         fs, root = self._fresh_fs(url)
-        busy = self._in_flight(url)
+        busy = self._in_flight()
         for name in _child_names(fs, root):
-            if _VERSION_NAME.match(name) and name != keep and name not in busy:
+            if VERSION_NAME.match(name) and name != keep and name not in busy:
                 with contextlib.suppress(Exception):
                     fs.rm(f"{root}/{name}", recursive=True)
+
+    def _remove_dead_neighbours(self, url: str) -> None:
+        """After committing ``url``: dead versions of the next few names beside it (killed first saves of names
+        never saved again, killed re-saves), older than ``stale_after`` before the marker just written."""
+        parent_url, _, name = url.rpartition("/")
+        if "://" not in parent_url:
+            return  # the bucket itself: nothing beside it in the store
+
+        def marker_of(sibling: str) -> str | None:
+            with contextlib.suppress(CheckpointError):
+                return self.committed_version(f"{parent_url}/{sibling}")
+            return None  # damaged: not touched
+
+        try:
+            fs, parent = self._fresh_fs(parent_url)
+            now = modified(fs.info(f"{parent}/{name}/{COMMIT_MARKER}"))
+            with self._lock:
+                after = self._examined.get(parent_url, name)
+            names = next_names(fs, parent, after=after, limit=_NEIGHBOURS_PER_COMMIT)
+            with self._lock:
+                self._examined[parent_url] = names[-1] if names else name
+            busy = self._in_flight()
+            for sibling in names:
+                if sibling != name and now is not None:
+                    remove_stale_versions(fs, f"{parent}/{sibling}", cutoff=now - self.stale_after, busy=busy,
+                                          read_marker=lambda sibling=sibling: marker_of(sibling))
+        except Exception as error:  # housekeeping never fails the save it follows
+            warn_at_user_line(
+                f"Could not remove left-overs of killed saves beside {url} ({type(error).__name__}: {error}); "
+                "the checkpoint saved is unaffected, and later saves try again."
+            )
 
     # -- reading and housekeeping ------------------------------------------------------------------------
     def committed_version(self, path: str | os.PathLike[str]) -> str | None:
@@ -328,7 +376,7 @@ class FsspecCheckpointIO(CheckpointIO):
             version = marker["version"] if marker.get("format") == _MARKER_FORMAT else None
         except (ValueError, UnicodeDecodeError, AttributeError, KeyError, TypeError):
             version = None
-        if not isinstance(version, str) or not _VERSION_NAME.match(version):
+        if not isinstance(version, str) or not VERSION_NAME.match(version):
             raise CheckpointError(
                 f"The commit marker {url}/{COMMIT_MARKER} is damaged (it must name a version 'v-<token>' of the "
                 "checkpoint). Delete the checkpoint or restore the marker."
@@ -458,7 +506,7 @@ class FsspecCheckpointIO(CheckpointIO):
 
 def _version_name(token: str) -> str:
     name = f"{_VERSION_PREFIX}{token}"
-    if not _VERSION_NAME.match(name):
+    if not VERSION_NAME.match(name):
         raise ValueError(f"token must be 1-64 letters, digits, '-' or '_'; got {token!r}.")
     return name
 
