@@ -9,7 +9,7 @@ ones (wrapping around), so the cost per save stays the same however many names t
 Example:
 
 ```python
-names = next_names(fs, "bucket/run", after="step_100", limit=4)
+names, cursor = next_names(fs, "bucket/run", after="step_100/", limit=4, skip="step_200")
 remove_stale_versions(fs, "bucket/run/step_7", cutoff=marker_time - 3600, busy=set(), read_marker=read)
 ```
 """
@@ -48,35 +48,53 @@ def modified(info: dict[str, Any]) -> float | None:
     return None
 
 
-def next_names(fs: Any, parent: str, *, after: str, limit: int) -> list[str]:
-    """At most ``limit`` folder names directly in ``parent`` that follow ``after`` in name order, wrapping
-    around to the first names; on S3 by at most two listing requests of ``limit`` entries each."""
-    if callable(getattr(fs, "call_s3", None)) and callable(getattr(fs, "split_path", None)):
-        names = _s3_names(fs, parent, after, limit)
-        if len(names) < limit and after:
-            names += [n for n in _s3_names(fs, parent, "", limit) if n < after and n not in names]
-        return names[:limit]
-    try:  # other stores: one listing (local and in-memory ones list without requests)
-        entries = fs.ls(parent, detail=True)
-    except FileNotFoundError:
-        return []
-    own = parent.strip("/")
-    found = sorted(
-        {PurePosixPath(str(e["name"]).strip("/")).name for e in entries
-         if e.get("type") == "directory" and str(e["name"]).strip("/") != own}
-    )
-    return ([n for n in found if n > after] + [n for n in found if n <= after])[:limit]
+def next_names(fs: Any, parent: str, *, after: str, limit: int, skip: str) -> tuple[list[str], str]:
+    """At most ``limit`` folder names directly in ``parent`` but ``skip``, those after the position ``after`` in
+    the store's key order (``"<name>/"`` for a folder), wrapping around to the first ones; and the position to go
+    on from next time. On S3 by at most two listing requests of ``limit + 1`` entries each.
+
+    Example:
+
+    ```python
+    next_names(fs, "bucket/run", after="step_100/", limit=4, skip="step_200")  # (["step_300", ...], "step_600/")
+    ```
+    """
+    s3 = callable(getattr(fs, "call_s3", None)) and callable(getattr(fs, "split_path", None))
+    page = _s3_page if s3 else _ls_page
+    found, last, more = page(fs, parent, after, limit + 1)
+    names = [name for name in found if name != skip][:limit]
+    if not more and len(names) < limit and after:  # the end: go on from the first names
+        found, last, more = page(fs, parent, "", limit + 1)
+        names += [name for name in found if name != skip and name not in names][: limit - len(names)]
+    return names, f"{names[-1]}/" if names else last if more else ""
 
 
-def _s3_names(fs: Any, parent: str, after: str, limit: int) -> list[str]:
+def _s3_page(fs: Any, parent: str, after: str, size: int) -> tuple[list[str], str, bool]:
     bucket, key, _ = fs.split_path(parent)
     prefix = f"{key.strip('/')}/" if key.strip("/") else ""
-    request = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "MaxKeys": limit + 1}
+    request = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "MaxKeys": size}
     if after:
-        request["StartAfter"] = f"{prefix}{after}/"  # the name's own prefix may still come back: dropped below
+        request["StartAfter"] = f"{prefix}{after}"
     answer = fs.call_s3("list_objects_v2", **request)
-    names = [entry["Prefix"][len(prefix) :].rstrip("/") for entry in answer.get("CommonPrefixes", [])]
-    return [name for name in names if name and name != after][:limit]
+    folders = sorted(entry["Prefix"][len(prefix) :] for entry in answer.get("CommonPrefixes", []))
+    objects = [entry["Key"][len(prefix) :] for entry in answer.get("Contents", [])]
+    # A folder's own prefix may come back after "<name>/" (its objects follow it): not a later name.
+    names = [folder[:-1] for folder in folders if folder > after and folder != "/"]
+    return names, max([*folders, *objects], default=after), bool(answer.get("IsTruncated"))
+
+
+def _ls_page(fs: Any, parent: str, after: str, size: int) -> tuple[list[str], str, bool]:
+    try:  # stores without ordered listing pages: one listing (local and in-memory ones cost no request)
+        entries = fs.ls(parent, detail=True)
+    except FileNotFoundError:
+        return [], after, False
+    own = parent.strip("/")
+    folders = sorted(
+        {f"{PurePosixPath(str(e['name']).strip('/')).name}/" for e in entries
+         if e.get("type") == "directory" and str(e["name"]).strip("/") != own}
+    )
+    later = [folder for folder in folders if folder > after][:size]
+    return [folder[:-1] for folder in later], later[-1] if later else after, len(later) == size
 
 
 def remove_stale_versions(

@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 import threading
@@ -147,7 +148,7 @@ class FsspecCheckpointIO(CheckpointIO):
         self._owned = _OwnedCopies()
         # protocol -> (process id, file system): one client per protocol, made again after a fork
         self._filesystems: dict[str, tuple[int, Any]] = {}
-        # parent URL -> the last name examined for dead versions (the next commit goes on from there)
+        # parent URL -> where the next commit goes on examining names for dead versions (`next_names`)
         self._examined: dict[str, str] = {}
         atexit.register(self._drop_downloads)
 
@@ -338,14 +339,14 @@ class FsspecCheckpointIO(CheckpointIO):
         try:
             fs, parent = self._fresh_fs(parent_url)
             now = modified(fs.info(f"{parent}/{name}/{COMMIT_MARKER}"))
+            with self._lock:  # a new object starts at a random point up to its own name, so restarts reach all
+                after = self._examined.get(parent_url, f"{name}/"[: secrets.randbelow(len(name) + 2)])
+            names, after = next_names(fs, parent, after=after, limit=_NEIGHBOURS_PER_COMMIT, skip=name)
             with self._lock:
-                after = self._examined.get(parent_url, name)
-            names = next_names(fs, parent, after=after, limit=_NEIGHBOURS_PER_COMMIT)
-            with self._lock:
-                self._examined[parent_url] = names[-1] if names else name
+                self._examined[parent_url] = after
             busy = self._in_flight()
             for sibling in names:
-                if sibling != name and now is not None:
+                if now is not None:
                     remove_stale_versions(fs, f"{parent}/{sibling}", cutoff=now - self.stale_after, busy=busy,
                                           read_marker=lambda sibling=sibling: marker_of(sibling))
         except Exception as error:  # housekeeping never fails the save it follows

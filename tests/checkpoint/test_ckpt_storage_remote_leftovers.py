@@ -22,6 +22,7 @@ from _s3_server import S3Server
 
 from fabricx import Fabric
 from fabricx.checkpoint.format import read_checkpoint
+from fabricx.checkpoint.remote_leftovers import next_names
 from fabricx.checkpoint.storage import FsspecCheckpointIO
 
 # A first save of its URL, held (then killed by the test) right after its first object is uploaded.
@@ -187,6 +188,20 @@ def test_each_save_examines_a_bounded_number_of_names_and_goes_on_where_the_last
     # a deletion (3 x 4), and the commit's own superseded versions (1 listing).
     assert max(counts) <= 1 + 2 + 3 * 4 + 1, counts
     print(f"requests after each commit's marker, 50 dead names beside it: {counts}")
+
+
+def test_names_behind_many_plain_objects_are_reached_page_by_page(s3_server: S3Server) -> None:
+    run = s3_server.url("pages")
+    fs = _fs(s3_server)
+    fs.pipe({f"{run}/a/v-x/f": b"1", f"{run}/z/v-x/f": b"1", **{f"{run}/m{i:02}": b"o" for i in range(12)}})
+    after, seen = "", []
+    with _requests() as requests:
+        for _ in range(4):
+            names, after = next_names(fs, run.removeprefix("s3://"), after=after, limit=4, skip="")
+            seen.append(names)
+    # Each page holds 5 entries; "z" lies behind 12 objects that are no checkpoint names.
+    assert seen == [["a"], [], [], ["z", "a"]], seen
+    assert len(requests) == 5, requests  # one listing per call, two where it wrapped around
 
 
 @pytest.mark.parametrize("stale_after", [-1, float("nan"), "1h", True])
