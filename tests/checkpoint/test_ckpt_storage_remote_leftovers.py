@@ -204,6 +204,27 @@ def test_names_behind_many_plain_objects_are_reached_page_by_page(s3_server: S3S
     assert len(requests) == 5, requests  # one listing per call, two where it wrapped around
 
 
+def test_a_clean_up_that_fails_warns_and_the_save_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    run = f"memory://fabricx-tests/{uuid.uuid4().hex}"
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file(f"{run}/dead/v-abc/rank_0.bin", b"killed")
+
+    def refused(self: MemoryFileSystem, path: object, recursive: bool = False, maxdepth: object = None) -> None:
+        raise PermissionError(f"deleting {path} is not allowed")
+
+    monkeypatch.setattr(MemoryFileSystem, "rm", refused)  # a store that lets this job write but not delete
+    io = FsspecCheckpointIO(stale_after=0)
+    with pytest.warns(UserWarning, match="Could not remove left-overs of killed saves beside .*PermissionError"):
+        _save(io, f"{run}/step_1", 1)
+    assert read_checkpoint(f"{run}/step_1", io=io).shared["step"] == 1
+    assert fs.exists(f"{run}/dead/v-abc/rank_0.bin")
+
+
 @pytest.mark.parametrize("stale_after", [-1, float("nan"), "1h", True])
 def test_stale_after_must_be_seconds(stale_after: object) -> None:
     with pytest.raises(ValueError, match="stale_after must be a number of seconds >= 0"):
