@@ -2,9 +2,9 @@
 
 A save killed during the first save of ``<parent>/<name>`` leaves ``<name>/v-<token>/...`` without a
 ``COMMIT`` marker, and a killed re-save leaves a version its marker does not name. Object stores have no
-locks, so a version counts as dead only when no save of this process is writing it and its newest object
-is older than ``stale_after`` by the store's own clock. Each commit examines a few names after the previous
-ones (wrapping around), so the cost per save stays the same however many names the parent holds.
+locks, so a version counts as dead only when the committing I/O object is not uploading it and its newest
+object is older than ``stale_after`` by the store's own clock. Each commit examines a few names after the
+previous ones (wrapping around), so the cost per save stays the same however many names the parent holds.
 
 Example:
 
@@ -103,9 +103,9 @@ def remove_stale_versions(
     """Delete the dead versions in ``folder`` (a checkpoint's prefix); returns the versions removed.
 
     A version goes when its marker (read by ``read_marker`` only when ``folder`` has one; ``None``: damaged,
-    nothing goes) does not name it, no save in ``busy`` (this process's) writes it, and its newest object is
-    not newer than ``cutoff``. Without a marker, nothing goes unless every child of ``folder`` is a
-    ``v-<token>`` prefix (anything else is not fabricx's). Exactly the objects listed are deleted.
+    nothing goes) does not name it, ``busy`` (the committing I/O object's uploads) does not hold it, and its
+    newest object is not newer than ``cutoff``. Without a marker, nothing goes unless every child of ``folder``
+    is a ``v-<token>`` prefix (anything else is not fabricx's). Exactly the objects listed are deleted.
     """
     try:
         found = fs.find(folder, detail=True)

@@ -339,6 +339,8 @@ class FsspecCheckpointIO(CheckpointIO):
         try:
             fs, parent = self._fresh_fs(parent_url)
             now = modified(fs.info(f"{parent}/{name}/{COMMIT_MARKER}"))
+            if now is None:
+                return  # the store gives no times: no age, nothing is dead
             with self._lock:  # a new object starts at a random point up to its own name, so restarts reach all
                 after = self._examined.get(parent_url, f"{name}/"[: secrets.randbelow(len(name) + 2)])
             names, after = next_names(fs, parent, after=after, limit=_NEIGHBOURS_PER_COMMIT, skip=name)
@@ -346,9 +348,8 @@ class FsspecCheckpointIO(CheckpointIO):
                 self._examined[parent_url] = after
             busy = self._in_flight()
             for sibling in names:
-                if now is not None:
-                    remove_stale_versions(fs, f"{parent}/{sibling}", cutoff=now - self.stale_after, busy=busy,
-                                          read_marker=lambda sibling=sibling: marker_of(sibling))
+                remove_stale_versions(fs, f"{parent}/{sibling}", cutoff=now - self.stale_after, busy=busy,
+                                      read_marker=lambda sibling=sibling: marker_of(sibling))
         except Exception as error:  # housekeeping never fails the save it follows
             warn_at_user_line(
                 f"Could not remove left-overs of killed saves beside {url} ({type(error).__name__}: {error}); "
