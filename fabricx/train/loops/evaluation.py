@@ -23,27 +23,6 @@ if TYPE_CHECKING:
 _HOOK_PREFIX = {"validate": "validation", "test": "test", "predict": "predict"}
 
 
-@contextlib.contextmanager
-def evaluation_mode(module: torch.nn.Module) -> Generator[None, None, None]:
-    """Eval mode and no gradients inside; every submodule's own training flag restored after,
-    also when the block raises.
-
-    Example:
-        ```python
-        with evaluation_mode(model):
-            predictions = model(x)
-        ```
-    """
-    modes = [(submodule, submodule.training) for submodule in module.modules()]
-    module.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for submodule, mode in modes:
-            submodule.training = mode
-
-
 def takes_batch_idx(method: Any) -> bool:
     """Whether a ``*_step`` accepts ``batch_idx`` (Lightning passes it only then)."""
     try:
