@@ -32,6 +32,9 @@ class Logger(ABC):
         ```
     """
 
+    #: Joins a logger's ``prefix`` and a metric name (``"train-loss"``), as every Lightning logger does.
+    LOGGER_JOIN_CHAR = "-"
+
     @property
     @abstractmethod
     def name(self) -> str | None:

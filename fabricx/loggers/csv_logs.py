@@ -150,8 +150,6 @@ class CSVLogger(VersionedFolder, Logger):
     ```
     """
 
-    LOGGER_JOIN_CHAR = "-"
-
     def __init__(
         self,
         root_dir: str | os.PathLike | None = None,

@@ -54,8 +54,6 @@ class MLFlowLogger(Logger):
         ```
     """
 
-    LOGGER_JOIN_CHAR = "-"
-
     def __init__(
         self,
         experiment_name: str = "lightning_logs",

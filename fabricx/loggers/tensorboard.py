@@ -68,7 +68,6 @@ class TensorBoardLogger(VersionedFolder, Logger):
     ```
     """
 
-    LOGGER_JOIN_CHAR = "-"
     NAME_HPARAMS_FILE = HPARAMS_FILE
 
     def __init__(

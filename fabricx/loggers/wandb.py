@@ -52,8 +52,6 @@ class WandbLogger(Logger):
         ```
     """
 
-    LOGGER_JOIN_CHAR = "-"
-
     def __init__(
         self,
         name: str | None = None,

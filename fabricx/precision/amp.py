@@ -10,11 +10,13 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import LBFGS, Optimizer
 
-from fabricx.precision.precision import Precision, convert_floating_tensors
+from fabricx.precision.precision import DtypeCastingPrecision
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 
 
-class MixedPrecision(Precision):
+# Floating inputs arrive in the half dtype, as Lightning Fabric's MixedPrecision casts them; autocast still decides
+# each op's dtype (ops it keeps in float32 upcast them again).
+class MixedPrecision(DtypeCastingPrecision):
     """Float32 parameters with ``torch.autocast`` around forward; under ``"16-mixed"`` the loss is
     scaled by a ``torch.amp.GradScaler`` that skips steps whose gradients overflowed.
 
@@ -53,14 +55,6 @@ class MixedPrecision(Precision):
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return torch.autocast(self.device, dtype=self.dtype)
-
-    def convert_input(self, data: Any) -> Any:
-        # Floating inputs arrive in the half dtype, as Lightning Fabric's MixedPrecision casts them; autocast
-        # still decides each op's dtype (ops it keeps in float32 upcast them again).
-        return convert_floating_tensors(data, self.dtype)
-
-    def convert_output(self, data: Any) -> Any:
-        return convert_floating_tensors(data, torch.get_default_dtype())
 
     def pre_backward(self, tensor: Tensor, module: Module | None) -> Tensor:
         if self.scaler is not None:
@@ -110,4 +104,4 @@ class MixedPrecision(Precision):
             self.scaler.load_state_dict(state_dict)
 
 
-__all__ = ["MixedPrecision", "convert_floating_tensors"]
+__all__ = ["MixedPrecision"]

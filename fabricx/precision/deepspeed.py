@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 from torch.nn import Module
 
-from fabricx.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabricx.precision.precision import DtypeCastingPrecision, default_dtype
 from fabricx.utilities.exceptions import MisconfigurationError
 
 #: Precisions the DeepSpeed engine can run, and the dtype its model computes in.
@@ -20,7 +19,8 @@ DEEPSPEED_PRECISIONS: dict[str, torch.dtype] = {
 }
 
 
-class DeepSpeedPrecision(Precision):
+# The engine's model holds fp16/bf16 weights: inputs must match them.
+class DeepSpeedPrecision(DtypeCastingPrecision):
     """Precision under DeepSpeed: the engine keeps fp32 master weights and scales the fp16 loss, so this
     plugin only casts inputs to the model's dtype (and outputs back), and builds ``bf16-true`` models
     directly in bfloat16.
@@ -56,13 +56,6 @@ class DeepSpeedPrecision(Precision):
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return self.tensor_init_context()
-
-    def convert_input(self, data: Any) -> Any:
-        # The engine's model holds fp16/bf16 weights: inputs must match them.
-        return convert_floating_tensors(data, self.dtype)
-
-    def convert_output(self, data: Any) -> Any:
-        return convert_floating_tensors(data, torch.get_default_dtype())
 
 
 __all__ = ["DEEPSPEED_PRECISIONS", "DeepSpeedPrecision"]

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from fabricx.precision.amp import MixedPrecision, convert_floating_tensors
+from fabricx.precision.amp import MixedPrecision
+from fabricx.precision.precision import convert_floating_tensors
 from fabricx.utilities.exceptions import MisconfigurationError
 
 

@@ -87,6 +87,25 @@ class Precision:
         return f"{type(self).__name__}(precision={self.precision!r})"
 
 
+class DtypeCastingPrecision(Precision):
+    """A precision whose floating inputs are cast to its ``dtype`` and whose outputs go back to the default dtype.
+
+    Example:
+        ```python
+        class Float16Everything(DtypeCastingPrecision):
+            dtype = torch.float16
+        ```
+    """
+
+    dtype: torch.dtype
+
+    def convert_input(self, data: Any) -> Any:
+        return convert_floating_tensors(data, self.dtype)
+
+    def convert_output(self, data: Any) -> Any:
+        return convert_floating_tensors(data, torch.get_default_dtype())
+
+
 @contextlib.contextmanager
 def default_dtype(dtype: torch.dtype) -> Generator[None, None, None]:
     """Temporarily make ``dtype`` the default floating-point dtype."""

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from torch.nn import Module
 
-from fabricx.precision.precision import Precision, convert_floating_tensors, default_dtype
+from fabricx.precision.precision import DtypeCastingPrecision, default_dtype
 
 
-class TrueDtypePrecision(Precision):
+class TrueDtypePrecision(DtypeCastingPrecision):
     """Parameters, inputs and computation all in one dtype (no autocast, no master weights).
 
     Example:
@@ -39,12 +39,6 @@ class TrueDtypePrecision(Precision):
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return default_dtype(self.dtype)
-
-    def convert_input(self, data: Any) -> Any:
-        return convert_floating_tensors(data, self.dtype)
-
-    def convert_output(self, data: Any) -> Any:
-        return convert_floating_tensors(data, torch.get_default_dtype())
 
 
 class DoublePrecision(TrueDtypePrecision):

@@ -8,7 +8,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fabricx.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from fabricx.train.data.combined_loader import CombinedLoader
@@ -61,10 +63,5 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Resolved on first use so that importing fabricx.train costs almost nothing.
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'fabricx.train' has no attribute {name!r}")
+# Resolved on first use so that importing fabricx.train costs almost nothing.
+__getattr__ = lazy_attributes(__name__, _WHERE)

@@ -8,7 +8,7 @@ They read only the Trainer's public state (`fabric`, `state`, `callbacks`, `prog
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from fabricx.train.data import loaders as setup
 from fabricx.train.data.loader_setup import per_iterable, user_view
@@ -29,12 +29,25 @@ if TYPE_CHECKING:
     from fabricx.wrappers import FabricModule
 
 
-# The stages as constants: a member read through its Enum class costs a lookup, and callbacks read these per batch.
-_TRAINING = RunningStage.TRAINING
-_SANITY_CHECKING = RunningStage.SANITY_CHECKING
-_VALIDATING = RunningStage.VALIDATING
-_TESTING = RunningStage.TESTING
-_PREDICTING = RunningStage.PREDICTING
+class _StageFlag:
+    """``trainer.training`` and its kind: whether ``trainer.state.stage`` is this stage; setting it True enters the
+    stage, setting it False leaves it (when the trainer is in it)."""
+
+    def __init__(self, stage: RunningStage) -> None:
+        self.stage = stage  # held by the flag: callbacks read these per batch, and an Enum member lookup costs
+
+    @overload
+    def __get__(self, trainer: None, owner: type | None = None) -> _StageFlag: ...
+    @overload
+    def __get__(self, trainer: object, owner: type | None = None) -> bool: ...
+    def __get__(self, trainer: Any, owner: type | None = None) -> bool | _StageFlag:
+        return self if trainer is None else is_stage(trainer.state.stage, self.stage)
+
+    def __set__(self, trainer: Any, value: bool) -> None:
+        if value:
+            trainer.state.stage = self.stage
+        elif trainer.state.stage == self.stage:
+            trainer.state.stage = None
 
 
 class TrainerProperties:
@@ -173,53 +186,12 @@ class TrainerProperties:
     def accumulate_grad_batches(self) -> int:
         return self.fabric.grad_accum_steps
 
-    def _stage_setter(self, stage: RunningStage, value: bool) -> None:
-        if value:
-            self.state.stage = stage
-        elif self.state.stage == stage:
-            self.state.stage = None
-
-    @property
-    def training(self) -> bool:
-        """Whether the training loop runs now (``trainer.state.stage == "train"``)."""
-        return is_stage(self.state.stage, _TRAINING)
-
-    @training.setter
-    def training(self, value: bool) -> None:
-        self._stage_setter(RunningStage.TRAINING, value)
-
-    @property
-    def sanity_checking(self) -> bool:
-        """Whether the validation batches before training (``num_sanity_val_steps``) run now."""
-        return is_stage(self.state.stage, _SANITY_CHECKING)
-
-    @sanity_checking.setter
-    def sanity_checking(self, value: bool) -> None:
-        self._stage_setter(RunningStage.SANITY_CHECKING, value)
-
-    @property
-    def validating(self) -> bool:
-        return is_stage(self.state.stage, _VALIDATING)
-
-    @validating.setter
-    def validating(self, value: bool) -> None:
-        self._stage_setter(RunningStage.VALIDATING, value)
-
-    @property
-    def testing(self) -> bool:
-        return is_stage(self.state.stage, _TESTING)
-
-    @testing.setter
-    def testing(self, value: bool) -> None:
-        self._stage_setter(RunningStage.TESTING, value)
-
-    @property
-    def predicting(self) -> bool:
-        return is_stage(self.state.stage, _PREDICTING)
-
-    @predicting.setter
-    def predicting(self, value: bool) -> None:
-        self._stage_setter(RunningStage.PREDICTING, value)
+    # Lightning's stage flags: reading says whether the stage runs now; setting True enters it, False leaves it.
+    training = _StageFlag(RunningStage.TRAINING)
+    sanity_checking = _StageFlag(RunningStage.SANITY_CHECKING)  # the validation batches before training
+    validating = _StageFlag(RunningStage.VALIDATING)
+    testing = _StageFlag(RunningStage.TESTING)
+    predicting = _StageFlag(RunningStage.PREDICTING)
 
     @property
     def callback_metrics(self) -> dict[str, Any]:

@@ -23,27 +23,6 @@ if TYPE_CHECKING:
 _HOOK_PREFIX = {"validate": "validation", "test": "test", "predict": "predict"}
 
 
-@contextlib.contextmanager
-def evaluation_mode(module: torch.nn.Module) -> Generator[None, None, None]:
-    """Eval mode and no gradients inside; every submodule's own training flag restored after,
-    also when the block raises.
-
-    Example:
-        ```python
-        with evaluation_mode(model):
-            predictions = model(x)
-        ```
-    """
-    modes = [(submodule, submodule.training) for submodule in module.modules()]
-    module.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for submodule, mode in modes:
-            submodule.training = mode
-
-
 def takes_batch_idx(method: Any) -> bool:
     """Whether a ``*_step`` accepts ``batch_idx`` (Lightning passes it only then)."""
     try:
@@ -201,14 +180,11 @@ def run_evaluation(
                 connector.on_batch_start(results, batch, dataloader_idx if multiple else None)
                 hooks.call(batch_start, batch, batch_idx, *extra)
                 counts.increment_started()
-                if fetcher is None:
-                    step_outputs = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
-                else:
-                    try:
-                        step_outputs = step(fetcher)
-                    except StopIteration:
-                        break  # the step found the data used up
-                    batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
+                ran = _run_step(step, fetcher, item, with_batch_idx, multiple)
+                if ran is None:
+                    break  # the step found the data used up
+                step_outputs, (batch, batch_idx, dataloader_idx) = ran
+                if fetcher is not None:
                     extra = (dataloader_idx,) if multiple else ()
                     counts.is_last_batch = fetcher.done
                 counts.increment_processed()
@@ -270,15 +246,11 @@ def run_prediction(trainer: Trainer, run: RunContext, loaders: Sequence[Any], li
             batch, batch_idx, dataloader_idx = item
             extra = (dataloader_idx,) if multiple else ()
             hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
-            if fetcher is None:
-                prediction = step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)
-            else:
-                try:
-                    prediction = step(fetcher)
-                except StopIteration:
-                    break
-                batch, batch_idx, dataloader_idx = fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx
-                extra = (dataloader_idx,) if multiple else ()
+            ran = _run_step(step, fetcher, item, with_batch_idx, multiple)
+            if ran is None:
+                break
+            prediction, (batch, batch_idx, dataloader_idx) = ran
+            extra = (dataloader_idx,) if multiple else ()
             if recorded:
                 recorder = recorded[dataloader_idx]
                 seen = recorder.seen_batch_indices if recorder is not None else []
@@ -329,6 +301,22 @@ def _next_batch(
         return item
     batch, batch_idx, dataloader_idx = item
     return process(batch, dataloader_idx), batch_idx, dataloader_idx
+
+
+def _run_step(
+    step: Callable[..., Any], fetcher: DataLoaderIter | None, item: Fetched, with_batch_idx: bool, multiple: bool
+) -> tuple[Any, Fetched] | None:
+    """Run a ``*_step`` on ``item``, or on the iterator when the step takes it; returns the step's output and the
+    ``(batch, batch_idx, dataloader_idx)`` it ran on, or ``None`` when the step found the data used up."""
+    if fetcher is None:
+        batch, batch_idx, dataloader_idx = item
+        extra = (dataloader_idx,) if multiple else ()
+        return (step(batch, batch_idx, *extra) if with_batch_idx else step(batch, *extra)), item
+    try:
+        output = step(fetcher)
+    except StopIteration:
+        return None
+    return output, (fetcher.batch, fetcher.batch_idx, fetcher.dataloader_idx)
 
 
 def _loop_of(trainer: Trainer, stage: str) -> Any:

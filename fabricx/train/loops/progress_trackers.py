@@ -56,8 +56,37 @@ class ProcessedTracker(StartedTracker):
     processed: int = 0
 
 
+class _ProgressParts:
+    """Progress made of the progress parts named in `_PARTS`: each reset goes to every part, and the state dict
+    nests the parts' state dicts under their names, as Lightning's checkpoint does."""
+
+    _PARTS: tuple[str, ...] = ()
+
+    def _parts(self) -> list[Any]:
+        return [getattr(self, name) for name in self._PARTS]
+
+    def reset(self) -> None:
+        for part in self._parts():
+            part.reset()
+
+    def reset_on_run(self) -> None:
+        for part in self._parts():
+            part.reset_on_run()
+
+    def reset_on_restart(self) -> None:
+        for part in self._parts():
+            part.reset_on_restart()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name).state_dict() for name in self._PARTS}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for name in self._PARTS:
+            getattr(self, name).load_state_dict(state_dict[name])
+
+
 @dataclass
-class ProgressCounters:
+class ProgressCounters(_ProgressParts):
     """`total` and `current` trackers, incremented together.
 
     Example:
@@ -66,6 +95,7 @@ class ProgressCounters:
         ```
     """
 
+    _PARTS = ("total", "current")
     total: ReadyCompletedTracker = field(default_factory=ProcessedTracker)
     current: ReadyCompletedTracker = field(default_factory=ProcessedTracker)
 
@@ -98,22 +128,12 @@ class ProgressCounters:
         self.total.increment_by(n)
         self.current.increment_by(n)
 
-    def reset(self) -> None:
-        self.total.reset()
-        self.current.reset()
-
+    # A new run or a restart touches this epoch's (or pass's) counts only; the fit's totals go on.
     def reset_on_run(self) -> None:
         self.current.reset()
 
     def reset_on_restart(self) -> None:
         self.current.reset_on_restart()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"total": self.total.state_dict(), "current": self.current.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.total.load_state_dict(state_dict["total"])
-        self.current.load_state_dict(state_dict["current"])
 
 
 @dataclass
@@ -156,58 +176,26 @@ def ready_completed_progress() -> ProgressCounters:
 
 
 @dataclass
-class OptimizerProgress:
+class OptimizerProgress(_ProgressParts):
     """`step` (ready, completed) and `zero_grad` (ready, started, completed) counts of the optimizer."""
 
+    _PARTS = ("step", "zero_grad")
     step: ProgressCounters = field(default_factory=ready_completed_progress)
     zero_grad: ProgressCounters = field(
         default_factory=lambda: ProgressCounters(total=StartedTracker(), current=StartedTracker())
     )
 
-    def reset(self) -> None:
-        self.step.reset()
-        self.zero_grad.reset()
-
-    def reset_on_run(self) -> None:
-        self.step.reset_on_run()
-        self.zero_grad.reset_on_run()
-
-    def reset_on_restart(self) -> None:
-        self.step.reset_on_restart()
-        self.zero_grad.reset_on_restart()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step.state_dict(), "zero_grad": self.zero_grad.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.step.load_state_dict(state_dict["step"])
-        self.zero_grad.load_state_dict(state_dict["zero_grad"])
-
 
 @dataclass
-class OptimizationProgress:
+class OptimizationProgress(_ProgressParts):
     """The automatic optimization's counters (`optimizer_steps`: optimizer steps over the fit)."""
 
+    _PARTS = ("optimizer",)
     optimizer: OptimizerProgress = field(default_factory=OptimizerProgress)
 
     @property
     def optimizer_steps(self) -> int:
         return self.optimizer.step.total.completed
-
-    def reset(self) -> None:
-        self.optimizer.reset()
-
-    def reset_on_run(self) -> None:
-        self.optimizer.reset_on_run()
-
-    def reset_on_restart(self) -> None:
-        self.optimizer.reset_on_restart()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state_dict["optimizer"])
 
 
 __all__ = [
