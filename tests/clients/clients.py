@@ -50,7 +50,7 @@ CLIENTS = (
     Client(
         "nn_template",
         tests=("tests",),
-        fast=(),
+        fast=("tests/test_configuration.py::test_model_instantiation",),
         requires=("hydra", "omegaconf", "nn_core", "anypy", "datasets", "wandb"),
         # its MNIST config names torchvision's transforms, and PyPI's torchvision cannot import here (README.md)
         stand_ins=("tests/examples/lightning_fabric/stand_ins",),
