@@ -75,7 +75,9 @@ clients: $(CLIENTS_SITE)/.installed
 $(CLIENTS_SITE)/.installed: $(STAMP) Makefile
 	$(PY) -m pip install -q --no-deps --target $(CLIENTS_SITE) hydra-core "omegaconf<2.4" \
 		"antlr4-python3-runtime==4.9.3" hydra-colorlog colorlog rootutils python-dotenv "lightly==1.6.0" \
-		lightly-utils aenum "pytorch-forecasting==1.8.0" "scikit-base<1.1" "gluonts==0.17.0" toolz pytest-mock
+		lightly-utils aenum "pytorch-forecasting==1.8.0" "scikit-base<1.1" "gluonts==0.17.0" toolz pytest-mock \
+		"nn-template-core==0.4.0" "anypy==0.0.6" "datasets==5.2.0" "dill==0.4.1" "multiprocess==0.70.19" \
+		"wandb==0.28.2"
 	rm -rf $(CLIENTS_SITE)/tests $(CLIENTS_SITE)/docs $(CLIENTS_SITE)/examples $(CLIENTS_SITE)/extension_templates
 	touch $@
 

@@ -32,6 +32,8 @@ class Client:
     fast: tuple[str, ...]
     #: The packages its tests import (installed by `make clients`, not by `make test`: see README.md).
     requires: tuple[str, ...] = ()
+    #: Folders of stand-ins (relative to the repository) its runs see before the clients' site.
+    stand_ins: tuple[str, ...] = ()
 
     @property
     def missing(self) -> list[str]:
@@ -44,6 +46,14 @@ CLIENTS = (
         tests=("tests",),
         fast=("tests/test_train.py::test_train_fast_dev_run",),
         requires=("hydra", "omegaconf", "rootutils", "colorlog"),
+    ),
+    Client(
+        "nn_template",
+        tests=("tests",),
+        fast=("tests/test_configuration.py::test_model_instantiation",),
+        requires=("hydra", "omegaconf", "nn_core", "anypy", "datasets", "wandb"),
+        # its MNIST config names torchvision's transforms, and PyPI's torchvision cannot import here (README.md)
+        stand_ins=("tests/examples/lightning_fabric/stand_ins",),
     ),
     Client(
         "lightly",
@@ -80,7 +90,9 @@ def run_client(
         **os.environ,
         "FABRICX_CLIENT_FRAMEWORK": framework,
         "FABRICX_CLIENT_REPORT": str(report),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(CLIENTS_DIR), str(SITE)]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO_ROOT), str(CLIENTS_DIR), *(str(REPO_ROOT / path) for path in client.stand_ins), str(SITE)]
+        ),
     }
     command = [sys.executable, "-m", "pytest", *selection, "-q", "-p", "no:cacheprovider", "-p", "client_plugin"]
     workdir = report.parent / f"{client.folder}-{framework}"

@@ -15,6 +15,8 @@ import torch
 from torch.utils.data import Dataset
 
 _MNIST_SIZES = {True: 60_000, False: 10_000}
+#: Rows of the Hugging Face stand-in's splits: fewer than MNIST's, as every image is encoded to PNG as the Hub's are.
+_HF_MNIST_ROWS = {"train": 1_280, "test": 320}
 
 
 class MNIST(Dataset):
@@ -71,3 +73,28 @@ class _Normalize:
 # The part of `torchvision.transforms` the clients use, for the uint8 tensors the stand-ins hold (classes, so
 # that spawned processes can pickle them).
 transforms = SimpleNamespace(Compose=_Compose, ToTensor=_ToTensor, Normalize=_Normalize)
+
+
+def load_dataset(path: str, split: str, token: bool | str | None = None) -> Any:
+    """`datasets.load_dataset("mnist", split=...)` offline: a `datasets.Dataset` with the Hub's MNIST features.
+
+    Its columns are `image` (`datasets.Image`, 28x28 grey PNGs decoded to PIL images) and `label` (a `ClassLabel`
+    named "0" to "9"), as the Hub's, with `_HF_MNIST_ROWS` rows of random (seeded) digits.
+
+    Example:
+        ```python
+        row = load_dataset("mnist", split="test")[0]  # {"image": <PIL.Image 28x28>, "label": 7}
+        ```
+    """
+    import datasets  # only the clients that read from the Hub install it (`make clients`)
+
+    if path != "mnist" or split not in _HF_MNIST_ROWS:
+        raise ValueError(f"the stand-in has the splits {sorted(_HF_MNIST_ROWS)} of 'mnist', not {split!r} of {path!r}")
+    count = _HF_MNIST_ROWS[split]
+    generator = torch.Generator().manual_seed(len(split))
+    images = torch.randint(0, 256, (count, 28, 28), dtype=torch.uint8, generator=generator).numpy()
+    labels = torch.randint(0, 10, (count,), generator=generator).tolist()
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(digit) for digit in range(10)])}
+    )
+    return datasets.Dataset.from_dict({"image": list(images), "label": labels}, features=features, split=split)

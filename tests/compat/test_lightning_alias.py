@@ -44,6 +44,16 @@ _USER_CODE = textwrap.dedent(
     from lightning.fabric.utilities.types import _MAP_LOCATION_TYPE, _PATH  # private aliases libraries import
 
     assert _PATH == fabricx.utilities.types.PathLike and _MAP_LOCATION_TYPE == fabricx.utilities.types.MapLocation
+    # What nn-template-core imports: its checkpoint I/O's base, the module builder, the logger base, a callback path.
+    from lightning.pytorch.callbacks.progress.tqdm_progress import TQDMProgressBar
+    from lightning.pytorch.core.saving import _load_state
+    from lightning.pytorch.loggers.logger import Logger
+    from lightning.pytorch.plugins import TorchCheckpointIO
+    from fabricx.checkpoint.torch_checkpoint_io import TorchCheckpointIO as FabricxTorchIO
+    from fabricx.train.checkpoint.lightning_files import module_from_state
+
+    assert TorchCheckpointIO is FabricxTorchIO and _load_state is module_from_state
+    assert Logger is fabricx.loggers.Logger and TQDMProgressBar is fabricx.callbacks.TQDMProgressBar
 
     class Model(pl.LightningModule):
         def __init__(self):

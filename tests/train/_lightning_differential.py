@@ -28,7 +28,15 @@ SWAPS = {
         "from fabricx.callbacks import BasePredictionWriter, Callback, ModelCheckpoint"
     ),
     "from lightning.pytorch.loggers import CSVLogger": "from fabricx.loggers import CSVLogger",
+    # Before the line it starts with: the longer line is swapped whole.
+    "from lightning.pytorch.plugins import DoublePrecision, TorchCheckpointIO": (
+        "from fabricx.checkpoint.torch_checkpoint_io import TorchCheckpointIO\n"
+        "from fabricx.precision import DoublePrecision"
+    ),
     "from lightning.pytorch.plugins import DoublePrecision": "from fabricx.precision import DoublePrecision",
+    "from lightning.pytorch.core.saving import _load_state": (
+        "from fabricx.train.checkpoint.lightning_files import module_from_state as _load_state"
+    ),
     "from lightning.pytorch.trainer.states import RunningStage": "from fabricx.train.states import RunningStage",
     "from lightning.pytorch.utilities.parsing import get_init_args": (
         "from fabricx.train.module.hparams import get_init_args"

@@ -237,3 +237,17 @@ def test_numpy_scalars_in_hyperparameters_load_back_as_the_same_numpy_types(resu
     # Lightning's default load is torch's weights-only one, which refuses NumPy; fabricx's checked reader does not.
     assert "UnpicklingError" in lightning["default_load"]["types"]
     assert fabricx["default_load"] is None
+
+
+def test_a_librarys_own_checkpoint_io_and_load_state(results):
+    # nn-template-core subclasses TorchCheckpointIO to write its files and builds modules with the private
+    # `_load_state`; fabricx's file is code-free, and what the library reads back is the same.
+    lightning, fabricx = _case(results, "library_checkpoint_io")
+    assert fabricx["keys"] == lightning["keys"] == ["hyper_parameters", "run_path", "state_dict"]
+    assert fabricx["run_path"] == lightning["run_path"] == "entity/project/run"
+    assert fabricx["hparams"] == lightning["hparams"] == {"lr": 0.2, "note": "b"}
+    assert fabricx["removed"] and lightning["removed"]
+    _same_weights(lightning["weights"], fabricx["weights"])
+    _same_weights(lightning["loaded_weights"], fabricx["loaded_weights"])
+    _same_weights(lightning["weights"], lightning["loaded_weights"])
+    assert "FileNotFoundError" in lightning["missing"]["types"] and "FileNotFoundError" in fabricx["missing"]["types"]

@@ -34,6 +34,8 @@ _TYPE_NAMES = {
     "_MAP_LOCATION_TYPE": ("fabricx.utilities.types", "MapLocation"),
     "STEP_OUTPUT": ("fabricx.utilities.types", "StepOutput"),
 }
+# Libraries that write their own checkpoint files subclass this (nn-template-core): one dict, one code-free file.
+_PLUGIN_NAMES = {"TorchCheckpointIO": ("fabricx.checkpoint.torch_checkpoint_io", "TorchCheckpointIO")}
 
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -41,12 +43,20 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".core": ("fabricx.train", _TRAINER_NAMES),
     ".core.module": ("fabricx.train.module.module", {"LightningModule": ("fabricx.train", "TrainModule")}),
     ".core.datamodule": ("fabricx.train.data.datamodule", {"LightningDataModule": ("fabricx.train", "DataModule")}),
+    # nn-template-core builds modules from the checkpoints its own I/O reads with the private `_load_state`.
+    ".core.saving": (
+        "fabricx.train.checkpoint.lightning_files",
+        {"_load_state": ("fabricx.train.checkpoint.lightning_files", "module_from_state")},
+    ),
     ".callbacks": ("fabricx.callbacks", {}),
+    ".callbacks.progress": ("fabricx.callbacks", {}),
+    ".callbacks.progress.tqdm_progress": ("fabricx.train.callbacks.tqdm_progress", {}),
     ".loggers": ("fabricx.loggers", {}),
+    ".loggers.logger": ("fabricx.loggers.base", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
     ".trainer.states": ("fabricx.train.states", {}),
     ".tuner": ("fabricx.train.tuner", {}),
-    ".plugins": ("fabricx.precision", {}),
+    ".plugins": ("fabricx.precision", _PLUGIN_NAMES),
     ".plugins.precision": ("fabricx.precision", {}),
     ".strategies": ("fabricx.strategies", {}),
     ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
@@ -63,7 +73,7 @@ FABRIC_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".loggers": ("fabricx.loggers", {}),
     ".strategies": ("fabricx.strategies", {}),
     ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
-    ".plugins": ("fabricx.precision", {}),
+    ".plugins": ("fabricx.precision", _PLUGIN_NAMES),
     ".plugins.precision": ("fabricx.precision", {}),
     ".plugins.environments": ("fabricx.environments", {}),
     ".utilities": ("fabricx.utilities", {}),

@@ -214,9 +214,30 @@ def module_from_checkpoint(
     """
     from fabricx.checkpoint.format import read_checkpoint
 
-    weights, hparams, checkpoint = weights_and_hparams(path, read_checkpoint(path).shared)
     if hparams_file is not None:
-        hparams.update(_read_hparams_file(hparams_file))
+        overrides = {**_read_hparams_file(hparams_file), **overrides}
+    module = _build_module(cls, path, read_checkpoint(path).shared, strict, overrides)
+    if map_location is not None and not callable(map_location) and not isinstance(map_location, Mapping):
+        module.to(map_location)
+    return module
+
+
+def module_from_state(cls: type, checkpoint: dict[str, Any], strict: bool | None = None, **overrides: Any) -> Any:
+    """Build ``cls`` from a checkpoint already read, as Lightning's ``lightning.pytorch.core.saving._load_state``
+    (which libraries that read checkpoints through their own I/O call, and the alias serves).
+
+    Example:
+        ```python
+        module = module_from_state(Classifier, checkpoint, strict=True, lr=0.01)
+        ```
+    """
+    return _build_module(cls, "<checkpoint>", checkpoint, strict, overrides)
+
+
+def _build_module(
+    cls: type, path: str | os.PathLike, contents: dict[str, Any], strict: bool | None, overrides: dict[str, Any]
+) -> Any:
+    weights, hparams, checkpoint = weights_and_hparams(path, contents)
     hparams.update(overrides)
     parameters = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
@@ -227,8 +248,6 @@ def module_from_checkpoint(
     if callable(hook):
         hook(checkpoint)
     module.load_state_dict(weights, strict=True if strict is None else strict)
-    if map_location is not None and not callable(map_location) and not isinstance(map_location, Mapping):
-        module.to(map_location)
     return module
 
 

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
+from lightning.pytorch.core.saving import _load_state
 from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.plugins import DoublePrecision
+from lightning.pytorch.plugins import DoublePrecision, TorchCheckpointIO
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.parsing import get_init_args
 from torch import nn
@@ -402,6 +403,40 @@ def run_numpy_hparams(root: str) -> dict:
     }
 
 
+# -- 14. A library's own checkpoint files (nn-template-core): a TorchCheckpointIO subclass, then _load_state -------
+class LibraryIO(TorchCheckpointIO):
+    """nn-template-core's NNCheckpointIO in small: the library adds its own entry to each file it writes."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        super().save_checkpoint({**checkpoint, "run_path": "entity/project/run"}, path, storage_options)
+
+
+class Noted(Regressor):
+    def __init__(self, lr=0.1, note="a"):
+        super().__init__(lr)
+        self.save_hyperparameters()
+
+
+def run_library_checkpoint_io(root: str) -> dict:
+    torch.manual_seed(7)
+    module = Noted(lr=0.2, note="a")
+    Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET).fit(module, loader(7))
+    io, path = LibraryIO(), os.path.join(root, "library", "run.ckpt")
+    io.save_checkpoint({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
+    checkpoint = io.load_checkpoint(path)
+    loaded = _load_state(Noted, checkpoint, strict=True, note="b")  # a keyword overrides the saved value
+    io.remove_checkpoint(path)
+    return {
+        "keys": sorted(checkpoint),
+        "run_path": checkpoint["run_path"],
+        "hparams": dict(loaded.hparams),
+        "weights": weights(module),
+        "loaded_weights": weights(loaded),
+        "removed": not os.path.exists(path),
+        "missing": error_of(lambda: io.load_checkpoint(os.path.join(root, "absent.ckpt"))),
+    }
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -416,4 +451,5 @@ CASES = {
     "prediction_writer": run_prediction_writer,
     "hparams_before_init": run_hparams_before_init,
     "numpy_hparams": run_numpy_hparams,
+    "library_checkpoint_io": run_library_checkpoint_io,
 }

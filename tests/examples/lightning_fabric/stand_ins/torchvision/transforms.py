@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
 import torch
 
 
 class ToTensor:
     def __call__(self, image: Any) -> torch.Tensor:
+        if not isinstance(image, torch.Tensor):  # a PIL image, as Hugging Face's datasets decode them
+            image = torch.from_numpy(numpy.array(image))
         return image.float().div(255).unsqueeze(0) if image.dim() == 2 else image.float().div(255)
 
 
