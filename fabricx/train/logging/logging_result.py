@@ -165,19 +165,8 @@ class _Entry:
             return name + suffix, forked + suffix
         return name, forked
 
-    def update(self, value: Any, size: int) -> None:
-        self.has_reset = False
-        self.computed = None
-        if self.metric is not None:
-            self.metric = value
-            return
-        if self.on_step:
-            self.step_value = value
-            if self.sync_dist and self.fabric is not None:
-                # A copy: all_reduce works in place, and the logged tensor may be the user's own.
-                self.step_value = self.fabric.all_reduce(value.clone(), reduce_op=self.reduce)
-        if not self.on_epoch:
-            return
+    def accumulate(self, value: Tensor, size: int) -> None:
+        """Add a plain value into the epoch aggregate (``size``: its weight in a mean)."""
         reduce = self.reduce
         total = self.total
         if reduce == "mean":
@@ -325,7 +314,8 @@ class ResultCollection:
             entry.given = given
         if not isinstance(value, Tensor) and is_metric(value):
             entry.metric = value
-            entry.update(value, 1)
+            entry.has_reset = False
+            entry.computed = None
             return entry
         if entry.metric is not None:
             raise MisconfigurationException(
@@ -339,15 +329,25 @@ class ResultCollection:
         """Add a tensor to an entry of plain values: ``log``'s last part, all a repeated ``self.log`` call needs."""
         if value.dtype not in _FLOAT_DTYPES:
             value = value.to(_float_dtype())
+        entry.has_reset = False
+        entry.computed = None
+        if entry.on_step:
+            if entry.sync_dist and entry.fabric is not None:
+                # A copy: all_reduce works in place, and the logged tensor may be the user's own.
+                entry.step_value = entry.fabric.all_reduce(value.clone(), reduce_op=entry.reduce)
+            else:
+                entry.step_value = value
+        if not entry.on_epoch:
+            return
         size = 1
-        if entry.on_epoch and entry.reduce == "mean":
+        if entry.reduce == "mean":
             if batch_size is not None:
                 size = batch_size
             elif self.batch is not None:
                 size = self.batch_size
                 if size is None:
                     size = self.batch_size = _batch_size(self.batch)
-        entry.update(value, size)
+        entry.accumulate(value, size)
 
     @staticmethod
     def _describe(options: tuple[Any, ...]) -> str:
@@ -372,18 +372,25 @@ class ResultCollection:
         for entry in self.entries.values():
             if entry.has_reset or entry.dataloader_idx != dataloader_idx:
                 continue
-            value = entry.value(on_step)
-            if not isinstance(value, Tensor):
-                continue
-            if value.requires_grad:  # a Metric's own result; logged tensors are detached when logged
-                value = value.detach()
+            if on_step and entry.metric is None:
+                # A plain step value, read in place (this runs after every batch): a detached copy since self.log.
+                value = entry.step_value if entry.on_step else None
+                if value is None:
+                    continue
+            else:
+                value = entry.value(on_step)
+                if not isinstance(value, Tensor):
+                    continue
+                if value.requires_grad:  # a Metric's own result; logged tensors are detached when logged
+                    value = value.detach()
             name, forked = entry.read_names[on_step]
             if entry.logger:
                 log[forked] = value
             # Evaluation step values are for the loggers only: monitoring one would compare single batches.
             if training or (entry.on_epoch and not on_step):
                 callback[name] = value
-                callback[forked] = value
+                if forked is not name:  # the same string unless logged with both levels (`_names`)
+                    callback[forked] = value
             if entry.prog_bar:
                 pbar[forked] = value
 
