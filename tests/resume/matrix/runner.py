@@ -64,15 +64,28 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
     if cells[0].api == "trainer":
         per_launch = 1 if cells[0].strategy == "ddp" else TRAINER_CELLS_PER_LAUNCH
         batches = [ids[start : start + per_launch] for start in range(0, len(ids), per_launch)]
+    # A launch that fails marks its own cells and the others go on: one crash must not hide a group's other cells.
+    launch_failed: dict[str, str] = {}
+
+    def launch(phase: str, batch: list[str], **options: Any) -> None:
+        batch = [cell_id for cell_id in batch if cell_id not in launch_failed]
+        try:
+            if batch:
+                _launch(job, out, phase, batch, **options)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            launch_failed.update({cell_id: f"the {phase} launch failed: {str(error)[-3000:]}" for cell_id in batch})
+
     for batch in batches:
-        _launch(job, out, "first", batch, world=cells[0].world)
+        launch("first", batch, world=cells[0].world)
     for cell in cells:
         if cell.stop == "kill":
-            _launch(job, out, "kill", [cell.id], expect_kill=True)
+            launch("kill", [cell.id], expect_kill=True)
     for batch in batches:
-        _launch(job, out, "resume", batch, world=cells[0].resume_world)
-    report = {}
+        launch("resume", batch, world=cells[0].resume_world)
+    report: dict[str, list[str]] = {cell_id: [problem] for cell_id, problem in launch_failed.items()}
     for cell in cells:
+        if cell.id in launch_failed:
+            continue
         try:
             straight = _records(out, cell, "straight", cell.world)
             stopped_val = None
