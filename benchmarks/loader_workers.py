@@ -10,6 +10,11 @@ take turns after one warm-up epoch each (which also starts the persistent worker
 ``batches_per_s_ratio`` is fabricx's median epoch rate over the plain loader's, ``ratio`` its inverse
 (time, lower is better). Both loops see the same batches, so their final losses must be equal.
 
+fabricx's loader snapshots its position and its workers' state every ``snapshot_every_n_steps`` batches; a resume
+reads the batches since the last snapshot again. ``resume_s_at_snapshot`` is the time from ``load_state_dict`` of
+a state saved right at a snapshot to the first resumed batch (new workers), ``resume_s_worst_offset`` the same for
+a state saved ``snapshot_every_n_steps - 1`` batches later (the most a resume reads again), medians of three.
+
 Run: ``python -m benchmarks.loader_workers [--batches 200 --repeats 5]``
 """
 
@@ -76,12 +81,38 @@ def measure(batches: int = 200, repeats: int = 5) -> dict[str, float]:
         plain, fabricx = losses["plain"].item(), losses["fabricx"].item()
         raise AssertionError(f"final losses differ: plain {plain!r}, fabricx {fabricx!r}")
     rate = {name: batches / statistics.median(values) for name, values in seconds.items()}
+    fabric_loader.shutdown_workers()
     return {
         "plain_batches_per_s": rate["plain"],
         "fabricx_batches_per_s": rate["fabricx"],
         "batches_per_s_ratio": rate["fabricx"] / rate["plain"],
         "ratio": rate["plain"] / rate["fabricx"],
+        **resume_cost(fabric, dataset),
     }
+
+
+def resume_cost(fabric: Any, dataset: Any, repeats: int = 3) -> dict[str, float]:
+    """Seconds from ``load_state_dict`` to the first resumed batch, for a state saved at a snapshot and for one
+    saved the most batches after it."""
+    interval = fabric.setup_dataloaders(_loader(dataset)).loader.snapshot_every_n_steps
+    result: dict[str, float] = {"snapshot_every_n_steps": interval}
+    for name, stop in {"resume_s_at_snapshot": interval, "resume_s_worst_offset": 2 * interval - 1}.items():
+        saving = fabric.setup_dataloaders(_loader(dataset))
+        iterator = iter(saving)
+        for _ in range(stop):
+            next(iterator)
+        state = saving.state_dict()
+        saving.shutdown_workers()
+        seconds = []
+        for _ in range(repeats):
+            resumed = fabric.setup_dataloaders(_loader(dataset))
+            start = time.perf_counter()
+            resumed.load_state_dict(state)
+            next(iter(resumed))
+            seconds.append(time.perf_counter() - start)
+            resumed.shutdown_workers()
+        result[name] = statistics.median(seconds)
+    return result
 
 
 def main() -> None:

@@ -187,3 +187,16 @@ def detached_copy(value: torch.Tensor) -> torch.Tensor:
 _clone = torch.clone  # the function: the method form costs a bound call's argument tuple more (~500 instructions)
 _is_grad_enabled = torch.is_grad_enabled
 _set_grad_enabled = torch._C._set_grad_enabled
+
+
+def next_pass_resets_workers(loader: torch.utils.data.DataLoader) -> bool:
+    """Whether the next ``iter(loader)`` resets the iterator the loader holds (persistent workers kept from a
+    pass before) rather than building a new one, which first draws its workers' base seed.
+
+    Example:
+        ```python
+        loader = DataLoader(dataset, num_workers=2, persistent_workers=True)
+        next_pass_resets_workers(loader)  # False; True once a pass has started the workers
+        ```
+    """
+    return bool(loader.persistent_workers) and loader.num_workers > 0 and loader._iterator is not None

@@ -5,28 +5,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import random
 import warnings
 from collections.abc import Generator, Iterator, Sized
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
-    Dataset,
     DistributedSampler,
     IterableDataset,
     RandomSampler,
     Sampler,
     SequentialSampler,
-    get_worker_info,
 )
-from torchdata.stateful_dataloader import Stateful, StatefulDataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 
 from fabricx._compat.sampler import given_num_samples
+from fabricx._compat.torch_internals import next_pass_resets_workers
 from fabricx.data import elastic
 from fabricx.data.batching import ResumableBatchSampler, replayed, with_resumable_batches
 from fabricx.data.sampler import (
@@ -35,6 +32,7 @@ from fabricx.data.sampler import (
     close_restored_epoch,
     distributed_sampler_for,
 )
+from fabricx.data.worker_state import WORKER_SNAPSHOT_INTERVAL, with_worker_random_state
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -81,10 +79,12 @@ def build_stateful_loader(
     A ``StatefulDataLoader`` passed in without the need for a distributed sampler is kept as it is, and so
     is a loader whose class has its own iteration or state (see `has_own_protocol`): under DDP it gets a
     distributed sampler by being built again with the same arguments, as Lightning Fabric does.
-    A rebuilt loader hands worker state to the main process after every batch
-    (``snapshot_every_n_steps=1``) unless the given loader chose otherwise, so a checkpoint holds
-    the exact position without replaying batches. ``batch_size`` replaces the loader's own batch
-    size (a loader with the default batch sampler).
+    A rebuilt loader with workers snapshots its position and its workers' state every
+    `WORKER_SNAPSHOT_INTERVAL` batches (``snapshot_every_n_steps``; a ``StatefulDataLoader`` passed in keeps its
+    own): a resume restores the last snapshot and reads the few batches after it again, to the same batches and
+    worker random state. The workers record their random generators only where they can change a batch (see
+    `worker_state_matters`). ``batch_size`` replaces the loader's own batch size (a loader with the default batch
+    sampler).
 
     Example:
         ```python
@@ -107,7 +107,7 @@ def build_stateful_loader(
         )
     dataset = loader.dataset
     # What the rebuilt loader reads: the dataset, seen through a view that records worker generators.
-    source = _with_worker_random_state(dataset, loader.num_workers)
+    source = with_worker_random_state(dataset, loader.num_workers, loader.collate_fn)
     if isinstance(dataset, IterableDataset):
         if distributed:
             _note_iterable_dataset(dataset, num_replicas)
@@ -242,121 +242,6 @@ def _note_iterable_dataset(dataset: IterableDataset, num_replicas: int) -> None:
     )
 
 
-class _WorkerRandomStateDataset(Dataset):
-    """A map-style dataset seen through a view that also records the worker's random generators.
-
-    torchdata stores a stateful dataset's ``state_dict()`` with each worker's snapshot and restores it
-    inside the worker on resume; recording Python/NumPy/torch generators there makes random
-    augmentation in ``__getitem__`` continue exactly where it stopped.
-    """
-
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.dataset[index]
-
-    def __getitems__(self, indices: list[Any]) -> Any:
-        getitems = getattr(self.dataset, "__getitems__", None)
-        return getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-    def state_dict(self) -> dict[str, Any]:
-        inner = self.dataset.state_dict() if isinstance(self.dataset, Stateful) else None
-        in_worker = get_worker_info() is not None
-        return {"dataset": inner, "worker_rng": _capture_flat_rng() if in_worker else None}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict.get("dataset") is not None and isinstance(self.dataset, Stateful):
-            self.dataset.load_state_dict(state_dict["dataset"])
-        if state_dict.get("worker_rng") is not None and get_worker_info() is not None:
-            _restore_flat_rng(state_dict["worker_rng"])
-
-
-# The worker's last capture and the raw states it was made from (one per worker process).
-_last_capture: tuple[Any, Any, torch.Tensor, dict[str, Any]] | None = None
-
-
-def _capture_flat_rng() -> dict[str, Any]:
-    # Called for every batch a worker makes; most datasets draw no random numbers, so the last capture
-    # is handed back while the raw states are unchanged (converting them costs ~10 % of a worker's rate).
-    global _last_capture
-    python_state, torch_state = random.getstate(), torch.get_rng_state()
-    numpy_state = cast("tuple[Any, ...]", np.random.get_state())  # the legacy tuple (the default)
-    last = _last_capture
-    if (
-        last is not None
-        and last[0] == python_state
-        and last[1][2:] == numpy_state[2:]
-        and np.array_equal(last[1][1], numpy_state[1])
-        and torch.equal(last[2], torch_state)
-    ):
-        return last[3]
-    captured = _flat_rng(python_state, numpy_state, torch_state)
-    _last_capture = (python_state, (numpy_state[0], numpy_state[1].copy(), *numpy_state[2:]), torch_state, captured)
-    return captured
-
-
-def _flat_rng(python_state: Any, numpy_state: Any, torch_state: torch.Tensor) -> dict[str, Any]:
-    # Leaves only (no tuples holding arrays): torchdata diffs worker states leaf by leaf with ==.
-    version, internal, gauss = python_state
-    name, keys, position, has_gauss, cached = numpy_state
-    return {
-        "python_version": version,
-        "python_state": torch.tensor(internal, dtype=torch.int64),
-        "python_gauss": gauss,
-        "numpy_name": name,
-        "numpy_keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-        "numpy_pos": int(position),
-        "numpy_has_gauss": int(has_gauss),
-        "numpy_cached": float(cached),
-        "torch": torch_state,
-    }
-
-
-def _restore_flat_rng(state: dict[str, Any]) -> None:
-    internal = tuple(int(v) for v in state["python_state"].tolist())
-    random.setstate((int(state["python_version"]), internal, state["python_gauss"]))
-    keys = state["numpy_keys"].numpy().astype(np.uint32)
-    np.random.set_state(
-        (state["numpy_name"], keys, state["numpy_pos"], state["numpy_has_gauss"], state["numpy_cached"])
-    )
-    torch.set_rng_state(state["torch"])
-
-
-class _WorkerRandomStateIterable(IterableDataset):
-    """The iterable-dataset counterpart of `_WorkerRandomStateDataset` (for stateful ones)."""
-
-    def __init__(self, dataset: IterableDataset) -> None:
-        self.dataset = dataset
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.dataset)
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    __getattr__ = _WorkerRandomStateDataset.__getattr__
-    state_dict = _WorkerRandomStateDataset.state_dict
-    load_state_dict = _WorkerRandomStateDataset.load_state_dict
-
-
-def _with_worker_random_state(dataset: Any, num_workers: int) -> Any:
-    if num_workers == 0:
-        return dataset  # the process's own generators are in the checkpoint already
-    if isinstance(dataset, IterableDataset):
-        # One that is not stateful must stay so: torchdata then fast-forwards it to the position.
-        return _WorkerRandomStateIterable(dataset) if isinstance(dataset, Stateful) else dataset
-    return _WorkerRandomStateDataset(dataset)
-
-
 def _batching(loader: DataLoader, batch_size: int | None = None) -> dict[str, Any]:
     return {"batch_size": loader.batch_size if batch_size is None else batch_size, "drop_last": loader.drop_last}
 
@@ -384,7 +269,7 @@ def _with_sampler(loader: StatefulDataLoader, sampler: Any, batch_size: int | No
 
 def _settings(loader: DataLoader) -> dict[str, Any]:
     kwargs = {name: getattr(loader, name) for name in _LOADER_SETTINGS if hasattr(loader, name)}
-    kwargs.setdefault("snapshot_every_n_steps", 1)
+    kwargs.setdefault("snapshot_every_n_steps", WORKER_SNAPSHOT_INTERVAL)
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
         if kwargs.get("worker_init_fn") is None and seed_workers_requested():
@@ -579,6 +464,7 @@ class FabricDataLoader:
             self._epoch_start = {
                 "rng": capture_rng_states(cuda=False),
                 "generators": [g.get_state() for g in self._generators],
+                "workers_reset": next_pass_resets_workers(self._loader),
             }
         # Built now (not at the first next()) so the draws it makes happen at a well-defined point;
         # when resuming, load_state_dict() already built it and this reuses it.
@@ -742,13 +628,20 @@ class FabricDataLoader:
         global generators back as they are now and the loader's own as they were when saved."""
         current = capture_rng_states(cuda=False)
         start = self._epoch_start
+        loader_generator = self._loader.generator
         if start is not None:
             restore_rng_states(start["rng"])
             for generator, state in zip(self._generators, start["generators"], strict=False):
                 generator.set_state(state)
+            if start.get("workers_reset"):
+                # The pass reset persistent workers, which draws nothing; the iterator rebuilt here is new and draws
+                # its workers' base seed before the sampler draws its order: from a generator of its own (the base
+                # seed itself comes from the snapshot).
+                self._loader.generator = torch.Generator()
         try:
             yield
         finally:
+            self._loader.generator = loader_generator
             restore_rng_states(current)
             for generator, state in zip(self._generators, saved_generators, strict=True):
                 generator.set_state(state)

@@ -349,18 +349,26 @@ class DistributedSamplerWrapper(StatefulDistributedSampler):
 
     def close_restored_epoch(self) -> None:
         """The restored epoch was read to its end: its position must not reach the next epoch, and the
-        wrapped sampler's generator moves on past that epoch's draw, as it had in the run that saved."""
+        wrapped sampler's generator moves on past that epoch's draw, as it had in the run that saved. The state
+        then names the next epoch's start: where its order will be drawn from, and nothing yielded."""
         self.next_yielded = None
         if self._restored_generator_state is not None:
             self._draw()
+        self.yielded = 0
+        generator = getattr(self._wrapped_sampler, "generator", None)
+        if isinstance(generator, torch.Generator):
+            self._epoch_generator_state = generator.get_state()
 
 
 def close_restored_epoch(sampler: Any) -> None:
-    """Drop the position a sampler was restored to once that epoch is known to be over.
+    """Drop the position a sampler was restored to once that epoch is known to be over, so that its state names
+    the start of the next epoch.
 
     torchdata's ``StatefulDistributedSampler`` keeps a restored position on the sampler itself (not on
     its iterator) until the next ``iter()`` reads it; restored at an epoch's end, that next ``iter()``
-    is the following epoch's, which would then start past its end and yield nothing.
+    is the following epoch's, which would then start past its end and yield nothing. Its count of indices
+    handed out is reset only at the first one asked for, too late for torchdata's snapshot of a pass's start
+    (taken before that): a resume from that snapshot would start past the epoch's end.
 
     Example:
         ```python
@@ -373,6 +381,7 @@ def close_restored_epoch(sampler: Any) -> None:
         close()
     elif isinstance(sampler, StatefulDistributedSampler):
         sampler.next_yielded = None
+        sampler.yielded = 0
 
 
 def distributed_sampler_for(

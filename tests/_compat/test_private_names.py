@@ -265,3 +265,18 @@ def test_grad_mode_switch_still_exists_and_the_copy_is_detached():
     with torch.no_grad():
         detached_copy(loss)
         assert not torch.is_grad_enabled()
+
+
+def test_data_loader_still_holds_its_persistent_iterator_privately():
+    from torch.utils.data import DataLoader
+
+    from fabricx._compat.torch_internals import next_pass_resets_workers
+
+    loader = DataLoader(range(4), batch_size=2, num_workers=1, persistent_workers=True)
+    assert not next_pass_resets_workers(loader)
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+    assert next_pass_resets_workers(loader), (
+        "torch's DataLoader no longer keeps its persistent workers' iterator as `_iterator`: "
+        "update fabricx/_compat/torch_internals.py"
+    )
+    del loader  # ends the worker

@@ -13,6 +13,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from fabricx import Fabric
 from fabricx.data.loader import FabricDataLoader, build_stateful_loader
+from fabricx.data.worker_state import WORKER_SNAPSHOT_INTERVAL
 from fabricx.utilities.exceptions import FabricxError
 
 
@@ -105,12 +106,12 @@ def test_custom_sampler_drawing_from_global_generator_resumes_exactly(tmp_path):
     _resume_check(make, 3, tmp_path)
 
 
-def test_workers_and_snapshot_every_step(tmp_path):
+def test_workers_and_a_snapshot_every_interval(tmp_path):
     def make():
         return DataLoader(IdDataset(), batch_size=4, shuffle=True, num_workers=2)
 
     loader = build_stateful_loader(make())
-    assert isinstance(loader, StatefulDataLoader) and loader.snapshot_every_n_steps == 1
+    assert isinstance(loader, StatefulDataLoader) and loader.snapshot_every_n_steps == WORKER_SNAPSHOT_INTERVAL
     _resume_check(make, [2, 3], tmp_path)  # resumed, then saved and resumed again
 
 
