@@ -19,6 +19,7 @@ import math
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -69,7 +70,7 @@ def read_safetensors(path: Path, what: str, *, root: Path | None = None) -> dict
         for name, dtype, shape, nbytes in layout:
             buffer = torch.empty(nbytes, dtype=torch.uint8)
             if nbytes:
-                _read_exactly(fd, memoryview(buffer.numpy()), offset, what, path)
+                _read_exactly(fd, buffer.numpy(), offset, what, path)
             tensors[name] = buffer.view(dtype).view(shape)
             offset += nbytes
     return tensors
@@ -99,7 +100,8 @@ def _layout(path: Path, what: str) -> list[tuple[str, torch.dtype, list[int], in
     return layout
 
 
-def _read_exactly(fd: int, into: bytearray | memoryview, offset: int, what: str, path: Path) -> bytearray | memoryview:
+def _read_exactly(fd: int, into: Any, offset: int, what: str, path: Path) -> Any:
+    """Fill the writable buffer ``into`` (a bytearray, a NumPy array) from ``offset`` of the file ``fd``."""
     view = memoryview(into).cast("B")
     done = 0
     while done < len(view):
