@@ -8,7 +8,11 @@ file's pages were dropped from the page cache (``disk_load_s``). fabricx: ``fabr
 ``fabric.load`` into the model after dropping the checkpoint's pages the same way. ``save_fraction``
 and ``load_fraction`` are the disk's time over fabricx's (1.0: as fast as the disk allows);
 ``save_ratio``/``load_ratio`` are their inverses (time, lower is better). ``warm_load_s`` is a load
-right after another, from the page cache, to show that the cold loads were cold.
+right after another, from the page cache, to show that the cold loads were cold. ``disk_load_fresh_s`` is the
+disk's read into a freshly allocated buffer (what any load into new memory pays: the kernel maps and zeroes each
+page on first touch); ``load_fraction_of_fresh`` compares fabricx to it. ``peak_extra_save_mb`` and
+``peak_extra_load_mb``: the most resident memory a save and a cold load add beyond what the process held before
+(sampled every 2 ms; the model itself is already resident).
 
 Pages are dropped per file with ``posix_fadvise(POSIX_FADV_DONTNEED)`` after an fsync (our files only;
 ``page_cache`` says which method was used); ``--drop-caches global`` writes 3 to
@@ -31,7 +35,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.checkpoint_io import model_of_size
+from benchmarks.checkpoint_io import model_of_size, peak_rss
 
 
 def _files(path: Path) -> list[Path]:
@@ -78,7 +82,10 @@ def measure(megabytes: float = 600, repeats: int = 3, drop_caches: str = "file")
     disk_file, checkpoint = root / "limit.bin", root / "ckpt"
     into = bytearray(len(raw))
     methods: set[str] = set()
-    samples: dict[str, list[float]] = {k: [] for k in ("disk_save", "disk_load", "save", "load", "warm_load")}
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("disk_save", "disk_load", "disk_load_fresh", "save", "load", "warm_load")
+    }
+    peaks: dict[str, list[int]] = {"save": [], "load": []}
 
     def disk_save() -> None:
         with open(disk_file, "wb") as handle:
@@ -89,6 +96,16 @@ def measure(megabytes: float = 600, repeats: int = 3, drop_caches: str = "file")
     def disk_load() -> None:
         with open(disk_file, "rb", buffering=0) as handle:
             assert handle.readinto(into) == len(raw)
+
+    def disk_load_fresh() -> None:
+        with open(disk_file, "rb", buffering=0) as handle:
+            assert handle.readinto(bytearray(len(raw))) == len(raw)
+
+    def measured(name: str, fn: Any) -> None:
+        peak: dict[str, int] = {}
+        with peak_rss(peak):
+            samples[name].append(_timed(fn))
+        peaks[name].append(peak["extra"])
 
     def fabricx_save() -> None:
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -108,10 +125,12 @@ def measure(megabytes: float = 600, repeats: int = 3, drop_caches: str = "file")
                     samples["disk_save"].append(_timed(disk_save))
                     methods.add(drop_pages(disk_file, drop_caches))
                     samples["disk_load"].append(_timed(disk_load))
+                    methods.add(drop_pages(disk_file, drop_caches))
+                    samples["disk_load_fresh"].append(_timed(disk_load_fresh))
                 else:
-                    samples["save"].append(_timed(fabricx_save))
+                    measured("save", fabricx_save)
                     methods.add(drop_pages(checkpoint, drop_caches))
-                    samples["load"].append(_timed(fabricx_load))
+                    measured("load", fabricx_load)
                     samples["warm_load"].append(_timed(fabricx_load))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -122,6 +141,9 @@ def measure(megabytes: float = 600, repeats: int = 3, drop_caches: str = "file")
     result["disk_read_mb_per_s"] = len(raw) / 1e6 / seconds["disk_load"]
     result["save_fraction"] = seconds["disk_save"] / seconds["save"]
     result["load_fraction"] = seconds["disk_load"] / seconds["load"]
+    result["load_fraction_of_fresh"] = seconds["disk_load_fresh"] / seconds["load"]
+    result["peak_extra_save_mb"] = max(peaks["save"]) / 1e6
+    result["peak_extra_load_mb"] = max(peaks["load"]) / 1e6
     result["save_ratio"] = seconds["save"] / seconds["disk_save"]
     result["load_ratio"] = seconds["load"] / seconds["disk_load"]
     return result

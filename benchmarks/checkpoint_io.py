@@ -67,7 +67,7 @@ def _rss_bytes() -> int:
 
 
 @contextmanager
-def _peak_rss(result: dict[str, int], interval: float = 0.002) -> Iterator[None]:
+def peak_rss(result: dict[str, int], interval: float = 0.002) -> Iterator[None]:
     """Sample this process's resident memory while the block runs; ``result["extra"]``: peak minus start."""
     start = _rss_bytes()
     peak = [start]
@@ -144,16 +144,16 @@ def measure_blocking(megabytes: float = 200, repeats: int = 3) -> dict[str, floa
         train_step()
         for _ in range(repeats):
             peak: dict[str, int] = {}
-            with _peak_rss(peak):
+            with peak_rss(peak):
                 samples["torch_fsync"].append(_timed(torch_fsync))
             peaks["torch_fsync"].append(peak["extra"])
             target = fresh_dir()
-            with _peak_rss(peak):
+            with peak_rss(peak):
                 samples["sync"].append(_timed(lambda target=target: fabric.save(target, state)))
             peaks["sync"].append(peak["extra"])
             target = fresh_dir()
             held = _pooled_bytes()  # host buffers kept from the previous asynchronous save count as extra
-            with _peak_rss(peak):
+            with peak_rss(peak):
                 start = time.perf_counter()
                 handle = fabric.save(target, state, async_save=True)
                 assert handle is not None

@@ -95,6 +95,23 @@ def has_own_forward_hooks(module: torch.nn.Module) -> bool:
     return bool(module._forward_pre_hooks or module._forward_hooks)
 
 
+def loads_state_plainly(module: torch.nn.Module) -> bool:
+    """Whether `module.load_state_dict` copies each of its own tensors from the entry of the same name untouched:
+    no load-state-dict pre-hooks on it, and `_load_from_state_dict` is `nn.Module`'s (or batch norm's, which only
+    adds a missing ``num_batches_tracked``).
+
+    Example:
+        ```python
+        loads_state_plainly(torch.nn.Linear(2, 2))  # True
+        ```
+    """
+    from torch.nn.modules.batchnorm import _NormBase
+
+    method = type(module)._load_from_state_dict
+    plain = (torch.nn.Module._load_from_state_dict, _NormBase._load_from_state_dict)
+    return not module._load_state_dict_pre_hooks and method in plain
+
+
 def global_module_hooks() -> tuple[dict[int, Any], dict[int, Any], dict[int, Any], dict[int, Any]]:
     """torch's dicts of hooks registered for every module: forward, forward-pre, backward, backward-pre.
 

@@ -282,7 +282,7 @@ class Checkpointer:
                 match_state = getattr(layout, "match_state", None)  # optional: see Layout
                 if state is not None and match_state is not None:
                     match_state(loaded, self.host, state)
-                result = apply_checkpoint(self.host, loaded, path, state, strict)
+                result = apply_checkpoint(self.host, loaded, path, state, strict, kept=kept)
             except BaseException:
                 if not kept:  # a kept read stays for the next load of it (read_once drops it)
                     _unpin(loaded)

@@ -22,6 +22,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 
 from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_per_rank, is_reserved, unwrap_object
+from fabricx.checkpoint.hand_over import hand_over
 from fabricx.checkpoint.records import stored_keys, stored_record
 from fabricx.checkpoint.safe_read import check_optimizer_state
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
@@ -87,11 +88,13 @@ def apply_loaded_state(
     per_rank: dict[str, Any] | None,
     strict: bool,
     path: Any = None,
+    owned: bool = False,
 ) -> dict[str, Any]:
     """Load checkpoint contents into the objects of ``state``; return what was not restored.
 
     Anything in the checkpoint that does not fit the objects raises `CheckpointError` naming
-    ``path`` (the checkpoint) and the entry.
+    ``path`` (the checkpoint) and the entry. ``owned``: the contents' tensors belong to this load alone
+    (read fresh, dropped afterwards), so a module may take them instead of a copy (`fabricx.checkpoint.hand_over`).
     """
     remaining = dict(shared)
     rank_remaining = dict(per_rank or {})
@@ -104,7 +107,7 @@ def apply_loaded_state(
                 missing.append(key)
             continue
         value = source.pop(key)
-        _load_into(strategy, state, key, obj, value, strict, path)
+        _load_into(strategy, state, key, obj, value, strict, path, owned=owned)
     if missing and strict:
         raise CheckpointKeyError(
             f"The checkpoint {path or ''} has no entries for {missing}; it holds "
@@ -123,6 +126,7 @@ def _load_into(
     strict: bool,
     path: Any = None,
     label: str | None = None,
+    owned: bool = False,
 ) -> None:
     target = unwrap_object(obj)
     label = label or repr(key)
@@ -130,6 +134,8 @@ def _load_into(
     try:
         if isinstance(target, Module):
             _check_module_entry(target, value, where)
+            if owned:
+                hand_over(target, value, strict)
             strategy.load_module_state_dict(target, value, strict=strict)
         elif isinstance(target, Optimizer):
             check_optimizer_state(target, value, where)
@@ -140,7 +146,7 @@ def _load_into(
             for sub_key, sub_obj in list(target.items()):
                 if sub_key in value:
                     sub_label = f"{label}[{sub_key!r}]"
-                    _load_into(strategy, target, sub_key, sub_obj, value[sub_key], strict, path, sub_label)
+                    _load_into(strategy, target, sub_key, sub_obj, value[sub_key], strict, path, sub_label, owned)
                 elif strict:
                     raise CheckpointKeyError(f"The {where} has no {sub_key!r}; it holds {sorted(value, key=str)}.")
         else:
@@ -201,11 +207,17 @@ def _holds_stateful(container: dict[str, Any]) -> bool:
 
 
 def apply_checkpoint(
-    strategy: CheckpointHost, loaded: LoadedCheckpoint, path: str, state: dict[str, Any] | None, strict: bool
+    strategy: CheckpointHost,
+    loaded: LoadedCheckpoint,
+    path: str,
+    state: dict[str, Any] | None,
+    strict: bool,
+    kept: bool = False,
 ) -> dict[str, Any] | None:
     """Read ``loaded``'s strategy-stored entries and apply everything into ``state`` (all of it is returned
     when ``state`` is None); ``None`` when the directory was replaced while its files were read (then
-    nothing but the strategy's own entries was applied, and the caller reads it again).
+    nothing but the strategy's own entries was applied, and the caller reads it again). ``kept``: the caller
+    keeps ``loaded`` for another load, so its tensors are copied into modules, never handed over.
 
     Example:
 
@@ -242,7 +254,10 @@ def apply_checkpoint(
     if stored and loaded.pin is not None and not loaded.pin.unchanged():
         return None  # before anything else is applied: the caller loads again or raises
     others = {key: obj for key, obj in state.items() if key not in native}
-    remainder = apply_loaded_state(strategy, others, shared, rank_entries(loaded, state), strict, path=loaded.path)
+    owned = loaded.fresh and not kept
+    remainder = apply_loaded_state(
+        strategy, others, shared, rank_entries(loaded, state), strict, path=loaded.path, owned=owned
+    )
     state.update(others)  # plain values were replaced inside ``others``
     remainder.update(extra)
     return remainder

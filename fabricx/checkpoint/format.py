@@ -475,7 +475,7 @@ def _read_directory(found: Path, rank: int) -> LoadedCheckpoint:
         per_rank = load(found, rank_stem(rank))
         if not isinstance(per_rank, dict):
             raise CheckpointError(f"{json_path(found, rank_stem(rank))} is damaged: it does not hold a dict.")
-    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found)
+    return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=found, fresh=True)
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:

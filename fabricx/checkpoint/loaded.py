@@ -31,3 +31,6 @@ class LoadedCheckpoint:
     #: caller reading more of its files by name (a strategy's shards) can tell whether they came from
     #: the same save (`fabricx.checkpoint.atomic.DirectoryPin.unchanged`); the caller closes it.
     pin: DirectoryPin | None = field(default=None, repr=False, compare=False)
+    #: Whether every tensor was read into fresh memory of its own that only this object holds (a checkpoint
+    #: directory's), so that a load that drops it afterwards may hand them to a model (`fabricx.checkpoint.hand_over`).
+    fresh: bool = field(default=False, compare=False)

@@ -55,6 +55,7 @@ __all__ = [
     "check_tensors",
     "inside",
     "load_torch",
+    "open_checked",
     "plain_name",
     "read_dcp_metadata",
     "read_regular",
@@ -181,7 +182,7 @@ def read_regular(path: Path, what: str, *, root: Path | None = None, missing: st
     """
     regular_file(path, what, root=root, missing=missing)
     target = path.resolve() if root is not None and path.is_symlink() else path
-    with _opened(target, f"{what} {path}") as handle:
+    with open_checked(target, f"{what} {path}") as handle:
         try:
             return handle.read()
         except OSError as error:
@@ -189,8 +190,16 @@ def read_regular(path: Path, what: str, *, root: Path | None = None, missing: st
 
 
 @contextlib.contextmanager
-def _opened(path: Path, what: str) -> Iterator[BinaryIO]:
-    """``path`` open for reading, without following a link or blocking, once more checked to be a regular file."""
+def open_checked(path: Path, what: str) -> Iterator[BinaryIO]:
+    """``path`` open for reading, without following a link or blocking, once more checked to be a regular file
+    (for readers that take a file's bytes in parts, after `regular_file()` admitted it).
+
+    Example:
+        ```python
+        with open_checked(Path("ckpt/shared.safetensors"), "the checkpoint file") as handle:
+            head = handle.read(8)
+        ```
+    """
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as error:
@@ -272,7 +281,7 @@ def load_torch(
             file = source if isinstance(source, Path) else io.BytesIO(source)
             return torch.load(file, map_location=map_location, weights_only=False, mmap=mmap)  # type: ignore[arg-type]
     if isinstance(source, Path):
-        with _opened(source, what) as handle:
+        with open_checked(source, what) as handle:
             _check_archive(handle, what)
     else:
         _check_archive(io.BytesIO(source), what)

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from fabricx.checkpoint.safe_read import check_tensors, read_regular, regular_file
+from fabricx.checkpoint.safetensors_read import read_safetensors
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["dump", "json_path", "load", "tensors_path"]
@@ -510,7 +511,8 @@ def _numpy_dtype(np: Any, name: Any) -> Any:
 
 
 def load(directory: str | os.PathLike[str], stem: str) -> Any:
-    """Read back what `dump()` wrote; tensors come back on CPU. Never executes code.
+    """Read back what `dump()` wrote; tensors come back on CPU, each stored one in fresh memory of its own
+    (`fabricx.checkpoint.safetensors_read`). Never executes code.
 
     Every problem with the files raises `CheckpointError` naming the file.
 
@@ -541,14 +543,7 @@ def load(directory: str | os.PathLike[str], stem: str) -> Any:
             f"Checkpoint file {structure} has state format version {version!r}; this fabricx reads version "
             f"{_VERSION}. Upgrade fabricx to read it."
         )
-    try:
-        tensors = load_file(str(tensors_file), device="cpu")
-    except FileNotFoundError:
-        raise CheckpointError(f"Checkpoint file {tensors_file} is missing.") from None
-    except Exception as error:  # the safetensors reader raises its own error types for damaged files
-        raise CheckpointError(
-            f"Cannot read tensors from {tensors_file} (truncated or damaged?): {type(error).__name__}: {error}"
-        ) from None
+    tensors = read_safetensors(tensors_file, "the checkpoint file", root=root)
     try:
         value = _Decoder(tensors).decode(document["root"])
     except _Malformed as error:

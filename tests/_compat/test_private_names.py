@@ -280,3 +280,21 @@ def test_data_loader_still_holds_its_persistent_iterator_privately():
         "update fabricx/_compat/torch_internals.py"
     )
     del loader  # ends the worker
+
+
+def test_load_state_dict_pre_hooks_and_overrides_are_still_found():
+    from fabricx._compat.torch_internals import loads_state_plainly
+
+    assert loads_state_plainly(torch.nn.Linear(2, 2))
+    assert loads_state_plainly(torch.nn.BatchNorm1d(2))
+    hooked = torch.nn.Linear(2, 2)
+    handle = hooked.register_load_state_dict_pre_hook(lambda *args: None)
+    assert not loads_state_plainly(hooked)
+    handle.remove()
+    assert loads_state_plainly(hooked)
+
+    class OwnLoading(torch.nn.Linear):
+        def _load_from_state_dict(self, *args: object, **kwargs: object) -> None:
+            super()._load_from_state_dict(*args, **kwargs)  # type: ignore[arg-type]
+
+    assert not loads_state_plainly(OwnLoading(2, 2))
