@@ -47,6 +47,8 @@ def hand_over(module: Module, state: Mapping[str, Any], strict: bool) -> int:
         return 0  # torch refuses the load, after copying what matches: keep its behaviour
     if not all(loads_state_plainly(sub) for sub in module.modules()):
         return 0
+    if not all(_plain(value) for value in (*live.values(), *state.values()) if isinstance(value, Tensor)):
+        return 0  # a tensor subclass (FSDP2's DTensor, a quantized or wrapped tensor) owns memory in its own way
     pairs = [(live[key], value) for key, value in state.items() if key in live and _same_kind(live[key], value)]
     live_memory = _owners(live.values())
     saved_memory = _owners(state.values())
@@ -59,9 +61,13 @@ def hand_over(module: Module, state: Mapping[str, Any], strict: bool) -> int:
     return handed
 
 
+def _plain(tensor: Tensor) -> bool:
+    return type(tensor) in (Tensor, Parameter)
+
+
 def _same_kind(tensor: Any, value: Any) -> bool:
     return (
-        type(tensor) in (Tensor, Parameter)
+        _plain(tensor)
         and type(value) is Tensor
         and not value.requires_grad
         and tensor.dtype == value.dtype

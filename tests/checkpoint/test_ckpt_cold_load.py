@@ -148,3 +148,18 @@ def test_tied_weights_stay_tied_and_kept_reads_are_copied(tmp_path: Path) -> Non
         assert torch.equal(first.state_dict()[name], value)
         assert torch.equal(second.state_dict()[name], value)
         assert first.state_dict()[name].data_ptr() != second.state_dict()[name].data_ptr()
+
+
+def test_a_module_holding_tensor_subclasses_is_copied_into_not_handed_over() -> None:
+    # FSDP2's DTensor parameters (and other subclasses) own their memory in their own way: the load copies.
+    from fabricx.checkpoint.hand_over import hand_over
+
+    class Wrapped(torch.Tensor):
+        pass
+
+    model = torch.nn.Linear(2, 2)
+    model.weight = torch.nn.Parameter(torch.zeros(2, 2).as_subclass(Wrapped))
+    state = {"weight": torch.ones(2, 2), "bias": torch.ones(2)}
+    assert hand_over(model, state, strict=True) == 0
+    model.load_state_dict(state)
+    assert torch.equal(model.weight, torch.ones(2, 2)) and model.bias.data_ptr() != state["bias"].data_ptr()
