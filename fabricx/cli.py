@@ -186,8 +186,18 @@ def _leaving_together(options: RunOptions) -> contextlib.AbstractContextManager[
         return contextlib.nullcontext([False])
     from fabricx.strategies.launchers.node_departure import nodes_leave_together
 
-    port = options.main_port or DEFAULT_MULTI_NODE_PORT
-    return nodes_leave_together(options.main_address, port, options.node_rank, num_nodes)
+    return nodes_leave_together(options.main_address, _main_port(options), options.node_rank, num_nodes)
+
+
+def _main_port(options: RunOptions) -> int:
+    """The port given, else a free one for a single node, else the port every node of a job assumes."""
+    if options.main_port is not None:
+        return options.main_port
+    if (options.num_nodes or 1) == 1:
+        from fabricx.environments.local import find_free_port
+
+        return find_free_port()
+    return DEFAULT_MULTI_NODE_PORT
 
 
 def _all_left_for_requeue(error: Any) -> bool:
@@ -212,14 +222,7 @@ def build_torchrun_args(options: RunOptions) -> list[str]:
     """
     _validate(options)
     num_nodes = options.num_nodes or 1
-    port = options.main_port
-    if port is None:
-        if num_nodes == 1:
-            from fabricx.environments.local import find_free_port
-
-            port = find_free_port()
-        else:
-            port = DEFAULT_MULTI_NODE_PORT
+    port = _main_port(options)
     if options.elastic:
         # Nodes join and leave: torchrun's elastic c10d rendezvous assigns node ranks, and a change
         # in membership restarts every worker (counted against --max-restarts).
