@@ -166,9 +166,8 @@ def run(options: RunOptions) -> int:
     if threads is not None:
         os.environ[THREADS_ENV] = str(threads)
     try:
-        with _leaving_together(options) as finished:
+        with _leaving_together(options):
             torchrun_main(torchrun_args)
-            finished[0] = True
     except ChildFailedError as error:
         if _all_left_for_requeue(error):
             # Every rank called fabric.exit_for_requeue(): hand the requeue code on (torchrun would say 1).
@@ -179,11 +178,11 @@ def run(options: RunOptions) -> int:
     return 0
 
 
-def _leaving_together(options: RunOptions) -> contextlib.AbstractContextManager[list[bool]]:
+def _leaving_together(options: RunOptions) -> contextlib.AbstractContextManager[None]:
     """A static multi-node job keeps node 0's store up until the other nodes have left (see node_departure)."""
     num_nodes = options.num_nodes or 1
     if num_nodes == 1 or options.elastic or options.max_restarts:
-        return contextlib.nullcontext([False])
+        return contextlib.nullcontext()
     from fabricx.strategies.launchers.node_departure import nodes_leave_together
 
     return nodes_leave_together(options.main_address, _main_port(options), options.node_rank, num_nodes)

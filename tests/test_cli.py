@@ -429,8 +429,8 @@ def test_node_zero_keeps_the_store_up_until_the_other_nodes_have_left() -> None:
     host_left = threading.Event()
 
     def node_zero() -> None:
-        with nodes_leave_together("127.0.0.1", port, node_rank=0, num_nodes=2) as finished:
-            finished[0] = True
+        with nodes_leave_together("127.0.0.1", port, node_rank=0, num_nodes=2):
+            pass
         host_left.set()
 
     thread = threading.Thread(target=node_zero)

@@ -24,33 +24,27 @@ _LEFT_KEY = "fabricx/nodes_left"
 
 
 @contextlib.contextmanager
-def nodes_leave_together(address: str, port: int, node_rank: int, num_nodes: int) -> Iterator[list[bool]]:
-    """Run torchrun's agent inside this; set ``finished[0] = True`` when it returned normally.
+def nodes_leave_together(address: str, port: int, node_rank: int, num_nodes: int) -> Iterator[None]:
+    """Run torchrun's agent inside this; when it returns normally, the nodes leave together (an error leaves at once).
 
     Example:
         ```python
-        with nodes_leave_together("127.0.0.1", 29500, node_rank=0, num_nodes=2) as finished:
+        with nodes_leave_together("127.0.0.1", 29500, node_rank=0, num_nodes=2):
             torchrun_main(args)
-            finished[0] = True
         ```
     """
     # torch.distributed.TCPStore is public (documented); pyright sees it as re-exported from torch._C.
     from torch.distributed import TCPStore  # pyright: ignore[reportPrivateImportUsage]
 
-    finished = [False]
     host = None
     if node_rank == 0:
         # Hosted here first; torchrun's agent store on the same port joins this server instead of starting one.
         host = TCPStore(address, port, None, True, timedelta(seconds=60), wait_for_workers=False, multi_tenant=True)
-    try:
-        yield finished
-    finally:
-        if finished[0]:
-            if host is not None:
-                _wait_for_others(host, num_nodes - 1)
-            else:
-                _say_left(address, port)
-        del host
+    yield  # an exception in the block leaves from here, and the store goes with this generator
+    if host is not None:
+        _wait_for_others(host, num_nodes - 1)
+    else:
+        _say_left(address, port)
 
 
 def _wait_for_others(store: Any, others: int) -> None:
