@@ -70,6 +70,25 @@ def is_checkpoint_io(plugin: object) -> TypeGuard[CheckpointIOLike]:
     return all(callable(getattr(plugin, name, None)) for name in CHECKPOINT_IO_METHODS)
 
 
+class FileCheckpointIOLike(Protocol):
+    """Lightning's ``CheckpointIO`` shape: one checkpoint dict to one file and back (a library's own format).
+
+    The Trainer hands such a plugin the dict its single-file checkpoint holds (``Trainer(plugins=[...])``).
+    """
+
+    def save_checkpoint(self, checkpoint: dict, path: str, storage_options: object = None) -> None: ...
+
+    def load_checkpoint(self, path: str) -> dict: ...
+
+    def remove_checkpoint(self, path: str) -> None: ...
+
+
+def is_file_checkpoint_io(plugin: object) -> TypeGuard[FileCheckpointIOLike]:
+    """Whether ``plugin`` has Lightning's ``CheckpointIO`` methods (and is not a fabricx checkpoint I/O)."""
+    methods = ("save_checkpoint", "load_checkpoint", "remove_checkpoint")
+    return all(callable(getattr(plugin, name, None)) for name in methods) and not is_checkpoint_io(plugin)
+
+
 @runtime_checkable
 class HoldsFabric(Protocol):
     """A module that records the Fabric that set it up (``TrainModule``, Lightning's ``LightningModule``)."""
@@ -97,9 +116,11 @@ class IncompatibleKeys(Protocol):
 __all__ = [
     "CHECKPOINT_IO_METHODS",
     "CheckpointIOLike",
+    "FileCheckpointIOLike",
     "HoldsFabric",
     "HoldsFabricOptimizers",
     "IncompatibleKeys",
     "LoggerLike",
     "is_checkpoint_io",
+    "is_file_checkpoint_io",
 ]

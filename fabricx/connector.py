@@ -190,9 +190,9 @@ def _sort_plugins(
         elif hasattr(plugin, "save_checkpoint") and hasattr(plugin, "load_checkpoint"):
             raise MisconfigurationError(
                 f"plugins got {type(plugin).__name__}, a Lightning-style checkpoint I/O object (save_checkpoint/"
-                "load_checkpoint of one file). fabricx checkpoints are directories written by every rank "
-                "and committed atomically: subclass fabricx.checkpoint.CheckpointIO (or LocalCheckpointIO) "
-                "instead."
+                "load_checkpoint of one file). The Trainer writes its checkpoint files through one "
+                "(Trainer(plugins=[...])); Fabric's checkpoints are written by every rank and committed "
+                "atomically: subclass fabricx.checkpoint.CheckpointIO (or LocalCheckpointIO) instead."
             )
         else:
             raise MisconfigurationError(

@@ -31,6 +31,7 @@ from fabricx.utilities.exceptions import CheckpointError
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
     from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.layouts import Layout
     from fabricx.checkpoint.loaded import LoadedCheckpoint
     from fabricx.checkpoint.save_modes import SaveModeName
 
@@ -62,6 +63,7 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._exit_hook: bool | None = None  # None: not installed; else whether it can set the exit status
         self._kept: dict[str, LoadedCheckpoint | None] = {}  # paths read once (see `read_once`)
+        self._read_layouts: dict[str, Layout] = {}  # paths whose reader is named (see `read_once`)
 
     # -- the pending save ----------------------------------------------------------------------------
     @property
@@ -115,11 +117,11 @@ class Checkpointer:
         state: dict[str, Any] | Callable[[], dict[str, Any]],
         filter: Mapping[str, Callable] | None = None,
         *,
-        layout: str | None = None,
+        layout: str | Layout | None = None,
         mode: SaveModeName = "sync",
         exclusive: bool = False,
     ) -> AsyncSave | None:
-        """Write ``state`` to ``path`` in the layout its name asks for (or ``layout``).
+        """Write ``state`` to ``path`` in the layout its name asks for (or ``layout``: a key or a layout object).
 
         A path naming a file (``.pt``, ``.pth``, ``.ckpt``, ``.bin``) becomes one ``torch.save`` file; any
         other path a fabricx checkpoint directory. ``mode="async"`` returns once the state is copied to host
@@ -145,13 +147,13 @@ class Checkpointer:
         path: str,
         state: dict[str, Any] | Callable[[], dict[str, Any]],
         filter: Mapping[str, Callable] | None,
-        layout: str | None,
+        layout: str | Layout | None,
         mode: Any,
     ) -> AsyncSave | None:
         from fabricx.checkpoint.layouts import get_layout, layout_for
         from fabricx.checkpoint.save_modes import save_mode
 
-        backend = get_layout(layout_for(path, layout))
+        backend = layout if layout is not None and not isinstance(layout, str) else get_layout(layout_for(path, layout))
         made = state() if callable(state) else state
         return self._hold(backend.save(self.host, path, self._own_entries(made), filter, save_mode(mode)))
 
@@ -198,7 +200,7 @@ class Checkpointer:
         release: Callable[[_T], Any],
         state: dict[str, Any] | Callable[[], dict[str, Any]],
         filter: Mapping[str, Callable] | None,
-        layout: str | None,
+        layout: str | Layout | None,
         mode: Any,
         retention: Callable[[], Any] | None = None,
     ) -> tuple[Any, AsyncSave | None]:
@@ -270,7 +272,7 @@ class Checkpointer:
         from fabricx.checkpoint.fabric_state import apply_checkpoint
         from fabricx.checkpoint.layouts import saved_layout
 
-        layout = saved_layout(path)
+        layout = self._read_layouts.get(path) or saved_layout(path)
         kept = path in self._kept
         for attempt in range(_LOAD_ATTEMPTS):
             loaded = self._kept.get(path)
@@ -318,9 +320,10 @@ class Checkpointer:
             self.host.load_optimizer_state(target, contents)
 
     @contextlib.contextmanager
-    def read_once(self, path: str | os.PathLike) -> Iterator[None]:
+    def read_once(self, path: str | os.PathLike, layout: Layout | None = None) -> Iterator[None]:
         """Inside the block, every load of ``path`` on this rank takes the same read of it (the Trainer's resume
-        restores in two phases, as Lightning's does from the one checkpoint it loaded).
+        restores in two phases, as Lightning's does from the one checkpoint it loaded). ``layout`` reads it
+        instead of the layout that holds the path (a plugin's file: `fabricx.checkpoint.layouts.plugin_file`).
 
         Example:
             ```python
@@ -331,9 +334,12 @@ class Checkpointer:
         """
         key = os.fspath(path)
         self._kept[key] = None
+        if layout is not None:
+            self._read_layouts[key] = layout
         try:
             yield
         finally:
+            self._read_layouts.pop(key, None)
             loaded = self._kept.pop(key, None)
             if loaded is not None:
                 _unpin(loaded)

@@ -1,9 +1,9 @@
 """Lightning's `TorchCheckpointIO` shape (one dict to one file, and back) over fabricx's code-free single file.
 
 Libraries subclass Lightning's class to read and write checkpoints themselves (nn-template-core zips each file
-with its data's metadata). Here the file is what `write_single_file` writes and `read_checkpoint` reads: tensors
-and plain values, never code. The Trainer's checkpoints are written by its layouts, not by a plugin of this shape
-(``Trainer(plugins=[...])`` refuses it, naming `fabricx.checkpoint.CheckpointIO`).
+with its data's metadata). Here the file is what `write_single_file` writes, read back through the checkpoint
+gate: tensors and plain values, never code. ``Trainer(plugins=[MyCheckpointIO()])`` writes and reads the
+Trainer's checkpoint files through such a plugin (`fabricx.checkpoint.layouts.plugin_file`), as Lightning's does.
 
 Example:
     ```python
@@ -41,13 +41,19 @@ class TorchCheckpointIO:
     def load_checkpoint(
         self, path: str | os.PathLike, map_location: Any | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        """The file's dict, on the CPU (``map_location`` and ``weights_only`` are accepted for Lightning's
-        signature: nothing in the file is code)."""
-        from fabricx.checkpoint.format import read_checkpoint
+        """The dict the file holds, as ``save_checkpoint`` was given it, on the CPU (``map_location`` and
+        ``weights_only`` are accepted for Lightning's signature: nothing in the file is code). A file the Trainer
+        wrote through this plugin keeps fabricx's entries (every rank's) for the Trainer to take apart."""
+        from fabricx.checkpoint.safe_read import load_torch
+        from fabricx.utilities.exceptions import CheckpointError
 
-        if not Path(path).is_file():
+        file = Path(path)
+        if not file.is_file():
             raise FileNotFoundError(f"Checkpoint file not found: {os.fspath(path)}")
-        return read_checkpoint(path).shared
+        contents = load_torch(file, f"the checkpoint {file}")
+        if not isinstance(contents, dict):
+            raise CheckpointError(f"{file} holds a {type(contents).__name__}; a checkpoint file holds a dict.")
+        return contents
 
     def remove_checkpoint(self, path: str | os.PathLike) -> None:
         Path(path).unlink(missing_ok=True)

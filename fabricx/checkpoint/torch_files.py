@@ -224,12 +224,15 @@ def file_contents(
     extra_keys: Collection[str],
     *,
     rank_view: bool = False,
+    check_shared: bool = True,
 ) -> dict[str, Any] | None:
     """Every rank: check, gather the per-rank entries to rank 0; rank 0 gets the file's dict, the others None.
 
     Every rank takes part in the same collectives and raises the same error when any rank's state is refused.
     With ``rank_view=True`` the other ranks get their own view instead of None: the shared entries and
     their own per-rank ones, without the file's metadata (what a tool that writes a file per rank stores).
+    ``check_shared=False`` leaves the shared entries to the writer (a library's own checkpoint I/O stores
+    objects of its own, as Lightning's plugins may); the per-rank entries are always checked (they travel).
 
     Example:
 
@@ -242,7 +245,7 @@ def file_contents(
     problem: str | None = None
     try:
         if rank == 0:
-            for key, value in shared.items():
+            for key, value in shared.items() if check_shared else ():
                 check_weights_only(_encode(value) if key in extra_keys else value, f"state[{key!r}]", path)
             clash = sorted(k for k in shared if k in per_rank or k in (META_KEY, RANKS_KEY))
             if clash:

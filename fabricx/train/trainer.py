@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from fabricx.strategies.strategy import Strategy
     from fabricx.train.callbacks.base import Callback
 
+
 class Trainer(TrainerProperties):
     """Fit, validate, test and predict with a `TrainModule` on any hardware, strategy and precision.
 
@@ -244,7 +245,6 @@ class Trainer(TrainerProperties):
         """``print`` on global rank zero only."""
         self._fabric.print(*args, **kwargs)
 
-
     # -- entry points ----------------------------------------------------------------------------------------
     def fit(
         self,
@@ -390,17 +390,13 @@ class Trainer(TrainerProperties):
                 "`Trainer.save_checkpoint()` before calling `Trainer.{fit,validate,test,predict}`? save_checkpoint() "
                 "needs a module set up by fit/validate/test first."
             )
-        if storage_options is not None:
-            raise MisconfigurationError(
-                "save_checkpoint(storage_options=...) is not supported; fabricx writes local files. Drop it."
-            )
         # Rank 0 claims the name until the save has committed (or failed): two jobs never write one file, and a
         # job killed in between leaves the previous file as it was. The hooks run inside the claim.
         connector = self.checkpoint_connector
         return self.fabric.checkpointer.save(
             filepath,
             lambda: connector.dump_checkpoint(weights_only, filepath),
-            layout=connector.layout(),
+            layout=connector.layout(storage_options),
             mode="async" if async_save else "sync",
             exclusive=True,
         )
@@ -666,7 +662,6 @@ def _check_module(module: Any, where: str) -> None:
         raise FabricxError(
             f"{type(module).__name__}.__init__ did not call super().__init__(); add it as the first line."
         )
-
 
 
 __all__ = ["Trainer"]

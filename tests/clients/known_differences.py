@@ -13,14 +13,7 @@ _FITTED_NORMALIZERS = (
     "dataset_parameters to the .ckpt raises CheckpointError naming it (its NumPy scalars are stored since)"
 )
 
-_CHECKPOINT_IO_PLUGIN = (
-    "the template's run() passes Trainer(plugins=[NNCheckpointIO(...)]), nn-template-core's subclass of Lightning's "
-    "TorchCheckpointIO (one checkpoint dict to one zipped file); fabricx's Trainer writes its checkpoints through its "
-    "layouts and a fabricx.checkpoint.CheckpointIO, and refuses a plugin of Lightning's shape (MisconfigurationError)"
-)
-
 KNOWN_DIFFERENCES: dict[str, dict[str, str]] = {
-    "nn_template": {"tests/test_training.py::test_train_loop[cfg_fast_dev_run]": _CHECKPOINT_IO_PLUGIN},
     "pytorch_forecasting": {
         case: _FITTED_NORMALIZERS
         for case in (

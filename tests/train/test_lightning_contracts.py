@@ -251,3 +251,17 @@ def test_a_librarys_own_checkpoint_io_and_load_state(results):
     _same_weights(lightning["loaded_weights"], fabricx["loaded_weights"])
     _same_weights(lightning["weights"], lightning["loaded_weights"])
     assert "FileNotFoundError" in lightning["missing"]["types"] and "FileNotFoundError" in fabricx["missing"]["types"]
+
+
+def test_the_trainer_writes_and_reads_its_checkpoints_through_a_checkpoint_io_plugin(results):
+    # nn-template's run() trains with Trainer(plugins=[NNCheckpointIO(...)]): the plugin gets each checkpoint
+    # dict (objects the module's on_save_checkpoint added included), names the file itself, removes the ones
+    # ModelCheckpoint replaces, and hands the dict back when the fit resumes from one.
+    lightning, fabricx = _case(results, "checkpoint_io_plugin")
+    assert fabricx["saved"] == lightning["saved"] == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt"]
+    assert fabricx["removed"] == lightning["removed"] == ["epoch=0-step=4.ckpt"]
+    assert fabricx["files"] == lightning["files"] == ["epoch=1-step=8.ckpt.zip", "epoch=3-step=16.ckpt.zip"]
+    assert fabricx["notes_loaded"] == lightning["notes_loaded"] == ["Note"]
+    _same_weights(lightning["straight"], fabricx["straight"])
+    _same_weights(fabricx["straight"], fabricx["resumed"])  # the resume through the plugin is exact
+    _same_weights(lightning["resumed"], fabricx["resumed"])

@@ -70,19 +70,27 @@ class SingleFileLayout:
                 "into one file."
             )
         shared, per_rank = split_state(host, state, filter)
-        contents = file_contents(host, path, shared, per_rank, [key for key in shared if is_reserved(key)])
+        extra_keys = [key for key in shared if is_reserved(key)]
+        contents = file_contents(host, path, shared, per_rank, extra_keys, check_shared=self.checks_shared)
         staged = None if contents is None else mode.copy(contents)
 
         def job() -> None:
             error: BaseException | None = None
             if staged is not None:
                 try:
-                    write_file(path, staged, checkpoint_io_of(host))
+                    self.write(path, staged, host)
                 except Exception as failure:
                     error = failure
             mode.share_outcome(host, error)
 
         return mode.run(path, job)
+
+    #: Whether the shared entries are checked weights-only before `write` (the file written here holds no code).
+    checks_shared = True
+
+    def write(self, path: str, contents: dict[str, Any], host: CheckpointHost) -> None:
+        """Rank 0: write the file's dict (`fabricx.checkpoint.torch_files.file_contents`) to ``path``."""
+        write_file(path, contents, checkpoint_io_of(host))
 
     def holds(self, path: str) -> bool:
         return not is_url(path) and Path(path).is_file()

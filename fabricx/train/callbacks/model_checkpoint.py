@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fabricx.checkpoint.atomic import leftover_of
-from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.checkpoint.safe_read import inside
 from fabricx.checkpoint.storage import is_url
 from fabricx.train.callbacks.base import Callback
@@ -465,13 +464,9 @@ class ModelCheckpoint(Callback):
             return  # still referenced (a version counter reused the name)
         if not trainer.is_global_zero:
             return
-        io = trainer.fabric.strategy.checkpoint_io
 
         def remove() -> None:
-            if os.path.islink(filepath):
-                os.remove(filepath)
-            else:
-                remove_checkpoint(filepath, io)
+            trainer.checkpoint_connector.remove(filepath)
 
         # An asynchronous save deletes the checkpoints it replaces only once it is committed.
         if self._handle is not None and not self._handle.done():

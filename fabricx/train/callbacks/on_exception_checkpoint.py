@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from fabricx.checkpoint.manager import remove_checkpoint
 from fabricx.train.callbacks.base import Callback
 
 if TYPE_CHECKING:
@@ -52,7 +51,7 @@ class OnExceptionCheckpoint(Callback):
         # fabricx calls teardown after on_exception too; Lightning's teardown (which removes) runs only on success.
         raised, self._raised = self._raised, False
         if not raised and trainer.is_global_zero and os.path.lexists(self.ckpt_path):
-            remove_checkpoint(self.ckpt_path, trainer.fabric.strategy.checkpoint_io)
+            trainer.checkpoint_connector.remove(self.ckpt_path)
 
 
 __all__ = ["OnExceptionCheckpoint"]

@@ -96,7 +96,8 @@ def select_ckpt_path(
             'ckpt_path="hpc" (Lightning\'s SLURM auto-requeue file) is not supported; pass "last".'
         )
     path = os.fspath(ckpt_path)
-    if "://" not in path and not os.path.exists(path):  # remote (fsspec) paths are checked when read
+    # Remote (fsspec) paths are checked when read, and so are a checkpoint I/O plugin's (it may store elsewhere).
+    if "://" not in path and trainer.checkpoint_connector.file_io is None and not os.path.exists(path):
         raise FileNotFoundError(
             f"Checkpoint file not found: {path}. Pass {fn}(ckpt_path=...) an existing checkpoint file or folder, "
             '"best" or "last".'

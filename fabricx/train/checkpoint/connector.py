@@ -49,10 +49,12 @@ from fabricx.train.checkpoint.lightning_files import (
 )
 from fabricx.train.data.loader_setup import drop_rest_of_epoch
 from fabricx.train.data.loaders import warn_if_not_resumable
-from fabricx.utilities.exceptions import MisconfigurationException
+from fabricx.utilities.exceptions import MisconfigurationError, MisconfigurationException
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
+    from fabricx.capabilities import FileCheckpointIOLike
+    from fabricx.checkpoint.layouts import Layout
     from fabricx.train.trainer import Trainer
 
 __all__ = ["CheckpointConnector"]
@@ -80,10 +82,48 @@ class CheckpointConnector:
         self._modules_restored = False
 
     # -- saving --------------------------------------------------------------------------------------
-    def layout(self) -> str | None:
-        """The layout a Trainer checkpoint takes: a folder where the strategy stores engines' own files."""
+    @property
+    def file_io(self) -> FileCheckpointIOLike | None:
+        """The checkpoint I/O of Lightning's shape given in ``Trainer(plugins=...)``, if any."""
+        return self.trainer.config.file_checkpoint_io
+
+    def layout(self, storage_options: Any = None) -> str | Layout | None:
+        """The layout a Trainer checkpoint takes: a folder where the strategy stores engines' own files, the
+        plugin's file where ``plugins`` hold a checkpoint I/O of Lightning's shape (``storage_options`` go to
+        its save), else what the path says."""
         storage = self.trainer.fabric.strategy.checkpoint_storage()
-        return "directory" if storage is not None and not storage.full_state_in_one_file else None
+        engine_files = storage is not None and not storage.full_state_in_one_file
+        plugin = self.file_io
+        if plugin is None:
+            if storage_options is not None:
+                raise MisconfigurationError(
+                    f"save_checkpoint(storage_options={storage_options!r}): only a checkpoint I/O plugin of "
+                    "Lightning's shape (Trainer(plugins=[...])) takes storage options; fabricx writes local files "
+                    "and fsspec URLs without them. Drop the argument."
+                )
+            return "directory" if engine_files else None
+        if engine_files:
+            raise MisconfigurationError(
+                f"Trainer(plugins=[{type(plugin).__name__}(...)]) writes one checkpoint file, but "
+                f"{type(self.trainer.fabric.strategy).__name__} stores its engines' own files, which have no "
+                "one-file form. Drop the plugin (the Trainer then writes a checkpoint folder), or use a strategy "
+                "that holds the whole state in one file (ddp, fsdp)."
+            )
+        from fabricx.checkpoint.layouts.plugin_file import PluginFileLayout
+
+        return PluginFileLayout(plugin, storage_options)
+
+    def remove(self, path: str | os.PathLike) -> None:
+        """Rank 0: delete the checkpoint at ``path`` (through the plugin that wrote it, if any)."""
+        from fabricx.checkpoint.manager import remove_checkpoint
+
+        plugin = self.file_io
+        if plugin is not None:
+            plugin.remove_checkpoint(os.fspath(path))
+        elif os.path.islink(path):
+            os.remove(path)
+        else:
+            remove_checkpoint(path, self.trainer.fabric.strategy.checkpoint_io)
 
     def dump_checkpoint(self, weights_only: bool, filepath: str | os.PathLike = "") -> dict[str, Any]:
         """What ``Trainer.save_checkpoint`` writes: Lightning's entries after the ``on_save_checkpoint`` hooks.
@@ -120,7 +160,9 @@ class CheckpointConnector:
         self.path, self._cast_weights, self._modules_restored = path, None, False
         if path is not None:
             self._reading = contextlib.ExitStack()
-            self._reading.enter_context(self.trainer.fabric.checkpointer.read_once(path))
+            layout = self.layout()
+            reader = layout if layout is not None and not isinstance(layout, str) else None
+            self._reading.enter_context(self.trainer.fabric.checkpointer.read_once(path, reader))
 
     def resume_end(self) -> None:
         """Drop the checkpoint read by `resume_start` (also after a failed resume)."""

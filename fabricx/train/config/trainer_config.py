@@ -127,6 +127,8 @@ class TrainerConfig:
     # the profiler flag as given (``profiler`` becomes the profiler object).
     val_check_seconds: float | None = dataclasses.field(default=None, init=False)
     profiler_flag: Any = dataclasses.field(default=None, init=False)
+    #: A checkpoint I/O of Lightning's shape taken from ``plugins`` (the Trainer writes its single files through it).
+    file_checkpoint_io: Any = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         # The order is the Trainer's: the first wrong flag is the one reported.
@@ -198,8 +200,23 @@ class TrainerConfig:
         self.callbacks = one_or_many(self.callbacks)
         if self.plugins is not None:
             self.plugins = one_or_many(self.plugins)
+            self._take_file_checkpoint_io()
         if self.loggers is not None and not isinstance(self.loggers, bool):
             self.loggers = self.logger = one_or_many(self.loggers)
+
+    def _take_file_checkpoint_io(self) -> None:
+        # As Lightning's Trainer: a CheckpointIO of Lightning's shape writes and reads the Trainer's checkpoint
+        # files (the Fabric underneath keeps its own directory I/O for everything else).
+        from fabricx.capabilities import is_file_checkpoint_io
+
+        taken = [plugin for plugin in self.plugins if is_file_checkpoint_io(plugin)]
+        if len(taken) > 1:
+            raise MisconfigurationError(
+                f"Two checkpoint I/O plugins were given ({', '.join(type(p).__name__ for p in taken)}); pass one."
+            )
+        if taken:
+            self.file_checkpoint_io = taken[0]
+            self.plugins = [plugin for plugin in self.plugins if plugin is not taken[0]] or None
 
     def _check_checkpoint_flag(self) -> None:
         # The user's own flag (barebones and fast_dev_run turn it off later, and then keep the callbacks given).

@@ -9,6 +9,7 @@ import csv
 import functools
 import inspect
 import os
+import shutil
 import warnings
 from collections.abc import MutableSequence
 
@@ -348,8 +349,11 @@ def run_prediction_writer(root: str) -> dict:
             writer = RecordingWriter(interval)
             trainer = Trainer(logger=False, callbacks=[writer], **QUIET)
             returned = trainer.predict(module, [loader(1), shuffled], return_predictions=keep)
-            seen[f"{interval}-{keep}"] = {"batches": writer.batches, "epochs": writer.epochs,
-                                          "returned": returned is not None and len(returned)}
+            seen[f"{interval}-{keep}"] = {
+                "batches": writer.batches,
+                "epochs": writer.epochs,
+                "returned": returned is not None and len(returned),
+            }
     seen["bad_interval"] = error_of(lambda: RecordingWriter("step"))
     return seen
 
@@ -437,6 +441,70 @@ def run_library_checkpoint_io(root: str) -> dict:
     }
 
 
+# -- 15. The Trainer writes and reads its checkpoints through a library's checkpoint I/O plugin -------------------
+class ZippedIO(TorchCheckpointIO):
+    """nn-template-core's NNCheckpointIO in small: it stores each checkpoint under its own name (``.zip``),
+    drops an object entry its module added before writing, and puts it back when loading."""
+
+    def __init__(self):
+        self.saved, self.removed = [], []
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        self.saved.append(os.path.basename(path))
+        checkpoint = dict(checkpoint)
+        checkpoint["note_kind"] = type(checkpoint.pop("note")).__name__
+        super().save_checkpoint(checkpoint, str(path) + ".zip", storage_options)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None):
+        checkpoint = super().load_checkpoint(str(path) + ".zip")
+        checkpoint["note"] = Note() if checkpoint.pop("note_kind") == "Note" else None
+        return checkpoint
+
+    def remove_checkpoint(self, path):
+        self.removed.append(os.path.basename(path))
+        os.remove(str(path) + ".zip")
+
+
+class Note:
+    """An object a module adds to its checkpoints (nn-template's data metadata); the plugin stores it its way."""
+
+
+class NotedCheckpoints(Regressor):
+    def __init__(self, lr=0.1):
+        super().__init__(lr)
+        self.notes_loaded = []
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["note"] = Note()
+
+    def on_load_checkpoint(self, checkpoint):
+        self.notes_loaded.append(type(checkpoint["note"]).__name__)
+
+
+def run_checkpoint_io_plugin(root: str) -> dict:
+    def fit(epochs, ckpt_path=None):
+        torch.manual_seed(11)
+        io = ZippedIO()
+        checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "plugin"), save_top_k=1)
+        module = NotedCheckpoints(lr=0.05)
+        trainer = Trainer(max_epochs=epochs, logger=False, callbacks=[checkpoint], plugins=[io], **QUIET)
+        trainer.fit(module, loader(9), ckpt_path=ckpt_path)
+        return module, io, checkpoint
+
+    straight, _, _ = fit(4)
+    shutil.rmtree(os.path.join(root, "plugin"))
+    _, first_io, first_checkpoint = fit(2)
+    resumed, _, _ = fit(4, ckpt_path=first_checkpoint.best_model_path)
+    return {
+        "saved": first_io.saved,
+        "removed": first_io.removed,
+        "files": sorted(os.listdir(os.path.join(root, "plugin"))),
+        "notes_loaded": resumed.notes_loaded,
+        "straight": weights(straight),
+        "resumed": weights(resumed),
+    }
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -452,4 +520,5 @@ CASES = {
     "hparams_before_init": run_hparams_before_init,
     "numpy_hparams": run_numpy_hparams,
     "library_checkpoint_io": run_library_checkpoint_io,
+    "checkpoint_io_plugin": run_checkpoint_io_plugin,
 }
