@@ -258,10 +258,14 @@ def test_the_trainer_writes_and_reads_its_checkpoints_through_a_checkpoint_io_pl
     # dict (objects the module's on_save_checkpoint added included), names the file itself, removes the ones
     # ModelCheckpoint replaces, and hands the dict back when the fit resumes from one.
     lightning, fabricx = _case(results, "checkpoint_io_plugin")
-    assert fabricx["saved"] == lightning["saved"] == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt"]
+    saved = ["epoch=0-step=4.ckpt", "last.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
+    assert fabricx["saved"] == lightning["saved"] == saved
     assert fabricx["removed"] == lightning["removed"] == ["epoch=0-step=4.ckpt"]
-    assert fabricx["files"] == lightning["files"] == ["epoch=1-step=8.ckpt.zip", "epoch=3-step=16.ckpt.zip"]
+    assert fabricx["files"] == lightning["files"] == ["epoch=4-step=20.ckpt.zip", "last.ckpt.zip"]
     assert fabricx["notes_loaded"] == lightning["notes_loaded"] == ["Note"]
     _same_weights(lightning["straight"], fabricx["straight"])
     _same_weights(fabricx["straight"], fabricx["resumed"])  # the resume through the plugin is exact
     _same_weights(lightning["resumed"], fabricx["resumed"])
+    # ckpt_path="last" looks for last.ckpt by name, as Lightning does: the plugin's last.ckpt.zip is not it.
+    _same_weights(fabricx["fresh"], fabricx["from_last"])
+    _same_weights(lightning["from_last"], fabricx["from_last"])

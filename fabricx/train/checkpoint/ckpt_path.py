@@ -121,13 +121,15 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
         folders += sorted(str(p) for p in Path(root).glob("*/checkpoints"))
     # last.ckpt, last-v1.ckpt, ... (and a fabricx checkpoint folder named "last", as earlier versions wrote)
     pattern = re.compile(rf"^{re.escape(ModelCheckpoint.CHECKPOINT_NAME_LAST)}(-v?\d+)?(\.ckpt)?$")
+    # A file a checkpoint I/O plugin wrote is the plugin's format: as Lightning, its name is the only test.
+    plugin = trainer.checkpoint_connector.file_io is not None
     for folder in dict.fromkeys(os.fspath(f) for f in folders):
         try:
             names = sorted(os.listdir(folder))
         except OSError:
             continue
         found = [Path(folder, name) for name in names if pattern.match(name)]
-        candidates += [path for path in found if is_checkpoint(path)]
+        candidates += [path for path in found if plugin or is_checkpoint(path)]
     if not candidates:
         return None
     return os.fspath(max(candidates, key=lambda p: p.stat().st_mtime))  # a last.ckpt link: its target's time

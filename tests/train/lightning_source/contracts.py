@@ -485,7 +485,7 @@ def run_checkpoint_io_plugin(root: str) -> dict:
     def fit(epochs, ckpt_path=None):
         torch.manual_seed(11)
         io = ZippedIO()
-        checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "plugin"), save_top_k=1)
+        checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "plugin"), save_top_k=1, save_last=True)
         module = NotedCheckpoints(lr=0.05)
         trainer = Trainer(max_epochs=epochs, logger=False, callbacks=[checkpoint], plugins=[io], **QUIET)
         trainer.fit(module, loader(9), ckpt_path=ckpt_path)
@@ -495,6 +495,8 @@ def run_checkpoint_io_plugin(root: str) -> dict:
     shutil.rmtree(os.path.join(root, "plugin"))
     _, first_io, first_checkpoint = fit(2)
     resumed, _, _ = fit(4, ckpt_path=first_checkpoint.best_model_path)
+    # The plugin names its files last.ckpt.zip: "last" finds no last.ckpt, warns, and the fit starts afresh.
+    from_last, _, _ = fit(5, ckpt_path="last")
     return {
         "saved": first_io.saved,
         "removed": first_io.removed,
@@ -502,6 +504,8 @@ def run_checkpoint_io_plugin(root: str) -> dict:
         "notes_loaded": resumed.notes_loaded,
         "straight": weights(straight),
         "resumed": weights(resumed),
+        "from_last": weights(from_last),
+        "fresh": weights(fit(5)[0]),
     }
 
 
