@@ -481,6 +481,7 @@ class Trainer(TrainerProperties):
             run.call_teardown("fit")
             run.report_profile()
             self._end_state()
+            self.checkpoint_connector.teardown_io()  # last: an asynchronous plugin raises a failed save here
         return spawn_result(self, None) if self._spawns else None
 
     def _shutdown_loader_workers(self, stage: str) -> None:

@@ -53,6 +53,12 @@ _USER_CODE = textwrap.dedent(
     from fabricx.train.checkpoint.lightning_files import module_from_state
 
     assert TorchCheckpointIO is FabricxTorchIO and _load_state is module_from_state
+    from lightning.pytorch.plugins import AsyncCheckpointIO
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO as IOAsyncCheckpointIO
+    from lightning.pytorch.plugins.io import TorchCheckpointIO as IOTorchCheckpointIO
+    from fabricx.checkpoint.async_checkpoint_io import AsyncCheckpointIO as FabricxAsyncIO
+
+    assert AsyncCheckpointIO is IOAsyncCheckpointIO is FabricxAsyncIO and IOTorchCheckpointIO is FabricxTorchIO
     assert Logger is fabricx.loggers.Logger and TQDMProgressBar is fabricx.callbacks.TQDMProgressBar
 
     class Model(pl.LightningModule):

@@ -28,7 +28,12 @@ SWAPS = {
         "from fabricx.callbacks import BasePredictionWriter, Callback, ModelCheckpoint"
     ),
     "from lightning.pytorch.loggers import CSVLogger": "from fabricx.loggers import CSVLogger",
-    # Before the line it starts with: the longer line is swapped whole.
+    # Before the lines it starts with: the longer line is swapped whole.
+    "from lightning.pytorch.plugins import AsyncCheckpointIO, DoublePrecision, TorchCheckpointIO": (
+        "from fabricx.checkpoint.async_checkpoint_io import AsyncCheckpointIO\n"
+        "from fabricx.checkpoint.torch_checkpoint_io import TorchCheckpointIO\n"
+        "from fabricx.precision import DoublePrecision"
+    ),
     "from lightning.pytorch.plugins import DoublePrecision, TorchCheckpointIO": (
         "from fabricx.checkpoint.torch_checkpoint_io import TorchCheckpointIO\n"
         "from fabricx.precision import DoublePrecision"

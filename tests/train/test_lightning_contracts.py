@@ -269,3 +269,16 @@ def test_the_trainer_writes_and_reads_its_checkpoints_through_a_checkpoint_io_pl
     # ckpt_path="last" looks for last.ckpt by name, as Lightning does: the plugin's last.ckpt.zip is not it.
     _same_weights(fabricx["fresh"], fabricx["from_last"])
     _same_weights(lightning["from_last"], fabricx["from_last"])
+
+
+def test_async_checkpoint_io_writes_each_checkpoint_as_it_was_when_saved(results):
+    # Trainer(plugins=[AsyncCheckpointIO(...)]): each save is written in a background thread (here a slow one), from
+    # a copy taken when the Trainer saved; fit returns once every file is written, and a fit resumes from one.
+    lightning, fabricx = _case(results, "async_checkpoint_io")
+    names = ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt"]
+    assert fabricx["files"] == lightning["files"] == names
+    for name in names:
+        _same_weights(lightning["saved"][name], fabricx["saved"][name])
+    _same_weights(fabricx["saved"][names[-1]], fabricx["straight"])
+    _same_weights(lightning["straight"], fabricx["straight"])
+    _same_weights(fabricx["straight"], fabricx["resumed"])

@@ -35,7 +35,10 @@ _TYPE_NAMES = {
     "STEP_OUTPUT": ("fabricx.utilities.types", "StepOutput"),
 }
 # Libraries that write their own checkpoint files subclass this (nn-template-core): one dict, one code-free file.
-_PLUGIN_NAMES = {"TorchCheckpointIO": ("fabricx.checkpoint.torch_checkpoint_io", "TorchCheckpointIO")}
+_PLUGIN_NAMES = {
+    "TorchCheckpointIO": ("fabricx.checkpoint.torch_checkpoint_io", "TorchCheckpointIO"),
+    "AsyncCheckpointIO": ("fabricx.checkpoint.async_checkpoint_io", "AsyncCheckpointIO"),
+}
 
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -57,6 +60,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".trainer.states": ("fabricx.train.states", {}),
     ".tuner": ("fabricx.train.tuner", {}),
     ".plugins": ("fabricx.precision", _PLUGIN_NAMES),
+    ".plugins.io": ("fabricx.checkpoint.async_checkpoint_io", _PLUGIN_NAMES),
     ".plugins.precision": ("fabricx.precision", {}),
     ".strategies": ("fabricx.strategies", {}),
     ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),

@@ -113,6 +113,13 @@ class CheckpointConnector:
 
         return PluginFileLayout(plugin, storage_options)
 
+    def teardown_io(self) -> None:
+        """When a fit ends: the plugin's ``teardown()`` (an asynchronous one waits for its saves), as Lightning's
+        strategy calls it."""
+        teardown = getattr(self.file_io, "teardown", None)
+        if callable(teardown):
+            teardown()
+
     def remove(self, path: str | os.PathLike) -> None:
         """Rank 0: delete the checkpoint at ``path`` (through the plugin that wrote it, if any)."""
         from fabricx.checkpoint.manager import remove_checkpoint

@@ -19,7 +19,7 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.core.saving import _load_state
 from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.plugins import DoublePrecision, TorchCheckpointIO
+from lightning.pytorch.plugins import AsyncCheckpointIO, DoublePrecision, TorchCheckpointIO
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.parsing import get_init_args
 from torch import nn
@@ -509,6 +509,42 @@ def run_checkpoint_io_plugin(root: str) -> dict:
     }
 
 
+# -- 16. AsyncCheckpointIO: the Trainer's saves written in a background thread --------------------------------
+class SlowIO(TorchCheckpointIO):
+    """Writes late: a save that did not copy the weights first would store the ones of a later step."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        import time
+
+        time.sleep(0.2)
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+
+def run_async_checkpoint_io(root: str) -> dict:
+    folder = os.path.join(root, "async")
+
+    def fit(epochs, ckpt_path=None):
+        torch.manual_seed(5)
+        checkpoint = ModelCheckpoint(dirpath=folder, save_top_k=-1)
+        module = Regressor(lr=0.05)
+        trainer = Trainer(
+            max_epochs=epochs, logger=False, callbacks=[checkpoint], plugins=[AsyncCheckpointIO(SlowIO())], **QUIET
+        )
+        trainer.fit(module, loader(3), ckpt_path=ckpt_path)
+        return module
+
+    straight = fit(3)
+    names = os.listdir(folder)
+    saved = {name: torch.load(os.path.join(folder, name), weights_only=True)["state_dict"] for name in names}
+    resumed = fit(3, ckpt_path=os.path.join(folder, "epoch=0-step=4.ckpt"))
+    return {
+        "files": sorted(saved),
+        "saved": {name: dict(weights) for name, weights in saved.items()},
+        "straight": weights(straight),
+        "resumed": weights(resumed),
+    }
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -525,4 +561,5 @@ CASES = {
     "numpy_hparams": run_numpy_hparams,
     "library_checkpoint_io": run_library_checkpoint_io,
     "checkpoint_io_plugin": run_checkpoint_io_plugin,
+    "async_checkpoint_io": run_async_checkpoint_io,
 }
