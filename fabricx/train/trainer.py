@@ -562,12 +562,13 @@ class Trainer(TrainerProperties):
         from fabricx.train.checkpoint.entries import is_legacy_folder
         from fabricx.train.checkpoint.lightning_files import is_lightning_file, restore_weights
 
-        if is_lightning_file(path):
-            assert run.module is not None
-            restore_weights(run.module, path, self._fabric.load(path))
-        else:
-            key = "module" if is_legacy_folder(path) else "state_dict"
-            self._fabric.load(path, {key: run.model}, strict=False)
+        with self.checkpoint_connector.reading(path):  # through a checkpoint I/O plugin where one wrote it
+            if is_lightning_file(path) or self.checkpoint_connector.file_io is not None:
+                assert run.module is not None
+                restore_weights(run.module, path, self._fabric.load(path))
+            else:
+                key = "module" if is_legacy_folder(path) else "state_dict"
+                self._fabric.load(path, {key: run.model}, strict=False)
 
     def _setup_fit(self, module: TrainModule, train_dataloaders: Any, val_dataloaders: Any) -> None:
         fabric = self._fabric

@@ -262,7 +262,10 @@ def test_the_trainer_writes_and_reads_its_checkpoints_through_a_checkpoint_io_pl
     assert fabricx["saved"] == lightning["saved"] == saved
     assert fabricx["removed"] == lightning["removed"] == ["epoch=0-step=4.ckpt"]
     assert fabricx["files"] == lightning["files"] == ["epoch=4-step=20.ckpt.zip", "last.ckpt.zip"]
-    assert fabricx["notes_loaded"] == lightning["notes_loaded"] == ["Note"]
+    # Read back through the plugin twice: to resume the fit, and for test(ckpt_path="best").
+    assert fabricx["notes_loaded"] == lightning["notes_loaded"] == ["Note", "Note"]
+    assert fabricx["best"] == lightning["best"] == "epoch=3-step=16.ckpt"
+    assert fabricx["tested"] == lightning["tested"]
     _same_weights(lightning["straight"], fabricx["straight"])
     _same_weights(fabricx["straight"], fabricx["resumed"])  # the resume through the plugin is exact
     _same_weights(lightning["resumed"], fabricx["resumed"])

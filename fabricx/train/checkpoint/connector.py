@@ -113,6 +113,22 @@ class CheckpointConnector:
 
         return PluginFileLayout(plugin, storage_options)
 
+    def reading(self, path: str | os.PathLike) -> contextlib.AbstractContextManager[None]:
+        """Inside the block every load of ``path`` takes one read of it, through the plugin that wrote it, if any.
+
+        Example:
+            ```python
+            with trainer.checkpoint_connector.reading("best.ckpt"):
+                trainer.fabric.load("best.ckpt", {"state_dict": trainer.model}, strict=False)
+            ```
+        """
+        plugin = self.file_io
+        if plugin is None:
+            return self.trainer.fabric.checkpointer.read_once(path)
+        from fabricx.checkpoint.layouts.plugin_file import PluginFileLayout
+
+        return self.trainer.fabric.checkpointer.read_once(path, PluginFileLayout(plugin))
+
     def teardown_io(self) -> None:
         """When a fit ends: the plugin's ``teardown()`` (an asynchronous one waits for its saves), as Lightning's
         strategy calls it."""
@@ -167,9 +183,7 @@ class CheckpointConnector:
         self.path, self._cast_weights, self._modules_restored = path, None, False
         if path is not None:
             self._reading = contextlib.ExitStack()
-            layout = self.layout()
-            reader = layout if layout is not None and not isinstance(layout, str) else None
-            self._reading.enter_context(self.trainer.fabric.checkpointer.read_once(path, reader))
+            self._reading.enter_context(self.reading(path))
 
     def resume_end(self) -> None:
         """Drop the checkpoint read by `resume_start` (also after a failed resume)."""

@@ -480,6 +480,10 @@ class NotedCheckpoints(Regressor):
     def on_load_checkpoint(self, checkpoint):
         self.notes_loaded.append(type(checkpoint["note"]).__name__)
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self(x), y))
+
 
 def run_checkpoint_io_plugin(root: str) -> dict:
     def fit(epochs, ckpt_path=None):
@@ -489,12 +493,15 @@ def run_checkpoint_io_plugin(root: str) -> dict:
         module = NotedCheckpoints(lr=0.05)
         trainer = Trainer(max_epochs=epochs, logger=False, callbacks=[checkpoint], plugins=[io], **QUIET)
         trainer.fit(module, loader(9), ckpt_path=ckpt_path)
+        module.trainer_used = trainer
         return module, io, checkpoint
 
     straight, _, _ = fit(4)
     shutil.rmtree(os.path.join(root, "plugin"))
     _, first_io, first_checkpoint = fit(2)
-    resumed, _, _ = fit(4, ckpt_path=first_checkpoint.best_model_path)
+    resumed, _, resumed_checkpoint = fit(4, ckpt_path=first_checkpoint.best_model_path)
+    # test(ckpt_path="best"): the weights come through the plugin (its file is named otherwise).
+    tested = resumed.trainer_used.test(resumed, loader(9), ckpt_path="best", verbose=False)
     # The plugin names its files last.ckpt.zip: "last" finds no last.ckpt, warns, and the fit starts afresh.
     from_last, _, _ = fit(5, ckpt_path="last")
     return {
@@ -502,6 +509,8 @@ def run_checkpoint_io_plugin(root: str) -> dict:
         "removed": first_io.removed,
         "files": sorted(os.listdir(os.path.join(root, "plugin"))),
         "notes_loaded": resumed.notes_loaded,
+        "best": os.path.basename(resumed_checkpoint.best_model_path),
+        "tested": tested,
         "straight": weights(straight),
         "resumed": weights(resumed),
         "from_last": weights(from_last),
