@@ -12,7 +12,14 @@ from typing import Any, Literal
 import torch
 
 from fabricx.loggers.base import Logger
-from fabricx.loggers.utils import add_prefix, flatten_dict, metric_value, params_to_dict, rank_zero_experiment
+from fabricx.loggers.utils import (
+    add_prefix,
+    flatten_dict,
+    metric_value,
+    params_to_dict,
+    rank_zero_experiment,
+    saved_checkpoint_path,
+)
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
@@ -175,11 +182,14 @@ class MLFlowLogger(Logger):
         for start in range(0, len(entries), _BATCH_LIMIT):
             self.experiment.log_batch(run_id=self.run_id, metrics=entries[start : start + _BATCH_LIMIT], **self._sync())
 
-    def after_save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Tell the logger a checkpoint was written; with ``log_model`` it becomes an artifact."""
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Tell the logger a checkpoint was written; with ``log_model`` it becomes an artifact. The Trainer hands
+        over its ``ModelCheckpoint`` (as Lightning's does: its newest file is the one); a path is taken as it is."""
         if not self._log_model:
             return
-        self._checkpoints.append(os.fspath(path))
+        path = saved_checkpoint_path(checkpoint_callback)
+        if path and path not in self._checkpoints:
+            self._checkpoints.append(path)
         if self._log_model == "all":
             self._log_checkpoints()
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fabricx.loggers.base import Logger
-from fabricx.loggers.utils import add_prefix, metric_value, params_to_dict, rank_zero_experiment
+from fabricx.loggers.utils import add_prefix, metric_value, params_to_dict, rank_zero_experiment, saved_checkpoint_path
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
@@ -249,11 +249,14 @@ class WandbLogger(Logger):
         wandb = lazy_import("wandb")
         self._log({key: _media(wandb.Video, "videos", videos, kwargs)}, step)
 
-    def after_save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Tell the logger a checkpoint was written; with ``log_model`` it is uploaded as an artifact."""
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Tell the logger a checkpoint was written; with ``log_model`` it is uploaded as an artifact. The Trainer hands
+        over its ``ModelCheckpoint`` (as Lightning's does: its newest file is the one); a path is taken as it is."""
         if not self._log_model:
             return
-        self._checkpoints.append(os.fspath(path))
+        path = saved_checkpoint_path(checkpoint_callback)
+        if path and path not in self._checkpoints:
+            self._checkpoints.append(path)
         if self._log_model == "all":
             self._upload_checkpoints()
 

@@ -182,3 +182,24 @@ def test_missing_tracker_package_names_the_install_command():
 def test_wandb_refuses_uploading_checkpoints_offline(tmp_path):
     with pytest.raises(ValueError, match="offline=True"):
         WandbLogger(offline=True, log_model=True, save_dir=tmp_path)
+
+
+def test_mlflow_log_model_stores_the_checkpoints_the_trainer_saved(tmp_path):
+    # The Trainer hands loggers its ModelCheckpoint after each save (as Lightning's does); with log_model="all" each
+    # newly saved file becomes an artifact of the run.
+    from fabricx.callbacks import ModelCheckpoint
+
+    tracker = MLFlowLogger(experiment_name="models", save_dir=tmp_path / "mlruns", log_model="all")
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1)
+    torch.manual_seed(0)
+    trainer = Trainer(
+        accelerator="cpu", max_epochs=2, loggers=[tracker], callbacks=[checkpoint], enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Regressor(), loader(regression_data(32), batch_size=8))
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    stored = sorted(Path(entry.path).name for entry in client.list_artifacts(tracker.run_id, "checkpoints"))
+    assert stored == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt"]

@@ -285,3 +285,13 @@ def test_async_checkpoint_io_writes_each_checkpoint_as_it_was_when_saved(results
     _same_weights(fabricx["saved"][names[-1]], fabricx["straight"])
     _same_weights(lightning["straight"], fabricx["straight"])
     _same_weights(fabricx["straight"], fabricx["resumed"])
+
+
+def test_loggers_are_handed_the_model_checkpoint_after_each_save(results):
+    # Logger.after_save_checkpoint(checkpoint_callback): Lightning hands loggers the ModelCheckpoint (a weak proxy),
+    # and loggers read paths off it (nn-core's logger reads best_model_path; a path there was an AttributeError).
+    lightning, fabricx = _case(results, "logger_hears_checkpoints")
+    assert fabricx["heard"] == lightning["heard"]
+    assert [entry["best"] for entry in fabricx["heard"]] == [
+        "epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt"
+    ]

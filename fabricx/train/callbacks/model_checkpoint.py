@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import time
+import weakref
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -427,10 +428,12 @@ class ModelCheckpoint(Callback):
         if self.verbose and trainer.is_global_zero:
             trainer.print(f"ModelCheckpoint: saved {filepath}")
         if trainer.is_global_zero:
+            # As Lightning: loggers get this callback (a weak proxy: a logger keeping it does not keep it alive) and
+            # read the paths they want from it (`best_model_path`, `best_k_models`, ...).
             for logger in trainer.loggers:
                 after = getattr(logger, "after_save_checkpoint", None)
                 if callable(after):
-                    after(filepath)
+                    after(weakref.proxy(self))
 
     def _link_checkpoint(self, trainer: Trainer, filepath: str, linkpath: str) -> None:
         if self._handle is not None:  # the link must point at a committed file

@@ -554,6 +554,33 @@ def run_async_checkpoint_io(root: str) -> dict:
     }
 
 
+# -- 17. Loggers hear of each checkpoint through after_save_checkpoint(the ModelCheckpoint) ---------------------
+class CheckpointHearingLogger(CSVLogger):
+    """nn-core's logger in small: it reads the best path off the callback it is handed after each save."""
+
+    def __init__(self, save_dir):
+        super().__init__(save_dir)
+        self.heard = []
+
+    def after_save_checkpoint(self, checkpoint_callback):
+        self.heard.append(
+            {
+                "kind": type(checkpoint_callback).__name__,
+                "best": os.path.basename(checkpoint_callback.best_model_path),
+                "kept": len(checkpoint_callback.best_k_models),
+            }
+        )
+
+
+def run_logger_hears_checkpoints(root: str) -> dict:
+    torch.manual_seed(2)
+    logger = CheckpointHearingLogger(os.path.join(root, "heard"))
+    checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "heard", "ckpt"), save_top_k=2, monitor="zeta_loss")
+    module = Regressor(lr=0.05)
+    Trainer(max_epochs=3, logger=logger, callbacks=[checkpoint], log_every_n_steps=1, **QUIET).fit(module, loader(4))
+    return {"heard": logger.heard}
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -571,4 +598,5 @@ CASES = {
     "library_checkpoint_io": run_library_checkpoint_io,
     "checkpoint_io_plugin": run_checkpoint_io_plugin,
     "async_checkpoint_io": run_async_checkpoint_io,
+    "logger_hears_checkpoints": run_logger_hears_checkpoints,
 }
