@@ -292,6 +292,11 @@ def test_loggers_are_handed_the_model_checkpoint_after_each_save(results):
     # and loggers read paths off it (nn-core's logger reads best_model_path; a path there was an AttributeError).
     lightning, fabricx = _case(results, "logger_hears_checkpoints")
     assert fabricx["heard"] == lightning["heard"]
+    assert {entry["score"] > 0 for entry in fabricx["heard"]} == {True}  # best_model_score.item(): a tensor
+    assert fabricx["heard"][-1]["types"] == ["Tensor"]
+    assert fabricx["state_types"] == lightning["state_types"] == dict.fromkeys(
+        ("best_model_score", "kth_value", "current_score"), "Tensor"
+    )
     assert [entry["best"] for entry in fabricx["heard"]] == [
         "epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt"
     ]

@@ -126,12 +126,13 @@ class ModelCheckpoint(Callback):
         self._enable_version_counter = enable_version_counter
         self.async_save = async_save
         self._handle: Any = None
+        # Scores are tensors, as Lightning's are (code reads `best_model_score.item()`); ranked by their values.
         self.current_score: torch.Tensor | None = None
-        self.best_k_models: dict[str, float] = {}
+        self.best_k_models: dict[str, torch.Tensor] = {}
         self.best_model_path = ""
-        self.best_model_score: float | None = None
+        self.best_model_score: torch.Tensor | None = None
         self.kth_best_model_path = ""
-        self.kth_value: float = math.inf if mode == "min" else -math.inf
+        self.kth_value: torch.Tensor = torch.tensor(math.inf if mode == "min" else -math.inf)
         self.last_model_path = ""
         self._last_global_step_saved = 0  # no checkpoint before a step was taken
         self._last_checkpoint_saved = ""
@@ -322,7 +323,7 @@ class ModelCheckpoint(Callback):
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
         value = float(to_float(current))
-        kth = self.best_k_models[self.kth_best_model_path]
+        kth = float(self.best_k_models[self.kth_best_model_path])
         better = value < kth if self.mode == "min" else value > kth
         if trainer.world_size > 1:
             better = bool(trainer.fabric.broadcast(better))
@@ -347,7 +348,7 @@ class ModelCheckpoint(Callback):
             rank_zero_warn(message)
         current = candidates.get(self.monitor)
         if self.check_monitor_top_k(trainer, current):
-            self._update_best_and_save(float(to_float(current)), trainer, candidates)
+            self._update_best_and_save(current, trainer, candidates)
         elif self.verbose:
             rank_zero_info(
                 f"Epoch {candidates['epoch']:d}, global step {candidates['step']:d}: {self.monitor!r} was not in "
@@ -361,35 +362,34 @@ class ModelCheckpoint(Callback):
         if self.save_top_k == 1 and previous and self._should_remove_checkpoint(trainer, previous, filepath):
             self._remove_checkpoint(trainer, previous)
 
-    def _update_best_and_save(self, current: float, trainer: Trainer, candidates: dict[str, Any]) -> None:
+    def _update_best_and_save(self, logged: Any, trainer: Trainer, candidates: dict[str, Any]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         replaced = None
         if len(self.best_k_models) == k and k > 0:
             replaced = self.kth_best_model_path
             self.best_k_models.pop(replaced)
-        if math.isnan(current):  # a NaN score ranks last
+        current = float(to_float(logged))
+        # The logged tensor itself (it compares as its dtype does: 0.3 in float32 == 0.3); a NaN ranks last.
+        if math.isnan(current):
             current = math.inf if self.mode == "min" else -math.inf
+            score = torch.tensor(current)
+        else:
+            score = logged.detach().clone() if isinstance(logged, torch.Tensor) else torch.tensor(current)
         filepath = self._versioned_path(candidates, trainer, replaced)
-        # A tensor, as Lightning's (so it compares as the logged value's dtype does: 0.3 in float32 == 0.3).
-        logged = candidates.get(self.monitor) if self.monitor is not None else None
-        self.current_score = (
-            logged.detach().clone()
-            if isinstance(logged, torch.Tensor) and not math.isinf(current)
-            else torch.tensor(current)
-        )
-        self.best_k_models[filepath] = current
-        scores = self.best_k_models
+        self.current_score = score
+        self.best_k_models[filepath] = score
+        scores = {path: float(value) for path, value in self.best_k_models.items()}
         if len(scores) == k:
             worst = max if self.mode == "min" else min
             self.kth_best_model_path = worst(scores, key=scores.__getitem__)
-            self.kth_value = scores[self.kth_best_model_path]
+            self.kth_value = self.best_k_models[self.kth_best_model_path]
         best = min if self.mode == "min" else max
         self.best_model_path = best(scores, key=scores.__getitem__)
-        self.best_model_score = scores[self.best_model_path]
+        self.best_model_score = self.best_k_models[self.best_model_path]
         if self.verbose:
             rank_zero_info(
                 f"Epoch {candidates['epoch']:d}, global step {candidates['step']:d}: {self.monitor!r} reached "
-                f"{current:0.5f} (best {self.best_model_score:0.5f}), saving model to {filepath!r} as top {k}"
+                f"{current:0.5f} (best {float(self.best_model_score):0.5f}), saving model to {filepath!r} as top {k}"
             )
         self._save_checkpoint(trainer, filepath)
         if replaced and self._should_remove_checkpoint(trainer, replaced, filepath):
@@ -568,11 +568,11 @@ class ModelCheckpoint(Callback):
         saved_dirpath = state_dict.get("dirpath", self.dirpath)
         if saved_dirpath == self.dirpath:
             score = state_dict.get("best_model_score")
-            self.best_model_score = None if score is None else float(to_float(score))
+            self.best_model_score = None if score is None else _score(score)
             self.kth_best_model_path = self._own_path(state_dict.get("kth_best_model_path", self.kth_best_model_path))
-            self.kth_value = float(to_float(state_dict.get("kth_value", self.kth_value)))
+            self.kth_value = _score(state_dict.get("kth_value", self.kth_value))
             best_k = state_dict.get("best_k_models", {})
-            self.best_k_models = {k: float(to_float(v)) for k, v in best_k.items() if self._own_path(k)}
+            self.best_k_models = {k: _score(v) for k, v in best_k.items() if self._own_path(k)}
             self.last_model_path = self._own_path(state_dict.get("last_model_path", self.last_model_path))
             self._validation_pending = bool(state_dict.get("validation_pending", False))
         else:
@@ -598,3 +598,8 @@ class ModelCheckpoint(Callback):
 def _not_empty(folder: str) -> bool:
     # What killed saves left is no checkpoint (the next save removes it).
     return os.path.isdir(folder) and any(leftover_of(name) is None for name in os.listdir(folder))
+
+
+def _score(value: Any) -> torch.Tensor:
+    """A saved score as the tensor ModelCheckpoint keeps (files of earlier fabricx versions hold floats)."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(float(to_float(value)))

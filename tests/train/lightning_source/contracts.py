@@ -568,6 +568,14 @@ class CheckpointHearingLogger(CSVLogger):
                 "kind": type(checkpoint_callback).__name__,
                 "best": os.path.basename(checkpoint_callback.best_model_path),
                 "kept": len(checkpoint_callback.best_k_models),
+                # nn-core's logger: the score is a tensor (so are kth_value and best_k_models' values)
+                "score": checkpoint_callback.best_model_score.detach().cpu().item(),
+                "types": sorted(
+                    {
+                        type(checkpoint_callback.kth_value).__name__,
+                        *(type(v).__name__ for v in checkpoint_callback.best_k_models.values()),
+                    }
+                ),
             }
         )
 
@@ -578,7 +586,11 @@ def run_logger_hears_checkpoints(root: str) -> dict:
     checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "heard", "ckpt"), save_top_k=2, monitor="zeta_loss")
     module = Regressor(lr=0.05)
     Trainer(max_epochs=3, logger=logger, callbacks=[checkpoint], log_every_n_steps=1, **QUIET).fit(module, loader(4))
-    return {"heard": logger.heard}
+    state = checkpoint.state_dict()
+    return {
+        "heard": logger.heard,
+        "state_types": {key: type(state[key]).__name__ for key in ("best_model_score", "kth_value", "current_score")},
+    }
 
 
 CASES = {
