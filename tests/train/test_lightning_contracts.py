@@ -192,7 +192,7 @@ def _rank_run(module: str, rank: str | None) -> str:
     if rank is not None:
         env["RANK"] = rank
     completed = subprocess.run(
-        [sys.executable, "-c", _RANK_SCRIPT.format(module=module)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", _RANK_SCRIPT.format(module=module)], capture_output=True, text=True, env=env, timeout=300
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stdout.strip().splitlines()[-1]

@@ -2,7 +2,7 @@
 
 Lightning's Trainer hands ``Trainer(plugins=[MyCheckpointIO()])`` the checkpoint dict and a path; libraries use
 that to zip the file with their data's metadata, or to store it elsewhere (nn-template-core's ``NNCheckpointIO``).
-This layout is the single-file layout with the plugin as its writer and reader: the dict handed over is the one
+This layout writes the single-file layout's dict through the plugin and reads it back: the dict handed over is the one
 the single file holds (Lightning's keys, fabricx's exact-resume entries, every rank's entries gathered to rank 0),
 and what ``load_checkpoint`` returns is taken apart as a file read from disk would be. What the plugin stores
 and how is its own affair: fabricx's weights-only check covers what travels between ranks, not the plugin's
@@ -27,30 +27,43 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabricx.checkpoint.layouts.single_file import SingleFileLayout
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.one_file import save_one_file
 from fabricx.checkpoint.torch_files import split_contents
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fabricx.capabilities import FileCheckpointIOLike
+    from fabricx.checkpoint.background import AsyncSave
     from fabricx.checkpoint.host import CheckpointHost
     from fabricx.checkpoint.io import CheckpointIO
+    from fabricx.checkpoint.save_modes import SaveMode
 
 __all__ = ["PluginFileLayout"]
 
 
-class PluginFileLayout(SingleFileLayout):
-    """The single-file layout through ``plugin.save_checkpoint(checkpoint, path)`` and
-    ``plugin.load_checkpoint(path)``."""
-
-    checks_shared = False
+class PluginFileLayout:
+    """A `fabricx.checkpoint.layouts.Layout` of one file that ``plugin.save_checkpoint(checkpoint, path)`` writes and
+    ``plugin.load_checkpoint(path)`` reads."""
 
     def __init__(self, plugin: FileCheckpointIOLike, storage_options: Any = None) -> None:
         self.plugin = plugin
         self.storage_options = storage_options  # handed to the plugin's save, as Lightning's Trainer does
 
-    def write(self, path: str, contents: dict[str, Any], host: CheckpointHost) -> None:
+    def save(
+        self,
+        host: CheckpointHost,
+        path: str,
+        state: dict[str, Any],
+        filter: Mapping[str, Callable] | None,
+        mode: SaveMode,
+    ) -> AsyncSave | None:
+        """Every rank: gather ``state`` as the single file's dict; rank 0 hands it to the plugin."""
+        return save_one_file(host, path, state, filter, mode, self._write, check_shared=False)
+
+    def _write(self, path: str, contents: dict[str, Any]) -> None:
         if self.storage_options is None:  # plugins written for Lightning 1.x take no storage_options
             self.plugin.save_checkpoint(contents, path)
         else:

@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabricx.checkpoint.contents import checkpoint_io_of, claimed_entries, entry_storage_of, is_reserved, split_state
+from fabricx.checkpoint.contents import checkpoint_io_of
 from fabricx.checkpoint.io import CheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
+from fabricx.checkpoint.one_file import save_one_file
 from fabricx.checkpoint.storage import is_url
-from fabricx.checkpoint.torch_files import file_contents, load_single_file, write_file
-from fabricx.utilities.exceptions import CheckpointError
+from fabricx.checkpoint.torch_files import load_single_file, write_file
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
@@ -60,37 +60,9 @@ class SingleFileLayout:
         LAYOUT.save(fabric.strategy, "out/model.pth", state, None, save_mode("sync"))
         ```
         """
-        storage = entry_storage_of(host)
-        claimed = claimed_entries(storage, state)
-        if claimed and storage is not None and not storage.full_state_in_one_file:
-            raise CheckpointError(
-                f"Cannot save {sorted(claimed)} into the single file {path}: {type(host).__name__} stores them "
-                "as its engines' own files, which have no one-file form. Save to a path without a file suffix (or "
-                "pass layout='directory') for a checkpoint directory; `fabricx consolidate` turns its weights "
-                "into one file."
-            )
-        shared, per_rank = split_state(host, state, filter)
-        extra_keys = [key for key in shared if is_reserved(key)]
-        contents = file_contents(host, path, shared, per_rank, extra_keys, check_shared=self.checks_shared)
-        staged = None if contents is None else mode.copy(contents)
-
-        def job() -> None:
-            error: BaseException | None = None
-            if staged is not None:
-                try:
-                    self.write(path, staged, host)
-                except Exception as failure:
-                    error = failure
-            mode.share_outcome(host, error)
-
-        return mode.run(path, job)
-
-    #: Whether the shared entries are checked weights-only before `write` (the file written here holds no code).
-    checks_shared = True
-
-    def write(self, path: str, contents: dict[str, Any], host: CheckpointHost) -> None:
-        """Rank 0: write the file's dict (`fabricx.checkpoint.torch_files.file_contents`) to ``path``."""
-        write_file(path, contents, checkpoint_io_of(host))
+        return save_one_file(
+            host, path, state, filter, mode, lambda to, contents: write_file(to, contents, checkpoint_io_of(host))
+        )
 
     def holds(self, path: str) -> bool:
         return not is_url(path) and Path(path).is_file()

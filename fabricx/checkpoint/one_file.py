@@ -1,0 +1,77 @@
+"""Every rank's part of writing a whole checkpoint as one file: what the one-file layouts share.
+
+The state is split into shared and per-rank entries, checked, every rank's entries are gathered to rank 0, and
+rank 0 hands the file's dict to a writer (``torch.save`` for the single-file layout, a user's checkpoint I/O
+plugin for `fabricx.checkpoint.layouts.plugin_file`), now or, with an asynchronous save mode, in the background
+from a host copy.
+
+Example:
+
+```python
+save_one_file(fabric.strategy, "out/model.pth", {"model": model}, None, save_mode("sync"), write=write_file)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_reserved, split_state
+from fabricx.checkpoint.torch_files import file_contents
+from fabricx.utilities.exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from fabricx.checkpoint.background import AsyncSave
+    from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.save_modes import SaveMode
+
+__all__ = ["save_one_file"]
+
+
+def save_one_file(
+    host: CheckpointHost,
+    path: str,
+    state: dict[str, Any],
+    filter: Mapping[str, Callable] | None,
+    mode: SaveMode,
+    write: Callable[[str, dict[str, Any]], None],
+    *,
+    check_shared: bool = True,
+) -> AsyncSave | None:
+    """Every rank: gather ``state`` into one file's dict and have rank 0 ``write(path, contents)`` it.
+
+    Entries a strategy stores itself are written as their full state (FSDP gathers the shards to rank 0, as
+    Lightning's ``state_dict_type="full"`` does); a strategy that has no full state for them (DeepSpeed engines)
+    is refused. ``check_shared=False`` leaves the shared entries to the writer (a plugin stores objects its way).
+
+    Example:
+
+    ```python
+    save_one_file(host, "out/model.pth", state, None, save_mode("sync"), write=lambda p, c: torch.save(c, p))
+    ```
+    """
+    storage = entry_storage_of(host)
+    claimed = claimed_entries(storage, state)
+    if claimed and storage is not None and not storage.full_state_in_one_file:
+        raise CheckpointError(
+            f"Cannot save {sorted(claimed)} into the single file {path}: {type(host).__name__} stores them "
+            "as its engines' own files, which have no one-file form. Save to a path without a file suffix (or "
+            "pass layout='directory') for a checkpoint directory; `fabricx consolidate` turns its weights "
+            "into one file."
+        )
+    shared, per_rank = split_state(host, state, filter)
+    extra_keys = [key for key in shared if is_reserved(key)]
+    contents = file_contents(host, path, shared, per_rank, extra_keys, check_shared=check_shared)
+    staged = None if contents is None else mode.copy(contents)
+
+    def job() -> None:
+        error: BaseException | None = None
+        if staged is not None:
+            try:
+                write(path, staged)
+            except Exception as failure:
+                error = failure
+        mode.share_outcome(host, error)
+
+    return mode.run(path, job)
