@@ -8,7 +8,8 @@ saves still running (a resume in the same process reads a whole file); removing 
 
 Example:
     ```python
-    trainer = Trainer(plugins=[AsyncCheckpointIO()], callbacks=[ModelCheckpoint(save_top_k=-1)])
+    checkpoint = ModelCheckpoint(save_top_k=-1)
+    trainer = Trainer(plugins=[AsyncCheckpointIO()], callbacks=[checkpoint])
     trainer.fit(module, loader)   # the last save has finished when fit returns
     ```
 """

@@ -8,7 +8,8 @@ from a host copy.
 Example:
 
 ```python
-save_one_file(fabric.strategy, "out/model.pth", {"model": model}, None, save_mode("sync"), write=write_file)
+state = {"model": model}
+save_one_file(fabric.strategy, "model.pth", state, None, mode, write=write_file)
 ```
 """
 
@@ -48,7 +49,8 @@ def save_one_file(
     Example:
 
     ```python
-    save_one_file(host, "out/model.pth", state, None, save_mode("sync"), write=lambda p, c: torch.save(c, p))
+    mode = save_mode("sync")
+    save_one_file(host, "out/model.pth", state, None, mode, write=torch.save)
     ```
     """
     storage = entry_storage_of(host)

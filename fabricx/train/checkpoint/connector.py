@@ -118,8 +118,9 @@ class CheckpointConnector:
 
         Example:
             ```python
+            state = {"state_dict": trainer.model}
             with trainer.checkpoint_connector.reading("best.ckpt"):
-                trainer.fabric.load("best.ckpt", {"state_dict": trainer.model}, strict=False)
+                trainer.fabric.load("best.ckpt", state, strict=False)
             ```
         """
         plugin = self.file_io
