@@ -109,6 +109,10 @@ class CheckpointConnector:
                 "one-file form. Drop the plugin (the Trainer then writes a checkpoint folder), or use a strategy "
                 "that holds the whole state in one file (ddp, fsdp)."
             )
+        return self._plugin_layout(plugin, storage_options)
+
+    @staticmethod
+    def _plugin_layout(plugin: FileCheckpointIOLike, storage_options: Any = None) -> Layout:
         from fabricx.checkpoint.layouts.plugin_file import PluginFileLayout
 
         return PluginFileLayout(plugin, storage_options)
@@ -124,11 +128,7 @@ class CheckpointConnector:
             ```
         """
         plugin = self.file_io
-        if plugin is None:
-            return self.trainer.fabric.checkpointer.read_once(path)
-        from fabricx.checkpoint.layouts.plugin_file import PluginFileLayout
-
-        return self.trainer.fabric.checkpointer.read_once(path, PluginFileLayout(plugin))
+        return self.trainer.fabric.checkpointer.read_once(path, None if plugin is None else self._plugin_layout(plugin))
 
     def teardown_io(self) -> None:
         """When a fit ends: the plugin's ``teardown()`` (an asynchronous one waits for its saves), as Lightning's
