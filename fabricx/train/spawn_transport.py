@@ -14,6 +14,7 @@ from torch import Tensor
 
 from fabricx.fabric import Fabric
 from fabricx.train.checkpoint import entries as ckpt
+from fabricx.train.logging.logging_result import tensors_in
 
 if TYPE_CHECKING:
     from fabricx.train.module.module import TrainModule
@@ -58,7 +59,7 @@ def spawn_result(trainer: Trainer, result: Any) -> dict[str, Any]:
         "result": result,
         "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()} if module is not None else None,
         "callback_metrics": {k: _cpu(v) for k, v in trainer.callback_metrics.items()},
-        "logged_metrics": {k: _cpu(v) for k, v in connector.logged.items()},
+        "logged_metrics": {k: _cpu(v) for k, v in tensors_in(connector.logged).items()},
         "progress": trainer.progress.state_dict(),
         # global_step and current_epoch are the fit loop's counters (its loader position stays here).
         "fit_loop": {"epoch_progress": fit_loop.epoch_progress.state_dict(), **fit_loop.epoch_loop.state_dict()},

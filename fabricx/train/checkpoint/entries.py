@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from fabricx.train.data.loaders import load_lightning_loader_states
+from fabricx.train.logging.logging_result import tensors_in
 from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 
@@ -37,13 +38,14 @@ class ProgressState:
     def state_dict(self) -> dict[str, Any]:
         trainer = self.trainer
         progress = trainer.progress
+        connector = trainer.run_context.logger_connector
         return {
             "global_step": trainer.global_step,
             "current_epoch": trainer.current_epoch,
             "epoch_done": progress.epoch_done,
             "progress": progress.state_dict(),
-            "epoch_metrics": {k: _detached(v) for k, v in trainer.run_context.logger_connector.callback.items()},
-            "epoch_prog_bar": {k: _detached(v) for k, v in trainer.run_context.logger_connector.pbar.items()},
+            "epoch_metrics": {k: _detached(v) for k, v in tensors_in(connector.callback).items()},
+            "epoch_prog_bar": {k: _detached(v) for k, v in tensors_in(connector.pbar).items()},
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

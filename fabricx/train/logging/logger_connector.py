@@ -21,9 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
-from fabricx.train.logging.logging_result import Metrics, ResultCollection, to_float
+from fabricx.train.logging.logging_result import Metrics, ResultCollection, tensors_in, to_float
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
@@ -150,20 +148,20 @@ class LoggerConnector:
         metrics = self.metrics()
         if metrics is not None:
             self.callback.update(metrics.callback)
-        return self.callback
+        return tensors_in(self.callback)
 
     def logged_metrics(self) -> dict[str, Any]:
         metrics = self.metrics()
         if metrics is not None:
             self.logged.update(metrics.log)
-        return self.logged
+        return tensors_in(self.logged)
 
     def progress_bar_metrics(self) -> dict[str, Any]:
         metrics = self.metrics()
         if metrics is not None:
             self.pbar.update(metrics.pbar)
         # Numbers only when read: converting every batch would wait for the device each step.
-        return {name: to_float(value) if isinstance(value, Tensor) else value for name, value in self.pbar.items()}
+        return {name: to_float(value) for name, value in self.pbar.items()}
 
 
 __all__ = ["LoggerConnector"]

@@ -79,6 +79,42 @@ def _float_dtype() -> torch.dtype:
     return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
+class StepScalar(float):
+    """A step value of a CPU float tensor kept as the number it holds, until something reads it as a tensor.
+
+    ``self.log`` runs every step, and a detached copy of the tensor costs several times what the rest of the call
+    does; the value (a float32 or float64 number, exact as a Python float) is turned back into a tensor of its
+    dtype when the metrics are read (`tensors_in`), which is far rarer. Its subclasses say the dtype.
+
+    Example:
+        ```python
+        tensors_in({"loss": STEP_SCALARS[torch.float32](0.5)})  # {"loss": tensor(0.5000)}
+        ```
+    """
+
+    dtype: torch.dtype = torch.float32
+
+
+class _Float32Step(StepScalar):
+    dtype = torch.float32
+
+
+class _Float64Step(StepScalar):
+    dtype = torch.float64
+
+
+#: The `StepScalar` type of each dtype a step value can be kept as a number in.
+STEP_SCALARS: dict[torch.dtype, type[StepScalar]] = {torch.float32: _Float32Step, torch.float64: _Float64Step}
+
+
+def tensors_in(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with every `StepScalar` replaced, in place, by a tensor of its dtype (Lightning's values)."""
+    for name, value in metrics.items():
+        if isinstance(value, StepScalar):
+            metrics[name] = torch.tensor(float(value), dtype=value.dtype)
+    return metrics
+
+
 class Metrics(NamedTuple):
     """The three views of a collection: for callbacks, for the loggers, for the progress bar."""
 
@@ -426,7 +462,10 @@ class ResultCollection:
             else:
                 item["total"] = entry.total
                 item["weight"] = entry.weight
-                item["step_value"] = entry.step_value
+                step_value = entry.step_value
+                if isinstance(step_value, StepScalar):
+                    step_value = torch.tensor(float(step_value), dtype=step_value.dtype)
+                item["step_value"] = step_value
             entries[key] = item
         return {"entries": entries}
 
@@ -492,7 +531,16 @@ def to_float(value: Any) -> Any:
     """A Python number from a one-element tensor (other values unchanged)."""
     if isinstance(value, Tensor) and value.numel() == 1:
         return value.item()
-    return value
+    return float(value) if isinstance(value, StepScalar) else value
 
 
-__all__ = ["Metrics", "ResultCollection", "is_metric", "reduce_name", "to_float"]
+__all__ = [
+    "STEP_SCALARS",
+    "Metrics",
+    "ResultCollection",
+    "StepScalar",
+    "is_metric",
+    "reduce_name",
+    "tensors_in",
+    "to_float",
+]

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from fabricx._compat.torch_internals import detached_copy
 from fabricx.train.logging.log_hooks import logging_levels
-from fabricx.train.logging.logging_result import is_metric
+from fabricx.train.logging.logging_result import STEP_SCALARS, is_metric
 from fabricx.train.states import RunningStage
 from fabricx.utilities.exceptions import MisconfigurationException
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -103,9 +103,8 @@ def record(
     A call made before with the same hook, name and options (every step's) goes straight to its entry: the checks
     below depend on nothing else, and they passed then.
     """
-    if isinstance(value, Tensor) and value.ndim == 0:
-        value = detached_copy(value)  # the usual value (a loss, an accuracy): copied, it needs no check
-    else:
+    scalar = isinstance(value, Tensor) and value.ndim == 0  # the usual value (a loss, an accuracy): no check
+    if not scalar:
         value = checked_value(name, value, module)
     if trainer is None:
         rank_zero_warn(
@@ -137,8 +136,19 @@ def record(
     if entry is not None and entry.metric is None and isinstance(value, Tensor):
         if logger and not trainer.loggers:
             _warn_no_logger(name)
+        if scalar:
+            if entry.on_step and not entry.on_epoch and entry.fabric is None and type(value) is Tensor and value.is_cpu:
+                kind = STEP_SCALARS.get(value.dtype)
+                if kind is not None:  # kept as its number: no tensor copy (see `StepScalar`)
+                    entry.step_value = kind(value.item())
+                    entry.has_reset = False
+                    entry.computed = None
+                    return
+            value = detached_copy(value)
         results.update(entry, value, batch_size)
         return
+    if scalar:
+        value = detached_copy(value)
     on_step, on_epoch = logging_levels(fx, on_step, on_epoch)
     if add_dataloader_idx and "/dataloader_idx_" in name:
         raise MisconfigurationException(
