@@ -75,13 +75,15 @@ class ExperimentWriter:
         if self._remote:
             self._save_remote()
             return
-        path = Path(self.metrics_file_path)
         seen = dict.fromkeys(key for row in self.metrics for key in row)
         new_keys = [key for key in seen if key not in self.metrics_keys]
-        if path.exists() and not new_keys:  # the usual save: its folder exists, nothing to create
-            with path.open("a", newline="") as handle:
+        # The usual save (every log_every_n_steps): the file exists, nothing to create. `os.path`, not a `Path`:
+        # building one costs more than the row written.
+        if not new_keys and os.path.exists(self.metrics_file_path):
+            with open(self.metrics_file_path, "a", newline="") as handle:
                 csv.DictWriter(handle, fieldnames=self.metrics_keys).writerows(self.metrics)
         else:
+            path = Path(self.metrics_file_path)
             path.parent.mkdir(parents=True, exist_ok=True)
             self._rewrite(path, new_keys)
         self.metrics = []

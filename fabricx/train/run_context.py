@@ -79,7 +79,7 @@ class RunContext:
 
     @results.setter
     def results(self, results: ResultCollection | None) -> None:
-        self.logger_connector.results = results
+        self.logger_connector.set_results(results)
 
     def attach(self, trainer: Trainer, module: TrainModule, datamodule: Any) -> None:
         """Make `module` (and `datamodule`) the ones this run of `trainer` drives."""

@@ -53,6 +53,7 @@ def spawn_result(trainer: Trainer, result: Any) -> dict[str, Any]:
     """What a started process returns: `result` and the state the calling process takes over."""
     module = trainer.lightning_module
     connector = trainer.run_context.logger_connector
+    connector.take_step_values()
     fit_loop = trainer.fit_loop
     return {
         SPAWN_RESULT_KEY: True,

@@ -39,6 +39,7 @@ class ProgressState:
         trainer = self.trainer
         progress = trainer.progress
         connector = trainer.run_context.logger_connector
+        connector.take_step_values()
         return {
             "global_step": trainer.global_step,
             "current_epoch": trainer.current_epoch,

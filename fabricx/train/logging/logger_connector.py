@@ -1,8 +1,9 @@
 """``trainer.callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics``, kept as Lightning keeps them.
 
-The three dicts are updated from the running loop's `ResultCollection` at the end of every batch (step
-values) and of every epoch (epoch aggregates), and read live in between: inside a batch a read sees the step
-values logged so far, between batches (epoch-end hooks) the epoch aggregates. What goes to the loggers is
+The three dicts take the running loop's `ResultCollection` values when they are read, and before the collection
+is reset or replaced: the step values of the batches (not after each batch: nothing reads them there, and the
+next batch's values replace them) and the epoch aggregates. A read inside a batch sees the step values logged so
+far, between batches (epoch-end hooks) the epoch aggregates. What goes to the loggers is
 sent from here too: training step values every ``log_every_n_steps`` optimizer steps, epoch aggregates at
 the step of the epoch's last batch, evaluation step values at every batch (at the loader's batch count),
 evaluation epoch values once per pass.
@@ -39,20 +40,44 @@ class LoggerConnector:
         self.results: ResultCollection | None = None
         #: ``None`` outside a batch loop, ``True`` in its first batch, ``False`` in the later ones.
         self.first_loop_iter: bool | None = None
+        #: The collection whose last batch's step values the dicts have not taken yet (see `take_step_values`).
+        self._untaken: ResultCollection | None = None
 
     # -- reset -------------------------------------------------------------------------------------------
     def reset_metrics(self) -> None:
+        self._untaken = None
         self.callback = {}
         self.logged = {}
         self.pbar = {}
 
     def reset_results(self) -> None:
+        self.take_step_values()
         if self.results is not None:
             self.results.reset()
         self.first_loop_iter = None
 
     # -- loop events -------------------------------------------------------------------------------------
+    def set_results(self, results: ResultCollection | None) -> None:
+        """Make ``results`` the running loop's collection (the dicts take the previous one's step values first)."""
+        self.take_step_values()
+        self.results = results
+
+    def take_step_values(self) -> None:
+        """Copy the step values of the last batch that ended into the dicts, if they have not taken them yet.
+
+        Called before anything reads the dicts and before the collection's entries are reset or the collection or
+        its loader changes: until then the values stay in the collection's entries (a batch that logs them again
+        replaces them, as the dicts would).
+        """
+        results = self._untaken
+        if results is not None:
+            self._untaken = None
+            results.metrics_into(True, self.callback, self.logged, self.pbar)
+
     def on_batch_start(self, results: ResultCollection, batch: Any, dataloader_idx: int | None = None) -> None:
+        untaken = self._untaken
+        if untaken is not None and (untaken is not results or results.dataloader_idx != dataloader_idx):
+            self.take_step_values()
         self.results = results
         self.first_loop_iter = self.first_loop_iter is None
         # The collection's per-batch fields, set here: this runs every batch, and a method call costs more.
@@ -63,18 +88,20 @@ class LoggerConnector:
     def on_batch_end(self) -> None:
         results = self.results
         if results is not None:
-            if results.entries:  # nothing logged yet (a module without self.log): nothing to read
-                results.metrics_into(self.first_loop_iter is not None, self.callback, self.logged, self.pbar)
+            if results.entries:  # nothing logged yet (a module without self.log): nothing to take
+                self._untaken = results
             results.batch = None
             results.batch_size = None
 
     def epoch_end_reached(self) -> None:
+        self.take_step_values()
         self.first_loop_iter = None
 
     def on_epoch_end(self) -> None:
         self._update(self.metrics())
 
     def _update(self, metrics: Metrics | None) -> None:
+        self.take_step_values()
         if metrics is None:
             return
         self.callback.update(metrics.callback)
@@ -145,18 +172,21 @@ class LoggerConnector:
 
     # -- what the Trainer's properties return -------------------------------------------------------------
     def callback_metrics(self) -> dict[str, Any]:
+        self.take_step_values()
         metrics = self.metrics()
         if metrics is not None:
             self.callback.update(metrics.callback)
         return tensors_in(self.callback)
 
     def logged_metrics(self) -> dict[str, Any]:
+        self.take_step_values()
         metrics = self.metrics()
         if metrics is not None:
             self.logged.update(metrics.log)
         return tensors_in(self.logged)
 
     def progress_bar_metrics(self) -> dict[str, Any]:
+        self.take_step_values()
         metrics = self.metrics()
         if metrics is not None:
             self.pbar.update(metrics.pbar)

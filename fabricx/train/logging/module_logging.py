@@ -118,7 +118,7 @@ def record(
 
         rank_zero_warn(LOG_WARNING)
         return
-    results = trainer.run_context.logger_connector.results
+    results = trainer._run.logger_connector.results  # not the `run_context` property: a call less, every step
     stage = trainer.state.stage  # `is_stage`, inline: this runs in every self.log
     if results is None or (stage is _PREDICTING if type(stage) is RunningStage else stage == _PREDICTING):
         raise MisconfigurationException(
@@ -127,8 +127,12 @@ def record(
             "logging: return what you want to keep from predict_step instead."
         )
     fx = module.__dict__.get("_current_fx_name") or results.hook
-    call = (fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, metric_attribute,
-            results.dataloader_idx)
+    if (prog_bar is False and logger is None and on_step is None and on_epoch is None and sync_dist is False
+            and add_dataloader_idx is True and metric_attribute is None and reduce_fx == "mean"):
+        call: Any = (fx, name, results.dataloader_idx)  # every option its default (the usual call): a shorter key
+    else:
+        call = (fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx,
+                metric_attribute, results.dataloader_idx)
     try:
         entry = results.resolved.get(call)
     except TypeError:  # an option that is not even hashable: the checks below say what is wrong with it

@@ -139,7 +139,7 @@ def run_evaluation(
     process = run.batch_processor
     connector = run.logger_connector
     previous, previous_iter = connector.results, connector.first_loop_iter
-    connector.results = results
+    connector.set_results(results)
     connector.first_loop_iter = None
     multiple = len(loaders) > 1
     counts = _loop_of(trainer, stage).batch_progress
@@ -213,7 +213,7 @@ def run_evaluation(
         results.dataloader_idx = None
         results.in_step = True
         results.hook = f"{prefix}_step"
-        connector.results = previous
+        connector.set_results(previous)
         connector.first_loop_iter = previous_iter
     if sanity:
         return []

@@ -514,7 +514,7 @@ class FitLoop:
         results.in_step = False
         results.hook = "on_train_epoch_end"
         connector = run.logger_connector
-        connector.results = results
+        connector.set_results(results)
         # Outside the batch loop, reads of the metrics give the epoch aggregates (to every on_train_epoch_end hook).
         connector.epoch_end_reached()
         # As Lightning: `processed` before the epoch-end hooks (where checkpoints are written), `completed` after.
