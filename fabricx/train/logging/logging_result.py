@@ -143,6 +143,7 @@ class _Entry:
         "prog_bar",
         "read_names",
         "reduce",
+        "step_kind",
         "step_value",
         "sync_dist",
         "total",
@@ -165,7 +166,9 @@ class _Entry:
         ) = options
         self.metric: Any = None
         self.fabric: Fabric | None = None
+        #: The latest step value: a tensor, or a CPU float tensor's number (a plain float, of `step_kind`'s dtype).
         self.step_value: Any = None
+        self.step_kind: type[StepScalar] = _Float32Step
         self.total: Any = None
         self.weight: Any = 0
         self.computed: Any = None
@@ -224,7 +227,8 @@ class _Entry:
                 return None
             if self.metric is not None:
                 return getattr(self.metric, "_forward_cache", None)
-            return self.step_value
+            value = self.step_value
+            return self.step_kind(value) if type(value) is float else value
         if not self.on_epoch:
             return None
         if self.computed is None:
@@ -413,6 +417,8 @@ class ResultCollection:
                 value = entry.step_value if entry.on_step else None
                 if value is None:
                     continue
+                if type(value) is float:
+                    value = entry.step_kind(value)
             else:
                 value = entry.value(on_step)
                 if not isinstance(value, Tensor):
@@ -463,8 +469,8 @@ class ResultCollection:
                 item["total"] = entry.total
                 item["weight"] = entry.weight
                 step_value = entry.step_value
-                if isinstance(step_value, StepScalar):
-                    step_value = torch.tensor(float(step_value), dtype=step_value.dtype)
+                if type(step_value) is float:
+                    step_value = torch.tensor(step_value, dtype=entry.step_kind.dtype)
                 item["step_value"] = step_value
             entries[key] = item
         return {"entries": entries}

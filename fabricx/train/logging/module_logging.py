@@ -144,7 +144,8 @@ def record(
             if entry.on_step and not entry.on_epoch and entry.fabric is None and type(value) is Tensor and value.is_cpu:
                 kind = STEP_SCALARS.get(value.dtype)
                 if kind is not None:  # kept as its number: no tensor copy (see `StepScalar`)
-                    entry.step_value = kind(value.item())
+                    entry.step_value = value.item()
+                    entry.step_kind = kind
                     entry.has_reset = False
                     entry.computed = None
                     return
