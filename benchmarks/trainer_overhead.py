@@ -133,7 +133,7 @@ class MLPModule(TrainModule):
 
 class MLPModuleWithoutLog(MLPModule):
     """`MLPModule` without its ``self.log``: the instruction count of the Trainer's own work per step, apart
-    from what logging a value costs (a detached copy, as Lightning makes, and its bookkeeping)."""
+    from what logging a value costs (keeping the value, its bookkeeping, the loggers' writes)."""
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch

@@ -1,6 +1,6 @@
 """A ``self.log`` call repeated every step goes straight to what the first one recorded; nothing it checks or keeps
-may change because of that: the value is still a detached copy, and an option or a kind of value that changes in a
-later step is still refused."""
+may change because of that: the value is still the one logged (a later in-place change does not reach it), and an
+option or a kind of value that changes in a later step is still refused."""
 
 from __future__ import annotations
 
@@ -91,3 +91,40 @@ def test_a_plain_value_after_a_metric_under_the_same_name_is_still_refused(tmp_p
 
     with pytest.raises(MisconfigurationException, match="first given a torchmetrics Metric"):
         _fit(MetricThenTensor(), tmp_path)
+
+
+def test_step_values_read_back_as_tensors_of_the_logged_dtype(tmp_path) -> None:
+    """A CPU step value is kept as its number between reads: every read still gives a tensor, of the dtype
+    logged, holding exactly the value logged (float32 and float64 alike), and a checkpoint holds tensors."""
+
+    class TwoDtypes(_Logging):
+        def training_step(self, batch, batch_idx):
+            loss = self.step_loss(batch)
+            self.log("loss", loss)
+            self.log("loss64", loss.double() / 3)
+            if batch_idx == 1:  # logged in one batch only: the dicts keep it after later batches
+                self.log("once", loss * 5)
+            self.logged.append((loss.item(), (loss.double() / 3).item(), batch_idx == 1))
+            return loss
+
+    module = TwoDtypes()
+    trainer = _fit(module, tmp_path)
+    metrics = trainer.callback_metrics
+    assert metrics["loss"].dtype == torch.float32 and metrics["loss64"].dtype == torch.float64
+    assert metrics["loss"].item() == module.logged[-1][0]
+    assert metrics["loss64"].item() == module.logged[-1][1]
+    once = [value for value, _, logged in module.logged if logged][0]
+    assert metrics["once"].item() == (torch.tensor(once, dtype=torch.float32) * 5).item()
+    for read in (metrics, trainer.logged_metrics):
+        assert all(type(value) is torch.Tensor for value in read.values())
+    trainer.save_checkpoint(tmp_path / "after.ckpt")
+    saved = torch.load(tmp_path / "after.ckpt", weights_only=True)
+    kept = [value for key, value in _walk(saved) if key == "epoch_metrics"]
+    assert kept and all(isinstance(v, torch.Tensor) for found in kept for v in found.values())
+
+
+def _walk(tree, key=None):
+    yield key, tree
+    if isinstance(tree, dict):
+        for name, value in tree.items():
+            yield from _walk(value, name)

@@ -413,7 +413,7 @@ class ResultCollection:
             if entry.has_reset or entry.dataloader_idx != dataloader_idx:
                 continue
             if on_step and entry.metric is None:
-                # A plain step value, read in place (this runs after every batch): a detached copy since self.log.
+                # A plain step value: a detached copy, or a CPU float tensor's number (see `StepScalar`).
                 value = entry.step_value if entry.on_step else None
                 if value is None:
                     continue
