@@ -80,6 +80,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         full={"repeats": 3}, quick={"repeats": 1}, timeout_s=600,
     ),
     Benchmark(
+        "thread_default", "An example on 2 CPU processes, with and without fabricx's thread default",
+        "the same example with every process given all cores (`OMP_NUM_THREADS` = cores; time from the command to "
+        "its exit)",
+        full={"steps": 40, "repeats": 2}, quick={"steps": 5, "repeats": 1}, timeout_s=900,
+    ),
+    Benchmark(
         "checkpoint_disk", "Durable save and cold load against the disk's own limit",
         "the same bytes in one buffered write + fsync / one read from a dropped page cache",
         full={"megabytes": 600, "repeats": 3}, quick={"megabytes": 8, "repeats": 1}, timeout_s=600,
