@@ -172,26 +172,23 @@ class LoggerConnector:
 
     # -- what the Trainer's properties return -------------------------------------------------------------
     def callback_metrics(self) -> dict[str, Any]:
-        self.take_step_values()
-        metrics = self.metrics()
-        if metrics is not None:
-            self.callback.update(metrics.callback)
-        return tensors_in(self.callback)
+        return tensors_in(self._read("callback"))
 
     def logged_metrics(self) -> dict[str, Any]:
-        self.take_step_values()
-        metrics = self.metrics()
-        if metrics is not None:
-            self.logged.update(metrics.log)
-        return tensors_in(self.logged)
+        return tensors_in(self._read("log"))
 
     def progress_bar_metrics(self) -> dict[str, Any]:
+        # Numbers only when read: converting every batch would wait for the device each step.
+        return {name: to_float(value) for name, value in self._read("pbar").items()}
+
+    def _read(self, view: str) -> dict[str, Any]:
+        """One of the dicts (``view``: a `Metrics` field), brought up to date with the running loop's values."""
         self.take_step_values()
+        kept = Metrics(self.callback, self.logged, self.pbar)._asdict()[view]
         metrics = self.metrics()
         if metrics is not None:
-            self.pbar.update(metrics.pbar)
-        # Numbers only when read: converting every batch would wait for the device each step.
-        return {name: to_float(value) for name, value in self.pbar.items()}
+            kept.update(getattr(metrics, view))
+        return kept
 
 
 __all__ = ["LoggerConnector"]

@@ -118,7 +118,7 @@ def record(
 
         rank_zero_warn(LOG_WARNING)
         return
-    results = trainer._run.logger_connector.results  # not the `run_context` property: a call less, every step
+    results = trainer.run_context.logger_connector.results
     stage = trainer.state.stage  # `is_stage`, inline: this runs in every self.log
     if results is None or (stage is _PREDICTING if type(stage) is RunningStage else stage == _PREDICTING):
         raise MisconfigurationException(
