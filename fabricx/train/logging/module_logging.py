@@ -2,7 +2,7 @@
 
 Example:
     ```python
-    record(module, trainer, "loss", loss, on_step=None, on_epoch=None)  # what TrainModule.log calls
+    record(module, trainer, "training_step", "loss", loss, ...)  # what TrainModule.log calls
     ```
 """
 
@@ -86,6 +86,7 @@ def find_metric_attribute(module: torch.nn.Module, name: str, metric: Any) -> st
 def record(
     module: Any,
     trainer: Any,
+    current_fx: str | None,
     name: str,
     value: Any,
     prog_bar: bool,
@@ -98,7 +99,8 @@ def record(
     batch_size: int | None,
     metric_attribute: str | None,
 ) -> None:
-    """What ``module.log(name, value, ...)`` does with the module attached to ``trainer`` (or to none).
+    """What ``module.log(name, value, ...)`` does with the module attached to ``trainer`` (or to none), called in
+    the hook ``current_fx`` (the module's ``_current_fx_name``; ``None``: the loop's step).
 
     A call made before with the same hook, name and options (every step's) goes straight to its entry: the checks
     below depend on nothing else, and they passed then.
@@ -126,7 +128,7 @@ def record(
             "This is most likely because you are trying to log in a `predict` hook, but it doesn't support "
             "logging: return what you want to keep from predict_step instead."
         )
-    fx = module.__dict__.get("_current_fx_name") or results.hook
+    fx = current_fx or results.hook
     if (prog_bar is False and logger is None and on_step is None and on_epoch is None and sync_dist is False
             and add_dataloader_idx is True and metric_attribute is None and reduce_fx == "mean"):
         call: Any = (fx, name, results.dataloader_idx)  # every option its default (the usual call): a shorter key
@@ -137,7 +139,7 @@ def record(
         entry = results.resolved.get(call)
     except TypeError:  # an option that is not even hashable: the checks below say what is wrong with it
         entry = call = None
-    if entry is not None and entry.metric is None and isinstance(value, Tensor):
+    if entry is not None and entry.metric is None and (scalar or isinstance(value, Tensor)):
         if logger and not trainer.loggers:
             _warn_no_logger(name)
         if scalar:

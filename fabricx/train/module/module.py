@@ -538,8 +538,8 @@ class TrainModule(ModuleHooks, nn.Module):
             log_through_fabric(fabric, {name: value}, logger, f"self.log({name!r}, {value!r})")
             return
         # Positional: self.log runs several times a step, and keyword arguments cost a name match each.
-        record(self, trainer, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist,
-               add_dataloader_idx, batch_size, metric_attribute)
+        record(self, trainer, attached.get("_current_fx_name"), name, value, prog_bar, logger, on_step, on_epoch,
+               reduce_fx, sync_dist, add_dataloader_idx, batch_size, metric_attribute)
 
     def log_dict(
         self,
