@@ -24,8 +24,12 @@ checkpointing or validation), where lightning is installed. The three take turns
 ``without_log_instructions_ratio``: the Trainer running the module without its ``self.log`` (what the Trainer's
 own step costs, apart from logging a value). ``own_work_instructions_ratio`` (target <= 1.03) sets that against
 ``fabric_step_loop``, a Fabric loop calling the same module's ``training_step`` through its forward (the same user
-code on both sides); ``log_instructions_per_call`` (target <= 15k) is the Trainer with the ``self.log`` less the
-Trainer without it (one call per step), ``lightning_log_instructions_per_call`` the same for Lightning's; the
+code on both sides); ``log_call_instructions`` (target <= 15k) counts one ``self.log`` of the loss directly, inside
+a running ``training_step`` (``LOG_CALLS`` calls, less as many turns of an empty loop), and Lightning's beside it
+(``lightning_log_call_instructions``); ``log_instructions_per_call`` is the Trainer with the ``self.log`` less the
+Trainer without it (one call per step: the call, plus the loggers' writes every 50 steps shared out, plus the
+difference the hash seed makes to two processes' counts, up to a few thousand instructions a step either way),
+``lightning_log_instructions_per_call`` the same for Lightning's; the
 ``*_fixed_instructions_per_step`` and ``*_fixed_us_per_step`` are what each Trainer adds to a step (its ``self.log``
 included) over ``fabric_step_loop``. All of them run in one process
 under ``valgrind --instr-atstart=no``, one epoch each; the dataset itself marks the steps (its
@@ -131,6 +135,35 @@ class MLPModule(TrainModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+LOG_CALLS = 200  # self.log calls counted directly, in one training_step (see `_CallCounter`)
+
+
+class _CallCounter:
+    """Inside a ``training_step`` of batch ``WARM_STEPS``: counts `LOG_CALLS` ``self.log("loss", loss)`` calls
+    (label ``<side>-log-calls``) and as many turns of an empty loop (``<side>-empty-calls``)."""
+
+    def __init__(self, shim: Any, side: str) -> None:
+        self.shim, self.side = shim, side
+
+    def __call__(self, module: Any, loss: torch.Tensor, batch_idx: int) -> None:
+        if batch_idx != WARM_STEPS:
+            return
+        import gc
+
+        log = module.log
+        for label, call in (("log-calls", lambda: log("loss", loss)), ("empty-calls", lambda: None)):
+            call()  # the first call of a label's kind, outside the count
+            gc.collect()
+            gc.disable()
+            self.shim.fx_start()
+            self.shim.fx_zero()
+            for _ in range(LOG_CALLS):
+                call()
+            self.shim.fx_dump(f"{self.side}-{label}".encode())
+            self.shim.fx_stop()
+            gc.enable()
+
+
 class MLPModuleWithoutLog(MLPModule):
     """`MLPModule` without its ``self.log``: the instruction count of the Trainer's own work per step, apart
     from what logging a value costs (keeping the value, its bookkeeping, the loggers' writes)."""
@@ -206,9 +239,9 @@ def run_trainer(
     return time.perf_counter() - start
 
 
-def _lightning_module_class(log: bool = True) -> type:
+def _lightning_module_class(log: bool = True, count_calls: _CallCounter | None = None) -> type:
     """MLPModule ported to Lightning: the same class body, ``LightningModule`` instead of ``TrainModule`` (without
-    its ``self.log`` when not ``log``)."""
+    its ``self.log`` when not ``log``; counting its ``self.log`` calls with ``count_calls``)."""
     import lightning as L
 
     class LitMLPModule(L.LightningModule):
@@ -229,10 +262,24 @@ def _lightning_module_class(log: bool = True) -> type:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    return LitMLPModule
+    if count_calls is None:
+        return LitMLPModule
+
+    class CountingLitModule(LitMLPModule):
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.log("loss", loss)
+            count_calls(self, loss, batch_idx)
+            return loss
+
+    return CountingLitModule
 
 
-def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str, log: bool = True) -> float:
+def run_lightning_trainer(
+    dataset: TensorDataset, steps: int, root: str, log: bool = True,
+    count_calls: _CallCounter | None = None,
+) -> float:
     """The same training through Lightning's Trainer.fit; returns seconds."""
     import lightning as L
     from lightning.pytorch.loggers import CSVLogger
@@ -250,7 +297,7 @@ def run_lightning_trainer(dataset: TensorDataset, steps: int, root: str, log: bo
         log_every_n_steps=50,
         default_root_dir=root,
     )
-    trainer.fit(_lightning_module_class(log)(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    trainer.fit(_lightning_module_class(log, count_calls)(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
     assert trainer.global_step == steps
     return time.perf_counter() - start
 
@@ -418,6 +465,9 @@ def summarize_instructions(labels: dict[str, int], steps: int) -> dict[str, Any]
         result["without_log_instructions_ratio"] = per_step["trainer_without_log"] / per_step["fabric_loop"]
         # One self.log of a scalar per step: what logging it costs the Trainer, per call.
         result["log_instructions_per_call"] = per_step["trainer"] - per_step["trainer_without_log"]
+    for side, key in (("trainer", "log_call_instructions"), ("lightning_trainer", "lightning_log_call_instructions")):
+        if f"{side}-log-calls" in labels:
+            result[key] = (labels[f"{side}-log-calls"] - labels[f"{side}-empty-calls"]) / LOG_CALLS
     if "fabric_step_loop" in per_step:
         step_loop = per_step["fabric_step_loop"]
         # The Trainer's own work: the same module code (no self.log) on both sides, only the loop differs.
@@ -489,6 +539,20 @@ def _count_child(steps: int) -> None:
             dataset.on_batch = _Counter(shim, side, WARM_STEPS, steps)
             run(total, root)
             dataset.on_batch = None
+        # One run of each Trainer more, counting self.log calls directly (not part of the per-step counts above).
+        counter = _CallCounter(shim, "trainer")
+
+        class CountingModule(MLPModule):
+            def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+                x, y = batch
+                loss = torch.nn.functional.mse_loss(self(x), y)
+                self.log("loss", loss)
+                counter(self, loss, batch_idx)
+                return loss
+
+        run_trainer(dataset, WARM_STEPS + 2, root, CountingModule)
+        if "lightning_trainer" in runs:
+            run_lightning_trainer(dataset, WARM_STEPS + 2, root, count_calls=_CallCounter(shim, "lightning_trainer"))
 
 
 def main() -> None:
