@@ -113,7 +113,7 @@ def test_step_values_read_back_as_tensors_of_the_logged_dtype(tmp_path) -> None:
     assert metrics["loss"].dtype == torch.float32 and metrics["loss64"].dtype == torch.float64
     assert metrics["loss"].item() == module.logged[-1][0]
     assert metrics["loss64"].item() == module.logged[-1][1]
-    once = [value for value, _, logged in module.logged if logged][0]
+    once = next(value for value, _, logged in module.logged if logged)
     assert metrics["once"].item() == (torch.tensor(once, dtype=torch.float32) * 5).item()
     for read in (metrics, trainer.logged_metrics):
         assert all(type(value) is torch.Tensor for value in read.values())
