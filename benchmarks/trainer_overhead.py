@@ -164,6 +164,20 @@ class _CallCounter:
             gc.enable()
 
 
+def _counting(base: type, counter: _CallCounter) -> Any:
+    """``base`` (the module on either Trainer) whose ``training_step`` also has ``counter`` count its ``self.log``."""
+
+    class Counting(base):
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.log("loss", loss)
+            counter(self, loss, batch_idx)
+            return loss
+
+    return Counting
+
+
 class MLPModuleWithoutLog(MLPModule):
     """`MLPModule` without its ``self.log``: the instruction count of the Trainer's own work per step, apart
     from what logging a value costs (keeping the value, its bookkeeping, the loggers' writes)."""
@@ -262,18 +276,7 @@ def _lightning_module_class(log: bool = True, count_calls: _CallCounter | None =
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    if count_calls is None:
-        return LitMLPModule
-
-    class CountingLitModule(LitMLPModule):
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = torch.nn.functional.mse_loss(self(x), y)
-            self.log("loss", loss)
-            count_calls(self, loss, batch_idx)
-            return loss
-
-    return CountingLitModule
+    return LitMLPModule if count_calls is None else _counting(LitMLPModule, count_calls)
 
 
 def run_lightning_trainer(
@@ -540,17 +543,7 @@ def _count_child(steps: int) -> None:
             run(total, root)
             dataset.on_batch = None
         # One run of each Trainer more, counting self.log calls directly (not part of the per-step counts above).
-        counter = _CallCounter(shim, "trainer")
-
-        class CountingModule(MLPModule):
-            def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-                x, y = batch
-                loss = torch.nn.functional.mse_loss(self(x), y)
-                self.log("loss", loss)
-                counter(self, loss, batch_idx)
-                return loss
-
-        run_trainer(dataset, WARM_STEPS + 2, root, CountingModule)
+        run_trainer(dataset, WARM_STEPS + 2, root, _counting(MLPModule, _CallCounter(shim, "trainer")))
         if "lightning_trainer" in runs:
             run_lightning_trainer(dataset, WARM_STEPS + 2, root, count_calls=_CallCounter(shim, "lightning_trainer"))
 
