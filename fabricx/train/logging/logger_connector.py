@@ -172,19 +172,18 @@ class LoggerConnector:
 
     # -- what the Trainer's properties return -------------------------------------------------------------
     def callback_metrics(self) -> dict[str, Any]:
-        return tensors_in(self._read("callback"))
+        return tensors_in(self._read(self.callback, "callback"))
 
     def logged_metrics(self) -> dict[str, Any]:
-        return tensors_in(self._read("log"))
+        return tensors_in(self._read(self.logged, "log"))
 
     def progress_bar_metrics(self) -> dict[str, Any]:
         # Numbers only when read: converting every batch would wait for the device each step.
-        return {name: to_float(value) for name, value in self._read("pbar").items()}
+        return {name: to_float(value) for name, value in self._read(self.pbar, "pbar").items()}
 
-    def _read(self, view: str) -> dict[str, Any]:
-        """One of the dicts (``view``: a `Metrics` field), brought up to date with the running loop's values."""
+    def _read(self, kept: dict[str, Any], view: str) -> dict[str, Any]:
+        """``kept`` (the dict of the `Metrics` field ``view``), brought up to date with the running loop's values."""
         self.take_step_values()
-        kept = Metrics(self.callback, self.logged, self.pbar)._asdict()[view]
         metrics = self.metrics()
         if metrics is not None:
             kept.update(getattr(metrics, view))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -92,7 +92,11 @@ class StepScalar(float):
         ```
     """
 
-    dtype: torch.dtype = torch.float32
+    dtype: ClassVar[torch.dtype]
+
+    def tensor(self) -> Tensor:
+        """The CPU tensor of `dtype` holding this number (exactly: it came from one)."""
+        return torch.tensor(float(self), dtype=self.dtype)
 
 
 class _Float32Step(StepScalar):
@@ -111,7 +115,7 @@ def tensors_in(metrics: dict[str, Any]) -> dict[str, Any]:
     """``metrics`` with every `StepScalar` replaced, in place, by a tensor of its dtype (Lightning's values)."""
     for name, value in metrics.items():
         if isinstance(value, StepScalar):
-            metrics[name] = torch.tensor(float(value), dtype=value.dtype)
+            metrics[name] = value.tensor()
     return metrics
 
 
@@ -470,7 +474,7 @@ class ResultCollection:
                 item["weight"] = entry.weight
                 step_value = entry.step_value
                 if type(step_value) is float:
-                    step_value = torch.tensor(step_value, dtype=entry.step_kind.dtype)
+                    step_value = entry.step_kind(step_value).tensor()
                 item["step_value"] = step_value
             entries[key] = item
         return {"entries": entries}
