@@ -150,12 +150,13 @@ class Checkpointer:
         layout: str | Layout | None,
         mode: Any,
     ) -> AsyncSave | None:
-        from fabricx.checkpoint.layouts import get_layout, layout_for
+        from fabricx.checkpoint.layouts import SaveRequest, get_layout, layout_for
         from fabricx.checkpoint.save_modes import save_mode
 
         backend = layout if layout is not None and not isinstance(layout, str) else get_layout(layout_for(path, layout))
         made = state() if callable(state) else state
-        return self._hold(backend.save(self.host, path, self._own_entries(made), filter, save_mode(mode)))
+        request = SaveRequest(self.host, path, self._own_entries(made), filter, save_mode(mode))
+        return self._hold(backend.save(request))
 
     def save_next(
         self,
