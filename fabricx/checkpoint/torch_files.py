@@ -57,6 +57,7 @@ __all__ = [
     "FORMAT_VERSION",
     "META_KEY",
     "RANKS_KEY",
+    "check_header",
     "check_weights_only",
     "file_contents",
     "load_single_file",
@@ -326,18 +327,24 @@ def _load(file: Path) -> Any:
     return load_torch(file, str(file))
 
 
-def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
-    if not isinstance(meta, Mapping) or meta.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{file} is damaged: its {META_KEY!r} entry is not fabricx single-file metadata.")
+def check_header(file: Any, meta: Mapping[str, Any], kind: str, latest: int) -> None:
+    """Refuse checkpoint metadata of a ``kind`` format version this fabricx cannot read (1 to ``latest``), or
+    of a world size below 1."""
     version = meta.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= latest:
         raise CheckpointError(
-            f"{file} declares single-file format version {version!r}; this fabricx supports versions 1 to "
-            f"{FORMAT_VERSION}. Load it with the fabricx version that wrote it, or upgrade fabricx."
+            f"{file} declares {kind} format version {version!r}; this fabricx ({__version__}) supports versions 1 "
+            f"to {latest}. Load it with the fabricx version that wrote it, or upgrade fabricx."
         )
     world_size = meta.get("world_size")
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CheckpointError(f"{file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+
+
+def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
+    if not isinstance(meta, Mapping) or meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{file} is damaged: its {META_KEY!r} entry is not fabricx single-file metadata.")
+    check_header(file, meta, "single-file", FORMAT_VERSION)
     for field in ("shared_keys", "per_rank_keys", "encoded_keys"):
         keys = meta.get(field)
         if keys is not None and not (isinstance(keys, list | tuple) and all(isinstance(k, str) for k in keys)):
