@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_reserved
+from fabricx.checkpoint.contents import claimed_entries, entry_storage_of
 from fabricx.checkpoint.torch_files import file_contents
 from fabricx.utilities.exceptions import CheckpointError
 
@@ -57,8 +57,7 @@ def save_one_file(
             "into one file."
         )
     shared, per_rank = request.split(request.state)
-    extra_keys = [key for key in shared if is_reserved(key)]
-    contents = file_contents(host, path, shared, per_rank, extra_keys, check_shared=check_shared)
+    contents = file_contents(host, path, shared, per_rank, check_shared=check_shared)
     staged = None if contents is None else mode.copy(contents)
 
     def job() -> None:

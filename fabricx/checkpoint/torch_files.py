@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from fabricx.checkpoint.contents import is_reserved
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
@@ -74,7 +75,6 @@ META_KEY = "__fabricx_single_file__"
 #: Top-level key of ranks 1..N-1's per-rank entries (``{"1": {...}, ...}``).
 RANKS_KEY = "__fabricx_ranks__"
 _NUMPY_TAG = "__fabricx_numpy__"
-_RESERVED_PREFIX = "__fabricx_"
 _LOCAL_IO = LocalCheckpointIO()
 
 
@@ -222,7 +222,7 @@ def file_contents(
     path: Any,
     shared: dict[str, Any],
     per_rank: dict[str, Any],
-    extra_keys: Collection[str],
+    extra_keys: Collection[str] | None = None,
     *,
     rank_view: bool = False,
     check_shared: bool = True,
@@ -234,6 +234,8 @@ def file_contents(
     their own per-rank ones, without the file's metadata (what a tool that writes a file per rank stores).
     ``check_shared=False`` leaves the shared entries to the writer (a library's own checkpoint I/O stores
     objects of its own, as Lightning's plugins may); the per-rank entries are always checked (they travel).
+    ``extra_keys`` are the shared entries that are fabricx's own (NumPy values stored as tagged tensors); by
+    default those under reserved keys.
 
     Example:
 
@@ -242,6 +244,8 @@ def file_contents(
     ```
     """
     rank, world_size = host.global_rank, host.world_size
+    if extra_keys is None:
+        extra_keys = [key for key in shared if is_reserved(key)]
     own = _to_cpu(_encode(per_rank))
     problem: str | None = None
     try:
@@ -396,7 +400,7 @@ def split_contents(
     elif isinstance(ranks, Mapping) and isinstance(ranks.get(str(rank)), Mapping):
         own = dict(ranks[str(rank)])
     else:  # more processes now than when it was saved
-        own = {key: value for key, value in rank0.items() if not key.startswith(_RESERVED_PREFIX)}
+        own = {key: value for key, value in rank0.items() if not is_reserved(key)}
     return shared, _decode(own, file), meta
 
 

@@ -55,7 +55,6 @@ from fabricx.checkpoint.contents import (
     checkpoint_io_of,
     entry_storage_of,
     filtered,
-    is_reserved,
     object_state,
     unwrap_object,
 )
@@ -172,8 +171,7 @@ class DcpLayout(StagedFolderLayout):
         tensors = _state_dicts(request, entry_storage_of(host))
         shared, per_rank = request.split({key: obj for key, obj in request.state.items() if key not in tensors})
         # Checked (every rank's entries weights-only) before anything on disk changes.
-        reserved = [key for key in shared if is_reserved(key)]
-        contents = file_contents(host, folder / META_FILE, shared, per_rank, reserved)
+        contents = file_contents(host, folder / META_FILE, shared, per_rank)
         staged = None if contents is None else request.mode.copy(contents)
 
         def write_shards(staging: Path) -> None:

@@ -50,7 +50,6 @@ from torch.optim import Optimizer
 from fabricx.checkpoint.contents import (
     claimed_entries,
     entry_storage_of,
-    is_reserved,
     reserved_key,
     unwrap_object,
 )
@@ -138,8 +137,7 @@ def _client_state(request: SaveRequest, path: Path, others: dict[str, Any], reco
         )
     shared, per_rank = request.split(others)
     shared[RECORD_KEY] = record
-    reserved = [key for key in shared if is_reserved(key)]
-    contents = file_contents(request.host, path / TAG, shared, per_rank, reserved, rank_view=True)
+    contents = file_contents(request.host, path / TAG, shared, per_rank, rank_view=True)
     assert contents is not None  # rank_view: every rank gets its own
     return contents
 
