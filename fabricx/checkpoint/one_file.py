@@ -59,14 +59,4 @@ def save_one_file(
     shared, per_rank = request.split(request.state)
     contents = file_contents(host, path, shared, per_rank, check_shared=check_shared)
     staged = None if contents is None else mode.copy(contents)
-
-    def job() -> None:
-        error: BaseException | None = None
-        if staged is not None:
-            try:
-                write(path, staged)
-            except Exception as failure:
-                error = failure
-        mode.share_outcome(host, error)
-
-    return mode.run(path, job)
+    return mode.run_rank_zero_write(host, path, None if staged is None else lambda: write(path, staged))

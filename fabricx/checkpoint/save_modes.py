@@ -135,6 +135,21 @@ class SaveMode(ABC):
     def run(self, path: Any, job: Callable[[], None], guard: StagingGuard | None = None) -> AsyncSave | None:
         """Run the write-and-commit ``job``: here, waited for (``None``), or in the background (its handle)."""
 
+    def run_rank_zero_write(self, host: RankHost, path: Any, write: Callable[[], None] | None) -> AsyncSave | None:
+        """`run` a job in which only rank 0 writes (``write`` is ``None`` on the other ranks), then every rank
+        learns its outcome (`share_outcome`)."""
+
+        def job() -> None:
+            error: BaseException | None = None
+            if write is not None:
+                try:
+                    write()
+                except Exception as failure:
+                    error = failure
+            self.share_outcome(host, error)
+
+        return self.run(path, job)
+
 
 class Synchronous(SaveMode):
     """The asynchronous save, waited for: the job runs in the caller, so no copy is needed and the ranks

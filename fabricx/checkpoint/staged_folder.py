@@ -167,16 +167,8 @@ def save_staged(
             atomic.abort_directory(staging)
         raise
 
-    def job() -> None:
-        error: BaseException | None = None
-        if host.is_global_zero:
-            try:
-                commit_staging(staging, folder, write_last)
-            except Exception as failure:
-                error = failure
-        mode.share_outcome(host, error)
-
-    return mode.run(path, job)
+    commit = (lambda: commit_staging(staging, folder, write_last)) if host.is_global_zero else None
+    return mode.run_rank_zero_write(host, path, commit)
 
 
 def read_committed(
