@@ -319,10 +319,8 @@ def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | Non
         staged = stage_to_host({"model": model.state_dict(), "step": 3})
         ```
     """
-    stager = _Stager(pin_memory, reuse)
-    structure = stager.walk(obj, "")
-    stager.copy()
-    return stager.fill(structure)
+    staged, _ = stage_to_host_deferred(obj, frozenset(), pin_memory=pin_memory, reuse=reuse)  # nothing deferred
+    return staged
 
 
 def stage_to_host_deferred(
