@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from fabricx.checkpoint.tensor_views import byte_span, view_key
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = [
@@ -318,10 +319,8 @@ def stage_to_host(obj: Any, *, pin_memory: bool | None = None, reuse: list | Non
         staged = stage_to_host({"model": model.state_dict(), "step": 3})
         ```
     """
-    stager = _Stager(pin_memory, reuse)
-    structure = stager.walk(obj, "")
-    stager.copy()
-    return stager.fill(structure)
+    staged, _ = stage_to_host_deferred(obj, frozenset(), pin_memory=pin_memory, reuse=reuse)  # nothing deferred
+    return staged
 
 
 def stage_to_host_deferred(
@@ -442,7 +441,7 @@ class _Stager:
                 self.streams[device] = torch.cuda.current_stream(device)
             views: dict[tuple, list[int]] = {}
             for index in indices:
-                views.setdefault(_view_key(self.tensors[index]), []).append(index)
+                views.setdefault(view_key(self.tensors[index]), []).append(index)
             if len(views) == 1:
                 copy = self._host_copy(self.tensors[indices[0]], self.paths[indices[0]] if defer else None)
                 for index in indices:
@@ -501,27 +500,20 @@ class _Stager:
     def _copy_span(self, indices: list[int], defer: bool = False) -> None:
         # Different views of one memory region: copy the bytes they cover once and rebuild each view.
         tensors = [self.tensors[i] for i in indices]
-        sizes = [t.element_size() for t in tensors]
-        align = max(sizes)
-        starts = [int(t.storage_offset()) * s for t, s in zip(tensors, sizes, strict=True)]
-        ends = [start + _extent(t) * s for t, start, s in zip(tensors, starts, sizes, strict=True)]
-        begin = (min(starts) // align) * align
-        end = max(max(ends), begin)
-        storage = tensors[0].untyped_storage()
-        raw = torch.empty(0, dtype=torch.uint8, device=tensors[0].device)
-        raw.set_(storage, 0, (storage.nbytes(),), (1,))
-        span = self._host_tensor((end - begin,), torch.uint8, raw.device.type != "cpu")
+        covered = byte_span(tensors)
+        on_accelerator = covered.data.device.type != "cpu"
+        span = self._host_tensor((covered.data.numel(),), torch.uint8, on_accelerator)
         if defer:
             # The raw byte view has a version counter of its own: check every view's.
             checks = [
                 (tensor, tensor._version, self.paths[index]) for index, tensor in zip(indices, tensors, strict=True)
             ]
-            self.pending.append((span, raw[begin:end], checks))
+            self.pending.append((span, covered.data, checks))
         else:
-            span.copy_(raw[begin:end], non_blocking=raw.device.type != "cpu")
-        for index, tensor, start, size in zip(indices, tensors, starts, sizes, strict=True):
+            span.copy_(covered.data, non_blocking=on_accelerator)
+        for index, tensor, offset in zip(indices, tensors, covered.offsets, strict=True):
             view = torch.empty(0, dtype=tensor.dtype)
-            view.set_(span.untyped_storage(), (start - begin) // size, tensor.shape, tensor.stride())
+            view.set_(span.untyped_storage(), offset, tensor.shape, tensor.stride())
             self.copies[index] = view
 
     def fill(self, structure: Any) -> Any:
@@ -546,16 +538,6 @@ def _synchronize(devices: set[torch.device]) -> None:
     for device in devices:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-
-
-def _view_key(tensor: torch.Tensor) -> tuple:
-    return (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
-
-
-def _extent(tensor: torch.Tensor) -> int:
-    if tensor.numel() == 0:
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
 
 
 # ------------------------------------------------------------------------------------ rank agreement

@@ -137,10 +137,14 @@ class Checkpointer:
             ```
         """
         path = os.fspath(path)
+
+        def write(at: str) -> AsyncSave | None:
+            return self._save(at, state, filter, layout, mode)
+
         if not exclusive:
             self.wait()  # one save at a time: the next one's agreement shares the background group
-            return self._save(path, state, filter, layout, mode)
-        return self._save_held(lambda: claim_path(path), lambda _: path, _release, state, filter, layout, mode)[1]
+            return write(path)
+        return self._save_held(lambda: claim_path(path), lambda _: path, _release, write)[1]
 
     def _save(
         self,
@@ -150,12 +154,13 @@ class Checkpointer:
         layout: str | Layout | None,
         mode: Any,
     ) -> AsyncSave | None:
-        from fabricx.checkpoint.layouts import get_layout, layout_for
+        from fabricx.checkpoint.layouts import SaveRequest, get_layout, layout_for
         from fabricx.checkpoint.save_modes import save_mode
 
         backend = layout if layout is not None and not isinstance(layout, str) else get_layout(layout_for(path, layout))
         made = state() if callable(state) else state
-        return self._hold(backend.save(self.host, path, self._own_entries(made), filter, save_mode(mode)))
+        request = SaveRequest(self.host, path, self._own_entries(made), filter, save_mode(mode))
+        return self._hold(backend.save(request))
 
     def save_next(
         self,
@@ -185,10 +190,7 @@ class Checkpointer:
             lambda: manager.reserve(index),
             lambda reserved: self._from_rank_zero(reserved),
             manager.release,
-            state,
-            filter,
-            None,
-            mode,
+            lambda at: self._save(at, state, filter, None, mode),
             retention=manager.apply_retention,
         )
         return path
@@ -198,13 +200,11 @@ class Checkpointer:
         reserve: Callable[[], _T],
         path_of: Callable[[_T | None], Any],
         release: Callable[[_T], Any],
-        state: dict[str, Any] | Callable[[], dict[str, Any]],
-        filter: Mapping[str, Callable] | None,
-        layout: str | Layout | None,
-        mode: Any,
+        save: Callable[[str], AsyncSave | None],
         retention: Callable[[], Any] | None = None,
     ) -> tuple[Any, AsyncSave | None]:
-        """Reserve on rank 0 → save → retention (rank 0, after the commit) → release: the one place for it."""
+        """Reserve on rank 0 → ``save(path)`` → retention (rank 0, after the commit) → release: the one place
+        for it."""
         self.wait()  # the last save's retention first, and its name counted
         held = self._on_rank_zero(reserve)
         handle = None
@@ -212,7 +212,7 @@ class Checkpointer:
             path = path_of(held)
             if path is None:  # rank 0 always sends a path; this is for type checkers
                 raise RuntimeError("The checkpoint save got no path from rank 0; every rank must call it.")
-            handle = self._save(os.fspath(path), state, filter, layout, mode)
+            handle = save(os.fspath(path))
             if handle is not None and held is not None:
                 mine, held = held, None
                 if retention is not None:

@@ -69,18 +69,13 @@ def consolidate_checkpoint(
     with opt_in:
         shared.update(read_full(loaded, list(stored_entries(loaded.meta))))
     extra = {"consolidated_from": str(loaded.path), "source_world_size": loaded.meta["world_size"]}
-    writer = CheckpointWriter(target, rank=0, world_size=1, extra_meta=extra)
-    tmp = writer.begin()
-    try:
+    with CheckpointWriter(target, rank=0, world_size=1, extra_meta=extra) as writer:  # aborts on an error
         writer.write_shared(shared)
         if loaded.per_rank is not None:
             writer.write_rank(loaded.per_rank)
         for file in _other_rank_files(loaded.path, int(loaded.meta["world_size"])):
-            shutil.copy2(file, tmp / file.name, follow_symlinks=False)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.commit()
+            shutil.copy2(file, writer.tmp / file.name, follow_symlinks=False)
+    return writer.path
 
 
 def _other_rank_files(directory: Path, world_size: int) -> list[Path]:

@@ -35,6 +35,7 @@ __all__ = [
     "checkpoint_io_of",
     "claimed_entries",
     "entry_storage_of",
+    "filtered",
     "is_per_rank",
     "is_reserved",
     "object_state",
@@ -157,13 +158,18 @@ def split_state(
     for key, obj in state.items():
         target = per_rank if is_per_rank(obj) else shared
         value = object_state(strategy, obj)
-        if filter and key in filter:
-            if not isinstance(value, dict):
-                raise TypeError(f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter.")
-            keep = filter[key]
-            value = {name: item for name, item in value.items() if keep(name, item)}
-        target[key] = value
+        target[key] = filtered(key, value, filter)
     return shared, per_rank
+
+
+def filtered(key: str, value: Any, filter: Mapping[str, Callable] | None) -> Any:
+    """``value``, the state of entry ``key``, with only the items ``filter[key](name, item)`` keeps."""
+    if not filter or key not in filter:
+        return value
+    if not isinstance(value, dict):
+        raise TypeError(f"filter[{key!r}] was given but state[{key!r}] does not produce a dict to filter.")
+    keep = filter[key]
+    return {name: item for name, item in value.items() if keep(name, item)}
 
 
 def checkpoint_io_of(strategy: Any) -> CheckpointIO:

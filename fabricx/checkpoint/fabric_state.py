@@ -24,7 +24,7 @@ from torch.optim import Optimizer
 from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_per_rank, is_reserved, unwrap_object
 from fabricx.checkpoint.hand_over import hand_over
 from fabricx.checkpoint.records import stored_keys, stored_record
-from fabricx.checkpoint.safe_read import check_optimizer_state
+from fabricx.checkpoint.safe_read import check_optimizer_state, refuse_misfit
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 if TYPE_CHECKING:
@@ -194,12 +194,8 @@ def _check_module_entry(module: Module, value: Any, where: str) -> None:
             problems.append(f"{name!r} has shape {list(saved.shape)} in the file, {list(tensor.shape)} in the model")
         elif _dtype_kind(saved.dtype) != _dtype_kind(tensor.dtype):
             problems.append(f"{name!r} is {saved.dtype} in the file, {tensor.dtype} in the model")
-    if problems:
-        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
-        raise CheckpointError(
-            f"The {where} does not fit the model {type(module).__name__}: {shown}. Build the model with the "
-            "configuration the checkpoint was saved with."
-        )
+    target = f"model {type(module).__name__}"
+    refuse_misfit(where, target, problems, "Build the model with the configuration the checkpoint was saved with.")
 
 
 def _holds_stateful(container: dict[str, Any]) -> bool:

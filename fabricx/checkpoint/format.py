@@ -37,7 +37,13 @@ from fabricx.checkpoint.loaded import LoadedCheckpoint
 from fabricx.checkpoint.safe_read import read_regular
 from fabricx.checkpoint.serialization import dump, json_path, load
 from fabricx.checkpoint.storage import io_for, is_url
-from fabricx.checkpoint.torch_files import check_weights_only, load_single_file, looks_like_torch_file, write_file
+from fabricx.checkpoint.torch_files import (
+    check_header,
+    check_weights_only,
+    load_single_file,
+    looks_like_torch_file,
+    write_file,
+)
 from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError, CheckpointNotFoundError
 from fabricx.version import __version__
@@ -302,16 +308,12 @@ def write_checkpoint(
     writer = CheckpointWriter(
         path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=extra_meta, io=io
     )
-    writer.begin()
-    try:
+    with writer:  # commits, or aborts on an error
         if shared is not None:
             writer.write_shared(shared)
         if per_rank is not None:
             writer.write_rank(per_rank)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.commit()
+    return writer.path
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -338,16 +340,7 @@ def read_meta(directory: str | os.PathLike[str]) -> dict:
         raise CheckpointError(f"Cannot read {meta_file} (truncated or damaged?): {error}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_file} is damaged: expected a JSON object, found {type(meta).__name__}.")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
-        raise CheckpointError(
-            f"{meta_file} declares checkpoint format version {version!r}; this fabricx "
-            f"({__version__}) supports format versions 1 to {FORMAT_VERSION}. "
-            "Load it with the fabricx version that wrote it, or upgrade fabricx."
-        )
-    world_size = meta.get("world_size")
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise CheckpointError(f"{meta_file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+    check_header(meta_file, meta, "checkpoint", FORMAT_VERSION)
     return meta
 
 

@@ -9,38 +9,31 @@ Example:
 
 ```python
 state = {"model": model}
-save_one_file(fabric.strategy, "model.pth", state, None, mode, write=write_file)
+request = SaveRequest(fabric.strategy, "model.pth", state, None, mode)
+save_one_file(request, write=write_file)
 ```
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_reserved, split_state
+from fabricx.checkpoint.contents import claimed_entries, entry_storage_of
 from fabricx.checkpoint.torch_files import file_contents
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
-    from fabricx.checkpoint.host import CheckpointHost
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
 __all__ = ["save_one_file"]
 
 
 def save_one_file(
-    host: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: Mapping[str, Callable] | None,
-    mode: SaveMode,
-    write: Callable[[str, dict[str, Any]], None],
-    *,
-    check_shared: bool = True,
+    request: SaveRequest, write: Callable[[str, dict[str, Any]], None], *, check_shared: bool = True
 ) -> AsyncSave | None:
-    """Every rank: gather ``state`` into one file's dict and have rank 0 ``write(path, contents)`` it.
+    """Every rank: gather the request's state into one file's dict and have rank 0 ``write(path, contents)`` it.
 
     Entries a strategy stores itself are written as their full state (FSDP gathers the shards to rank 0, as
     Lightning's ``state_dict_type="full"`` does); a strategy that has no full state for them (DeepSpeed engines)
@@ -49,12 +42,13 @@ def save_one_file(
     Example:
 
     ```python
-    mode = save_mode("sync")
-    save_one_file(host, "out/model.pth", state, None, mode, write=torch.save)
+    request = SaveRequest(host, "out/model.pth", state, None, save_mode("sync"))
+    save_one_file(request, write=torch.save)
     ```
     """
+    host, path, mode = request.host, request.path, request.mode
     storage = entry_storage_of(host)
-    claimed = claimed_entries(storage, state)
+    claimed = claimed_entries(storage, request.state)
     if claimed and storage is not None and not storage.full_state_in_one_file:
         raise CheckpointError(
             f"Cannot save {sorted(claimed)} into the single file {path}: {type(host).__name__} stores them "
@@ -62,18 +56,7 @@ def save_one_file(
             "pass layout='directory') for a checkpoint directory; `fabricx consolidate` turns its weights "
             "into one file."
         )
-    shared, per_rank = split_state(host, state, filter)
-    extra_keys = [key for key in shared if is_reserved(key)]
-    contents = file_contents(host, path, shared, per_rank, extra_keys, check_shared=check_shared)
+    shared, per_rank = request.split(request.state)
+    contents = file_contents(host, path, shared, per_rank, check_shared=check_shared)
     staged = None if contents is None else mode.copy(contents)
-
-    def job() -> None:
-        error: BaseException | None = None
-        if staged is not None:
-            try:
-                write(path, staged)
-            except Exception as failure:
-                error = failure
-        mode.share_outcome(host, error)
-
-    return mode.run(path, job)
+    return mode.run_rank_zero_write(host, path, None if staged is None else lambda: write(path, staged))

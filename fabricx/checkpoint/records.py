@@ -27,7 +27,7 @@ from fabricx.utilities.exceptions import CheckpointError
 if TYPE_CHECKING:
     from fabricx.checkpoint.loaded import LoadedCheckpoint
 
-__all__ = ["StoredRecord", "record_keys", "record_shared_keys", "records_in", "stored_keys", "stored_record"]
+__all__ = ["StoredRecord", "record_shared_keys", "records_in", "stored_keys", "stored_record"]
 
 
 class StoredRecord(Protocol):
@@ -66,11 +66,6 @@ _BUILT_IN: dict[str, str] = {
 _loaded: dict[str, StoredRecord] = {}
 
 
-def record_keys() -> tuple[str, ...]:
-    """The ``extra_meta`` keys whose records fabricx reads back."""
-    return tuple(_BUILT_IN)
-
-
 def stored_record(key: str) -> StoredRecord:
     """The `StoredRecord` of the ``extra_meta`` key ``key`` (its module is imported here, on first use)."""
     if key not in _loaded:
@@ -89,13 +84,9 @@ def stored_keys(meta: Mapping[str, Any]) -> dict[str, str]:
     stored_keys(read_meta("ckpt"))  # {"model": "deepspeed", "optimizer": "deepspeed"}
     ```
     """
-    extra = meta.get("extra_meta") or {}
-    if not isinstance(extra, Mapping):
-        raise CheckpointError(f"The checkpoint metadata's extra_meta is damaged: {extra!r:.200}.")
     found: dict[str, str] = {}
-    for key in _BUILT_IN:
-        if extra.get(key) is not None:
-            found.update(dict.fromkeys(stored_record(key).entries(meta), key))
+    for key in records_in(meta):
+        found.update(dict.fromkeys(stored_record(key).entries(meta), key))
     return found
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "plain_name",
     "read_dcp_metadata",
     "read_regular",
+    "refuse_misfit",
     "regular_file",
 ]
 
@@ -410,12 +411,16 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, value: Any, where: s
                     f"state[{index!r}][{name!r}] has shape {list(tensor.shape)} for a parameter of shape "
                     f"{list(param.shape)}"
                 )
+    target = f"optimizer {type(optimizer).__name__}"
+    refuse_misfit(where, target, problems, "It was saved for other parameters, or is damaged.")
+
+
+def refuse_misfit(where: str, target: str, problems: list[str], advice: str) -> None:
+    """Raise when the ``where`` (a saved state) has ``problems`` against the live ``target`` (``"model Net"``):
+    the first eight of them, then what to do (``advice``)."""
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
-        raise CheckpointError(
-            f"The {where} does not fit the optimizer {type(optimizer).__name__}: {shown}. It was saved for other "
-            "parameters, or is damaged."
-        )
+        raise CheckpointError(f"The {where} does not fit the {target}: {shown}. {advice}")
 
 
 # ------------------------------------------------------------------------------------------- DCP metadata

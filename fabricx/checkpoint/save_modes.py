@@ -86,6 +86,9 @@ class HostCopy:
 class SaveMode(ABC):
     """What a synchronous and an asynchronous save do differently; every other step is the layout's own."""
 
+    #: Whether a strategy's storage that can write the entries it claims in the background does so.
+    claimed_in_background = False
+
     @abstractmethod
     def barrier(self, host: CheckpointHost) -> Callable[[], Any]:
         """A wait for every rank, on the group this mode's writes use (every rank, same point)."""
@@ -102,7 +105,6 @@ class SaveMode(ABC):
     def stage(self, shared: dict[str, Any], per_rank: dict[str, Any], live: Iterable[Any]) -> HostCopy:
         """The contents to write; ``live`` are the user's objects (their optimizers' tensors may be copied last)."""
 
-    @abstractmethod
     def write_claimed(
         self,
         storage: EntryStorage | None,
@@ -110,7 +112,20 @@ class SaveMode(ABC):
         entries: dict[str, Any],
         filter: Mapping[str, Callable] | None,
     ) -> Callable[[], dict[str, Any]]:
-        """Have ``storage`` write the ``entries`` it claims; the returned call gives the shared entries it adds."""
+        """Have ``storage`` write the ``entries`` it claims; the returned call gives the shared entries it adds.
+
+        A storage that stages now and writes in the background (DCP ``async_save``) does so in an asynchronous
+        mode; any other (engine files) writes here, before the rest.
+        """
+        save_async = getattr(storage, "save_async", None)
+        if entries and self.claimed_in_background and callable(save_async):
+            return cast("Callable[[], dict[str, Any]]", save_async(staging, entries, filter, self.writer_group()))
+        written = storage.save(staging, entries, filter) if entries and storage is not None else {}
+        return lambda: written
+
+    def writer_group(self) -> Any:
+        """The process group the ranks agree on while writing in the background (``None``: the default one)."""
+        return None
 
     @abstractmethod
     def share_outcome(self, host: RankHost, error: BaseException | None) -> None:
@@ -119,6 +134,21 @@ class SaveMode(ABC):
     @abstractmethod
     def run(self, path: Any, job: Callable[[], None], guard: StagingGuard | None = None) -> AsyncSave | None:
         """Run the write-and-commit ``job``: here, waited for (``None``), or in the background (its handle)."""
+
+    def run_rank_zero_write(self, host: RankHost, path: Any, write: Callable[[], None] | None) -> AsyncSave | None:
+        """`run` a job in which only rank 0 writes (``write`` is ``None`` on the other ranks), then every rank
+        learns its outcome (`share_outcome`)."""
+
+        def job() -> None:
+            error: BaseException | None = None
+            if write is not None:
+                try:
+                    write()
+                except Exception as failure:
+                    error = failure
+            self.share_outcome(host, error)
+
+        return self.run(path, job)
 
 
 class Synchronous(SaveMode):
@@ -142,16 +172,6 @@ class Synchronous(SaveMode):
     def stage(self, shared: dict[str, Any], per_rank: dict[str, Any], live: Iterable[Any]) -> HostCopy:
         return HostCopy(shared, per_rank)
 
-    def write_claimed(
-        self,
-        storage: EntryStorage | None,
-        staging: Path,
-        entries: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-    ) -> Callable[[], dict[str, Any]]:
-        written = storage.save(staging, entries, filter) if entries and storage is not None else {}
-        return lambda: written
-
     def share_outcome(self, host: RankHost, error: BaseException | None) -> None:
         if host.world_size == 1:
             if error is not None:
@@ -171,17 +191,19 @@ class Asynchronous(SaveMode):
     """The save whose job runs in a background thread: the contents are copied to host memory first and the
     ranks agree on a dedicated gloo group (`fabricx.checkpoint.background.background_group()`)."""
 
+    claimed_in_background = True
+
     def __init__(self) -> None:
         self._group: Any = None
         self._has_group = False
 
-    def _background_group(self) -> Any:
+    def writer_group(self) -> Any:
         if not self._has_group:  # created collectively, so at the first foreground call of every rank
             self._group, self._has_group = background_group(), True
         return self._group
 
     def barrier(self, host: CheckpointHost) -> Callable[[], Any]:
-        group = self._background_group()
+        group = self.writer_group()
 
         def barrier() -> None:
             if not agree(True, group):  # pragma: no cover - a rank reaching a barrier always agrees
@@ -190,7 +212,7 @@ class Asynchronous(SaveMode):
         return barrier
 
     def agreement(self, host: CheckpointHost) -> Callable[[bool], bool]:
-        group = self._background_group()
+        group = self.writer_group()
         return lambda ok: agree(ok, group)
 
     def copy(self, obj: Any) -> Any:
@@ -207,18 +229,6 @@ class Asynchronous(SaveMode):
             finish_rank()
 
         return HostCopy(shared_copy, rank_copy, finish_copies, bool(deferred), buffers)
-
-    def write_claimed(
-        self,
-        storage: EntryStorage | None,
-        staging: Path,
-        entries: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-    ) -> Callable[[], dict[str, Any]]:
-        save_async = getattr(storage, "save_async", None)
-        if entries and callable(save_async):  # stages now, writes in the background (DCP async_save)
-            return cast("Callable[[], dict[str, Any]]", save_async(staging, entries, filter, self._background_group()))
-        return Synchronous().write_claimed(storage, staging, entries, filter)  # engine files: here, before the rest
 
     def share_outcome(self, host: RankHost, error: BaseException | None) -> None:
         if error is not None:

@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 
 from fabricx.checkpoint.safe_read import check_tensors, read_regular, regular_file
 from fabricx.checkpoint.safetensors_read import read_safetensors
+from fabricx.checkpoint.tensor_views import byte_span, view_key
 from fabricx.utilities.exceptions import CheckpointError
 
 __all__ = ["dump", "json_path", "load", "tensors_path"]
@@ -203,14 +204,14 @@ class _Encoder:
         for entries in self._groups.values():
             views: dict[tuple, list[dict[str, Any]]] = {}
             for tensor, node in entries:
-                views.setdefault(_view_key(tensor), []).append(node)
+                views.setdefault(view_key(tensor), []).append(node)
             if len(views) == 1:
                 tensor = entries[0][0]
                 plain = tensor.resolve_conj().resolve_neg().to("cpu").contiguous()
                 if plain.dtype in SAFETENSORS_DTYPES:
                     key = f"t{len(self.tensors)}"
                     self.tensors[key] = plain
-                    for node in views[_view_key(tensor)]:
+                    for node in views[view_key(tensor)]:
                         node["key"] = key
                     continue
                 # Not storable natively: keep the bytes of a packed copy and its dtype.
@@ -219,36 +220,14 @@ class _Encoder:
 
     def _store_span(self, entries: list[tuple[torch.Tensor, dict[str, Any]]]) -> None:
         # Different views of the same memory: store the bytes they cover once and rebuild each view on them.
-        sizes = [t.element_size() for t, _ in entries]
-        align = max(sizes)
-        starts, ends = [], []
-        for tensor, size in zip((t for t, _ in entries), sizes, strict=True):
-            start = tensor.storage_offset() * size
-            starts.append(start)
-            ends.append(start + _extent(tensor) * size)
-        begin = (min(starts) // align) * align
-        end = max(max(ends), begin)
-        storage = entries[0][0].untyped_storage()
-        raw = torch.empty(0, dtype=torch.uint8, device=entries[0][0].device)
-        raw.set_(storage, 0, (storage.nbytes(),), (1,))
+        span = byte_span([tensor for tensor, _ in entries])
         key = f"b{len(self.tensors)}"
-        self.tensors[key] = raw[begin:end].to("cpu").clone()
-        for (tensor, node), start, size in zip(entries, starts, sizes, strict=True):
+        self.tensors[key] = span.data.to("cpu").clone()
+        for (tensor, node), offset in zip(entries, span.offsets, strict=True):
             node["t"] = "view"
             node["key"] = key
             node["stride"] = list(tensor.stride())
-            node["offset"] = (start - begin) // size
-
-
-def _view_key(tensor: torch.Tensor) -> tuple:
-    return (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
-
-
-def _extent(tensor: torch.Tensor) -> int:
-    """How many elements from the view's first one to one past its last one."""
-    if tensor.numel() == 0:
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
+            node["offset"] = offset
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -385,15 +385,11 @@ def save_sharded(
     """
     meta = {META_KEY: sharded_record(kinds)}
     writer = CheckpointWriter(path, rank=rank, world_size=world_size, barrier=barrier, token=token, extra_meta=meta)
-    tmp = writer.begin()
-    try:
-        rest = write_sharded(tmp, sharded)
+    with writer:  # commits, or aborts on an error
+        rest = write_sharded(writer.tmp, sharded)
         writer.write_shared({**shared, REST_KEY: rest})
         writer.write_rank(per_rank)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.commit()
+    return writer.path
 
 
 # ------------------------------------------------------------------------------------------------- loading

@@ -4,15 +4,14 @@ Every rank writes into one staging folder beside ``<path>`` (``<path>.tmp-<token
 rank 0 and broadcast); once every rank's files are in, rank 0 adds its last files, flushes the folder
 and swaps it into place (`fabricx.checkpoint.atomic.commit_directory`: the previous checkpoint goes to
 ``<path>.old-<token>`` and is deleted only once the new one is in place). A save that dies midway leaves
-the previous checkpoint as it was. A layout says which folders are its own (``is_layout``) and which it
-refuses to replace (``refusal``).
+the previous checkpoint as it was. A layout (a `StagedFolderLayout`) says which folders are its own
+(``is_layout``) and which files it may replace (``own_names``).
 
 Example:
 
 ```python
 # every rank
-save_staged(host, "ckpt", is_dcp_folder, refuse, write_shards, write_last=None,
-            mode=mode)
+save_staged(request, is_dcp_folder, refuse, write_shards, write_last=None)
 loaded = read_committed("ckpt", is_dcp_folder, lambda f: read_dcp(f, rank))
 ```
 """
@@ -20,23 +19,27 @@ loaded = read_committed("ckpt", is_dcp_folder, lambda f: read_dcp(f, rank))
 from __future__ import annotations
 
 import secrets
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint import atomic
 from fabricx.checkpoint.format import is_complete
+from fabricx.checkpoint.storage import is_url
 from fabricx.checkpoint.write_errors import write_failure
 from fabricx.utilities.exceptions import CheckpointError, CheckpointNotFoundError
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
     from fabricx.checkpoint.host import CheckpointHost
+    from fabricx.checkpoint.io import CheckpointIO
     from fabricx.checkpoint.loaded import LoadedCheckpoint
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
 __all__ = [
     "FABRICX_META",
+    "StagedFolderLayout",
     "commit_staging",
     "committed_folder",
     "fabricx_directory_there",
@@ -143,19 +146,18 @@ def refusal(folder: Path, layout: str, own_names: Callable[[list[str]], bool]) -
 
 
 def save_staged(
-    host: CheckpointHost,
-    path: str,
+    request: SaveRequest,
     is_layout: Callable[[Path], bool],
     refuse: Callable[[Path], str | None],
     write: Callable[[Path], Any],
     write_last: Callable[[Path], None] | None,
-    mode: SaveMode,
 ) -> AsyncSave | None:
     """Every rank: `write(staging)` its files into this save's staging folder; then rank 0 commits it (with
-    ``write_last`` first; in the background for an async ``mode``) and every rank learns the outcome.
+    ``write_last`` first; in the background for an async mode) and every rank learns the outcome.
 
     A failed write removes the staging folder and leaves the previous checkpoint.
     """
+    host, path, mode = request.host, request.path, request.mode
     folder = Path(path)
     staging = open_staging(host, folder, is_layout, refuse)
     try:
@@ -165,16 +167,8 @@ def save_staged(
             atomic.abort_directory(staging)
         raise
 
-    def job() -> None:
-        error: BaseException | None = None
-        if host.is_global_zero:
-            try:
-                commit_staging(staging, folder, write_last)
-            except Exception as failure:
-                error = failure
-        mode.share_outcome(host, error)
-
-    return mode.run(path, job)
+    commit = (lambda: commit_staging(staging, folder, write_last)) if host.is_global_zero else None
+    return mode.run_rank_zero_write(host, path, commit)
 
 
 def read_committed(
@@ -193,3 +187,49 @@ def read_committed(
         raise
     loaded.pin = pin
     return loaded
+
+
+class StagedFolderLayout(ABC):
+    """What the layouts of atomically swapped folders share: the local-folder check, `holds` and `read`.
+
+    A subclass names its ``key`` and says which folders are its own (`is_layout`), which entries of a folder
+    it may replace (`own_names`) and how it reads one (`read_folder`).
+    """
+
+    key: str
+
+    @abstractmethod
+    def is_layout(self, folder: Path) -> bool:
+        """Whether ``folder`` holds a checkpoint of this layout."""
+
+    @abstractmethod
+    def own_names(self, names: list[str]) -> bool:
+        """Whether a folder's entries are this layout's own files, or what a crashed save of it left."""
+
+    @abstractmethod
+    def read_folder(self, folder: Path, rank: int) -> LoadedCheckpoint:
+        """Rank ``rank``'s view of the committed ``folder``."""
+
+    def local_folder(self, path: str) -> Path:
+        """``path`` as the local folder a save writes (a URL is refused: the swap renames local folders)."""
+        if is_url(path):
+            raise CheckpointError(
+                f"layout={self.key!r} writes local folders; {path} is a URL. Save without layout= there."
+            )
+        return Path(path)
+
+    def refusal(self, folder: Path) -> str | None:
+        """Why ``folder`` must not be replaced by a save of this layout (``None``: it may be)."""
+        return refusal(folder, self.key, self.own_names)
+
+    def save_staged(
+        self, request: SaveRequest, write: Callable[[Path], Any], write_last: Callable[[Path], None] | None
+    ) -> AsyncSave | None:
+        """Every rank: `save_staged` with this layout's folders."""
+        return save_staged(request, self.is_layout, self.refusal, write, write_last)
+
+    def holds(self, path: str) -> bool:
+        return not is_url(path) and committed_folder(Path(path), self.is_layout) is not None
+
+    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
+        return read_committed(path, self.is_layout, lambda folder: self.read_folder(folder, rank))

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from fabricx.checkpoint.contents import is_reserved
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
@@ -57,6 +58,7 @@ __all__ = [
     "FORMAT_VERSION",
     "META_KEY",
     "RANKS_KEY",
+    "check_header",
     "check_weights_only",
     "file_contents",
     "load_single_file",
@@ -73,7 +75,6 @@ META_KEY = "__fabricx_single_file__"
 #: Top-level key of ranks 1..N-1's per-rank entries (``{"1": {...}, ...}``).
 RANKS_KEY = "__fabricx_ranks__"
 _NUMPY_TAG = "__fabricx_numpy__"
-_RESERVED_PREFIX = "__fabricx_"
 _LOCAL_IO = LocalCheckpointIO()
 
 
@@ -221,7 +222,7 @@ def file_contents(
     path: Any,
     shared: dict[str, Any],
     per_rank: dict[str, Any],
-    extra_keys: Collection[str],
+    extra_keys: Collection[str] | None = None,
     *,
     rank_view: bool = False,
     check_shared: bool = True,
@@ -233,6 +234,8 @@ def file_contents(
     their own per-rank ones, without the file's metadata (what a tool that writes a file per rank stores).
     ``check_shared=False`` leaves the shared entries to the writer (a library's own checkpoint I/O stores
     objects of its own, as Lightning's plugins may); the per-rank entries are always checked (they travel).
+    ``extra_keys`` are the shared entries that are fabricx's own (NumPy values stored as tagged tensors); by
+    default those under reserved keys.
 
     Example:
 
@@ -241,6 +244,8 @@ def file_contents(
     ```
     """
     rank, world_size = host.global_rank, host.world_size
+    if extra_keys is None:
+        extra_keys = [key for key in shared if is_reserved(key)]
     own = _to_cpu(_encode(per_rank))
     problem: str | None = None
     try:
@@ -326,18 +331,24 @@ def _load(file: Path) -> Any:
     return load_torch(file, str(file))
 
 
-def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
-    if not isinstance(meta, Mapping) or meta.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{file} is damaged: its {META_KEY!r} entry is not fabricx single-file metadata.")
+def check_header(file: Any, meta: Mapping[str, Any], kind: str, latest: int) -> None:
+    """Refuse checkpoint metadata of a ``kind`` format version this fabricx cannot read (1 to ``latest``), or
+    of a world size below 1."""
     version = meta.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= latest:
         raise CheckpointError(
-            f"{file} declares single-file format version {version!r}; this fabricx supports versions 1 to "
-            f"{FORMAT_VERSION}. Load it with the fabricx version that wrote it, or upgrade fabricx."
+            f"{file} declares {kind} format version {version!r}; this fabricx ({__version__}) supports versions 1 "
+            f"to {latest}. Load it with the fabricx version that wrote it, or upgrade fabricx."
         )
     world_size = meta.get("world_size")
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CheckpointError(f"{file} is damaged: world_size is {world_size!r}, expected an int >= 1.")
+
+
+def _check_meta(file: Path, meta: Any) -> dict[str, Any]:
+    if not isinstance(meta, Mapping) or meta.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{file} is damaged: its {META_KEY!r} entry is not fabricx single-file metadata.")
+    check_header(file, meta, "single-file", FORMAT_VERSION)
     for field in ("shared_keys", "per_rank_keys", "encoded_keys"):
         keys = meta.get(field)
         if keys is not None and not (isinstance(keys, list | tuple) and all(isinstance(k, str) for k in keys)):
@@ -389,7 +400,7 @@ def split_contents(
     elif isinstance(ranks, Mapping) and isinstance(ranks.get(str(rank)), Mapping):
         own = dict(ranks[str(rank)])
     else:  # more processes now than when it was saved
-        own = {key: value for key, value in rank0.items() if not key.startswith(_RESERVED_PREFIX)}
+        own = {key: value for key, value in rank0.items() if not is_reserved(key)}
     return shared, _decode(own, file), meta
 
 

@@ -5,7 +5,7 @@ in the background, with no change to fabricx; the built-in keys stay as they wer
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,9 @@ from torch import nn
 from fabricx import Fabric
 from fabricx.checkpoint.background import AsyncSave
 from fabricx.checkpoint.contents import split_state
-from fabricx.checkpoint.host import CheckpointHost
 from fabricx.checkpoint.io import CheckpointIO
-from fabricx.checkpoint.layouts import layout_for, layout_keys, register_layout, unregister_layout
+from fabricx.checkpoint.layouts import SaveRequest, layout_for, layout_keys, register_layout, unregister_layout
 from fabricx.checkpoint.loaded import LoadedCheckpoint
-from fabricx.checkpoint.save_modes import SaveMode
 
 _FILE = "toy.pt"
 
@@ -31,23 +29,17 @@ class ToyLayout:
     def __init__(self) -> None:
         self.saves = 0
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        shared, per_rank = split_state(host, state, filter)
-        contents = mode.copy({"shared": shared, "per_rank": per_rank})
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        shared, per_rank = split_state(request.host, request.state, request.filter)
+        contents = request.mode.copy({"shared": shared, "per_rank": per_rank})
+        folder = Path(request.path)
 
         def job() -> None:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            torch.save(contents, Path(path) / _FILE)
+            folder.mkdir(parents=True, exist_ok=True)
+            torch.save(contents, folder / _FILE)
             self.saves += 1
 
-        return mode.run(path, job)
+        return request.mode.run(request.path, job)
 
     def holds(self, path: str) -> bool:
         return (Path(path) / _FILE).is_file()

@@ -27,20 +27,20 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
+
+from fabricx.checkpoint.save_request import SaveRequest
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
-    from fabricx.checkpoint.host import CheckpointHost
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.checkpoint.loaded import LoadedCheckpoint
-    from fabricx.checkpoint.save_modes import SaveMode
 
 __all__ = [
     "FILE_SUFFIXES",
     "Layout",
+    "SaveRequest",
     "get_layout",
     "layout_for",
     "layout_keys",
@@ -60,21 +60,14 @@ class Layout(Protocol):
 
     ```python
     class ToyLayout:
-        def save(self, host, path, state, filter, mode): ...   # every rank; mode.run(path, job)
+        def save(self, request): ...  # every rank; request.mode.run(path, job)
         def holds(self, path): return Path(path, "toy.pt").is_file()
         def read(self, path, rank, io): return LoadedCheckpoint(shared, None, {}, Path(path))
     ```
     """
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        """Every rank: write ``state`` to ``path``; with an asynchronous ``mode``, return the save's handle."""
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        """Every rank: write the request's state to its path; with an asynchronous mode, the save's handle."""
         ...
 
     def holds(self, path: str) -> bool:

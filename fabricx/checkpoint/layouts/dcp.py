@@ -16,7 +16,7 @@ Lightning reads it with ``torch.load`` and returns fabricx's own entries as unre
 
 Reading never runs code: ``meta.pt`` is read weights-only, the DCP metadata with fabricx's restricted
 unpickler and its non-tensor items weights-only (`fabricx.checkpoint.sharded.dcp_contents`). A folder
-holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json`` (`committed_folder()`).
+holds this layout when it has a ``.metadata`` file and no fabricx ``meta.json`` (`DcpLayout.is_layout`).
 
 A save is atomic, as a directory's is: every rank writes its shards into one staging folder beside
 ``<path>`` (``<path>.tmp-<token>``, the token chosen by rank 0 and broadcast), rank 0 adds ``meta.pt``,
@@ -43,7 +43,7 @@ fabric.load("ckpt/step_10", state)
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,30 +51,25 @@ import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint import staged_folder
 from fabricx.checkpoint.contents import (
     checkpoint_io_of,
-    claimed_entries,
     entry_storage_of,
-    is_reserved,
+    filtered,
     object_state,
-    split_state,
     unwrap_object,
 )
 from fabricx.checkpoint.loaded import LoadedCheckpoint
-from fabricx.checkpoint.staged_folder import FABRICX_META
-from fabricx.checkpoint.storage import is_url
+from fabricx.checkpoint.staged_folder import FABRICX_META, StagedFolderLayout
 from fabricx.checkpoint.torch_files import file_contents, read_single_file
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
     from fabricx.checkpoint.contents import EntryStorage
-    from fabricx.checkpoint.host import CheckpointHost
     from fabricx.checkpoint.io import CheckpointIO
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
-__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "committed_folder", "read_dcp"]
+__all__ = ["LAYOUT", "METADATA_FILE", "META_FILE", "DcpLayout", "read_dcp"]
 
 #: The file of the entries that are not modules or optimizers (Lightning's ``_METADATA_FILENAME``).
 META_FILE = "meta.pt"
@@ -82,20 +77,12 @@ META_FILE = "meta.pt"
 METADATA_FILE = ".metadata"
 
 
-def _filtered(key: str, value: Any, filter: Mapping[str, Callable] | None) -> Any:
-    if not filter or key not in filter:
-        return value
-    return {name: item for name, item in value.items() if filter[key](name, item)}
-
-
-def _state_dicts(
-    host: CheckpointHost, storage: EntryStorage | None, state: dict[str, Any], filter: Mapping[str, Callable] | None
-) -> dict[str, Any]:
+def _state_dicts(request: SaveRequest, storage: EntryStorage | None) -> dict[str, Any]:
     """The modules' and optimizers' state dicts DCP writes: a strategy's shards where it has them, else full."""
-    claimed = claimed_entries(storage, state)
+    host, filter = request.host, request.filter
+    claimed = request.claimed_by(storage)
     written: dict[str, Any] = {}
     if claimed and storage is not None:
-        storage.check_filter(list(claimed), dict(filter) if filter else None)
         sharded = storage.sharded_state_dicts(claimed, filter)
         if sharded is None:
             raise CheckpointError(
@@ -103,37 +90,10 @@ def _state_dicts(
                 "which have no torch.distributed.checkpoint form. Save without layout= for a checkpoint directory."
             )
         written.update(sharded)
-    for key, obj in state.items():
+    for key, obj in request.state.items():
         if key not in claimed and isinstance(unwrap_object(obj), Module | Optimizer):
-            written[key] = _filtered(key, object_state(host, obj), filter)
+            written[key] = filtered(key, object_state(host, obj), filter)
     return written
-
-
-def _is_dcp_folder(folder: Path) -> bool:
-    return (folder / METADATA_FILE).is_file() and not (folder / FABRICX_META).exists()
-
-
-def committed_folder(folder: Path) -> Path | None:
-    """Where the ``"dcp"`` checkpoint saved at ``folder`` is: ``folder``, or the previous copy a crash in the
-    middle of a commit's swap left (``<folder>.old-<token>``); ``None`` when there is none.
-
-    Example:
-
-    ```python
-    committed_folder(Path("ckpt/step_10"))  # Path("ckpt/step_10")
-    ```
-    """
-    return staged_folder.committed_folder(folder, _is_dcp_folder)
-
-
-def _refusal(folder: Path) -> str | None:
-    """Why ``folder`` must not be replaced by a ``"dcp"`` save (``None``: it may be)."""
-    return staged_folder.refusal(folder, "dcp", _dcp_names)
-
-
-def _dcp_names(names: list[str]) -> bool:
-    """A DCP checkpoint's files, or what a crashed in-place save left."""
-    return any(name in (METADATA_FILE, META_FILE) or name.endswith(".distcp") for name in names)
 
 
 def _meta_writer(contents: dict[str, Any] | None, io: CheckpointIO) -> Callable[[Path], None] | None:
@@ -178,39 +138,41 @@ def read_dcp(folder: Path, rank: int) -> LoadedCheckpoint:
     return LoadedCheckpoint(shared=shared, per_rank=per_rank, meta=meta, path=folder)
 
 
-class DcpLayout:
+class DcpLayout(StagedFolderLayout):
     """The `fabricx.checkpoint.layouts.Layout` of torch.distributed.checkpoint folders with a ``meta.pt``."""
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        """Every rank: write ``state`` at ``path`` as a DCP folder plus ``meta.pt``, atomically; the handle of an
+    key = "dcp"
+
+    def is_layout(self, folder: Path) -> bool:
+        return (folder / METADATA_FILE).is_file() and not (folder / FABRICX_META).exists()
+
+    def own_names(self, names: list[str]) -> bool:
+        """A DCP checkpoint's files, or what a crashed in-place save left."""
+        return any(name in (METADATA_FILE, META_FILE) or name.endswith(".distcp") for name in names)
+
+    def read_folder(self, folder: Path, rank: int) -> LoadedCheckpoint:
+        return read_dcp(folder, rank)
+
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        """Every rank: write the state at the path as a DCP folder plus ``meta.pt``, atomically; the handle of an
         async save.
 
         Example:
 
         ```python
         state = {"model": model, "optimizer": optimizer, "step": 3}
-        LAYOUT.save(fabric.strategy, "ckpt", state, None, save_mode("sync"))
+        LAYOUT.save(SaveRequest(fabric.strategy, "ckpt", state, None, mode))
         ```
         """
         from torch.distributed.checkpoint import filesystem, state_dict_saver
 
-        if is_url(path):
-            raise CheckpointError(f"layout='dcp' writes local folders; {path} is a URL. Save without layout= there.")
-        folder = Path(path)
-        tensors = _state_dicts(host, entry_storage_of(host), state, filter)
-        others = {key: obj for key, obj in state.items() if key not in tensors}
-        shared, per_rank = split_state(host, others, {k: v for k, v in (filter or {}).items() if k in others} or None)
+        host = request.host
+        folder = self.local_folder(request.path)
+        tensors = _state_dicts(request, entry_storage_of(host))
+        shared, per_rank = request.split({key: obj for key, obj in request.state.items() if key not in tensors})
         # Checked (every rank's entries weights-only) before anything on disk changes.
-        reserved = [key for key in shared if is_reserved(key)]
-        contents = file_contents(host, folder / META_FILE, shared, per_rank, reserved)
-        staged = None if contents is None else mode.copy(contents)
+        contents = file_contents(host, folder / META_FILE, shared, per_rank)
+        staged = None if contents is None else request.mode.copy(contents)
 
         def write_shards(staging: Path) -> None:
             with warnings.catch_warnings():  # one process without a process group is a save like any other
@@ -218,15 +180,7 @@ class DcpLayout:
                 # Every rank writes its own shards; DCP returns on every rank once all of them are written.
                 state_dict_saver.save(tensors, storage_writer=filesystem.FileSystemWriter(staging))
 
-        return staged_folder.save_staged(
-            host, path, _is_dcp_folder, _refusal, write_shards, _meta_writer(staged, checkpoint_io_of(host)), mode
-        )
-
-    def holds(self, path: str) -> bool:
-        return not is_url(path) and committed_folder(Path(path)) is not None
-
-    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
-        return staged_folder.read_committed(path, _is_dcp_folder, lambda folder: read_dcp(folder, rank))
+        return self.save_staged(request, write_shards, _meta_writer(staged, checkpoint_io_of(host)))
 
 
 LAYOUT = DcpLayout()

@@ -40,34 +40,30 @@ fabric.load("ckpt/step_10", state)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint import staged_folder
 from fabricx.checkpoint.contents import (
     claimed_entries,
     entry_storage_of,
-    is_reserved,
     reserved_key,
-    split_state,
     unwrap_object,
 )
 from fabricx.checkpoint.deepspeed_consolidate import META_KEY
 from fabricx.checkpoint.deepspeed_files import check_engine_folder, load_engine_file
 from fabricx.checkpoint.loaded import LoadedCheckpoint
-from fabricx.checkpoint.storage import is_url
+from fabricx.checkpoint.staged_folder import FABRICX_META, StagedFolderLayout
 from fabricx.checkpoint.torch_files import file_contents, split_contents
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
     from fabricx.checkpoint.host import CheckpointHost
-    from fabricx.checkpoint.io import CheckpointIO
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
 __all__ = ["ENGINE_STATE_KEYS", "LATEST_FILE", "LAYOUT", "RECORD_KEY", "TAG", "DeepSpeedLayout", "read_deepspeed"]
 
@@ -111,40 +107,26 @@ _MODEL_FILES = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_s
 _OWN_NAMES = frozenset({TAG, LATEST_FILE, "zero_to_fp32.py", "zero_to_torch.py"})
 
 
-def _is_deepspeed_folder(folder: Path) -> bool:
-    tag = folder / TAG
-    if (folder / staged_folder.FABRICX_META).exists() or not tag.is_dir():
-        return False
-    return any((tag / name).is_file() for name in _MODEL_FILES)
-
-
-def _refusal(folder: Path) -> str | None:
-    """Why ``folder`` must not be replaced by a ``"deepspeed"`` save (``None``: it may be): anything but a
-    DeepSpeed checkpoint or what a crashed save left."""
-    return staged_folder.refusal(folder, "deepspeed", lambda names: set(names) <= _OWN_NAMES)
-
-
-def _engine_record(host: CheckpointHost, state: dict[str, Any], filter: Any) -> tuple[dict[str, Any], Any]:
+def _engine_record(request: SaveRequest) -> tuple[dict[str, Any], Any]:
     """(the state's engine entries, its storage), checked before anything is written."""
+    host = request.host
     storage = entry_storage_of(host)
     if storage is None or storage.engine_folder_layout != "deepspeed":
         raise CheckpointError(
             f"layout='deepspeed' writes a DeepSpeed engine's own checkpoint files; {type(host).__name__} has no "
             "DeepSpeed engine. Save with DeepSpeedStrategy, or without layout= (or layout='dcp' for shards)."
         )
-    claimed = claimed_entries(storage, state)
+    claimed = claimed_entries(storage, request.state)
     if not any(isinstance(unwrap_object(obj), Module) for obj in claimed.values()):
         raise CheckpointError(
             "Could not find a DeepSpeed model in the state to save with layout='deepspeed'; put the model set up by "
             "fabric.setup() in it: fabric.save(path, {'model': model, 'optimizer': optimizer, ...})."
         )
-    storage.check_filter(list(claimed), dict(filter) if filter else None)
+    storage.check_filter(list(claimed), dict(request.filter) if request.filter else None)
     return claimed, storage
 
 
-def _client_state(
-    host: CheckpointHost, path: Path, others: dict[str, Any], filter: Mapping[str, Callable] | None, record: Any
-) -> dict[str, Any]:
+def _client_state(request: SaveRequest, path: Path, others: dict[str, Any], record: Any) -> dict[str, Any]:
     """This rank's client state: on rank 0 a single file's contents (every rank's per-rank entries), on the
     others their own view (what Lightning stores in a ZeRO-3 rank's own model states file)."""
     clash = sorted(key for key in others if key in ENGINE_STATE_KEYS)
@@ -153,11 +135,9 @@ def _client_state(
             f"Cannot save {clash} with layout='deepspeed': DeepSpeed stores its own engine state under those keys "
             "in the same file, so they would not come back. Rename those entries."
         )
-    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in others} or None
-    shared, per_rank = split_state(host, others, plain_filter)
+    shared, per_rank = request.split(others)
     shared[RECORD_KEY] = record
-    reserved = [key for key in shared if is_reserved(key)]
-    contents = file_contents(host, path / TAG, shared, per_rank, reserved, rank_view=True)
+    contents = file_contents(request.host, path / TAG, shared, per_rank, rank_view=True)
     assert contents is not None  # rank_view: every rank gets its own
     return contents
 
@@ -231,33 +211,37 @@ def _live_key(candidates: Mapping[str, Any], kind: type, role: str) -> str:
     return found[0] if len(found) == 1 else role
 
 
-class DeepSpeedLayout:
+class DeepSpeedLayout(StagedFolderLayout):
     """The `fabricx.checkpoint.layouts.Layout` of DeepSpeed engine checkpoint folders (Lightning's layout)."""
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        """Every rank: write ``state`` at ``path`` as the DeepSpeed engine's own checkpoint folder, atomically;
+    key = "deepspeed"
+
+    def is_layout(self, folder: Path) -> bool:
+        tag = folder / TAG
+        if (folder / FABRICX_META).exists() or not tag.is_dir():
+            return False
+        return any((tag / name).is_file() for name in _MODEL_FILES)
+
+    def own_names(self, names: list[str]) -> bool:
+        """A DeepSpeed checkpoint's files, or what a crashed save left."""
+        return set(names) <= _OWN_NAMES
+
+    def read_folder(self, folder: Path, rank: int) -> LoadedCheckpoint:
+        return read_deepspeed(folder, rank)
+
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        """Every rank: write the state at the path as the DeepSpeed engine's own checkpoint folder, atomically;
         the handle of an async save.
 
         Example:
 
         ```python
         state = {"model": model, "optimizer": optimizer, "step": 3}
-        LAYOUT.save(fabric.strategy, "ckpt", state, None, mode)
+        LAYOUT.save(SaveRequest(fabric.strategy, "ckpt", state, None, mode))
         ```
         """
-        if is_url(path):
-            raise CheckpointError(
-                f"layout='deepspeed' writes local folders; {path} is a URL. Save without layout= there."
-            )
-        folder = Path(path)
-        claimed, storage = _engine_record(host, state, filter)
+        folder = self.local_folder(request.path)
+        claimed, storage = _engine_record(request)
         record = storage.record(claimed)
         models = dict(record.get("models") or {})
         if len(models) != 1:
@@ -273,23 +257,13 @@ class DeepSpeedLayout:
             "folder": ".",
             "models": {k: {**v, "tag": TAG} for k, v in models.items()},
         }
-        others = {key: obj for key, obj in state.items() if key not in claimed}
-        client = _client_state(host, folder, others, filter, record)
-        return staged_folder.save_staged(
-            host,
-            path,
-            _is_deepspeed_folder,
-            _refusal,
-            lambda staging: storage.save_engine_folder(staging, claimed, client, TAG),  # every rank: the engine's files
-            None,
-            mode,
-        )
+        others = {key: obj for key, obj in request.state.items() if key not in claimed}
+        client = _client_state(request, folder, others, record)
 
-    def holds(self, path: str) -> bool:
-        return not is_url(path) and staged_folder.committed_folder(Path(path), _is_deepspeed_folder) is not None
+        def write_engine_files(staging: Path) -> None:  # every rank: the engine's own files
+            storage.save_engine_folder(staging, claimed, client, TAG)
 
-    def read(self, path: str, rank: int, io: CheckpointIO) -> LoadedCheckpoint:
-        return staged_folder.read_committed(path, _is_deepspeed_folder, lambda folder: read_deepspeed(folder, rank))
+        return self.save_staged(request, write_engine_files, None)
 
     def match_state(self, loaded: LoadedCheckpoint, host: CheckpointHost, state: dict[str, Any]) -> None:
         """A folder that names no keys (Lightning's) holds the state's DeepSpeed model and its optimizer:

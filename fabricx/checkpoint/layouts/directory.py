@@ -10,32 +10,25 @@ job runs and whether it writes from a host copy.
 Example:
 
 ```python
-LAYOUT.save(fabric.strategy, "ckpt/step_10", {"model": model, "step": 10}, None, save_mode("sync"))
+fabric.save("ckpt/step_10", {"model": model, "step": 10})  # this layout
 ```
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fabricx.checkpoint.contents import (
-    EntryStorage,
-    checkpoint_io_of,
-    claimed_entries,
-    entry_storage_of,
-    split_state,
-)
+from fabricx.checkpoint.contents import EntryStorage, checkpoint_io_of, entry_storage_of
 from fabricx.checkpoint.format import CheckpointWriter, read_checkpoint
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
-    from fabricx.checkpoint.host import CheckpointHost
     from fabricx.checkpoint.io import CheckpointIO
     from fabricx.checkpoint.loaded import LoadedCheckpoint
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
 __all__ = ["LAYOUT", "DirectoryLayout", "DirectorySave", "plan_directory_save", "write_and_commit"]
 
@@ -55,29 +48,22 @@ class DirectorySave:
     writer: CheckpointWriter
 
 
-def plan_directory_save(
-    strategy: CheckpointHost,
-    path: str,
-    state: dict[str, Any],
-    filter: Mapping[str, Callable] | None,
-    barrier: Callable[[], Any],
-) -> DirectorySave:
-    """Split ``state`` for a directory-layout save and build its writer (``barrier`` waits for every
-    rank; used only with more than one). Every rank calls it at the same point: it broadcasts the
+def plan_directory_save(request: SaveRequest, barrier: Callable[[], Any]) -> DirectorySave:
+    """Split the request's state for a directory-layout save and build its writer (``barrier`` waits for
+    every rank; used only with more than one). Every rank calls it at the same point: it broadcasts the
     save's token.
 
     Example:
         ```python
-        plan = plan_directory_save(strategy, "ckpt/step_10", state, None, strategy.barrier)
+        request = SaveRequest(strategy, "ckpt/step_10", state, None, mode)
+        plan = plan_directory_save(request, strategy.barrier)
         ```
     """
+    strategy, path = request.host, request.path
     storage = entry_storage_of(strategy)
-    claimed = claimed_entries(storage, state)
-    plain = {key: obj for key, obj in state.items() if key not in claimed}
-    if claimed and storage is not None:
-        storage.check_filter(list(claimed), dict(filter) if filter else None)
-    plain_filter = {key: keep for key, keep in (filter or {}).items() if key in plain} or None
-    shared, per_rank = split_state(strategy, plain, plain_filter)
+    claimed = request.claimed_by(storage)
+    plain = {key: obj for key, obj in request.state.items() if key not in claimed}
+    shared, per_rank = request.split(plain)
     extra_meta = {storage.meta_key: storage.record(claimed)} if claimed and storage is not None else None
     distributed = strategy.world_size > 1
     writer = CheckpointWriter(
@@ -120,29 +106,25 @@ def write_and_commit(
 class DirectoryLayout:
     """The `fabricx.checkpoint.layouts.Layout` of checkpoint directories (it also reads any other path)."""
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        """Every rank: write ``state`` as a checkpoint directory at ``path``; the handle of an asynchronous save.
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        """Every rank: write the state as a checkpoint directory at the path; the handle of an asynchronous save.
 
         Example:
 
         ```python
-        handle = LAYOUT.save(strategy, "ckpt", {"model": model, "step": 3}, None, save_mode("async"))
+        state = {"model": model, "step": 3}
+        mode = save_mode("async")
+        handle = LAYOUT.save(SaveRequest(strategy, "ckpt", state, None, mode))
         ```
         """
-        plan = plan_directory_save(host, path, state, filter, mode.barrier(host))
+        host, mode = request.host, request.mode
+        plan = plan_directory_save(request, mode.barrier(host))
         agreement = mode.agreement(host)
         copy = mode.stage(plan.shared if host.is_global_zero else {}, plan.per_rank, plan.plain.values())
         plan.shared, plan.per_rank = {}, {}  # the copy is what is written; the plan holds no live state
         staging = plan.writer.begin()  # rank 0 creates the staging directory
         try:
-            finish_claimed = mode.write_claimed(plan.storage, staging, plan.claimed, filter)
+            finish_claimed = mode.write_claimed(plan.storage, staging, plan.claimed, request.filter)
         except BaseException:
             plan.writer.abort()
             copy.release()
@@ -156,7 +138,7 @@ class DirectoryLayout:
             finally:
                 copy.release()
 
-        return mode.run(path, job, guard)
+        return mode.run(request.path, job, guard)
 
     def holds(self, path: str) -> bool:
         return True  # asked last: its reader names what is wrong with anything no other layout holds

@@ -33,13 +33,10 @@ from fabricx.checkpoint.torch_files import split_contents
 from fabricx.utilities.exceptions import CheckpointError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from fabricx.capabilities import FileCheckpointIOLike
     from fabricx.checkpoint.background import AsyncSave
-    from fabricx.checkpoint.host import CheckpointHost
     from fabricx.checkpoint.io import CheckpointIO
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
 __all__ = ["PluginFileLayout"]
 
@@ -52,16 +49,9 @@ class PluginFileLayout:
         self.plugin = plugin
         self.storage_options = storage_options  # handed to the plugin's save, as Lightning's Trainer does
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        """Every rank: gather ``state`` as the single file's dict; rank 0 hands it to the plugin."""
-        return save_one_file(host, path, state, filter, mode, self._write, check_shared=False)
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        """Every rank: gather the state as the single file's dict; rank 0 hands it to the plugin."""
+        return save_one_file(request, self._write, check_shared=False)
 
     def _write(self, path: str, contents: dict[str, Any]) -> None:
         if self.storage_options is None:  # plugins written for Lightning 1.x take no storage_options

@@ -11,16 +11,15 @@ file or the new one).
 Example:
 
 ```python
-state = {"model": model, "step": 3}
-LAYOUT.save(fabric.strategy, "out/model.pth", state, None, save_mode("sync"))
+fabric.save("out/model.pth", {"model": model, "step": 3})  # this layout
+torch.load("out/model.pth", weights_only=True)["step"]     # 3
 ```
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabricx.checkpoint.contents import checkpoint_io_of
 from fabricx.checkpoint.io import CheckpointIO
@@ -31,8 +30,7 @@ from fabricx.checkpoint.torch_files import load_single_file, write_file
 
 if TYPE_CHECKING:
     from fabricx.checkpoint.background import AsyncSave
-    from fabricx.checkpoint.host import CheckpointHost
-    from fabricx.checkpoint.save_modes import SaveMode
+    from fabricx.checkpoint.save_request import SaveRequest
 
 __all__ = ["LAYOUT", "SingleFileLayout"]
 
@@ -40,15 +38,8 @@ __all__ = ["LAYOUT", "SingleFileLayout"]
 class SingleFileLayout:
     """The `fabricx.checkpoint.layouts.Layout` of one ``torch.save`` file."""
 
-    def save(
-        self,
-        host: CheckpointHost,
-        path: str,
-        state: dict[str, Any],
-        filter: Mapping[str, Callable] | None,
-        mode: SaveMode,
-    ) -> AsyncSave | None:
-        """Every rank: write ``state`` as one file at ``path`` (rank 0 writes; with an asynchronous ``mode``
+    def save(self, request: SaveRequest) -> AsyncSave | None:
+        """Every rank: write the state as one file at the path (rank 0 writes; with an asynchronous mode
         from a host copy, in a background thread). Entries a strategy stores itself are written as their full
         state (FSDP gathers the shards to rank 0, as Lightning's ``state_dict_type="full"`` does); a strategy
         that has no full state for them (DeepSpeed engines) is refused.
@@ -57,12 +48,12 @@ class SingleFileLayout:
 
         ```python
         state = {"model": model, "step": 3}
-        LAYOUT.save(fabric.strategy, "out/model.pth", state, None, save_mode("sync"))
+        mode = save_mode("sync")
+        LAYOUT.save(SaveRequest(fabric.strategy, "out/model.pth", state, None, mode))
         ```
         """
-        return save_one_file(
-            host, path, state, filter, mode, lambda to, contents: write_file(to, contents, checkpoint_io_of(host))
-        )
+        io = checkpoint_io_of(request.host)
+        return save_one_file(request, lambda to, contents: write_file(to, contents, io))
 
     def holds(self, path: str) -> bool:
         return not is_url(path) and Path(path).is_file()
