@@ -26,7 +26,7 @@ from fabricx.compat.accelerate.sharding import (
 from fabricx.data.loader import DATALOADER_SETTINGS
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
-from fabricx.utilities.rng import capture_rng_states, restore_rng_states
+from fabricx.utilities.rng import capture_loader_rng, restore_loader_rng, set_generator_states
 
 __all__ = ["AcceleratedDataLoader", "GradientState", "LoaderOptions", "SkipBatchesLoader"]
 
@@ -316,18 +316,9 @@ class AcceleratedDataLoader:
         built, which builds the first pass's iterator then (drawing the loader's base seed from the global
         generator, and with workers the whole order) and hands it out at the first ``iter()``. Doing the same
         keeps the global generator's draws where Accelerate's are, so later loaders and user draws match."""
-        before = self._random_state()
+        before = capture_loader_rng(self._generators)
         plans = self._planned.plans_drawn if self._planned is not None else 0
         self._prebuilt = (iter(self._inner), before, plans)
-
-    def _random_state(self) -> dict[str, Any]:
-        """The global random state and the states of this loader's generators: what a pass is replayed from."""
-        return {"rng": capture_rng_states(cuda=False), "generators": [g.get_state() for g in self._generators]}
-
-    def _set_random_state(self, state: dict[str, Any]) -> None:
-        restore_rng_states(state["rng"])
-        for generator, saved in zip(self._generators, state["generators"], strict=True):
-            generator.set_state(saved)
 
     # -- what the user's loader had ----------------------------------------------------------------
     @property
@@ -437,7 +428,7 @@ class AcceleratedDataLoader:
             self._yielded = 0
             self._consumed_base = self._yielded_base = 0
             self._in_pass = True
-            now = self._random_state()
+            now = capture_loader_rng(self._generators)
             prebuilt, self._prebuilt = self._prebuilt, None
             if prebuilt is None:
                 self._pass_start = now
@@ -449,21 +440,21 @@ class AcceleratedDataLoader:
             if self._planned is None or self._planned.plans_drawn == plans:
                 self._pass_start["reading"] = now
             return iterator
-        now = self._random_state()
+        now = capture_loader_rng(self._generators)
         start = resume["pass_start"]
         self._pass_start = start
-        self._set_random_state(start)
+        restore_loader_rng(start, self._generators)
         skip = int(resume["yielded"])
         self._yielded = skip
         self._in_pass = True
 
         def back_to_now() -> None:
-            self._set_random_state(now)
+            restore_loader_rng(now, self._generators)
 
         def to_reading() -> None:
             reading = start.get("reading")
             if reading is not None:  # the pass's iterator was built at prepare time (see _build_first_iterator)
-                self._set_random_state(reading)
+                restore_loader_rng(reading, self._generators)
 
         # Dispatched batches are read again and not handed out (the padding of the last round needs the
         # pass's first samples); the others skip the indices (map-style) or read again (iterable).
@@ -631,8 +622,7 @@ class AcceleratedDataLoader:
                 f"{len(self._generators)}: it was built differently (shuffle, sampler or generator changed). "
                 "Build the loader with the same settings as the run that saved it."
             )
-        for generator, state in zip(targets, saved, strict=True):
-            generator.set_state(torch.as_tensor(state))
+        set_generator_states(targets, [torch.as_tensor(state) for state in saved])
         self.iteration = int(state_dict["iteration"])
         self._yielded = int(state_dict["yielded"])
         self._in_pass = bool(state_dict["in_pass"])
