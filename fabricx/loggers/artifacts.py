@@ -8,16 +8,9 @@ from typing import Any, Literal
 from fabricx.utilities.rank_zero import rank_zero_only
 
 
-def saved_checkpoint_path(saved: Any) -> str:
+def _saved_checkpoint_path(saved: Any) -> str:
     """The checkpoint ``after_save_checkpoint(saved)`` reports: a path as it is, or the newest file of the
-    ``ModelCheckpoint`` that saved it (what Lightning's Trainer hands its loggers).
-
-    Example:
-        ```python
-        saved_checkpoint_path("runs/epoch=0.ckpt")         # "runs/epoch=0.ckpt"
-        saved_checkpoint_path(trainer.checkpoint_callback)  # its newest checkpoint
-        ```
-    """
+    ``ModelCheckpoint`` that saved it (what Lightning's Trainer hands its loggers)."""
     if isinstance(saved, (str, os.PathLike)):
         return os.fspath(saved)
     newest = getattr(saved, "_last_checkpoint_saved", None) or getattr(saved, "best_model_path", "")
@@ -36,7 +29,7 @@ class CheckpointArtifacts:
         over its ``ModelCheckpoint`` (as Lightning's does: its newest file is the one); a path is taken as it is."""
         if not self._log_model:
             return
-        path = saved_checkpoint_path(checkpoint_callback)
+        path = _saved_checkpoint_path(checkpoint_callback)
         if path and path not in self._checkpoints:
             self._checkpoints.append(path)
         if self._log_model == "all":
