@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -405,10 +405,7 @@ def collect_environment() -> dict[str, dict[str, str]]:
             ("node rank", environment.node_rank),
             ("world size", environment.world_size),
         ):
-            try:
-                cluster[label] = str(getter())
-            except Exception as error:
-                cluster[label] = f"unknown ({error})"
+            cluster[label] = _safe(getter)
     else:
         cluster["processes"] = "not started by a launcher (ranks are assigned when Fabric launches)"
     cluster["main address"] = _safe(lambda: environment.main_address)
@@ -475,9 +472,9 @@ def _package_version(package: str) -> str:
     return "not installed"
 
 
-def _safe(getter: object) -> str:
+def _safe(getter: Callable[[], object]) -> str:
     try:
-        return str(getter())  # type: ignore[operator]
+        return str(getter())
     except Exception as error:
         return f"unknown ({error})"
 

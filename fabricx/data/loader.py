@@ -36,7 +36,13 @@ from fabricx.data.worker_state import WORKER_SNAPSHOT_INTERVAL, with_worker_rand
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from fabricx.utilities.rng import capture_rng_states, restore_rng_states
+from fabricx.utilities.rng import (
+    capture_loader_rng,
+    capture_rng_states,
+    restore_loader_rng,
+    restore_rng_states,
+    set_generator_states,
+)
 from fabricx.utilities.seed import global_seed, seed_workers_requested, worker_init_function
 
 if TYPE_CHECKING:
@@ -462,8 +468,7 @@ class FabricDataLoader:
         self._set_sampler_epoch()
         if not resuming:
             self._epoch_start = {
-                "rng": capture_rng_states(cuda=False),
-                "generators": [g.get_state() for g in self._generators],
+                **capture_loader_rng(self._generators),
                 "workers_reset": next_pass_resets_workers(self._loader),
             }
         # Built now (not at the first next()) so the draws it makes happen at a well-defined point;
@@ -596,8 +601,7 @@ class FabricDataLoader:
         if inner is None:
             # No iterator to restore; the generators (e.g. a shuffle seed drawn when the loader was
             # built) still decide the next epoch's order.
-            for generator, state in zip(self._generators, saved_generators, strict=True):
-                generator.set_state(state)
+            set_generator_states(self._generators, saved_generators)
             return
         # Also restored when the epoch is over, or when set_epoch() was called after it (not started): persistent
         # workers then go on from their own state, and the next epoch's iterator is made as in the saving run.
@@ -630,9 +634,7 @@ class FabricDataLoader:
         start = self._epoch_start
         loader_generator = self._loader.generator
         if start is not None:
-            restore_rng_states(start["rng"])
-            for generator, state in zip(self._generators, start["generators"], strict=False):
-                generator.set_state(state)
+            restore_loader_rng(start, self._generators, strict=False)
             if start.get("workers_reset"):
                 # The pass reset persistent workers, which draws nothing; the iterator rebuilt here is new and draws
                 # its workers' base seed before the sampler draws its order: from a generator of its own (the base
@@ -643,8 +645,7 @@ class FabricDataLoader:
         finally:
             self._loader.generator = loader_generator
             restore_rng_states(current)
-            for generator, state in zip(self._generators, saved_generators, strict=True):
-                generator.set_state(state)
+            set_generator_states(self._generators, saved_generators)
 
     def _resume_elsewhere(self, state_dict: dict[str, Any], position: dict[str, Any], saved_world: int) -> None:
         """Continue a position saved by another number of processes (or another kind of order):
@@ -768,8 +769,7 @@ class FabricDataLoader:
     def _load_kept_state(self, state_dict: dict[str, Any]) -> None:
         saved_generators = list(state_dict.get("generators") or [])
         if len(saved_generators) == len(self._generators):
-            for generator, state in zip(self._generators, saved_generators, strict=True):
-                generator.set_state(state)
+            set_generator_states(self._generators, saved_generators)
         inner = state_dict.get("loader")
         if inner is not None:
             self._loader.load_state_dict(inner)  # saved by _own_loader_state(), which checked it exists

@@ -100,10 +100,7 @@ class ExperimentWriter:
         columns = sorted({"step", *self.metrics_keys, *logged})
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(old_rows)
-            writer.writerows(self.metrics)
+            self._write_file(handle, columns, old_rows)
         self.metrics_keys = columns
         self.metrics = []
 
@@ -116,13 +113,17 @@ class ExperimentWriter:
         columns = sorted({"step", *self.metrics_keys, *new_keys})  # Lightning's order: by name
         partial = path.with_name(path.name + ".partial")
         with partial.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(old_rows)
-            writer.writerows(self.metrics)
+            self._write_file(handle, columns, old_rows)
         # Replacing in one step means a crash mid-write never leaves a truncated metrics file.
         os.replace(partial, path)
         self.metrics_keys = columns
+
+    def _write_file(self, handle: Any, columns: list[str], old_rows: list[dict[str, str]]) -> None:
+        """A whole metrics file: the header, the rows it held, then the buffered rows."""
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(old_rows)
+        writer.writerows(self.metrics)
 
 
 class CSVLogger(VersionedFolder, Logger):

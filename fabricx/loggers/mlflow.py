@@ -11,15 +11,9 @@ from typing import Any, Literal
 
 import torch
 
+from fabricx.loggers.artifacts import CheckpointArtifacts
 from fabricx.loggers.base import Logger
-from fabricx.loggers.utils import (
-    add_prefix,
-    flatten_dict,
-    metric_value,
-    params_to_dict,
-    rank_zero_experiment,
-    saved_checkpoint_path,
-)
+from fabricx.loggers.utils import add_prefix, flatten_dict, metric_value, params_to_dict, rank_zero_experiment
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
@@ -30,7 +24,7 @@ _BATCH_LIMIT = 1000
 _STATUS = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
-class MLFlowLogger(Logger):
+class MLFlowLogger(CheckpointArtifacts, Logger):
     """Log to an MLflow tracking server or a local store, with Lightning's ``MLFlowLogger`` arguments.
 
     The run is created lazily on global rank 0 at the first use of `experiment`, `run_id`
@@ -182,33 +176,18 @@ class MLFlowLogger(Logger):
         for start in range(0, len(entries), _BATCH_LIMIT):
             self.experiment.log_batch(run_id=self.run_id, metrics=entries[start : start + _BATCH_LIMIT], **self._sync())
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Tell the logger a checkpoint was written; with ``log_model`` it becomes an artifact. The Trainer hands
-        over its ``ModelCheckpoint`` (as Lightning's does: its newest file is the one); a path is taken as it is."""
-        if not self._log_model:
-            return
-        path = saved_checkpoint_path(checkpoint_callback)
-        if path and path not in self._checkpoints:
-            self._checkpoints.append(path)
-        if self._log_model == "all":
-            self._log_checkpoints()
-
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
         if self._client is None:
             return  # no run was started, so there is nothing to close
-        if self._log_model is True:
-            self._log_checkpoints()
+        self._store_final_checkpoints()
         self._client.set_terminated(self._run_id, _STATUS.get(status, "FINISHED"))
 
-    @rank_zero_only
-    def _log_checkpoints(self) -> None:
-        for path in self._checkpoints:
-            if os.path.isdir(path):
-                self.experiment.log_artifacts(self.run_id, path, artifact_path=f"checkpoints/{Path(path).name}")
-            elif os.path.exists(path):
-                self.experiment.log_artifact(self.run_id, path, artifact_path="checkpoints")
-        self._checkpoints = []
+    def _store_checkpoint(self, path: str) -> None:
+        if os.path.isdir(path):
+            self.experiment.log_artifacts(self.run_id, path, artifact_path=f"checkpoints/{Path(path).name}")
+        elif os.path.exists(path):
+            self.experiment.log_artifact(self.run_id, path, artifact_path="checkpoints")
 
     def _sync(self) -> dict[str, Any]:
         return {} if self._synchronous is None else {"synchronous": self._synchronous}

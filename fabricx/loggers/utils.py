@@ -24,22 +24,6 @@ _RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 T = TypeVar("T")
 
 
-def saved_checkpoint_path(saved: Any) -> str:
-    """The checkpoint ``after_save_checkpoint(saved)`` reports: a path as it is, or the newest file of the
-    ``ModelCheckpoint`` that saved it (what Lightning's Trainer hands its loggers).
-
-    Example:
-        ```python
-        saved_checkpoint_path("runs/epoch=0.ckpt")         # "runs/epoch=0.ckpt"
-        saved_checkpoint_path(trainer.checkpoint_callback)  # its newest checkpoint
-        ```
-    """
-    if isinstance(saved, (str, os.PathLike)):
-        return os.fspath(saved)
-    newest = getattr(saved, "_last_checkpoint_saved", None) or getattr(saved, "best_model_path", "")
-    return os.fspath(newest)
-
-
 def next_version(directory: str | os.PathLike) -> int:
     """One more than the highest ``version_<n>`` folder in ``directory`` (0 when there is none)."""
     path = Path(directory)

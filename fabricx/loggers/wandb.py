@@ -12,15 +12,16 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from fabricx.loggers.artifacts import CheckpointArtifacts
 from fabricx.loggers.base import Logger
-from fabricx.loggers.utils import add_prefix, metric_value, params_to_dict, rank_zero_experiment, saved_checkpoint_path
+from fabricx.loggers.utils import add_prefix, metric_value, params_to_dict, rank_zero_experiment
 from fabricx.utilities.imports import lazy_import, require, rng_untouched
 from fabricx.utilities.rank_zero import rank_zero_only
 
 _STEP_KEY = "trainer/global_step"
 
 
-class WandbLogger(Logger):
+class WandbLogger(CheckpointArtifacts, Logger):
     """Log to Weights & Biases, online or offline, with Lightning's ``WandbLogger`` arguments.
 
     The run starts lazily on global rank 0 at the first use of `experiment` or a ``log_*`` call.
@@ -249,40 +250,24 @@ class WandbLogger(Logger):
         wandb = lazy_import("wandb")
         self._log({key: _media(wandb.Video, "videos", videos, kwargs)}, step)
 
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        """Tell the logger a checkpoint was written; with ``log_model`` it is uploaded as an artifact. The Trainer hands
-        over its ``ModelCheckpoint`` (as Lightning's does: its newest file is the one); a path is taken as it is."""
-        if not self._log_model:
-            return
-        path = saved_checkpoint_path(checkpoint_callback)
-        if path and path not in self._checkpoints:
-            self._checkpoints.append(path)
-        if self._log_model == "all":
-            self._upload_checkpoints()
-
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
         """Upload the checkpoints (``log_model=True``) and end the W&B run, so its files are complete; using
         `experiment` (or a ``log_*`` method) afterwards continues the same run (W&B resumes its id)."""
         if self._experiment is None:
             return
-        if self._log_model is True:
-            self._upload_checkpoints()
+        self._store_final_checkpoints()
         self._experiment.finish(exit_code=0 if status == "success" else 1)
         self._experiment = None
 
-    @rank_zero_only
-    def _upload_checkpoints(self) -> None:
-        wandb = lazy_import("wandb")
-        for path in self._checkpoints:
-            name = self._checkpoint_name or f"model-{self.experiment.id}"
-            artifact = wandb.Artifact(name=name, type="model")
-            if os.path.isdir(path):
-                artifact.add_dir(path)
-            else:
-                artifact.add_file(path)
-            self.experiment.log_artifact(artifact)
-        self._checkpoints = []
+    def _store_checkpoint(self, path: str) -> None:
+        name = self._checkpoint_name or f"model-{self.experiment.id}"
+        artifact = lazy_import("wandb").Artifact(name=name, type="model")
+        if os.path.isdir(path):
+            artifact.add_dir(path)
+        else:
+            artifact.add_file(path)
+        self.experiment.log_artifact(artifact)
 
 
 def _media(kind: Any, what: str, items: list[Any], per_item: dict[str, list[Any]]) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,24 @@ def restore_rng_states(states: dict[str, Any]) -> None:
         torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def set_generator_states(generators: Sequence[torch.Generator], states: Sequence[Any], strict: bool = True) -> None:
+    """Set each of ``generators`` to the state at the same place in ``states``."""
+    for generator, state in zip(generators, states, strict=strict):
+        generator.set_state(state)
+
+
+def capture_loader_rng(generators: Sequence[torch.Generator]) -> dict[str, Any]:
+    """What a data loader replays a pass from: the global random state (no CUDA: building a loader's iterator
+    draws on none) and the states of the loader's own ``generators``."""
+    return {"rng": capture_rng_states(cuda=False), "generators": [g.get_state() for g in generators]}
+
+
+def restore_loader_rng(state: dict[str, Any], generators: Sequence[torch.Generator], strict: bool = True) -> None:
+    """Restore what `capture_loader_rng()` returned."""
+    restore_rng_states(state["rng"])
+    set_generator_states(generators, state["generators"], strict=strict)
 
 
 class RNGStates:

@@ -63,7 +63,13 @@ from fabricx.compat.accelerate.kwargs import (
 )
 from fabricx.compat.accelerate.memory import find_executable_batch_size
 from fabricx.compat.accelerate.model import answer_as_prepared, ddp_of
-from fabricx.compat.accelerate.process import AcceleratorState, PartialState, ProcessSelection, externally_launched
+from fabricx.compat.accelerate.process import (
+    AcceleratorState,
+    PartialState,
+    ProcessSelection,
+    externally_launched,
+    launched_fabric,
+)
 from fabricx.compat.accelerate.state import StateMixin
 from fabricx.compat.accelerate.tracking import build_trackers, normalize_log_with
 from fabricx.fabric import Fabric
@@ -336,10 +342,10 @@ class Accelerator(ProcessSelection, StateMixin, CollectivesMixin):
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = rng_types
-        self._fabric = Fabric(
-            accelerator="cpu" if cpu else "auto",
+        self._fabric = launched_fabric(
+            "This Accelerator",
+            cpu=cpu,
             strategy="auto" if strategy is None else strategy,
-            devices="auto" if externally_launched() else 1,
             precision=fabric_precision(mixed_precision),
             grad_accum_steps=gradient_accumulation_steps,
             compile=compile_models,
@@ -348,12 +354,6 @@ class Accelerator(ProcessSelection, StateMixin, CollectivesMixin):
             # Accelerate autocasts forward but hands the model its inputs as they are (Lightning Fabric,
             # and so fabricx's own API, casts floating inputs to the half dtype first).
             self._fabric.precision.convert_input = _unchanged  # type: ignore[method-assign]
-        if self._fabric.strategy.launcher is not None:
-            raise FabricxError(
-                "This Accelerator needs several processes but none were started for it. Start the script with "
-                "`fabricx run --devices N script.py` or `torchrun --nproc-per-node N script.py`."
-            )
-        self._fabric.launch()
         self._models: list[FabricModule] = []
         self._optimizers: list[FabricOptimizer] = []
         self._schedulers: list[Any] = []

@@ -69,12 +69,9 @@ class CollectivesMixin:
         return apply_to_collection(data, Tensor, lambda t: t[:keep])
 
     def _gather_object(self, obj: Any) -> list[Any]:
-        items = list(obj) if isinstance(obj, list | tuple) else [obj]
-        if self.num_processes == 1:
-            return items
-        gathered: list[Any] = [None] * self.num_processes
-        torch.distributed.all_gather_object(gathered, items)
-        return [item for part in gathered for item in part]
+        from fabricx.compat.accelerate.ops import gather_object
+
+        return gather_object(list(obj) if isinstance(obj, list | tuple) else [obj])
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Combine tensors over every process: ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``;

@@ -16,11 +16,17 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from fabricx._compat.sampler import given_num_samples
 from fabricx.compat.accelerate.elastic import consumed_samples, rank_batches_of_the_rest, resizable_batch_sampler
-from fabricx.compat.accelerate.sharding import BatchShard, IterableShard, SeedableRandomSampler, loader_sampler
+from fabricx.compat.accelerate.sharding import (
+    BatchShard,
+    IterableShard,
+    SeedableRandomSampler,
+    check_split_batches,
+    loader_sampler,
+)
 from fabricx.data.loader import DATALOADER_SETTINGS
 from fabricx.utilities.apply import move_data_to_device
 from fabricx.utilities.exceptions import FabricxError
-from fabricx.utilities.rng import capture_rng_states, restore_rng_states
+from fabricx.utilities.rng import capture_loader_rng, restore_loader_rng, set_generator_states
 
 __all__ = ["AcceleratedDataLoader", "GradientState", "LoaderOptions", "SkipBatchesLoader"]
 
@@ -266,12 +272,7 @@ class AcceleratedDataLoader:
                 even_batches=options.even_batches,
             )
         elif options.split_batches and n > 1:
-            size = getattr(batch_sampler, "batch_size", None)
-            if size is None or size % n:
-                raise ValueError(
-                    f"split_batches=True cuts every batch into {n} equal parts, but the batch size is {size}. "
-                    f"Use a batch size that is a multiple of {n}, or split_batches=False."
-                )
+            check_split_batches(getattr(batch_sampler, "batch_size", None), n)
         self.batch_sampler = batch_sampler
         self._planned = _PlannedBatches(batch_sampler)
         if sampler_is_batch_sampler:
@@ -297,11 +298,8 @@ class AcceleratedDataLoader:
             )
             if options.split_batches and batch_size is not None:
                 batch_size //= n
-        elif self._dispatch and options.split_batches and batch_size is not None and batch_size % n:
-            raise ValueError(
-                f"split_batches=True cuts every batch into {n} equal parts, but the batch size is {batch_size}. "
-                f"Use a batch size that is a multiple of {n}, or split_batches=False."
-            )
+        elif self._dispatch and options.split_batches and batch_size is not None:
+            check_split_batches(batch_size, n)
         self.dataset = dataset
         return DataLoader(dataset, batch_size=batch_size, drop_last=loader.drop_last, **kwargs)
 
@@ -318,7 +316,7 @@ class AcceleratedDataLoader:
         built, which builds the first pass's iterator then (drawing the loader's base seed from the global
         generator, and with workers the whole order) and hands it out at the first ``iter()``. Doing the same
         keeps the global generator's draws where Accelerate's are, so later loaders and user draws match."""
-        before = {"rng": capture_rng_states(cuda=False), "generators": [g.get_state() for g in self._generators]}
+        before = capture_loader_rng(self._generators)
         plans = self._planned.plans_drawn if self._planned is not None else 0
         self._prebuilt = (iter(self._inner), before, plans)
 
@@ -430,7 +428,7 @@ class AcceleratedDataLoader:
             self._yielded = 0
             self._consumed_base = self._yielded_base = 0
             self._in_pass = True
-            now = {"rng": capture_rng_states(cuda=False), "generators": [g.get_state() for g in self._generators]}
+            now = capture_loader_rng(self._generators)
             prebuilt, self._prebuilt = self._prebuilt, None
             if prebuilt is None:
                 self._pass_start = now
@@ -442,28 +440,21 @@ class AcceleratedDataLoader:
             if self._planned is None or self._planned.plans_drawn == plans:
                 self._pass_start["reading"] = now
             return iterator
-        now_rng = capture_rng_states(cuda=False)
-        now_generators = [g.get_state() for g in self._generators]
+        now = capture_loader_rng(self._generators)
         start = resume["pass_start"]
         self._pass_start = start
-        restore_rng_states(start["rng"])
-        for generator, state in zip(self._generators, start["generators"], strict=True):
-            generator.set_state(state)
+        restore_loader_rng(start, self._generators)
         skip = int(resume["yielded"])
         self._yielded = skip
         self._in_pass = True
 
         def back_to_now() -> None:
-            restore_rng_states(now_rng)
-            for generator, state in zip(self._generators, now_generators, strict=True):
-                generator.set_state(state)
+            restore_loader_rng(now, self._generators)
 
         def to_reading() -> None:
             reading = start.get("reading")
             if reading is not None:  # the pass's iterator was built at prepare time (see _build_first_iterator)
-                restore_rng_states(reading["rng"])
-                for generator, state in zip(self._generators, reading["generators"], strict=True):
-                    generator.set_state(state)
+                restore_loader_rng(reading, self._generators)
 
         # Dispatched batches are read again and not handed out (the padding of the last round needs the
         # pass's first samples); the others skip the indices (map-style) or read again (iterable).
@@ -631,8 +622,7 @@ class AcceleratedDataLoader:
                 f"{len(self._generators)}: it was built differently (shuffle, sampler or generator changed). "
                 "Build the loader with the same settings as the run that saved it."
             )
-        for generator, state in zip(targets, saved, strict=True):
-            generator.set_state(torch.as_tensor(state))
+        set_generator_states(targets, [torch.as_tensor(state) for state in saved])
         self.iteration = int(state_dict["iteration"])
         self._yielded = int(state_dict["yielded"])
         self._in_pass = bool(state_dict["in_pass"])

@@ -7,12 +7,15 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from fabricx.compat.accelerate.config import DistributedType
+
+if TYPE_CHECKING:
+    from fabricx.fabric import Fabric
 
 __all__ = ["AcceleratorState", "PartialState", "distributed_type_of", "only_on"]
 
@@ -160,21 +163,27 @@ class ProcessSelection:
         return only_on(self.local_process_index == local_process_index, self.use_distributed, function)
 
 
-def _process_fabric(cpu: bool = False) -> Any:
+def launched_fabric(who: str, cpu: bool = False, **flags: Any) -> Fabric:
+    """A launched Fabric on this process's devices: every process torchrun / ``fabricx run`` started, else one
+    device. It never starts processes itself; ``who`` names what needed several in the error saying so."""
+    from fabricx.fabric import Fabric
+
+    fabric = Fabric(accelerator="cpu" if cpu else "auto", devices="auto" if externally_launched() else 1, **flags)
+    if fabric.strategy.launcher is not None:
+        from fabricx.utilities.exceptions import FabricxError
+
+        raise FabricxError(
+            f"{who} needs several processes but none were started for it. Start the script with "
+            "`fabricx run --devices N script.py` or `torchrun --nproc-per-node N script.py`."
+        )
+    fabric.launch()
+    return fabric
+
+
+def _process_fabric(cpu: bool = False) -> Fabric:
     """One Fabric per process for state objects created without an Accelerator (starts the process group)."""
     if "fabric" not in _SHARED:
-        from fabricx.fabric import Fabric
-
-        fabric = Fabric(accelerator="cpu" if cpu else "auto", devices="auto" if externally_launched() else 1)
-        if fabric.strategy.launcher is not None:
-            from fabricx.utilities.exceptions import FabricxError
-
-            raise FabricxError(
-                "This script needs several processes but none were started for it. Start it with "
-                "`fabricx run --devices N script.py` or `torchrun --nproc-per-node N script.py`."
-            )
-        fabric.launch()
-        _SHARED["fabric"] = fabric
+        _SHARED["fabric"] = launched_fabric("This script", cpu=cpu)
     return _SHARED["fabric"]
 
 
@@ -230,22 +239,20 @@ class PartialState(ProcessSelection):
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group(group)
 
-    @contextlib.contextmanager
-    def main_process_first(self) -> Generator[None, None, None]:
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
         """Run the block on the main process first, then on the others."""
-        if not self.is_main_process:
-            self.wait_for_everyone()
-        yield
-        if self.is_main_process:
-            self.wait_for_everyone()
+        return self._first_where(self.is_main_process)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Run the block on each machine's main process first, then on the others."""
+        return self._first_where(self.is_local_main_process)
 
     @contextlib.contextmanager
-    def local_main_process_first(self) -> Generator[None, None, None]:
-        """Run the block on each machine's main process first, then on the others."""
-        if not self.is_local_main_process:
+    def _first_where(self, first: bool) -> Generator[None, None, None]:
+        if not first:
             self.wait_for_everyone()
         yield
-        if self.is_local_main_process:
+        if first:
             self.wait_for_everyone()
 
     @contextlib.contextmanager

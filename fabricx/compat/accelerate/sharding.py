@@ -13,6 +13,15 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 __all__ = ["BatchShard", "IterableShard", "SeedableRandomSampler", "loader_sampler"]
 
 
+def check_split_batches(batch_size: int | None, num_processes: int) -> None:
+    """Refuse ``split_batches=True`` for a batch size that does not cut into ``num_processes`` equal parts."""
+    if batch_size is None or batch_size % num_processes:
+        raise ValueError(
+            f"split_batches=True cuts every batch into {num_processes} equal parts, but the batch size is "
+            f"{batch_size}. Use a batch size that is a multiple of {num_processes}, or split_batches=False."
+        )
+
+
 def loader_sampler(loader: DataLoader) -> Sampler | None:
     """The index sampler behind a loader's batches (``None`` for a custom batch sampler without one).
 
@@ -89,11 +98,8 @@ class BatchShard(BatchSampler):
         self.padding: list[Any] | None = None
         self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
         self.drop_last: bool = getattr(batch_sampler, "drop_last", False)
-        if split_batches and (self.batch_size is None or self.batch_size % num_processes != 0):
-            raise ValueError(
-                f"split_batches=True cuts every batch into {num_processes} equal parts, but the batch size is "
-                f"{self.batch_size}. Use a batch size that is a multiple of {num_processes}, or split_batches=False."
-            )
+        if split_batches:
+            check_split_batches(self.batch_size, num_processes)
 
     @property
     def sampler(self) -> Any:
@@ -220,11 +226,8 @@ class IterableShard(IterableDataset):
         process_index: int = 0,
         split_batches: bool = False,
     ) -> None:
-        if split_batches and batch_size > 1 and batch_size % num_processes != 0:
-            raise ValueError(
-                f"split_batches=True cuts every batch into {num_processes} equal parts, but the batch size is "
-                f"{batch_size}. Use a batch size that is a multiple of {num_processes}, or split_batches=False."
-            )
+        if split_batches and batch_size > 1:
+            check_split_batches(batch_size, num_processes)
         self.dataset = dataset
         self.batch_size = batch_size
         self.drop_last = drop_last

@@ -40,8 +40,21 @@ _PLUGIN_NAMES = {
     "AsyncCheckpointIO": ("fabricx.checkpoint.async_checkpoint_io", "AsyncCheckpointIO"),
 }
 
+#: The modules ``lightning.pytorch`` and ``lightning.fabric`` both have, under the same names.
+_COMMON_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    ".loggers": ("fabricx.loggers", {}),
+    ".strategies": ("fabricx.strategies", {}),
+    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
+    ".plugins": ("fabricx.precision", _PLUGIN_NAMES),
+    ".plugins.precision": ("fabricx.precision", {}),
+    ".utilities": ("fabricx.utilities", {}),
+    ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
+    ".utilities.seed": ("fabricx.utilities.seed", {}),
+    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
+}
 #: Lightning's module (under ``lightning.pytorch``; ``pytorch_lightning`` is the same) -> (fabricx module, renames).
 TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    **_COMMON_MODULES,
     "": ("fabricx.train", _TRAINER_NAMES),
     ".core": ("fabricx.train", _TRAINER_NAMES),
     ".core.module": ("fabricx.train.module.module", {"LightningModule": ("fabricx.train", "TrainModule")}),
@@ -54,36 +67,19 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".callbacks": ("fabricx.callbacks", {}),
     ".callbacks.progress": ("fabricx.callbacks", {}),
     ".callbacks.progress.tqdm_progress": ("fabricx.train.callbacks.tqdm_progress", {}),
-    ".loggers": ("fabricx.loggers", {}),
     ".loggers.logger": ("fabricx.loggers.base", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
     ".trainer.states": ("fabricx.train.states", {}),
     ".tuner": ("fabricx.train.tuner", {}),
-    ".plugins": ("fabricx.precision", _PLUGIN_NAMES),
     ".plugins.io": ("fabricx.checkpoint.async_checkpoint_io", _PLUGIN_NAMES),
-    ".plugins.precision": ("fabricx.precision", {}),
-    ".strategies": ("fabricx.strategies", {}),
-    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
-    ".utilities": ("fabricx.utilities", {}),
-    ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
-    ".utilities.seed": ("fabricx.utilities.seed", {}),
-    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
     ".utilities.parsing": ("fabricx.train.module.hparams", {}),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
 #: The same for ``lightning.fabric`` (``lightning_fabric`` is the same).
 FABRIC_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    **_COMMON_MODULES,
     "": ("fabricx", _FABRIC_NAMES),
-    ".loggers": ("fabricx.loggers", {}),
-    ".strategies": ("fabricx.strategies", {}),
-    ".accelerators": ("fabricx.accelerators", _ACCELERATOR_NAMES),
-    ".plugins": ("fabricx.precision", _PLUGIN_NAMES),
-    ".plugins.precision": ("fabricx.precision", {}),
     ".plugins.environments": ("fabricx.environments", {}),
-    ".utilities": ("fabricx.utilities", {}),
-    ".utilities.rank_zero": ("fabricx.utilities.rank_zero", {}),
-    ".utilities.seed": ("fabricx.utilities.seed", {}),
-    ".utilities.types": ("fabricx.utilities.types", _TYPE_NAMES),
 }
 #: The top-level names the hook serves, and which table each one's submodules come from.
 ROOTS = {

@@ -222,11 +222,7 @@ class ModelCheckpoint(Callback):
         self._hook = "on_train_epoch_end"
         if self._should_skip_saving_checkpoint(trainer) or not self._should_save_on_train_epoch_end(trainer):
             return
-        candidates = self._monitor_candidates(trainer)
-        if self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0:
-            self._save_topk_checkpoint(trainer, candidates)
-        if self._last_is_due(trainer):
-            self._save_last_checkpoint(trainer, candidates)
+        self._save_at_epoch_trigger(trainer, self._monitor_candidates(trainer))
 
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._hook = "on_validation_end"
@@ -248,6 +244,9 @@ class ModelCheckpoint(Callback):
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
             return
+        self._save_at_epoch_trigger(trainer, candidates)
+
+    def _save_at_epoch_trigger(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
         if self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0:
             self._save_topk_checkpoint(trainer, candidates)
         if self._last_is_due(trainer):

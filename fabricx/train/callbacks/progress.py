@@ -25,6 +25,11 @@ class ProgressBar(Callback):
 
     _trainer: Trainer | None = None
 
+    def _checked_refresh_rate(self, refresh_rate: int) -> int:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise ValueError(f"{type(self).__name__}(refresh_rate={refresh_rate!r}); give an int >= 0.")
+        return refresh_rate
+
     @property
     def trainer(self) -> Trainer:
         """The Trainer this bar shows (set in ``setup``)."""

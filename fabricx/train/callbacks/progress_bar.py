@@ -47,9 +47,7 @@ class RichProgressBar(ProgressBar):
     def __init__(
         self, refresh_rate: int = 1, leave: bool = False, console_kwargs: dict[str, Any] | None = None
     ) -> None:
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(f"RichProgressBar(refresh_rate={refresh_rate!r}); give an int >= 0.")
-        self.refresh_rate = refresh_rate
+        self.refresh_rate = self._checked_refresh_rate(refresh_rate)
         self.leave = leave
         self.console_kwargs = console_kwargs or {}
         self._reset()

@@ -31,7 +31,7 @@ class TQDMProgressBar(ProgressBar):
     BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
-        self._refresh_rate = self._resolve_refresh_rate(refresh_rate)
+        self._refresh_rate = self._checked_refresh_rate(refresh_rate)
         self._process_position = process_position
         self._enabled = True
         self._leave = leave
@@ -40,12 +40,6 @@ class TQDMProgressBar(ProgressBar):
     def __getstate__(self) -> dict[str, Any]:
         # Bars hold a terminal; a copy sent to another process draws its own.
         return {**self.__dict__, "_bars": {}, "_trainer": None}
-
-    @staticmethod
-    def _resolve_refresh_rate(refresh_rate: int) -> int:
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(f"TQDMProgressBar(refresh_rate={refresh_rate!r}); give an int >= 0.")
-        return refresh_rate
 
     # -- Lightning's ProgressBar interface --------------------------------------------------------------
     @property
@@ -164,9 +158,7 @@ class TQDMProgressBar(ProgressBar):
             bar.set_postfix(self.get_metrics(trainer, module))
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        bar = self._bars.get("train")
-        if bar is not None and not bar.disable:
-            bar.set_postfix(self.get_metrics(trainer, module))
+        self._show_train_metrics(trainer, module)
 
     def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._close("train")
@@ -183,6 +175,9 @@ class TQDMProgressBar(ProgressBar):
     def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not getattr(trainer, "sanity_checking", False):
             self._close("val")
+        self._show_train_metrics(trainer, module)
+
+    def _show_train_metrics(self, trainer: Trainer, module: TrainModule) -> None:
         bar = self._bars.get("train")
         if bar is not None and not bar.disable:
             bar.set_postfix(self.get_metrics(trainer, module))
