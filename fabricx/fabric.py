@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
@@ -28,6 +28,7 @@ from fabricx.fabric_checks import (
     non_scalar_loss,
     scalar_metric,
 )
+from fabricx.strategies.strategy import has_meta_tensors
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
@@ -550,7 +551,7 @@ class Fabric:
         return loaders[0] if len(loaders) == 1 else tuple(loaders)
 
     def _move_module(self, module: nn.Module) -> None:
-        if any(t.is_meta for t in _module_tensors(module)):
+        if has_meta_tensors(module):
             return  # materialised by the strategy after sharding
         self._strategy.module_to_device(module)
 
@@ -1139,11 +1140,6 @@ def _backward_is_plain(strategy: Strategy, precision: Precision) -> bool:
         and precision_type.backward is Precision.backward
         and precision_type.post_backward is Precision.post_backward
     )
-
-
-def _module_tensors(module: nn.Module) -> Iterable[Tensor]:
-    yield from module.parameters()
-    yield from module.buffers()
 
 
 def _process_group_initialized() -> bool:

@@ -139,9 +139,7 @@ class DTensorStrategy(ParallelStrategy):
     def setup_module(self, module: Module) -> Module:
         module = self._shard(module)
         self._modules.add(module)
-        from torch.distributed.fsdp import FSDPModule
-
-        self._sync_modules[module] = [m for m in module.modules() if isinstance(m, FSDPModule)]
+        self._sync_modules[module] = _fsdp_modules(module)
         return module
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
@@ -184,11 +182,7 @@ class DTensorStrategy(ParallelStrategy):
         if not enabled:
             return contextlib.nullcontext()
         fsdp_modules = self._sync_modules.get(module)
-        if fsdp_modules is None:
-            from torch.distributed.fsdp import FSDPModule
-
-            fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
-        return _gradient_sync_off(fsdp_modules)
+        return _gradient_sync_off(_fsdp_modules(module) if fsdp_modules is None else fsdp_modules)
 
     def _clip_grad_norm(self, *args: Any) -> Tensor:
         return clip_grad_norm_(*args)  # over the shards, each mesh's norm counted once
@@ -458,9 +452,9 @@ class FSDPStrategy(DTensorStrategy):
 
     # -- sharding -------------------------------------------------------------------------------------------
     def _shard(self, module: Module) -> Module:
-        from torch.distributed.fsdp import FSDPModule, fully_shard
+        from torch.distributed.fsdp import fully_shard
 
-        if any(isinstance(m, FSDPModule) for m in module.modules()):
+        if _fsdp_modules(module):
             rank_zero_warn(
                 "The model already has fully_shard applied; FSDPStrategy uses it as it is (its auto_wrap_policy, "
                 "mixed precision and offload settings are not applied)."
@@ -645,17 +639,20 @@ def _rebuild_optimizer(
             setattr(optimizer, key, value)
 
 
-def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
-    """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
+def _fsdp_modules(module: Module) -> list[Module]:
+    """``module`` and its submodules that ``fully_shard`` made FSDP units (torch's ``FSDPModule``)."""
     from torch.distributed.fsdp import FSDPModule
 
+    return [submodule for submodule in module.modules() if isinstance(submodule, FSDPModule)]
+
+
+def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
+    """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
     from fabricx._compat.torch_internals import fsdp_params_of
 
     names = {id(param): name for name, param in module.named_parameters()}
     found = []
-    for submodule in module.modules():
-        if not isinstance(submodule, FSDPModule):
-            continue
+    for submodule in _fsdp_modules(module):
         for fsdp_param in fsdp_params_of(submodule):
             name = names.get(id(fsdp_param.sharded_param))
             if name is not None:
