@@ -28,7 +28,7 @@ from fabricx.fabric_checks import (
     non_scalar_loss,
     scalar_metric,
 )
-from fabricx.strategies.strategy import has_meta_tensors
+from fabricx.strategies.strategy import check_reduce_op, has_meta_tensors
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
@@ -842,10 +842,7 @@ class Fabric:
             ```
         """
         self._require_launched("all_reduce()")
-        if not isinstance(reduce_op, torch.distributed.ReduceOp | torch.distributed.ReduceOp.RedOpType) and (
-            reduce_op not in ("mean", "sum", "min", "max", "avg")
-        ):
-            raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
+        check_reduce_op(reduce_op)
         data = convert_to_tensors(data, self.device)
         return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
 

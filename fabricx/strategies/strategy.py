@@ -391,6 +391,20 @@ def clip_grad_norm(
     return total_norm
 
 
+def check_reduce_op(reduce_op: Any) -> None:
+    """Refuse a ``reduce_op`` for ``all_reduce`` that is neither a name nor a ``torch.distributed.ReduceOp``.
+
+    Example:
+        ```python
+        check_reduce_op("mean")  # passes; "median" raises ValueError
+        ```
+    """
+    if isinstance(reduce_op, torch.distributed.ReduceOp | torch.distributed.ReduceOp.RedOpType):
+        return
+    if reduce_op not in ("mean", "avg", "sum", "min", "max"):
+        raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
+
+
 def optimizer_parameters(optimizer: Optimizer) -> list[Tensor]:
     """Every parameter the optimizer updates, over all its groups."""
     return [p for group in optimizer.param_groups for p in group["params"]]

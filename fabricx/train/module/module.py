@@ -119,6 +119,11 @@ class TrainModule(ModuleHooks, nn.Module):
         """The Fabric that set this module up, while no Trainer runs it (``None`` otherwise)."""
         return self.__dict__.get("_fabric") if self.__dict__.get("_trainer") is None else None
 
+    def _runner(self) -> Trainer | Fabric | None:
+        """What runs this module: its Trainer, else the plain Fabric that set it up (``None``: neither)."""
+        trainer = self.__dict__.get("_trainer")
+        return self.__dict__.get("_fabric") if trainer is None else trainer
+
     @property
     def device(self) -> torch.device:
         """The device this process computes on (the device of the first parameter when not attached)."""
@@ -387,27 +392,18 @@ class TrainModule(ModuleHooks, nn.Module):
     @property
     def loggers(self) -> list[Any]:
         """The trainer's (or the setting-up Fabric's) loggers (empty when not attached)."""
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            return list(fabric.loggers)
-        trainer = self.__dict__.get("_trainer")
-        return list(trainer.loggers) if trainer is not None else []
+        runner = self._runner()
+        return list(runner.loggers) if runner is not None else []
 
     @property
     def global_rank(self) -> int:
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            return fabric.global_rank
-        trainer = self.__dict__.get("_trainer")
-        return trainer.global_rank if trainer is not None else 0
+        runner = self._runner()
+        return runner.global_rank if runner is not None else 0
 
     @property
     def local_rank(self) -> int:
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            return fabric.local_rank
-        trainer = self.__dict__.get("_trainer")
-        return trainer.local_rank if trainer is not None else 0
+        runner = self._runner()
+        return runner.local_rank if runner is not None else 0
 
     @property
     def dtype(self) -> torch.dtype:
@@ -618,12 +614,8 @@ class TrainModule(ModuleHooks, nn.Module):
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank zero only."""
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            fabric.print(*args, **kwargs)
-            return
-        trainer = self.__dict__.get("_trainer")
-        if trainer is None or trainer.is_global_zero:
+        runner = self._runner()
+        if runner is None or runner.is_global_zero:
             print(*args, **kwargs)
 
     # -- steps (override) ------------------------------------------------------------------------------
