@@ -28,7 +28,7 @@ from fabricx.fabric_checks import (
     non_scalar_loss,
     scalar_metric,
 )
-from fabricx.strategies.strategy import check_reduce_op, has_meta_tensors
+from fabricx.strategies.strategy import check_reduce_op, has_meta_tensors, optimizer_parameters
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
@@ -405,14 +405,7 @@ class Fabric:
             ```
         """
         self._require_launched("setup()")
-        module, compiled = split_compiled(module)
-        self._check_module_not_setup(module)
-        for optimizer in optimizers:
-            self._check_optimizer(optimizer, module)
-        original = module
-        if move_to_device:
-            self._move_module(module)
-        module = self._precision.convert_module(module)
+        original, module, compiled = self._prepare_module(module, "setup", move_to_device, optimizers)
         forward_module, optimizers_out, scheduler = self._strategy.setup_module_and_optimizers(
             module, list(optimizers), scheduler
         )
@@ -437,12 +430,7 @@ class Fabric:
             ```
         """
         self._require_launched("setup_module()")
-        module, compiled = split_compiled(module)
-        self._check_module_not_setup(module, "setup_module")
-        original = module
-        if move_to_device:
-            self._move_module(module)
-        module = self._precision.convert_module(module)
+        original, module, compiled = self._prepare_module(module, "setup_module", move_to_device)
         forward_module = self._strategy.setup_module(module)
         return self._wrap_module(forward_module, original, move_to_device, compiled)
 
@@ -550,10 +538,21 @@ class Fabric:
             loaders.append(wrapped)
         return loaders[0] if len(loaders) == 1 else tuple(loaders)
 
-    def _move_module(self, module: nn.Module) -> None:
-        if has_meta_tensors(module):
-            return  # materialised by the strategy after sharding
-        self._strategy.module_to_device(module)
+    def _prepare_module(
+        self, module: nn.Module, method: str, move_to_device: bool, optimizers: Sequence[Optimizer] = ()
+    ) -> tuple[nn.Module, nn.Module, Any]:
+        """What `setup()` and `setup_module()` do before the strategy: the checks, then the module on the device (one
+        built on meta stays there: the strategy materialises it after sharding) and in the precision's dtype.
+
+        Returns the user's module, the converted one and the ``torch.compile`` options it was wrapped with.
+        """
+        module, compiled = split_compiled(module)
+        self._check_module_not_setup(module, method)
+        for optimizer in optimizers:
+            self._check_optimizer(optimizer, module)
+        if move_to_device and not has_meta_tensors(module):
+            self._strategy.module_to_device(module)
+        return module, self._precision.convert_module(module), compiled
 
     def _wrap_module(
         self, forward_module: nn.Module, original: nn.Module, move_to_device: bool, compiled: Any = None
@@ -573,7 +572,7 @@ class Fabric:
                 hook(fabric=self, module=wrapped)
         return wrapped
 
-    def _check_module_not_setup(self, module: Any, method: str = "setup") -> None:
+    def _check_module_not_setup(self, module: Any, method: str) -> None:
         if isinstance(module, FabricModule):
             raise SetupError(
                 f"A model should be passed only once to the `{method}` method: {type(unwrap(module)).__name__} "
@@ -602,7 +601,7 @@ class Fabric:
                 "scheduler as setup(model, optimizer, scheduler=scheduler)."
             )
         module_params = {id(p) for p in module.parameters()}
-        foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in module_params]
+        foreign = [p for p in optimizer_parameters(optimizer) if id(p) not in module_params]
         if foreign:
             raise FabricxError(
                 f"The optimizer holds {len(foreign)} parameter(s) that are not in the module "

@@ -157,15 +157,13 @@ class DTensorStrategy(ParallelStrategy):
         current = {id(p) for p in params.values()}
         outputs = []
         for optimizer in optimizers:
-            if all(id(p) in current for group in optimizer.param_groups for p in group["params"]):
-                outputs.append(self.setup_optimizer(optimizer))  # already over the sharded parameters
-                continue
-            _rebuild_optimizer(optimizer, names, params, type(self).__name__)
+            if not all(id(p) in current for p in optimizer_parameters(optimizer)):  # not yet over the shards
+                _rebuild_optimizer(optimizer, names, params, type(self).__name__)
             outputs.append(self.setup_optimizer(optimizer))
         return module, outputs, scheduler
 
     def _module_of(self, optimizer: Optimizer) -> Module:
-        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        wanted = {id(p) for p in optimizer_parameters(optimizer)}
         for module in list(self._modules):
             if wanted <= {id(p) for p in module.parameters()}:
                 return module
