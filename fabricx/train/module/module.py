@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
+from fabricx.strategies.strategy import optimizer_parameters
 from fabricx.train.logging.module_logging import is_metric_collection, log_through_fabric, record
 from fabricx.train.module.hparams import AttributeDict, collect_init_arguments
 from fabricx.train.module.module_hooks import ModuleHooks
@@ -266,15 +267,14 @@ class TrainModule(ModuleHooks, nn.Module):
             self.untoggle_optimizer(opt_g)
             ```
         """
-        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        own = {id(p) for p in optimizer_parameters(optimizer)}
         saved: dict[int, bool] = {}
         for other in self.trainer.optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    if id(param) in own or id(param) in saved:
-                        continue
-                    saved[id(param)] = param.requires_grad
-                    param.requires_grad = False
+            for param in optimizer_parameters(other):
+                if id(param) in own or id(param) in saved:
+                    continue
+                saved[id(param)] = param.requires_grad
+                param.requires_grad = False
         self.__dict__["_toggled"] = saved
         self.__dict__["_toggled_optimizer"] = optimizer
 
@@ -283,10 +283,9 @@ class TrainModule(ModuleHooks, nn.Module):
         saved = self.__dict__.pop("_toggled", {})
         self.__dict__.pop("_toggled_optimizer", None)
         for other in self.trainer.optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    if id(param) in saved:
-                        param.requires_grad = saved[id(param)]
+            for param in optimizer_parameters(other):
+                if id(param) in saved:
+                    param.requires_grad = saved[id(param)]
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Generator[None, None, None]:
@@ -312,7 +311,7 @@ class TrainModule(ModuleHooks, nn.Module):
         """
         fabric = self._plain_fabric()
         if fabric is not None:  # set up by a plain Fabric: its clip_gradients, as Lightning calls it
-            by_value = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower() == "value"
+            by_value = _algorithm_name(gradient_clip_algorithm) == "value"
             clip_val, max_norm = (gradient_clip_val, None) if by_value else (None, gradient_clip_val)
             fabric.clip_gradients(self, optimizer, clip_val=clip_val, max_norm=max_norm)
             return
@@ -330,7 +329,7 @@ class TrainModule(ModuleHooks, nn.Module):
         if gradient_clip_algorithm is None:
             algorithm = trainer_algorithm or "norm"
         else:
-            algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower()
+            algorithm = _algorithm_name(gradient_clip_algorithm)
             if trainer_algorithm is not None and trainer_algorithm != algorithm:
                 raise MisconfigurationError(
                     f"You have set `Trainer(gradient_clip_algorithm={trainer_algorithm!r})` and have passed "
@@ -679,3 +678,8 @@ class TrainModule(ModuleHooks, nn.Module):
 
     def on_predict_model_eval(self) -> None:
         self._run_model().eval()
+
+
+def _algorithm_name(algorithm: Any) -> str:
+    """A ``gradient_clip_algorithm`` as its lower-case name (Lightning's ``GradClipAlgorithmType`` gives its value)."""
+    return str(getattr(algorithm, "value", algorithm)).lower()
