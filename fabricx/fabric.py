@@ -28,7 +28,8 @@ from fabricx.fabric_checks import (
     non_scalar_loss,
     scalar_metric,
 )
-from fabricx.strategies.strategy import check_reduce_op, has_meta_tensors, optimizer_parameters
+from fabricx.precision.precision import Precision
+from fabricx.strategies.strategy import Strategy, check_reduce_op, has_meta_tensors, optimizer_parameters
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.manager import CheckpointManager
     from fabricx.connector import Plugin
     from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
-    from fabricx.precision.precision import Precision
-    from fabricx.strategies.strategy import Strategy
 
 # A set-up optimizer is an instance of the user's own optimizer class (a facade class that also subclasses
 # FabricOptimizer, see fabricx/wrappers/identity.py), so setup() and setup_optimizers() return the type they were
@@ -1120,15 +1119,10 @@ class Fabric:
 
 
 def _no_backward_sync_is_noop(strategy: Strategy) -> bool:
-    from fabricx.strategies.strategy import Strategy
-
     return type(strategy).no_backward_sync is Strategy.no_backward_sync
 
 
 def _backward_is_plain(strategy: Strategy, precision: Precision) -> bool:
-    from fabricx.precision.precision import Precision
-    from fabricx.strategies.strategy import Strategy
-
     precision_type = type(precision)
     return (
         type(strategy).backward is Strategy.backward
