@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
@@ -28,6 +28,8 @@ from fabricx.fabric_checks import (
     non_scalar_loss,
     scalar_metric,
 )
+from fabricx.precision.precision import Precision
+from fabricx.strategies.strategy import Strategy, check_reduce_op, has_meta_tensors, optimizer_parameters
 from fabricx.utilities import seed as _seed
 from fabricx.utilities.apply import convert_to_tensors, move_data_to_device
 from fabricx.utilities.exceptions import FabricxError, SetupError
@@ -50,8 +52,6 @@ if TYPE_CHECKING:
     from fabricx.checkpoint.manager import CheckpointManager
     from fabricx.connector import Plugin
     from fabricx.flags import AcceleratorName, PrecisionName, StrategyName
-    from fabricx.precision.precision import Precision
-    from fabricx.strategies.strategy import Strategy
 
 # A set-up optimizer is an instance of the user's own optimizer class (a facade class that also subclasses
 # FabricOptimizer, see fabricx/wrappers/identity.py), so setup() and setup_optimizers() return the type they were
@@ -404,14 +404,7 @@ class Fabric:
             ```
         """
         self._require_launched("setup()")
-        module, compiled = split_compiled(module)
-        self._check_module_not_setup(module)
-        for optimizer in optimizers:
-            self._check_optimizer(optimizer, module)
-        original = module
-        if move_to_device:
-            self._move_module(module)
-        module = self._precision.convert_module(module)
+        original, module, compiled = self._prepare_module(module, "setup", move_to_device, optimizers)
         forward_module, optimizers_out, scheduler = self._strategy.setup_module_and_optimizers(
             module, list(optimizers), scheduler
         )
@@ -436,12 +429,7 @@ class Fabric:
             ```
         """
         self._require_launched("setup_module()")
-        module, compiled = split_compiled(module)
-        self._check_module_not_setup(module, "setup_module")
-        original = module
-        if move_to_device:
-            self._move_module(module)
-        module = self._precision.convert_module(module)
+        original, module, compiled = self._prepare_module(module, "setup_module", move_to_device)
         forward_module = self._strategy.setup_module(module)
         return self._wrap_module(forward_module, original, move_to_device, compiled)
 
@@ -549,10 +537,21 @@ class Fabric:
             loaders.append(wrapped)
         return loaders[0] if len(loaders) == 1 else tuple(loaders)
 
-    def _move_module(self, module: nn.Module) -> None:
-        if any(t.is_meta for t in _module_tensors(module)):
-            return  # materialised by the strategy after sharding
-        self._strategy.module_to_device(module)
+    def _prepare_module(
+        self, module: nn.Module, method: str, move_to_device: bool, optimizers: Sequence[Optimizer] = ()
+    ) -> tuple[nn.Module, nn.Module, Any]:
+        """What `setup()` and `setup_module()` do before the strategy: the checks, then the module on the device (one
+        built on meta stays there: the strategy materialises it after sharding) and in the precision's dtype.
+
+        Returns the user's module, the converted one and the ``torch.compile`` options it was wrapped with.
+        """
+        module, compiled = split_compiled(module)
+        self._check_module_not_setup(module, method)
+        for optimizer in optimizers:
+            self._check_optimizer(optimizer, module)
+        if move_to_device and not has_meta_tensors(module):
+            self._strategy.module_to_device(module)
+        return module, self._precision.convert_module(module), compiled
 
     def _wrap_module(
         self, forward_module: nn.Module, original: nn.Module, move_to_device: bool, compiled: Any = None
@@ -572,7 +571,7 @@ class Fabric:
                 hook(fabric=self, module=wrapped)
         return wrapped
 
-    def _check_module_not_setup(self, module: Any, method: str = "setup") -> None:
+    def _check_module_not_setup(self, module: Any, method: str) -> None:
         if isinstance(module, FabricModule):
             raise SetupError(
                 f"A model should be passed only once to the `{method}` method: {type(unwrap(module)).__name__} "
@@ -601,7 +600,7 @@ class Fabric:
                 "scheduler as setup(model, optimizer, scheduler=scheduler)."
             )
         module_params = {id(p) for p in module.parameters()}
-        foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in module_params]
+        foreign = [p for p in optimizer_parameters(optimizer) if id(p) not in module_params]
         if foreign:
             raise FabricxError(
                 f"The optimizer holds {len(foreign)} parameter(s) that are not in the module "
@@ -841,10 +840,7 @@ class Fabric:
             ```
         """
         self._require_launched("all_reduce()")
-        if not isinstance(reduce_op, torch.distributed.ReduceOp | torch.distributed.ReduceOp.RedOpType) and (
-            reduce_op not in ("mean", "sum", "min", "max", "avg")
-        ):
-            raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
+        check_reduce_op(reduce_op)
         data = convert_to_tensors(data, self.device)
         return apply_to_collection(data, Tensor, self._strategy.all_reduce, group=group, reduce_op=reduce_op)
 
@@ -1123,15 +1119,10 @@ class Fabric:
 
 
 def _no_backward_sync_is_noop(strategy: Strategy) -> bool:
-    from fabricx.strategies.strategy import Strategy
-
     return type(strategy).no_backward_sync is Strategy.no_backward_sync
 
 
 def _backward_is_plain(strategy: Strategy, precision: Precision) -> bool:
-    from fabricx.precision.precision import Precision
-    from fabricx.strategies.strategy import Strategy
-
     precision_type = type(precision)
     return (
         type(strategy).backward is Strategy.backward
@@ -1139,11 +1130,6 @@ def _backward_is_plain(strategy: Strategy, precision: Precision) -> bool:
         and precision_type.backward is Precision.backward
         and precision_type.post_backward is Precision.post_backward
     )
-
-
-def _module_tensors(module: nn.Module) -> Iterable[Tensor]:
-    yield from module.parameters()
-    yield from module.buffers()
 
 
 def _process_group_initialized() -> bool:

@@ -22,6 +22,8 @@ class Accelerator(ABC):
     """
 
     name: str = ""
+    #: The type of its ``torch.device`` objects (``"cuda"``, ``"xla"`` for the ``"tpu"`` accelerator).
+    device_type: str = ""
 
     @staticmethod
     @abstractmethod
@@ -38,10 +40,11 @@ class Accelerator(ABC):
         """Normalise a ``devices=`` flag: an int count or a list of indices."""
         return _parse_gpu_ids(devices, cls.name, cls.auto_device_count())
 
-    @staticmethod
-    @abstractmethod
-    def get_parallel_devices(devices: Any) -> list[torch.device]:
-        """The ``torch.device`` of each local process for a parsed ``devices`` value."""
+    @classmethod
+    def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
+        """The ``torch.device`` of each local process for a parsed ``devices`` value (a count or indices)."""
+        indices = range(devices) if isinstance(devices, int) else devices
+        return [torch.device(cls.device_type, i) for i in indices]
 
     def setup_device(self, device: torch.device) -> None:
         """Prepare ``device`` for use by this process (e.g. make it the current CUDA device)."""

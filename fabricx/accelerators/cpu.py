@@ -21,6 +21,7 @@ class CPUAccelerator(Accelerator):
     """
 
     name = "cpu"
+    device_type = "cpu"
 
     @staticmethod
     def is_available() -> bool:
@@ -58,7 +59,7 @@ class CPUAccelerator(Accelerator):
             )
         return devices
 
-    @staticmethod
-    def get_parallel_devices(devices: Any) -> list[torch.device]:
+    @classmethod
+    def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
         count = devices if isinstance(devices, int) else len(devices)
         return [torch.device("cpu")] * count

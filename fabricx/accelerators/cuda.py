@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from fabricx.accelerators.accelerator import Accelerator
@@ -19,6 +17,7 @@ class CUDAAccelerator(Accelerator):
     """
 
     name = "cuda"
+    device_type = "cuda"
 
     @staticmethod
     def is_available() -> bool:
@@ -27,11 +26,6 @@ class CUDAAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         return torch.cuda.device_count()
-
-    @staticmethod
-    def get_parallel_devices(devices: Any) -> list[torch.device]:
-        indices = range(devices) if isinstance(devices, int) else devices
-        return [torch.device("cuda", i) for i in indices]
 
     def setup_device(self, device: torch.device) -> None:
         torch.cuda.set_device(device)

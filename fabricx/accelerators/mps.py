@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from typing import Any
 
 import torch
 
@@ -20,6 +19,7 @@ class MPSAccelerator(Accelerator):
     """
 
     name = "mps"
+    device_type = "mps"
 
     @staticmethod
     def is_available() -> bool:
@@ -29,8 +29,3 @@ class MPSAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         return 1 if MPSAccelerator.is_available() else 0
-
-    @staticmethod
-    def get_parallel_devices(devices: Any) -> list[torch.device]:
-        indices = range(devices) if isinstance(devices, int) else devices
-        return [torch.device("mps", i) for i in indices]

@@ -5,9 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-from typing import Any
-
-import torch
 
 from fabricx.accelerators.accelerator import Accelerator
 
@@ -25,6 +22,7 @@ class XLAAccelerator(Accelerator):
     """
 
     name = "tpu"
+    device_type = "xla"
 
     @staticmethod
     @functools.lru_cache(maxsize=1)
@@ -43,8 +41,3 @@ class XLAAccelerator(Accelerator):
             return 0
         xr = importlib.import_module("torch_xla.runtime")
         return xr.addressable_runtime_device_count()
-
-    @staticmethod
-    def get_parallel_devices(devices: Any) -> list[torch.device]:
-        indices = range(devices) if isinstance(devices, int) else devices
-        return [torch.device("xla", i) for i in indices]

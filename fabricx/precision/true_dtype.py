@@ -10,6 +10,9 @@ from torch.nn import Module
 
 from fabricx.precision.precision import DtypeCastingPrecision, default_dtype
 
+#: The `torch.nn.Module` methods that cast a module's floating-point tensors (and no others) to each dtype.
+_FLOATING_CASTS = {torch.float64: Module.double, torch.float16: Module.half, torch.bfloat16: Module.bfloat16}
+
 
 class TrueDtypePrecision(DtypeCastingPrecision):
     """Parameters, inputs and computation all in one dtype (no autocast, no master weights).
@@ -31,8 +34,7 @@ class TrueDtypePrecision(DtypeCastingPrecision):
 
     def convert_module(self, module: Module) -> Module:
         # Floating-point tensors only: ``module.to(dtype)`` would drop the imaginary part of complex buffers.
-        dtype = self.dtype
-        return module._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+        return _FLOATING_CASTS[self.dtype](module)
 
     def tensor_init_context(self) -> contextlib.AbstractContextManager:
         return default_dtype(self.dtype)
@@ -52,11 +54,6 @@ class DoublePrecision(TrueDtypePrecision):
 
     def __init__(self) -> None:
         super().__init__(torch.float64)
-
-    def convert_module(self, module: Module) -> Module:
-        # module.double() casts floating tensors only; module.to(float64) would also turn complex buffers
-        # into float64 and drop their imaginary part.
-        return module.double()
 
     def convert_output(self, data: Any) -> Any:
         # float64 outputs are what the user asked for; casting down would lose the point of it.

@@ -139,9 +139,7 @@ class DTensorStrategy(ParallelStrategy):
     def setup_module(self, module: Module) -> Module:
         module = self._shard(module)
         self._modules.add(module)
-        from torch.distributed.fsdp import FSDPModule
-
-        self._sync_modules[module] = [m for m in module.modules() if isinstance(m, FSDPModule)]
+        self._sync_modules[module] = _fsdp_modules(module)
         return module
 
     def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
@@ -159,15 +157,13 @@ class DTensorStrategy(ParallelStrategy):
         current = {id(p) for p in params.values()}
         outputs = []
         for optimizer in optimizers:
-            if all(id(p) in current for group in optimizer.param_groups for p in group["params"]):
-                outputs.append(self.setup_optimizer(optimizer))  # already over the sharded parameters
-                continue
-            _rebuild_optimizer(optimizer, names, params, type(self).__name__)
+            if not all(id(p) in current for p in optimizer_parameters(optimizer)):  # not yet over the shards
+                _rebuild_optimizer(optimizer, names, params, type(self).__name__)
             outputs.append(self.setup_optimizer(optimizer))
         return module, outputs, scheduler
 
     def _module_of(self, optimizer: Optimizer) -> Module:
-        wanted = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        wanted = {id(p) for p in optimizer_parameters(optimizer)}
         for module in list(self._modules):
             if wanted <= {id(p) for p in module.parameters()}:
                 return module
@@ -184,11 +180,7 @@ class DTensorStrategy(ParallelStrategy):
         if not enabled:
             return contextlib.nullcontext()
         fsdp_modules = self._sync_modules.get(module)
-        if fsdp_modules is None:
-            from torch.distributed.fsdp import FSDPModule
-
-            fsdp_modules = [m for m in module.modules() if isinstance(m, FSDPModule)]
-        return _gradient_sync_off(fsdp_modules)
+        return _gradient_sync_off(_fsdp_modules(module) if fsdp_modules is None else fsdp_modules)
 
     def _clip_grad_norm(self, *args: Any) -> Tensor:
         return clip_grad_norm_(*args)  # over the shards, each mesh's norm counted once
@@ -458,9 +450,9 @@ class FSDPStrategy(DTensorStrategy):
 
     # -- sharding -------------------------------------------------------------------------------------------
     def _shard(self, module: Module) -> Module:
-        from torch.distributed.fsdp import FSDPModule, fully_shard
+        from torch.distributed.fsdp import fully_shard
 
-        if any(isinstance(m, FSDPModule) for m in module.modules()):
+        if _fsdp_modules(module):
             rank_zero_warn(
                 "The model already has fully_shard applied; FSDPStrategy uses it as it is (its auto_wrap_policy, "
                 "mixed precision and offload settings are not applied)."
@@ -645,17 +637,20 @@ def _rebuild_optimizer(
             setattr(optimizer, key, value)
 
 
-def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
-    """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
+def _fsdp_modules(module: Module) -> list[Module]:
+    """``module`` and its submodules that ``fully_shard`` made FSDP units (torch's ``FSDPModule``)."""
     from torch.distributed.fsdp import FSDPModule
 
+    return [submodule for submodule in module.modules() if isinstance(submodule, FSDPModule)]
+
+
+def _fsdp_params(module: Module) -> list[tuple[str, Any]]:
+    """(parameter name in ``module``, FSDP2's FSDPParam) for every sharded parameter under ``module``."""
     from fabricx._compat.torch_internals import fsdp_params_of
 
     names = {id(param): name for name, param in module.named_parameters()}
     found = []
-    for submodule in module.modules():
-        if not isinstance(submodule, FSDPModule):
-            continue
+    for submodule in _fsdp_modules(module):
         for fsdp_param in fsdp_params_of(submodule):
             name = names.get(id(fsdp_param.sharded_param))
             if name is not None:

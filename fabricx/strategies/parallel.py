@@ -12,7 +12,7 @@ from torch import Tensor
 
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.precision.precision import Precision
-from fabricx.strategies.strategy import Strategy
+from fabricx.strategies.strategy import Strategy, check_reduce_op
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.process_group import register_release_at_exit, release_process_group
 from fabricx.utilities.rank_zero import set_global_rank
@@ -24,10 +24,9 @@ def _reduce_op(reduce_op: Any) -> tuple[Any, bool]:
     """The c10d operation for ``reduce_op`` and whether the sum must then be divided by the world size."""
     if isinstance(reduce_op, dist.ReduceOp | dist.ReduceOp.RedOpType):
         return reduce_op, False
+    check_reduce_op(reduce_op)
     if reduce_op in ("mean", "avg"):
         return dist.ReduceOp.SUM, True  # gloo has no AVG: a sum divided in place
-    if reduce_op not in _REDUCE_OPS:
-        raise ValueError(f"reduce_op={reduce_op!r} is not supported; use 'mean', 'sum', 'min' or 'max'.")
     return _REDUCE_OPS[reduce_op], False
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
@@ -225,7 +225,7 @@ class Strategy(ABC):
 
     def materialize_module(self, module: Module) -> None:
         """Give real storage to parameters created on the meta device, then reset them."""
-        if not any(t.is_meta for t in _tensors(module)):
+        if not has_meta_tensors(module):
             return
         module.to_empty(device=self._materialize_device)
         with torch.no_grad():
@@ -391,11 +391,26 @@ def clip_grad_norm(
     return total_norm
 
 
+def check_reduce_op(reduce_op: Any) -> None:
+    """Refuse a ``reduce_op`` for ``all_reduce`` that is neither a name nor a ``torch.distributed.ReduceOp``.
+
+    Example:
+        ```python
+        check_reduce_op("mean")  # passes; "median" raises ValueError
+        ```
+    """
+    if isinstance(reduce_op, torch.distributed.ReduceOp | torch.distributed.ReduceOp.RedOpType):
+        return
+    if reduce_op not in ("mean", "avg", "sum", "min", "max"):
+        raise ValueError(f"reduce_op={reduce_op!r}; allowed are 'mean', 'sum', 'min', 'max'.")
+
+
 def optimizer_parameters(optimizer: Optimizer) -> list[Tensor]:
     """Every parameter the optimizer updates, over all its groups."""
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def _tensors(module: Module) -> Iterable[Tensor]:
-    yield from module.parameters()
-    yield from module.buffers()
+def has_meta_tensors(module: Module) -> bool:
+    """Whether a parameter or buffer of ``module`` is on the meta device (built with ``empty_init``, not yet
+    materialized)."""
+    return any(t.is_meta for t in itertools.chain(module.parameters(), module.buffers()))

@@ -40,7 +40,7 @@ from fabricx.utilities.rank_zero import rank_zero_info
 from fabricx.utilities.seed import seed_everything
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from datetime import timedelta
 
     from fabricx.accelerators.accelerator import Accelerator
@@ -402,7 +402,6 @@ class Trainer(TrainerProperties):
         )
 
     # -- running in each process ------------------------------------------------------------------------------
-    # -- running in each process ------------------------------------------------------------------------------
     def _launch(self, function: Any, *args: Any) -> Any:
         try:
             returned = self._fabric.launch(function, *args)
@@ -495,13 +494,7 @@ class Trainer(TrainerProperties):
     def _evaluate_in_process(
         self, fabric: Fabric, module: TrainModule, dataloaders: Any, datamodule: Any, ckpt_path: Any, stage: str
     ) -> Any:
-        self._prepare_process(module, stage, datamodule)
-        run = self._run
-        try:
-            run.call_setup(stage)
-            run.setup_module_only(module)
-            self._load_weights_for(stage, ckpt_path)
-            module.zero_grad()
+        with self._evaluation_run(module, stage, datamodule, ckpt_path) as run:
             kind = "validate" if stage == "validate" else "test"
             limit = self.limit_val_batches if stage == "validate" else self.limit_test_batches
             loaders: list[Any] = []
@@ -517,6 +510,32 @@ class Trainer(TrainerProperties):
             run.logger_connector.reset_metrics()
             metrics = run_evaluation(self, run, stage, results, loaders, limits)
             self._finalize_loggers("success")
+        return spawn_result(self, metrics) if self._spawns else metrics
+
+    def _predict_in_process(
+        self, fabric: Fabric, module: TrainModule, dataloaders: Any, datamodule: Any, ckpt_path: Any
+    ) -> Any:
+        with self._evaluation_run(module, "predict", datamodule, ckpt_path) as run:
+            raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True, profiler=run.profiler)
+            loaders = setup_eval_loaders(self, run, raw, "Trainer.predict")
+            limit = self.limit_predict_batches
+            limits = [limited_length(loader, limit, "limit_predict_batches") for loader in loaders]
+            run.eval_loaders["predict"], run.eval_limits["predict"] = loaders, limits
+            predictions = run_prediction(self, run, loaders, limits)
+        return spawn_result(self, predictions) if self._spawns else predictions
+
+    @contextlib.contextmanager
+    def _evaluation_run(self, module: TrainModule, stage: str, datamodule: Any, ckpt_path: Any) -> Iterator[RunContext]:
+        """A validate/test/predict run in this process: the module set up with its checkpoint's weights; however the
+        run ends, ``on_exception`` when it failed, then the loaders' workers stopped, teardown and the final state."""
+        self._prepare_process(module, stage, datamodule)
+        run = self._run
+        try:
+            run.call_setup(stage)
+            run.setup_module_only(module)
+            self._load_weights_for(stage, ckpt_path)
+            module.zero_grad()  # as Lightning, before every stage's loop
+            yield run
         except BaseException as exception:
             self._on_exception(exception)
             raise
@@ -525,33 +544,6 @@ class Trainer(TrainerProperties):
             run.call_teardown(stage)
             run.report_profile()
             self._end_state()
-        return spawn_result(self, metrics) if self._spawns else metrics
-
-    def _predict_in_process(
-        self, fabric: Fabric, module: TrainModule, dataloaders: Any, datamodule: Any, ckpt_path: Any
-    ) -> Any:
-        self._prepare_process(module, "predict", datamodule)
-        run = self._run
-        try:
-            run.call_setup("predict")
-            run.setup_module_only(module)
-            self._load_weights_for("predict", ckpt_path)
-            module.zero_grad()  # as Lightning, before every stage's loop
-            raw = data.request_loaders("predict", dataloaders, datamodule, module, required=True, profiler=run.profiler)
-            loaders = setup_eval_loaders(self, run, raw, "Trainer.predict")
-            limit = self.limit_predict_batches
-            limits = [limited_length(loader, limit, "limit_predict_batches") for loader in loaders]
-            run.eval_loaders["predict"], run.eval_limits["predict"] = loaders, limits
-            predictions = run_prediction(self, run, loaders, limits)
-        except BaseException as exception:
-            self._on_exception(exception)
-            raise
-        finally:
-            self._shutdown_loader_workers("predict")
-            run.call_teardown("predict")
-            run.report_profile()
-            self._end_state()
-        return spawn_result(self, predictions) if self._spawns else predictions
 
     def _load_weights_for(self, stage: str, ckpt_path: Any) -> None:
         run = self._run

@@ -666,13 +666,18 @@ class _EngineEntries(EntryStorage):
         for key, engine in models.items():
             elastic = engine.optimizer is not None and _elastic_engine(engine)
             with around(engine):
-                engine.save_checkpoint(
-                    os.fspath(staging / ENGINE_FOLDER),
-                    tag=key,
-                    client_state={GROUP_SETTINGS_KEY: _group_settings(engine)} if elastic else {},
-                    save_latest=False,
-                    exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
-                )
+                client_state = {GROUP_SETTINGS_KEY: _group_settings(engine)} if elastic else {}
+                self._write_engine(engine, staging / ENGINE_FOLDER, key, client_state, latest=False)
+
+    def _write_engine(self, engine: Any, folder: Any, tag: str, client_state: dict[str, Any], latest: bool) -> None:
+        """``engine.save_checkpoint`` into ``folder/<tag>/`` (and ``folder/latest`` when ``latest``)."""
+        engine.save_checkpoint(
+            os.fspath(folder),
+            tag=tag,
+            client_state=client_state,
+            save_latest=latest,
+            exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
+        )
 
     def save_engine_folder(self, folder: Any, entries: dict[str, Any], client_state: dict[str, Any], tag: str) -> None:
         """Every rank: the one model's engine writes ``folder/<tag>/`` and ``folder/latest``, with
@@ -693,13 +698,7 @@ class _EngineEntries(EntryStorage):
         if elastic:
             engine.optimizer.elastic_checkpoint = False  # read by its state_dict() alone
         try:
-            engine.save_checkpoint(
-                os.fspath(folder),
-                tag=tag,
-                client_state=client_state,
-                save_latest=True,
-                exclude_frozen_parameters=self.strategy._exclude_frozen_parameters,
-            )
+            self._write_engine(engine, folder, tag, client_state, latest=True)
         finally:
             if elastic:
                 engine.optimizer.elastic_checkpoint = True

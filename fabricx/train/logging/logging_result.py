@@ -144,6 +144,7 @@ class _Entry:
         "name",
         "on_epoch",
         "on_step",
+        "options",
         "prog_bar",
         "read_names",
         "reduce",
@@ -157,6 +158,8 @@ class _Entry:
     def __init__(self, fx: str, name: str, options: tuple[Any, ...]) -> None:
         self.fx = fx
         self.name = name
+        #: The normalized options, in `log`'s order (compared with a later call's, and saved as they are).
+        self.options = options
         (
             self.prog_bar,
             self.logger,
@@ -182,19 +185,6 @@ class _Entry:
         self.given: tuple[Any, ...] | None = None
         #: `names(False)` and `names(True)`, built once (the options never change).
         self.read_names = (self._names(False), self._names(True))
-
-    def options(self) -> tuple[Any, ...]:
-        return (
-            self.prog_bar,
-            self.logger,
-            self.on_step,
-            self.on_epoch,
-            self.reduce,
-            self.sync_dist,
-            self.add_dataloader_idx,
-            self.dataloader_idx,
-            self.metric_attribute,
-        )
 
     def names(self, on_step: bool) -> tuple[str, str]:
         """``(name, forked name)``: ``name_step``/``name_epoch`` when logged with both, plus the loader suffix."""
@@ -349,11 +339,11 @@ class ResultCollection:
             if entry is None:
                 entry = self.entries[key] = _Entry(fx, name, options)
                 entry.fabric = sync
-            elif entry.options() != options:
+            elif entry.options != options:
                 raise MisconfigurationException(
                     f"You called `self.log({name}, ...)` twice in `{fx}` with different arguments. This is not "
                     f"allowed: log it with the same arguments each time (now {self._describe(options)}, before "
-                    f"{self._describe(entry.options())}), or under another name."
+                    f"{self._describe(entry.options)}), or under another name."
                 )
             entry.given = given
         if not isinstance(value, Tensor) and is_metric(value):
@@ -460,7 +450,7 @@ class ResultCollection:
     def state_dict(self) -> dict[str, Any]:
         entries = {}
         for key, entry in self.entries.items():
-            item: dict[str, Any] = {"fx": entry.fx, "name": entry.name, "options": list(entry.options())}
+            item: dict[str, Any] = {"fx": entry.fx, "name": entry.name, "options": list(entry.options)}
             item["has_reset"] = entry.has_reset
             if entry.metric is not None:
                 path = self._metric_path(entry.metric)

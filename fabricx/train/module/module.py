@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
+from fabricx.strategies.strategy import optimizer_parameters
 from fabricx.train.logging.module_logging import is_metric_collection, log_through_fabric, record
 from fabricx.train.module.hparams import AttributeDict, collect_init_arguments
 from fabricx.train.module.module_hooks import ModuleHooks
@@ -118,6 +119,11 @@ class TrainModule(ModuleHooks, nn.Module):
     def _plain_fabric(self) -> Fabric | None:
         """The Fabric that set this module up, while no Trainer runs it (``None`` otherwise)."""
         return self.__dict__.get("_fabric") if self.__dict__.get("_trainer") is None else None
+
+    def _runner(self) -> Trainer | Fabric | None:
+        """What runs this module: its Trainer, else the plain Fabric that set it up (``None``: neither)."""
+        trainer = self.__dict__.get("_trainer")
+        return self.__dict__.get("_fabric") if trainer is None else trainer
 
     @property
     def device(self) -> torch.device:
@@ -261,15 +267,14 @@ class TrainModule(ModuleHooks, nn.Module):
             self.untoggle_optimizer(opt_g)
             ```
         """
-        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        own = {id(p) for p in optimizer_parameters(optimizer)}
         saved: dict[int, bool] = {}
         for other in self.trainer.optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    if id(param) in own or id(param) in saved:
-                        continue
-                    saved[id(param)] = param.requires_grad
-                    param.requires_grad = False
+            for param in optimizer_parameters(other):
+                if id(param) in own or id(param) in saved:
+                    continue
+                saved[id(param)] = param.requires_grad
+                param.requires_grad = False
         self.__dict__["_toggled"] = saved
         self.__dict__["_toggled_optimizer"] = optimizer
 
@@ -278,10 +283,9 @@ class TrainModule(ModuleHooks, nn.Module):
         saved = self.__dict__.pop("_toggled", {})
         self.__dict__.pop("_toggled_optimizer", None)
         for other in self.trainer.optimizers:
-            for group in other.param_groups:
-                for param in group["params"]:
-                    if id(param) in saved:
-                        param.requires_grad = saved[id(param)]
+            for param in optimizer_parameters(other):
+                if id(param) in saved:
+                    param.requires_grad = saved[id(param)]
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Generator[None, None, None]:
@@ -307,7 +311,7 @@ class TrainModule(ModuleHooks, nn.Module):
         """
         fabric = self._plain_fabric()
         if fabric is not None:  # set up by a plain Fabric: its clip_gradients, as Lightning calls it
-            by_value = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower() == "value"
+            by_value = _algorithm_name(gradient_clip_algorithm) == "value"
             clip_val, max_norm = (gradient_clip_val, None) if by_value else (None, gradient_clip_val)
             fabric.clip_gradients(self, optimizer, clip_val=clip_val, max_norm=max_norm)
             return
@@ -325,7 +329,7 @@ class TrainModule(ModuleHooks, nn.Module):
         if gradient_clip_algorithm is None:
             algorithm = trainer_algorithm or "norm"
         else:
-            algorithm = str(getattr(gradient_clip_algorithm, "value", gradient_clip_algorithm)).lower()
+            algorithm = _algorithm_name(gradient_clip_algorithm)
             if trainer_algorithm is not None and trainer_algorithm != algorithm:
                 raise MisconfigurationError(
                     f"You have set `Trainer(gradient_clip_algorithm={trainer_algorithm!r})` and have passed "
@@ -387,27 +391,18 @@ class TrainModule(ModuleHooks, nn.Module):
     @property
     def loggers(self) -> list[Any]:
         """The trainer's (or the setting-up Fabric's) loggers (empty when not attached)."""
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            return list(fabric.loggers)
-        trainer = self.__dict__.get("_trainer")
-        return list(trainer.loggers) if trainer is not None else []
+        runner = self._runner()
+        return list(runner.loggers) if runner is not None else []
 
     @property
     def global_rank(self) -> int:
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            return fabric.global_rank
-        trainer = self.__dict__.get("_trainer")
-        return trainer.global_rank if trainer is not None else 0
+        runner = self._runner()
+        return runner.global_rank if runner is not None else 0
 
     @property
     def local_rank(self) -> int:
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            return fabric.local_rank
-        trainer = self.__dict__.get("_trainer")
-        return trainer.local_rank if trainer is not None else 0
+        runner = self._runner()
+        return runner.local_rank if runner is not None else 0
 
     @property
     def dtype(self) -> torch.dtype:
@@ -618,12 +613,8 @@ class TrainModule(ModuleHooks, nn.Module):
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank zero only."""
-        fabric = self._plain_fabric()
-        if fabric is not None:
-            fabric.print(*args, **kwargs)
-            return
-        trainer = self.__dict__.get("_trainer")
-        if trainer is None or trainer.is_global_zero:
+        runner = self._runner()
+        if runner is None or runner.is_global_zero:
             print(*args, **kwargs)
 
     # -- steps (override) ------------------------------------------------------------------------------
@@ -687,3 +678,8 @@ class TrainModule(ModuleHooks, nn.Module):
 
     def on_predict_model_eval(self) -> None:
         self._run_model().eval()
+
+
+def _algorithm_name(algorithm: Any) -> str:
+    """A ``gradient_clip_algorithm`` as its lower-case name (Lightning's ``GradClipAlgorithmType`` gives its value)."""
+    return str(getattr(algorithm, "value", algorithm)).lower()
