@@ -298,3 +298,21 @@ def test_load_state_dict_pre_hooks_and_overrides_are_still_found():
             super()._load_from_state_dict(*args, **kwargs)  # type: ignore[arg-type]
 
     assert not loads_state_plainly(OwnLoading(2, 2))
+
+
+def test_deepspeed_private_names_the_shims_call_still_exist():
+    pytest.importorskip("deepspeed")
+    import deepspeed.ops
+    from deepspeed.runtime import compiler
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    # fabricx/_compat/deepspeed.py: the elastic ZeRO shard readers and ZeRO-2's gradient partition buffer.
+    assert callable(getattr(DeepSpeedEngine, "_get_all_zero_checkpoints", None)), "update fabricx/_compat/deepspeed.py"
+    assert callable(getattr(DeepSpeedEngine, "_get_zero_param_shapes", None)), "update fabricx/_compat/deepspeed.py"
+    assert callable(getattr(DeepSpeedZeroOptimizer, "_build_compact_grad_partition_buffer", None)), (
+        "update fabricx/_compat/deepspeed.py"
+    )
+    # The CPU switches: the op table the shared-memory all-reduce is looked up in, and the compile decorator.
+    assert isinstance(deepspeed.ops.__compatible_ops__, dict), "update fabricx/_compat/deepspeed.py"
+    assert callable(compiler.compile) and callable(compiler.dummy_decorator), "update fabricx/_compat/deepspeed.py"

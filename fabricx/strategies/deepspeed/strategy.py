@@ -12,7 +12,6 @@ import importlib.util
 import logging
 import os
 import re
-import sys
 import warnings
 from collections.abc import Callable, Generator
 from datetime import timedelta
@@ -23,6 +22,7 @@ from torch import Tensor
 from torch.nn import Module
 from torch.optim import Optimizer
 
+from fabricx._compat.deepspeed import all_zero_checkpoints, avoid_cpu_jit_builds, zero_param_shapes
 from fabricx.accelerators.accelerator import Accelerator
 from fabricx.checkpoint.contents import EntryStorage, unwrap_object
 from fabricx.checkpoint.deepspeed_consolidate import ENGINE_FOLDER, META_KEY
@@ -293,7 +293,7 @@ class DeepSpeedStrategy(ParallelStrategy):
             from deepspeed.utils import logger as deepspeed_logger
 
             if self.root_device.type == "cpu":
-                _avoid_cpu_jit_builds()
+                avoid_cpu_jit_builds()
         deepspeed_logger.setLevel(self._logging_level)
         _warn_if_untested_version(deepspeed.__version__)
         _hide_collective_deprecations()
@@ -783,7 +783,7 @@ def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
     """
     from deepspeed.checkpoint.constants import BASE_OPTIMIZER_STATE_STEP
 
-    shards = engine._get_all_zero_checkpoints(engine_dir, tag)
+    shards = all_zero_checkpoints(engine, engine_dir, tag)
     if shards is None:
         raise CheckpointError(f"DeepSpeed found no optimizer shards in {engine_dir}/{tag}.")
     world = torch.distributed.get_world_size(group=engine.optimizer.dp_process_group)
@@ -797,7 +797,7 @@ def _load_elastic_optimizer(engine: Any, engine_dir: str, tag: str) -> None:
         state_dict_list=shards,
         load_optimizer_states=True,
         load_from_fp32_weights=engine.zero_load_from_fp32_weights(),
-        param_shapes=engine._get_zero_param_shapes(),
+        param_shapes=zero_param_shapes(engine),
     )
     for group, had in zip(groups, had_step, strict=True):
         if not had and group.get("step", 0) is None:
@@ -937,32 +937,6 @@ def _cpu_supports_fp16() -> bool:
     from fabricx._compat.torch_internals import mkldnn_fp16_supported
 
     return mkldnn_fp16_supported()
-
-
-def _avoid_cpu_jit_builds() -> None:
-    """Keep DeepSpeed on CPU from compiling code it does not need for correctness.
-
-    * The shared-memory all-reduce op is a C++ extension built on first use (about a minute); gloo does
-      the same job, so it is marked unavailable.
-    * ZeRO's optimizer checks import DeepSpeed's Muon optimizer, whose module calls ``torch.compile`` at
-      import time (several seconds loading the inductor). It is imported once here with eager functions;
-      Muon users who imported it themselves keep their compiled version.
-    """
-    import deepspeed.ops
-
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    if "deepspeed.runtime.zero.muon.muon_optimizer" in sys.modules:
-        return
-    from deepspeed.runtime import compiler
-
-    original = compiler.compile
-    compiler.compile = lambda: compiler.dummy_decorator
-    try:
-        importlib.import_module("deepspeed.runtime.zero.muon.muon_optimizer")
-    except ImportError:
-        pass
-    finally:
-        compiler.compile = original
 
 
 __all__ = ["ENGINE_FOLDER", "INSTALL_HINT", "DeepSpeedStrategy", "require_deepspeed"]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fabricx._compat.deepspeed import compact_grad_partition_buffer
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 _PARAMETERS = "parameters"
@@ -190,7 +191,7 @@ def _load_zero2_buffers(optimizer: Any, accumulated: dict[str, Any], partitions:
         if flat is None:
             optimizer.averaged_gradients[group] = None
             continue
-        buffer = optimizer._build_compact_grad_partition_buffer(group)
+        buffer = compact_grad_partition_buffer(optimizer, group)
         if buffer.flat_partition.shape != flat.shape:
             raise CheckpointError(
                 f"The checkpoint's ZeRO-2 gradient partition of group {group} has {flat.numel()} elements; this "
