@@ -4,46 +4,25 @@ out of memory, as ``accelerate.utils.find_executable_batch_size`` does."""
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-import torch
+from fabricx.utilities.memory import is_out_of_memory, release_accelerator_memory
 
 __all__ = ["find_executable_batch_size", "should_reduce_batch_size"]
 
-# The messages of the errors a smaller batch can cure (Accelerate's list): CUDA/HIP/XPU, MPS, cuDNN, CPU, HPU.
-_OUT_OF_MEMORY = (
-    " out of memory.",
-    "MPS backend out of memory",
-    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
-    "DefaultCPUAllocator: can't allocate memory",
-    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
-)
-
 
 def should_reduce_batch_size(exception: BaseException) -> bool:
-    """Whether ``exception`` says the device ran out of memory (a ``RuntimeError`` with one of the
-    out-of-memory messages).
+    """Whether ``exception`` says the device ran out of memory (`fabricx.utilities.memory.is_out_of_memory`:
+    Accelerate's messages, and Lightning's ``CUDA ... out of memory`` too).
 
     Example:
         ```python
         should_reduce_batch_size(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))  # True
         ```
     """
-    if not isinstance(exception, RuntimeError) or len(exception.args) != 1:
-        return False
-    message = exception.args[0]
-    return isinstance(message, str) and any(text in message for text in _OUT_OF_MEMORY)
-
-
-def _release_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    elif torch.backends.mps.is_available():
-        torch.mps.empty_cache()
+    return is_out_of_memory(exception)
 
 
 def find_executable_batch_size(
@@ -81,7 +60,7 @@ def find_executable_batch_size(
 
     @functools.wraps(function)
     def run(*args: Any, **kwargs: Any) -> Any:
-        _release_memory()
+        release_accelerator_memory()
         names = list(inspect.signature(function).parameters)
         if len(names) < len(args) + 1:
             given = ", ".join(f"{name}={value}" for name, value in zip(names[1:], args[1:], strict=False))
@@ -97,7 +76,7 @@ def find_executable_batch_size(
             except Exception as error:
                 if not should_reduce_batch_size(error):
                     raise
-                _release_memory()
+                release_accelerator_memory()
                 size[0] = reduce()
 
     return run

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricx.train.tuner.search import free_accelerator_memory, is_oom_error
+from fabricx.utilities.memory import is_out_of_memory, release_accelerator_memory
 from fabricx.utilities.rank_zero import rank_zero_log_info
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class BatchSizeSearch:
         return new_size, new_size != batch_size
 
     def _run(self) -> None:
-        free_accelerator_memory()
+        release_accelerator_memory()
         self._dataset_length = self.trial()
 
     def _fits(self, new_size: int) -> bool | None:
@@ -60,9 +60,9 @@ class BatchSizeSearch:
         try:
             self._run()
         except RuntimeError as exception:
-            if not is_oom_error(exception):
+            if not is_out_of_memory(exception):
                 raise
-            free_accelerator_memory()
+            release_accelerator_memory()
             return False
         return True
 

@@ -86,29 +86,3 @@ def _loader_generators(loaders: Any) -> Iterator[torch.Generator]:
                 generator = getattr(owner, "generator", None)
                 if isinstance(generator, torch.Generator):
                     yield generator
-
-
-def is_oom_error(exception: BaseException) -> bool:
-    """Whether ``exception`` is an out-of-memory error (CUDA, cuDNN's or the CPU allocator's)."""
-    if not isinstance(exception, RuntimeError):
-        return False
-    if type(exception).__name__ == "OutOfMemoryError":
-        return True
-    if len(exception.args) != 1 or not isinstance(exception.args[0], str):
-        return False
-    message = exception.args[0]
-    return (
-        ("CUDA" in message and "out of memory" in message)
-        or "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED." in message
-        or "DefaultCPUAllocator: can't allocate memory" in message
-    )
-
-
-def free_accelerator_memory() -> None:
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
