@@ -4,6 +4,7 @@ tests/_compat/test_private_names.py."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from typing import Any
@@ -43,8 +44,7 @@ def avoid_cpu_jit_builds() -> None:
     original = compiler.compile
     compiler.compile = lambda: compiler.dummy_decorator
     try:
-        importlib.import_module("deepspeed.runtime.zero.muon.muon_optimizer")
-    except ImportError:
-        pass
+        with contextlib.suppress(ImportError):
+            importlib.import_module("deepspeed.runtime.zero.muon.muon_optimizer")
     finally:
         compiler.compile = original

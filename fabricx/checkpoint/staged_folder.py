@@ -10,9 +10,9 @@ the previous checkpoint as it was. A layout (a `StagedFolderLayout`) says which 
 Example:
 
 ```python
-# every rank
-save_staged(request, is_dcp_folder, refuse, write_shards, write_last=None)
-loaded = read_committed("ckpt", is_dcp_folder, lambda f: read_dcp(f, rank))
+# every rank, in a layout's save and read
+self.save_staged(request, write_shards, write_last=None)
+loaded = read_committed("ckpt", self.is_layout, lambda f: read_dcp(f, rank))
 ```
 """
 
@@ -46,7 +46,6 @@ __all__ = [
     "open_staging",
     "read_committed",
     "refusal",
-    "save_staged",
 ]
 
 #: The metadata file of a fabricx checkpoint directory, which such a layout never replaces.
@@ -145,32 +144,6 @@ def refusal(folder: Path, layout: str, own_names: Callable[[list[str]], bool]) -
     return f"Cannot save layout={layout!r} to {folder}: {what} is there. Remove it or save to another path."
 
 
-def save_staged(
-    request: SaveRequest,
-    is_layout: Callable[[Path], bool],
-    refuse: Callable[[Path], str | None],
-    write: Callable[[Path], Any],
-    write_last: Callable[[Path], None] | None,
-) -> AsyncSave | None:
-    """Every rank: `write(staging)` its files into this save's staging folder; then rank 0 commits it (with
-    ``write_last`` first; in the background for an async mode) and every rank learns the outcome.
-
-    A failed write removes the staging folder and leaves the previous checkpoint.
-    """
-    host, path, mode = request.host, request.path, request.mode
-    folder = Path(path)
-    staging = open_staging(host, folder, is_layout, refuse)
-    try:
-        write(staging)
-    except BaseException:
-        if host.is_global_zero:
-            atomic.abort_directory(staging)
-        raise
-
-    commit = (lambda: commit_staging(staging, folder, write_last)) if host.is_global_zero else None
-    return mode.run_rank_zero_write(host, path, commit)
-
-
 def read_committed(
     path: str, is_layout: Callable[[Path], bool], read: Callable[[Path], LoadedCheckpoint]
 ) -> LoadedCheckpoint:
@@ -225,8 +198,21 @@ class StagedFolderLayout(ABC):
     def save_staged(
         self, request: SaveRequest, write: Callable[[Path], Any], write_last: Callable[[Path], None] | None
     ) -> AsyncSave | None:
-        """Every rank: `save_staged` with this layout's folders."""
-        return save_staged(request, self.is_layout, self.refusal, write, write_last)
+        """Every rank: `write(staging)` its files into this save's staging folder; then rank 0 commits it (with
+        ``write_last`` first; in the background for an async mode) and every rank learns the outcome.
+
+        A failed write removes the staging folder and leaves the previous checkpoint.
+        """
+        host, folder = request.host, Path(request.path)
+        staging = open_staging(host, folder, self.is_layout, self.refusal)
+        try:
+            write(staging)
+        except BaseException:
+            if host.is_global_zero:
+                atomic.abort_directory(staging)
+            raise
+        commit = (lambda: commit_staging(staging, folder, write_last)) if host.is_global_zero else None
+        return request.mode.run_rank_zero_write(host, request.path, commit)
 
     def holds(self, path: str) -> bool:
         return not is_url(path) and committed_folder(Path(path), self.is_layout) is not None

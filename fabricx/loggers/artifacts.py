@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from typing import Any, Literal
 
 from fabricx.utilities.rank_zero import rank_zero_only
@@ -17,7 +18,7 @@ def _saved_checkpoint_path(saved: Any) -> str:
     return os.fspath(newest)
 
 
-class CheckpointArtifacts:
+class CheckpointArtifacts(ABC):
     """Mixin for a logger's ``log_model``: ``True`` stores the reported checkpoints at ``finalize()``
     (`_store_final_checkpoints()`), ``"all"`` as each is reported; subclasses store one in `_store_checkpoint()`."""
 
@@ -45,5 +46,6 @@ class CheckpointArtifacts:
             self._store_checkpoint(path)
         self._checkpoints = []
 
+    @abstractmethod
     def _store_checkpoint(self, path: str) -> None:
-        raise NotImplementedError
+        """Store the checkpoint file at ``path`` as one of the tracker's artifacts."""
