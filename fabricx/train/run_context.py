@@ -19,7 +19,7 @@ from fabricx.train.logging.logging_result import ResultCollection
 from fabricx.train.module.current_hook import call_hook
 from fabricx.train.module.hooks import Hooks
 from fabricx.train.module.overrides import is_overridden
-from fabricx.train.optim.optimizer_proxy import TrainerOptimizer
+from fabricx.train.optim.optimizer_proxy import StepDriver, TrainerOptimizer
 from fabricx.train.optim.optimizers import SchedulerConfig, parse_optimizers
 from fabricx.utilities.exceptions import FabricxError
 from fabricx.utilities.profilers import PassThroughProfiler, Profiler, profiled
@@ -27,7 +27,6 @@ from fabricx.wrappers.step_methods import step_caller
 
 if TYPE_CHECKING:
     from fabricx.fabric import Fabric
-    from fabricx.train.loops.training_steps import TrainingSteps
     from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
     from fabricx.wrappers import FabricModule
@@ -69,7 +68,7 @@ class RunContext:
         self.ckpt_path: str | None = None
         self.eval_loaders: dict[str, list[Any]] = {}
         self.eval_limits: dict[str, list[float]] = {}
-        self.steps: TrainingSteps | None = None  # set by the Trainer (the training step needs this context)
+        self.steps: StepDriver | None = None  # set by the Trainer (the training step needs this context)
         self._step_fns: dict[str, Any] = {}
 
     @property

@@ -31,6 +31,7 @@ from fabricx.train.checkpoint.entries import (
     Extras,
     MetricStates,
     ProgressState,
+    checkpoint_state,
     datamodule_key,
     hook_view,
     is_legacy_folder,
@@ -44,7 +45,6 @@ from fabricx.train.checkpoint.lightning_files import (
     PROGRESS_KEY,
     HParamsState,
     ModuleWeights,
-    checkpoint_state,
     warn_left_out_hparams,
 )
 from fabricx.train.data.loader_setup import drop_rest_of_epoch

@@ -15,6 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fabricx.train.checkpoint.lightning_files import (
+    HPARAMS_LEFT_OUT_KEY,
+    LOADER_KEY,
+    METRICS_KEY,
+    PROGRESS_KEY,
+    left_out_hparams,
+    lightning_version,
+    plain_hparams,
+)
 from fabricx.train.data.loaders import load_lightning_loader_states
 from fabricx.train.logging.logging_result import tensors_in
 from fabricx.utilities.rank_zero import rank_zero_warn
@@ -300,3 +309,51 @@ def _state_key(callback: Any) -> str:
 def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, Tensor) else value
 
+
+def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
+    """What ``trainer.save_checkpoint`` hands to ``fabric.save``: Lightning's top-level keys plus fabricx's.
+
+    ``epoch``, ``global_step``, ``pytorch-lightning_version``, ``state_dict`` (the module), ``loops``,
+    ``callbacks``, ``optimizer_states``, ``lr_schedulers`` (not with ``weights_only``), ``hparams_name`` and
+    ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``; fabricx's exact-resume entries
+    under reserved keys. The ``on_save_checkpoint`` hooks change it through `entries.hook_view()`.
+
+    Example:
+
+    ```python
+    fabric.save("epoch=0-step=5.ckpt", checkpoint_state(trainer))
+    ```
+    """
+    module = trainer.lightning_module
+    assert module is not None and trainer.model is not None, "a checkpoint is written for a set-up module"
+    state: dict[str, Any] = {
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "pytorch-lightning_version": lightning_version(),
+        "state_dict": trainer.model,
+        "loops": LoopStates(trainer),
+        "callbacks": CallbackStates(trainer.callbacks),
+    }
+    if not weights_only:
+        state["optimizer_states"] = OptimizerStates(trainer)
+        state["lr_schedulers"] = SchedulerStates(trainer)
+    hparams = getattr(module, "hparams", None)
+    if hparams:
+        state["hparams_name"] = "kwargs"
+        state["hyper_parameters"] = plain_hparams(hparams)
+        left_out = left_out_hparams(hparams)
+        if left_out:
+            state[HPARAMS_LEFT_OUT_KEY] = left_out
+    datamodule_hparams = getattr(trainer.datamodule, "hparams", None) if trainer.datamodule is not None else None
+    if datamodule_hparams:
+        state["datamodule_hparams_name"] = "kwargs"  # as Lightning for save_hyperparameters() in __init__
+        state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
+    state[PROGRESS_KEY] = ProgressState(trainer)
+    train_loader = trainer.fit_loop.data.train_loader
+    if train_loader is not None and not weights_only:
+        state[LOADER_KEY] = train_loader
+    state[METRICS_KEY] = MetricStates(trainer.run_context)
+    key, value = datamodule_key(trainer), datamodule_state(trainer)
+    if key is not None and value:
+        state[key] = value  # Lightning's key and value: each Trainer reads the other's
+    return state

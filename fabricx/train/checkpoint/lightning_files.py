@@ -114,57 +114,6 @@ DATAMODULE_KEY = "__fabricx_datamodule__"
 HPARAMS_LEFT_OUT_KEY = "__fabricx_hparams_left_out__"
 
 
-def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
-    """What ``trainer.save_checkpoint`` hands to ``fabric.save``: Lightning's top-level keys plus fabricx's.
-
-    ``epoch``, ``global_step``, ``pytorch-lightning_version``, ``state_dict`` (the module), ``loops``,
-    ``callbacks``, ``optimizer_states``, ``lr_schedulers`` (not with ``weights_only``), ``hparams_name`` and
-    ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``; fabricx's exact-resume entries
-    under reserved keys. The ``on_save_checkpoint`` hooks change it through `entries.hook_view()`.
-
-    Example:
-
-    ```python
-    fabric.save("epoch=0-step=5.ckpt", checkpoint_state(trainer))
-    ```
-    """
-    from fabricx.train.checkpoint import entries as ckpt
-
-    module = trainer.lightning_module
-    assert module is not None and trainer.model is not None, "a checkpoint is written for a set-up module"
-    state: dict[str, Any] = {
-        "epoch": trainer.current_epoch,
-        "global_step": trainer.global_step,
-        "pytorch-lightning_version": lightning_version(),
-        "state_dict": trainer.model,
-        "loops": ckpt.LoopStates(trainer),
-        "callbacks": ckpt.CallbackStates(trainer.callbacks),
-    }
-    if not weights_only:
-        state["optimizer_states"] = ckpt.OptimizerStates(trainer)
-        state["lr_schedulers"] = ckpt.SchedulerStates(trainer)
-    hparams = getattr(module, "hparams", None)
-    if hparams:
-        state["hparams_name"] = "kwargs"
-        state["hyper_parameters"] = plain_hparams(hparams)
-        left_out = left_out_hparams(hparams)
-        if left_out:
-            state[HPARAMS_LEFT_OUT_KEY] = left_out
-    datamodule_hparams = getattr(trainer.datamodule, "hparams", None) if trainer.datamodule is not None else None
-    if datamodule_hparams:
-        state["datamodule_hparams_name"] = "kwargs"  # as Lightning for save_hyperparameters() in __init__
-        state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
-    state[PROGRESS_KEY] = ckpt.ProgressState(trainer)
-    train_loader = trainer.fit_loop.data.train_loader
-    if train_loader is not None and not weights_only:
-        state[LOADER_KEY] = train_loader
-    state[METRICS_KEY] = ckpt.MetricStates(trainer.run_context)
-    datamodule_key, datamodule_state = ckpt.datamodule_key(trainer), ckpt.datamodule_state(trainer)
-    if datamodule_key is not None and datamodule_state:
-        state[datamodule_key] = datamodule_state  # Lightning's key and value: each Trainer reads the other's
-    return state
-
-
 def is_lightning_file(path: str | os.PathLike) -> bool:
     """A regular file (a ``.ckpt`` of Lightning's or fabricx's Trainer, or any single-file checkpoint)."""
     return Path(path).is_file()
@@ -345,7 +294,6 @@ class HParamsState:
 
 
 __all__ = [
-    "checkpoint_state",
     "is_lightning_file",
     "left_out_hparams",
     "lightning_version",

@@ -15,7 +15,8 @@ which the module steps its optimizers (each `LightningOptimizer.step` comes back
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -191,6 +192,22 @@ class TrainingSteps:
         result = step()
         counts.increment_completed()  # trainer.global_step counts it
         return result
+
+    @contextlib.contextmanager
+    def toggled(self, optimizer: TrainerOptimizer, sync_grad: bool) -> Generator[None, None, None]:
+        """Only `optimizer`'s parameters require grad inside; DDP's gradient sync skipped unless `sync_grad`."""
+        run = self.run
+        module, model = run.module, run.model
+        assert module is not None and model is not None, "the Trainer's optimizers exist once the module is set up"
+        module.toggle_optimizer(optimizer)
+        try:
+            if sync_grad:
+                yield
+            else:
+                with run.fabric.no_backward_sync(model):
+                    yield
+        finally:
+            module.untoggle_optimizer(optimizer)
 
     def step_lr_schedulers(self, interval: str, plateau: bool | None = None) -> None:
         """Step the schedulers of ``interval`` due now (``plateau`` filters ReduceLROnPlateau ones)."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import torch
 
@@ -12,8 +13,25 @@ from fabricx._compat.lr_scheduler import STEP_WRAPPED_FLAG
 from fabricx._compat.optimizer_hooks import has_step_pre_hooks
 from fabricx.wrappers import unwrap
 
-if TYPE_CHECKING:
-    from fabricx.train.loops.training_steps import TrainingSteps
+
+class _RunFlags(Protocol):
+    @property
+    def automatic(self) -> bool: ...
+    @property
+    def profiling(self) -> bool: ...
+
+
+class StepDriver(Protocol):
+    """The training step as its optimizers and the run context drive it (`TrainingSteps` is the one): named
+    by what it does, so neither of them imports the loops that import them."""
+
+    @property
+    def run(self) -> _RunFlags: ...
+    def build(self) -> None: ...
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
+    def before_optimizer_step(self, optimizer: LightningOptimizer) -> None: ...
+    def manual_optimizer_step(self, step: Callable[[], Any]) -> Any: ...
+    def toggled(self, optimizer: LightningOptimizer, sync_grad: bool) -> AbstractContextManager[None]: ...
 
 # torch's own optimizers evaluate the closure first thing in `step`, before they read a parameter (LBFGS, which
 # evaluates it again, is not one of them). For them the closure can run before `step()` is called: the same work in
@@ -57,7 +75,7 @@ class LightningOptimizer:
         ```
     """
 
-    def __init__(self, optimizer: Any, steps: TrainingSteps | None = None, index: int = 0) -> None:
+    def __init__(self, optimizer: Any, steps: StepDriver | None = None, index: int = 0) -> None:
         inner = unwrap(optimizer)
         object.__setattr__(self, "_fabric_optimizer", optimizer)
         object.__setattr__(self, "_steps", steps)
@@ -176,19 +194,10 @@ class LightningOptimizer:
                 self.manual_backward(loss)
             ```
         """
-        trainer = self._steps.trainer if self._steps is not None else None
-        if trainer is None:
+        if self._steps is None:
             raise RuntimeError("toggle_model needs the optimizer the Trainer set up: use self.optimizers().")
-        module = trainer.lightning_module
-        module.toggle_optimizer(self)
-        try:
-            if sync_grad:
-                yield
-            else:
-                with trainer.fabric.no_backward_sync(trainer.model):
-                    yield
-        finally:
-            module.untoggle_optimizer(self)
+        with self._steps.toggled(self, sync_grad):
+            yield
 
     def __repr__(self) -> str:
         return f"Trainer{self._fabricx_unwrapped!r}"
@@ -197,4 +206,4 @@ class LightningOptimizer:
 #: fabricx's earlier name for `LightningOptimizer`.
 TrainerOptimizer = LightningOptimizer
 
-__all__ = ["LightningOptimizer", "TrainerOptimizer"]
+__all__ = ["LightningOptimizer", "StepDriver", "TrainerOptimizer"]
