@@ -1,11 +1,10 @@
 """fabricx's modules import each other without circles (issue 24): read from the source, so lazy imports
 inside functions and ``if TYPE_CHECKING:`` imports count as edges too. The one allowance is what Lightning's
-public API forces: a type-only import of the `Trainer` (`train/trainer.py`) or the `TrainModule`
-(`train/module/module.py`) from inside `fabricx/train/`. Callback hooks take ``(trainer: Trainer, pl_module:
-TrainModule)``, ``TrainModule.trainer`` is a `Trainer` and the Trainer builds its own callbacks and loops, so
-those two types and the modules that name them form a circle; typing the hooks with a protocol instead would make
-a user's ``def on_train_start(self, trainer: Trainer, ...)`` override an error in their type checker. Every other
-module of `train/` imports without a circle, type-only imports counted (issue 41).
+public API forces: a type-only import of the `Trainer` (`train/trainer.py`) from inside `fabricx/train/`.
+Callback hooks take ``trainer: Trainer`` and the Trainer builds its own callbacks and loops, so the Trainer's type
+and the modules that name it form a circle; typing the hooks with a protocol instead would make a user's
+``def on_train_start(self, trainer: Trainer, ...)`` override an error in their type checker. Every other module
+imports without a circle, type-only imports counted (issue 41), the `TrainModule`'s too.
 """
 
 from __future__ import annotations
@@ -125,15 +124,11 @@ def _circles(edges: dict[str, dict[str, bool]]) -> list[list[str]]:
     return components
 
 
-#: The public classes whose types the hooks of Lightning's API name (see the module docstring).
-_PUBLIC_HUBS = ("fabricx.train.trainer", "fabricx.train.module.module")
-
-
 def _allowed(edges: dict[str, dict[str, bool]], source: str, target: str) -> bool:
-    return source.startswith("fabricx.train") and target in _PUBLIC_HUBS and edges[source][target]
+    return source.startswith("fabricx.train") and target == "fabricx.train.trainer" and edges[source][target]
 
 
-def test_no_import_circle_but_type_only_imports_of_the_trainer_and_module() -> None:
+def test_no_import_circle_but_type_only_imports_of_the_trainer() -> None:
     edges = _edges(_modules())
     kept = {
         source: {t: o for t, o in targets.items() if not _allowed(edges, source, t)}
@@ -163,7 +158,7 @@ def test_no_circle_between_packages_at_run_time() -> None:
 def test_the_check_sees_a_circle() -> None:
     edges = {"fabricx.a": {"fabricx.b": True}, "fabricx.b": {"fabricx.c": False}, "fabricx.c": {"fabricx.a": False}}
     assert _circles(edges) == [["fabricx.a", "fabricx.b", "fabricx.c"]]
-    # type-only edges count, but for those into the Trainer's and the TrainModule's modules from train/
+    # type-only edges count, but for those into the Trainer's module from train/
     edges = {"fabricx.train.a": {"fabricx.train.b": True}, "fabricx.train.b": {"fabricx.train.a": True}}
     kept = {s: {t: o for t, o in ts.items() if not _allowed(edges, s, t)} for s, ts in edges.items()}
     assert _circles(kept) == [["fabricx.train.a", "fabricx.train.b"]]

@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 import torch
 
 from fabricx.train.module.current_hook import call_hook
 from fabricx.utilities.jit import jit_inspection
 
-if TYPE_CHECKING:
-    from fabricx.train.module.module import TrainModule
+
+class ExportedModule(Protocol):
+    """What an export reads of a `TrainModule`: its mode, device, example input and batch-transfer hooks
+    (a protocol, so that this module, which `TrainModule` imports, does not import it back)."""
+
+    training: bool
+    example_input_array: Any
+
+    @property
+    def device(self) -> torch.device: ...
+    def eval(self) -> torch.nn.Module: ...
+    def train(self, mode: bool = True) -> torch.nn.Module: ...
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any: ...
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any: ...
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any: ...
 
 
-def example_on_device(module: TrainModule, example: Any) -> Any:
+def example_on_device(module: ExportedModule, example: Any) -> Any:
     """``example`` through the module's batch-transfer hooks onto its device, as Lightning moves an export's input."""
     batch = call_hook(module, "on_before_batch_transfer", module.on_before_batch_transfer, example, 0)
     batch = call_hook(module, "transfer_batch_to_device", module.transfer_batch_to_device, batch, module.device, 0)
@@ -24,7 +37,7 @@ def example_on_device(module: TrainModule, example: Any) -> Any:
 
 @torch.no_grad()
 def compile_torchscript(
-    module: TrainModule,
+    module: ExportedModule,
     file_path: str | os.PathLike | IO[bytes] | None,
     method: str | None,
     example_inputs: Any,
@@ -60,7 +73,7 @@ def compile_torchscript(
 
 
 def export_onnx(
-    module: TrainModule, file_path: str | os.PathLike | IO[bytes] | None, input_sample: Any, kwargs: dict[str, Any]
+    module: ExportedModule, file_path: str | os.PathLike | IO[bytes] | None, input_sample: Any, kwargs: dict[str, Any]
 ) -> Any:
     """`TrainModule.to_onnx`: ``torch.onnx.export`` of the module in eval mode; returns what it returned."""
     if input_sample is None:
@@ -72,15 +85,15 @@ def export_onnx(
         )
     input_sample = example_on_device(module, input_sample)
     mode = module.training
-    module.eval()
+    in_eval_mode = module.eval()
     try:
         with jit_inspection():
-            return torch.onnx.export(module, input_sample, _path_or_file(file_path), **kwargs)
+            return torch.onnx.export(in_eval_mode, input_sample, _path_or_file(file_path), **kwargs)
     finally:
         module.train(mode)
 
 
-def log_graph_to_loggers(module: TrainModule, loggers: Iterable[Any]) -> None:
+def log_graph_to_loggers(module: ExportedModule, loggers: Iterable[Any]) -> None:
     """The module's graph to each logger that asks for it (``TensorBoardLogger(log_graph=True)``), traced from
     `example_input_array` on the module's device, as Lightning's Trainer does when fit starts (a logger warns
     when the module has no example input)."""
