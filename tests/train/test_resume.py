@@ -97,3 +97,41 @@ def test_resume_after_an_epoch_cut_short_by_limit(tmp_path):
     assert resumed_trainer.global_step == reference_trainer.global_step == 15
     for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_checkpoint_folder_of_an_earlier_fabricx_trainer_resumes_exactly(tmp_path):
+    """Before Lightning's keys, a fabricx Trainer wrote a checkpoint folder under its own keys (``module``,
+    ``trainer``, ``hparams``, ...); `fit(ckpt_path=folder)` still resumes one, as exactly as a ``.ckpt``."""
+    from _train_helpers import Regressor, loader, regression_data
+
+    from fabricx.train import Trainer
+    from fabricx.train.checkpoint.connector import _legacy_checkpoint_state
+    from fabricx.train.checkpoint.entries import Extras, ProgressState, is_legacy_folder
+
+    def run(max_epochs, ckpt_path=None):
+        trainer = Trainer(
+            accelerator="cpu",
+            max_epochs=max_epochs,
+            default_root_dir=tmp_path,
+            seed=0,
+            loggers=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+        )
+        module = Regressor()
+        module.save_hyperparameters({"width": 32})
+        trainer.fit(module, loader(regression_data(64)), ckpt_path=ckpt_path)
+        return trainer, module
+
+    reference_trainer, reference = run(3)
+    trainer, _ = run(2)
+    folder = tmp_path / "earlier-fabricx"
+    trainer.fabric.save(folder, _legacy_checkpoint_state(trainer, Extras(), ProgressState(trainer)))
+    assert is_legacy_folder(folder)
+    assert trainer.fabric.load(folder)["hparams"] == {"hyper_parameters": {"width": 32}}
+
+    resumed_trainer, resumed = run(3, ckpt_path=folder)
+    assert resumed_trainer.global_step == reference_trainer.global_step == 24
+    for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name

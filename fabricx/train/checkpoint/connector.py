@@ -358,7 +358,7 @@ def _legacy_checkpoint_state(trainer: Trainer, extras: Extras, progress: Progres
         "train_loader": trainer.fit_loop.data.train_loader,
         "trainer": progress,
         "datamodule": DataModuleState(trainer),
-        "hparams": HParamsState(trainer),
+        "hparams": HParamsState(trainer.lightning_module),
         "callbacks": CallbackStates(trainer.callbacks),
         "metrics": MetricStates(trainer.run_context),
         "extra": extras,

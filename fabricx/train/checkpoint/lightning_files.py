@@ -16,15 +16,12 @@ import inspect
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from fabricx.checkpoint.numpy_scalars import is_numpy_scalar
 from fabricx.utilities.exceptions import FabricxError
-
-if TYPE_CHECKING:
-    from fabricx.train.trainer import Trainer
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -281,12 +278,11 @@ class ModuleWeights:
 class HParamsState:
     """The module's plain hyper-parameters inside a fabricx checkpoint (for ``load_from_checkpoint``)."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, module: torch.nn.Module | None) -> None:
+        self.module = module
 
     def state_dict(self) -> dict[str, Any]:
-        module = self.trainer.lightning_module
-        hparams = getattr(module, "hparams", None) or {}
+        hparams = getattr(self.module, "hparams", None) or {}
         return {"hyper_parameters": plain_hparams(hparams)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
