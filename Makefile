@@ -69,7 +69,9 @@ gpu-check:
 
 # The clients' packages (tests/clients/README.md), into a folder of their own that only the clients' runs see:
 # some of them ship top-level folders (tests, docs) that would shadow this project's, and their own dependency
-# pins would replace torch, lightning or pandas. Without them the clients' tests skip.
+# pins would replace torch, lightning or pandas. Without them the clients' tests skip. With --no-deps a pinned
+# package's own dependencies are listed here when the project's environment lacks them (wandb 0.28's sentry-sdk:
+# newer wandb releases, which the project's environment gets, no longer bring it).
 CLIENTS_SITE ?= .cache/clients-site
 clients: $(CLIENTS_SITE)/.installed
 $(CLIENTS_SITE)/.installed: $(STAMP) Makefile
@@ -77,7 +79,7 @@ $(CLIENTS_SITE)/.installed: $(STAMP) Makefile
 		"antlr4-python3-runtime==4.9.3" hydra-colorlog colorlog rootutils python-dotenv "lightly==1.6.0" \
 		lightly-utils aenum "pytorch-forecasting==1.8.0" "scikit-base<1.1" "gluonts==0.17.0" toolz pytest-mock \
 		"nn-template-core==0.4.0" "anypy==0.0.6" "datasets==5.2.0" "dill==0.4.1" "multiprocess==0.70.19" \
-		"wandb==0.28.2"
+		"wandb==0.28.2" "sentry-sdk==2.76.0"
 	rm -rf $(CLIENTS_SITE)/tests $(CLIENTS_SITE)/docs $(CLIENTS_SITE)/examples $(CLIENTS_SITE)/extension_templates
 	touch $@
 
