@@ -316,7 +316,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     ``epoch``, ``global_step``, ``pytorch-lightning_version``, ``state_dict`` (the module), ``loops``,
     ``callbacks``, ``optimizer_states``, ``lr_schedulers`` (not with ``weights_only``), ``hparams_name`` and
     ``hyper_parameters`` (plain values only), ``datamodule_hyper_parameters``; fabricx's exact-resume entries
-    under reserved keys. The ``on_save_checkpoint`` hooks change it through `entries.hook_view()`.
+    under reserved keys. The ``on_save_checkpoint`` hooks change it through `hook_view()`.
 
     Example:
 
