@@ -464,6 +464,9 @@ class Trainer(TrainerProperties):
             self._log_hyperparams()
             fit_loop.start_clock()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
+            # As Lightning's fit loop: training turns gradients on whatever mode fit was called in (a caller's
+            # torch.no_grad left on), and leaves them on.
+            torch.set_grad_enabled(True)
             with anomaly:
                 fit_loop.warn_if_modules_in_eval_mode()
                 hooks.call("on_train_start")

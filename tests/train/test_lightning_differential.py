@@ -57,6 +57,14 @@ def test_manual_optimization_gan_with_two_optimizers(results):
     assert fabricx["lrs"] == lightning["lrs"]  # StepLR and a user-stepped ReduceLROnPlateau
 
 
+def test_fit_trains_with_gradients_on_whatever_mode_it_is_called_in(results):
+    # Lightning's fit loop turns gradients on before on_train_start and leaves them on (gluonts' tests call fit
+    # after an abandoned prediction generator has left torch.no_grad on).
+    lightning, fabricx = _case(results, "grad_off")
+    _same_run(lightning, fabricx)
+    assert lightning["grad_enabled_after_fit"] is fabricx["grad_enabled_after_fit"] is True
+
+
 def test_datamodule(results):
     lightning, fabricx = _case(results, "datamodule")
     _same_run(lightning, fabricx)

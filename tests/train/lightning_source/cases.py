@@ -228,6 +228,21 @@ def run_own_loaders(root: str) -> dict:
     return result
 
 
+# -- fit called with gradients off (a caller's torch.no_grad left on, e.g. by an abandoned generator) --------
+def run_grad_off(root: str) -> dict:
+    torch.manual_seed(0)
+    module = Regressor()
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, default_root_dir=root, **QUIET)
+    torch.set_grad_enabled(False)
+    try:
+        trainer.fit(module, DataLoader(regression(32, 0), batch_size=8))
+        result = summary(trainer, module)
+        result["grad_enabled_after_fit"] = torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    return result
+
+
 # -- ckpt_path="last": a crash in the middle of an epoch, then a resumed run --------------------------------
 class Crash(RuntimeError):
     pass
@@ -472,6 +487,7 @@ CASES = {
     "gan": run_gan,
     "datamodule": run_datamodule,
     "own_loaders": run_own_loaders,
+    "grad_off": run_grad_off,
     "resume": run_resume,
     "csv": run_csv,
     "hooks": run_hooks,
