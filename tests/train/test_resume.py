@@ -70,68 +70,57 @@ def test_last_without_checkpoint_starts_fresh_with_warning(tmp_path):
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()  # the default ModelCheckpoint
 
 
-def test_resume_after_an_epoch_cut_short_by_limit(tmp_path):
-    """A checkpoint written at the end of a limited epoch resumes with the next epoch's data."""
+def _fit_regressor(root, samples, max_epochs, ckpt_path=None, hparams=None, **flags):
+    """A seeded `Regressor` fit (resumed from `ckpt_path` when given): the trainer and the module."""
     from _train_helpers import Regressor, loader, regression_data
 
     from fabricx.train import Trainer
 
-    def run(max_epochs, ckpt_path=None):
-        trainer = Trainer(
-            accelerator="cpu",
-            max_epochs=max_epochs,
-            limit_train_batches=5,
-            default_root_dir=tmp_path,
-            seed=0,
-            loggers=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
-        module = Regressor()
-        trainer.fit(module, loader(regression_data(128)), ckpt_path=ckpt_path)
-        return trainer, module
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=max_epochs,
+        default_root_dir=root,
+        seed=0,
+        loggers=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **flags,
+    )
+    module = Regressor()
+    if hparams:
+        module.save_hyperparameters(hparams)
+    trainer.fit(module, loader(regression_data(samples)), ckpt_path=ckpt_path)
+    return trainer, module
 
-    reference_trainer, reference = run(3)
-    run(2)
-    resumed_trainer, resumed = run(3, ckpt_path="last")
-    assert resumed_trainer.global_step == reference_trainer.global_step == 15
+
+def _assert_same_weights(reference, resumed):
     for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_resume_after_an_epoch_cut_short_by_limit(tmp_path):
+    """A checkpoint written at the end of a limited epoch resumes with the next epoch's data."""
+    reference_trainer, reference = _fit_regressor(tmp_path, 128, 3, limit_train_batches=5)
+    _fit_regressor(tmp_path, 128, 2, limit_train_batches=5)
+    resumed_trainer, resumed = _fit_regressor(tmp_path, 128, 3, ckpt_path="last", limit_train_batches=5)
+    assert resumed_trainer.global_step == reference_trainer.global_step == 15
+    _assert_same_weights(reference, resumed)
 
 
 def test_a_checkpoint_folder_of_an_earlier_fabricx_trainer_resumes_exactly(tmp_path):
     """Before Lightning's keys, a fabricx Trainer wrote a checkpoint folder under its own keys (``module``,
     ``trainer``, ``hparams``, ...); `fit(ckpt_path=folder)` still resumes one, as exactly as a ``.ckpt``."""
-    from _train_helpers import Regressor, loader, regression_data
-
-    from fabricx.train import Trainer
     from fabricx.train.checkpoint.connector import _legacy_checkpoint_state
     from fabricx.train.checkpoint.entries import Extras, ProgressState, is_legacy_folder
 
-    def run(max_epochs, ckpt_path=None):
-        trainer = Trainer(
-            accelerator="cpu",
-            max_epochs=max_epochs,
-            default_root_dir=tmp_path,
-            seed=0,
-            loggers=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            enable_checkpointing=False,
-        )
-        module = Regressor()
-        module.save_hyperparameters({"width": 32})
-        trainer.fit(module, loader(regression_data(64)), ckpt_path=ckpt_path)
-        return trainer, module
-
-    reference_trainer, reference = run(3)
-    trainer, _ = run(2)
+    flags = {"hparams": {"width": 32}, "enable_checkpointing": False}
+    reference_trainer, reference = _fit_regressor(tmp_path, 64, 3, **flags)
+    trainer, _ = _fit_regressor(tmp_path, 64, 2, **flags)
     folder = tmp_path / "earlier-fabricx"
     trainer.fabric.save(folder, _legacy_checkpoint_state(trainer, Extras(), ProgressState(trainer)))
     assert is_legacy_folder(folder)
     assert trainer.fabric.load(folder)["hparams"] == {"hyper_parameters": {"width": 32}}
 
-    resumed_trainer, resumed = run(3, ckpt_path=folder)
+    resumed_trainer, resumed = _fit_regressor(tmp_path, 64, 3, ckpt_path=folder, **flags)
     assert resumed_trainer.global_step == reference_trainer.global_step == 24
-    for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values(), strict=True):
-        assert torch.equal(a, b), name
+    _assert_same_weights(reference, resumed)
