@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator
-from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import torch
@@ -31,7 +30,7 @@ class StepDriver(Protocol):
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
     def before_optimizer_step(self, optimizer: LightningOptimizer) -> None: ...
     def manual_optimizer_step(self, step: Callable[[], Any]) -> Any: ...
-    def toggled(self, optimizer: LightningOptimizer, sync_grad: bool) -> AbstractContextManager[None]: ...
+    def toggled(self, optimizer: LightningOptimizer, sync_grad: bool) -> contextlib.AbstractContextManager[None]: ...
 
 # torch's own optimizers evaluate the closure first thing in `step`, before they read a parameter (LBFGS, which
 # evaluates it again, is not one of them). For them the closure can run before `step()` is called: the same work in
