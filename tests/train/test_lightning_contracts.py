@@ -105,6 +105,26 @@ def test_checkpoint_holds_lightnings_hyperparameter_entries(results):
     assert lightning["datamodule_hparams_name"] == "kwargs"
 
 
+def test_hyperparameters_given_whole_load_back_under_the_argument_they_came_in(results):
+    # save_hyperparameters(config): Lightning records the argument's name (`hparams_name`) and load_from_checkpoint
+    # passes the values back as `config=...`; a Hydra DictConfig is kept as hparams itself, not copied into a dict.
+    lightning, fabricx = _case(results, "hparams_given_whole")
+    for kind in ("dict", "namespace", "dictconfig"):
+        ours, theirs = fabricx[kind], lightning[kind]
+        assert ours["types"] == theirs["types"], kind
+        assert ours["entries"] == theirs["entries"], kind
+        assert ours["entries"]["hparams_name"] == "config"
+        assert ours["loaded"] == theirs["loaded"] == ours["entries"]["hyper_parameters"], kind
+        assert ours["loaded_type"] == theirs["loaded_type"], kind
+        _same_weights(theirs["weights"], ours["weights"])
+        _same_weights(ours["weights"], ours["loaded_weights"])
+    assert fabricx["dictconfig"]["types"] == ["DictConfig", "DictConfig"]
+    assert fabricx["dictconfig"]["loaded_type"] == "DictConfig"
+    # Lightning pickles the config's class as `hparams_type`; fabricx's code-free file names it (Lightning reads a
+    # name as "a plain dict").
+    assert lightning["dictconfig"]["saved_type"] == "DictConfig" == fabricx["dictconfig"]["saved_type"]
+
+
 def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
     lightning, fabricx = _case(results, "missing_and_read_only")
     for case in ("fit_missing", "load_missing"):

@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from fabricx.train.checkpoint.lightning_files import (
-    HPARAMS_LEFT_OUT_KEY,
     LOADER_KEY,
     METRICS_KEY,
     PROGRESS_KEY,
-    left_out_hparams,
+    hparams_entries,
     lightning_version,
-    plain_hparams,
 )
 from fabricx.train.data.loaders import load_lightning_loader_states
 from fabricx.train.logging.logging_result import tensors_in
@@ -337,17 +335,8 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     if not weights_only:
         state["optimizer_states"] = OptimizerStates(trainer)
         state["lr_schedulers"] = SchedulerStates(trainer)
-    hparams = getattr(module, "hparams", None)
-    if hparams:
-        state["hparams_name"] = "kwargs"
-        state["hyper_parameters"] = plain_hparams(hparams)
-        left_out = left_out_hparams(hparams)
-        if left_out:
-            state[HPARAMS_LEFT_OUT_KEY] = left_out
-    datamodule_hparams = getattr(trainer.datamodule, "hparams", None) if trainer.datamodule is not None else None
-    if datamodule_hparams:
-        state["datamodule_hparams_name"] = "kwargs"  # as Lightning for save_hyperparameters() in __init__
-        state["datamodule_hyper_parameters"] = plain_hparams(datamodule_hparams)
+    state.update(hparams_entries(module))
+    state.update(hparams_entries(trainer.datamodule, "datamodule_"))
     state[PROGRESS_KEY] = ProgressState(trainer)
     train_loader = trainer.fit_loop.data.train_loader
     if train_loader is not None and not weights_only:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableSequence
 from pathlib import Path
 from typing import Any
 
@@ -26,36 +26,79 @@ from fabricx.utilities.exceptions import FabricxError
 _PLAIN = (bool, int, float, str, type(None))
 
 
-def _plain(value: Any) -> bool:
+#: What `_plain_copy` returns for a value a code-free file cannot hold.
+_NOT_PLAIN: Any = object()
+
+
+def _plain_copy(value: Any) -> Any:
+    """``value`` as plain data (any mapping as a ``dict``, tuples and other mutable sequences as lists, so an
+    OmegaConf config's values are read, interpolations resolved), or ``_NOT_PLAIN``."""
     if isinstance(value, _PLAIN) or is_numpy_scalar(value):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
+        return value
+    try:
+        if isinstance(value, Mapping):
+            copied = {key: _plain_copy(value[key]) for key in value}
+            plain = all(isinstance(key, str) for key in copied) and _NOT_PLAIN not in copied.values()
+            return copied if plain else _NOT_PLAIN
+        if isinstance(value, (list, tuple, MutableSequence)):
+            items = [_plain_copy(item) for item in value]
+            return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
+    except Exception:  # an OmegaConf value that is missing (``???``) or an interpolation that does not resolve
+        return _NOT_PLAIN
+    return _NOT_PLAIN
 
 
-def plain_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters a code-free file can hold (numbers, NumPy's included, strings, ``None``, lists/dicts
-    of them).
+def hparams_entries(owner: Any, prefix: str = "") -> dict[str, Any]:
+    """The checkpoint entries of ``owner``'s hyper-parameters, as Lightning writes them: ``hparams_name`` (the
+    ``__init__`` argument they came in as), ``hyper_parameters`` and, for a config kept whole (an OmegaConf
+    ``DictConfig``), ``hparams_type``; ``prefix`` is ``"datamodule_"`` for a data module's.
 
-    Others (a module passed to ``__init__``, a ``functools.partial``, ...) are left out (`left_out_hparams`
-    names them): pass them again to ``load_from_checkpoint(path, name=value)``, or
-    ``save_hyperparameters(ignore=[...])`` them.
-    """
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in hparams.items() if _plain(v)}
-
-
-def left_out_hparams(hparams: Mapping[str, Any]) -> dict[str, str]:
-    """The hyper-parameters `plain_hparams` leaves out, each with its type's name.
+    A code-free file holds plain values only (numbers, NumPy's included, strings, ``None``, lists and dicts of
+    them; configs are stored as such dicts). Others (a module passed to ``__init__``, a ``functools.partial``,
+    ...) are left out and named under `HPARAMS_LEFT_OUT_KEY` with their types: pass them again to
+    ``load_from_checkpoint(path, name=value)``, or ``save_hyperparameters(ignore=[...])`` them.
 
     Example:
         ```python
-        left_out_hparams({"lr": 0.1, "net": nn.Linear(2, 2)})  # {"net": "Linear"}
+        hparams_entries(module)  # {"hparams_name": "kwargs", "hyper_parameters": {"lr": 0.1}}
         ```
     """
-    return {str(k): type(v).__name__ for k, v in hparams.items() if not _plain(v)}
+    hparams = getattr(owner, "hparams", None)
+    if not hparams:
+        return {}
+    plain: dict[str, Any] = {}
+    left_out: dict[str, str] = {}
+    for key in list(hparams):
+        try:
+            value = hparams[key]
+        except Exception:  # a missing or unresolvable OmegaConf value
+            left_out[str(key)] = "value that could not be read"
+            continue
+        copied = _plain_copy(value) if isinstance(key, str) else _NOT_PLAIN
+        if copied is _NOT_PLAIN:
+            left_out[str(key)] = type(value).__name__
+        else:
+            plain[key] = copied
+    entries: dict[str, Any] = {
+        f"{prefix}hparams_name": owner.__dict__.get("_hparams_name", "kwargs"),
+        f"{prefix}hyper_parameters": plain,
+    }
+    if not isinstance(hparams, dict):
+        entries[f"{prefix}hparams_type"] = type(hparams).__name__  # Lightning reads a name as a plain dict
+    if left_out and not prefix:
+        entries[HPARAMS_LEFT_OUT_KEY] = left_out
+    return entries
+
+
+def _as_saved_type(hparams: dict[str, Any], saved_type: Any) -> Any:
+    """The loaded hyper-parameters as the config type they were saved from (an OmegaConf ``DictConfig``)."""
+    if saved_type == "DictConfig":
+        try:
+            from omegaconf import OmegaConf
+        except ImportError:  # saved where OmegaConf was installed: the values are there, as a dict
+            return hparams
+        return OmegaConf.create(hparams)
+    return hparams
 
 
 #: Names of hyper-parameters already warned about (a ModelCheckpoint saves many times; one warning says it).
@@ -107,7 +150,7 @@ PROGRESS_KEY = "__fabricx_trainer__"
 LOADER_KEY = "__fabricx_train_loader__"
 METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
-#: The names and types of the hyper-parameters left out of the file (see `left_out_hparams`).
+#: The names and types of the hyper-parameters left out of the file (see `hparams_entries`).
 HPARAMS_LEFT_OUT_KEY = "__fabricx_hparams_left_out__"
 
 
@@ -184,10 +227,14 @@ def _build_module(
     cls: type, path: str | os.PathLike, contents: dict[str, Any], strict: bool | None, overrides: dict[str, Any]
 ) -> Any:
     weights, hparams, checkpoint = weights_and_hparams(path, contents)
-    hparams.update(overrides)
     parameters = inspect.signature(cls.__init__).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    arguments = hparams if takes_any else {k: v for k, v in hparams.items() if k in parameters}
+    named = [p.name for p in list(parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    loaded = _as_saved_type(hparams, checkpoint.get("hparams_type"))
+    given_as = checkpoint.get("hparams_name")
+    # As Lightning: hyper-parameters given whole to save_hyperparameters() go back to the argument they came in.
+    arguments = {given_as: loaded, **overrides} if given_as in named else {**hparams, **overrides}
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        arguments = {k: v for k, v in arguments.items() if k in parameters}
     _check_arguments(cls, path, parameters, arguments, dict(checkpoint.get(HPARAMS_LEFT_OUT_KEY) or {}))
     module = cls(**arguments)
     hook = getattr(module, "on_load_checkpoint", None)
@@ -282,16 +329,15 @@ class HParamsState:
         self.module = module
 
     def state_dict(self) -> dict[str, Any]:
-        hparams = getattr(self.module, "hparams", None) or {}
-        return {"hyper_parameters": plain_hparams(hparams)}
+        return {"hyper_parameters": hparams_entries(self.module).get("hyper_parameters", {})}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Nothing to restore: the module was built by the user."""
 
 
 __all__ = [
+    "hparams_entries",
     "is_lightning_file",
-    "left_out_hparams",
     "lightning_version",
     "module_from_checkpoint",
     "restore_weights",

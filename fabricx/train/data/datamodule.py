@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.module.hparams import AttributeDict, collect_init_arguments
+from fabricx.train.module.hparams import AttributeDict, collect_init_arguments, record_hyperparameters
 from fabricx.train.module.module_hooks import DataHooks
 
 if TYPE_CHECKING:
@@ -41,23 +42,22 @@ class DataModule(DataHooks):
 
     def __init__(self) -> None:
         self.trainer: Trainer | None = None
-        self._hparams = AttributeDict()
+        self._hparams: AttributeDict | MutableMapping[str, Any] = AttributeDict()
 
     @property
-    def hparams(self) -> AttributeDict:
-        """What `save_hyperparameters()` recorded (attribute and key access)."""
+    def hparams(self) -> AttributeDict | MutableMapping[str, Any]:
+        """What `save_hyperparameters()` recorded (attribute and key access; a config given whole is kept)."""
         if "_hparams" not in self.__dict__:
             self._hparams = AttributeDict()
         return self._hparams
 
-    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None, **values: Any) -> None:
+    def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, **values: Any) -> None:
         """Record the caller's ``__init__`` arguments as `hparams` (see ``TrainModule.save_hyperparameters``)."""
         frame = inspect.currentframe()
         caller = frame.f_back if frame is not None else None
-        found = collect_init_arguments(caller, names, ignore)
+        recorded = collect_init_arguments(caller, names, ignore)
         del frame, caller
-        found.update(values)
-        self.hparams.update(found)
+        record_hyperparameters(self.__dict__, recorded, values)
 
     def setup(self, stage: str) -> None:
         """Build datasets for ``stage`` (every process)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import inspect
 from argparse import Namespace
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class AttributeDict(dict):
@@ -72,13 +72,43 @@ def _init_frame_arguments(frame: FrameType) -> tuple[Any, dict[str, Any]] | None
     return owner, found
 
 
+def _same(value: Any, given: Any) -> bool:
+    """Whether an ``__init__`` argument is the object given (equal, as Lightning matches it; never raising)."""
+    if value is given:
+        return True
+    try:
+        return bool(value == given)
+    except Exception:  # an array's elementwise comparison, or a type that refuses to compare
+        return False
+
+
+class Recorded(NamedTuple):
+    """What `save_hyperparameters()` records: the values, and the ``__init__`` argument they came in as.
+
+    ``name`` is what Lightning writes as a checkpoint's ``hparams_name``: ``"kwargs"`` for arguments collected by
+    name, the argument's name when one object (a dict, a ``Namespace``, an OmegaConf config) was given whole,
+    ``None`` when nothing was recorded or the object is no argument. Loading passes the values back under it.
+    """
+
+    values: MutableMapping[str, Any]
+    name: str | None
+
+
 def collect_init_arguments(
     frame: FrameType | None, names: Sequence[Any] = (), ignore: str | Sequence[str] | None = None
-) -> dict[str, Any]:
+) -> Recorded:
     """The ``__init__`` arguments of the object whose ``__init__`` runs in ``frame`` (and its subclasses'
     ``__init__`` frames above it), filtered by ``names`` and ``ignore`` as ``save_hyperparameters`` does.
 
-    A single ``dict``/``Namespace`` in ``names`` is taken as the hyper-parameters themselves.
+    A single mapping or ``Namespace`` in ``names`` is taken as the hyper-parameters themselves: a ``dict`` or a
+    ``Namespace`` as a ``dict`` of its entries, another mutable mapping (an OmegaConf ``DictConfig``) as the
+    object itself, as Lightning keeps it.
+
+    Example:
+        ```python
+        def __init__(self, config):
+            recorded = collect_init_arguments(inspect.currentframe(), (config,))  # name == "config"
+        ```
     """
     collected: dict[str, Any] = {}
     owner: Any = None
@@ -96,9 +126,13 @@ def collect_init_arguments(
         current = current.f_back
     for arguments in chain:  # innermost first: the outermost subclass's values win
         collected.update(arguments)
+    ignored = [ignore] if isinstance(ignore, str) else list(ignore or ())
     if len(names) == 1 and isinstance(names[0], (Mapping, Namespace)):
         given = names[0]
-        collected = dict(vars(given)) if isinstance(given, Namespace) else dict(given)
+        name = next((key for key, value in collected.items() if key not in ignored and _same(value, given)), None)
+        if isinstance(given, MutableMapping) and not isinstance(given, dict):
+            return Recorded(given, name)
+        values = dict(vars(given)) if isinstance(given, Namespace) else dict(given)
     elif names:
         unknown = [n for n in names if not isinstance(n, str) or n not in collected]
         if unknown:
@@ -106,11 +140,34 @@ def collect_init_arguments(
                 f"save_hyperparameters{tuple(names)!r}: {unknown!r} are not arguments of __init__ "
                 f"(which has {sorted(collected)}). Name __init__ arguments, or pass one dict."
             )
-        collected = {name: collected[name] for name in names}
-    ignored = [ignore] if isinstance(ignore, str) else list(ignore or ())
-    for name in ignored:
-        collected.pop(name, None)
-    return collected
+        values, name = {name: collected[name] for name in names}, "kwargs"
+    else:
+        values, name = collected, "kwargs"
+    for key in ignored:
+        values.pop(key, None)
+    return Recorded(values, name if values else None)
 
 
-__all__ = ["AttributeDict", "collect_init_arguments"]
+def record_hyperparameters(attributes: dict[str, Any], recorded: Recorded, extra: Mapping[str, Any]) -> None:
+    """Keep what `collect_init_arguments` recorded (and ``extra`` values) in an object's ``__dict__``, as
+    Lightning's ``_set_hparams``: a dict's entries join the hyper-parameters already recorded; a config given
+    whole replaces them.
+
+    Example:
+        ```python
+        record_hyperparameters(module.__dict__, Recorded({"lr": 0.1}, "kwargs"), {})  # module.hparams.lr == 0.1
+        ```
+    """
+    current = attributes.get("_hparams")
+    values = recorded.values
+    if isinstance(values, dict):
+        if not isinstance(current, dict):
+            current = attributes["_hparams"] = AttributeDict()
+        current.update(values)
+    else:
+        current = attributes["_hparams"] = values
+    current.update(extra)
+    attributes["_hparams_name"] = recorded.name
+
+
+__all__ = ["AttributeDict", "Recorded", "collect_init_arguments", "record_hyperparameters"]

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import inspect
 import os
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, MutableMapping
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -14,7 +14,7 @@ from torch import nn
 
 from fabricx.strategies.strategy import optimizer_parameters
 from fabricx.train.logging.module_logging import is_metric_collection, log_through_fabric, record
-from fabricx.train.module.hparams import AttributeDict, collect_init_arguments
+from fabricx.train.module.hparams import AttributeDict, collect_init_arguments, record_hyperparameters
 from fabricx.train.module.module_hooks import ModuleHooks
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.jit import jit_inspecting
@@ -151,27 +151,30 @@ class TrainModule(ModuleHooks, nn.Module):
         return trainer.current_epoch if trainer is not None else 0
 
     @property
-    def hparams(self) -> AttributeDict:
+    def hparams(self) -> AttributeDict | MutableMapping[str, Any]:
         """Hyperparameters recorded by `save_hyperparameters()` (``self.hparams.lr`` or ``["lr"]``;
-        sent to the loggers at fit start and stored in checkpoints)."""
+        sent to the loggers at fit start and stored in checkpoints).
+
+        An `AttributeDict`, or the OmegaConf ``DictConfig`` given whole to `save_hyperparameters()`, as in Lightning.
+        """
         hparams = self.__dict__.setdefault("_hparams", AttributeDict())
-        if not isinstance(hparams, AttributeDict):
+        if isinstance(hparams, dict) and not isinstance(hparams, AttributeDict):
             hparams = self.__dict__["_hparams"] = AttributeDict(hparams)
         return hparams
 
     @property
-    def hparams_initial(self) -> AttributeDict:
+    def hparams_initial(self) -> AttributeDict | MutableMapping[str, Any]:
         """A copy of `hparams` as `save_hyperparameters()` recorded them."""
-        return AttributeDict(copy.deepcopy(self.__dict__.get("_hparams_initial", {})))
+        return copy.deepcopy(self.__dict__.get("_hparams_initial", AttributeDict()))
 
     def save_hyperparameters(
         self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None, logger: bool = True, **values: Any
     ) -> None:
-        """Record the caller's ``__init__`` arguments (all, those named, or one dict given) as `hparams`.
+        """Record the caller's ``__init__`` arguments (all, those named, or one dict or config given) as `hparams`.
 
         As in Lightning, the ``__init__`` arguments of subclasses calling ``super().__init__`` are
         collected too; ``ignore`` drops names (e.g. modules passed in). `load_from_checkpoint()`
-        builds the module again from them.
+        builds the module again from them (one object given whole goes back to the argument it came in).
 
         Example:
             ```python
@@ -184,11 +187,10 @@ class TrainModule(ModuleHooks, nn.Module):
             current = inspect.currentframe()
             frame = current.f_back if current is not None else None
             del current
-        found = collect_init_arguments(frame, names, ignore)
+        recorded = collect_init_arguments(frame, names, ignore)
         del frame
-        found.update(values)
-        self.hparams.update(found)
-        self.__dict__["_hparams_initial"] = copy.deepcopy(dict(self.hparams))
+        record_hyperparameters(self.__dict__, recorded, values)
+        self.__dict__["_hparams_initial"] = copy.deepcopy(self.hparams)
         self.__dict__["_log_hyperparams"] = logger
 
     @classmethod

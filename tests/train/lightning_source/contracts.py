@@ -593,6 +593,71 @@ def run_logger_hears_checkpoints(root: str) -> dict:
     }
 
 
+class ConfiguredRegressor(LightningModule):
+    """Hyper-parameters given whole: ``save_hyperparameters(config)`` with a dict, a Namespace or a Hydra config."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.save_hyperparameters(config)
+        self.net = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams["lr"])
+
+
+class ConfiguredData(LightningDataModule):
+    def __init__(self, settings):
+        super().__init__()
+        self.save_hyperparameters(settings)
+
+    def train_dataloader(self):
+        return DataLoader(regression(32, self.hparams["seed"]), batch_size=self.hparams["batch_size"])
+
+
+def _plain_config(value):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def run_hparams_given_whole(root: str) -> dict:
+    from argparse import Namespace
+
+    from omegaconf import OmegaConf
+
+    configs = {
+        "dict": {"lr": 0.05, "tags": ["a"]},
+        "namespace": Namespace(lr=0.05, tags=["a"]),
+        "dictconfig": OmegaConf.create({"lr": 0.05, "tags": ["a"], "net": {"width": 4}}),
+    }
+    results = {}
+    for kind, config in configs.items():
+        torch.manual_seed(7)
+        module = ConfiguredRegressor(config)
+        trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, **QUIET)
+        trainer.fit(module, datamodule=ConfiguredData({"batch_size": 8, "seed": 5}))
+        path = f"{root}/{kind}.ckpt"
+        trainer.save_checkpoint(path)
+        checkpoint = torch.load(path, weights_only=False)  # Lightning's file holds the DictConfig class
+        saved_type = checkpoint.get("hparams_type")
+        loaded = ConfiguredRegressor.load_from_checkpoint(path, weights_only=False)
+        keys = ("hparams_name", "hyper_parameters", "datamodule_hparams_name", "datamodule_hyper_parameters")
+        results[kind] = {
+            "types": [type(module.hparams).__name__, type(module.hparams_initial).__name__],
+            "entries": {key: _plain_config(checkpoint.get(key)) for key in keys},
+            "saved_type": getattr(saved_type, "__name__", saved_type),
+            "loaded_type": type(loaded.hparams).__name__,
+            "loaded": _plain_config(loaded.hparams),
+            "weights": weights(module),
+            "loaded_weights": weights(loaded),
+        }
+    return results
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -611,4 +676,5 @@ CASES = {
     "checkpoint_io_plugin": run_checkpoint_io_plugin,
     "async_checkpoint_io": run_async_checkpoint_io,
     "logger_hears_checkpoints": run_logger_hears_checkpoints,
+    "hparams_given_whole": run_hparams_given_whole,
 }
