@@ -186,3 +186,35 @@ def test_a_save_that_dies_midway_leaves_the_previous_last_ckpt(tmp_path: Path, m
     assert last.read_bytes() == before  # the previous checkpoint, whole
     assert torch.load(last, weights_only=True)["global_step"] == 2
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["last.ckpt"]  # the temporary file went away
+
+
+class HydraModel(FxModel):
+    """nn-template's shape: a Hydra config node among the ``__init__`` arguments, all recorded."""
+
+    def __init__(self, model: Any, lr: float = 0.1) -> None:
+        ft.TrainModule.__init__(self)
+        self.save_hyperparameters()
+        self.layer = nn.Linear(32, 2)
+
+
+def test_config_nodes_among_the_hyperparameters_are_stored_as_plain_values(tmp_path: Path) -> None:
+    # A DictConfig is a Mapping: it passed the plain-value check whole, and the code-free writer then refused it,
+    # failing the fit at ModelCheckpoint's first save. Now its values are stored (interpolations resolved) and a
+    # missing value (`???`) leaves only that hyper-parameter out, with the usual warning.
+    omegaconf = pytest.importorskip("omegaconf")
+    config = omegaconf.OmegaConf.create({"width": 4, "depth": "${width}", "sizes": [1, 2], "todo": "???"})
+    module = HydraModel(config.copy(), lr=0.05)
+    assert module.hparams.model is not None and type(module.hparams.model).__name__ == "DictConfig"
+    checkpoints = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    trainer = ft.Trainer(max_epochs=1, callbacks=[checkpoints], default_root_dir=tmp_path, **_QUIET)
+    trainer.fit(module, _data())  # saves at the epoch's end
+    del module.hparams.model["todo"]  # the one value a file cannot hold
+    trainer.save_checkpoint(tmp_path / "complete.ckpt")
+    saved = torch.load(tmp_path / "complete.ckpt", weights_only=True)
+    assert saved["hparams_name"] == "kwargs"
+    assert saved["hyper_parameters"] == {"model": {"width": 4, "depth": 4, "sizes": [1, 2]}, "lr": 0.05}
+    loaded = HydraModel.load_from_checkpoint(tmp_path / "complete.ckpt")
+    assert loaded.hparams.model == {"width": 4, "depth": 4, "sizes": [1, 2]} and loaded.hparams.lr == 0.05
+    with_missing = torch.load(tmp_path / "last.ckpt", weights_only=True)  # saved while "todo" was missing
+    assert with_missing["hyper_parameters"] == {"lr": 0.05}
+    assert with_missing["__fabricx_hparams_left_out__"] == {"model": "DictConfig"}
