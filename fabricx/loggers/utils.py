@@ -8,7 +8,7 @@ import math
 import os
 import re
 from argparse import Namespace
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableSequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -123,7 +123,7 @@ def _yaml_flow(value: Any) -> str:
         return _yaml_flow(value.item() if value.numel() == 1 else value.tolist())
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{_yaml_string(str(k))}: {_yaml_flow(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, (list, tuple, set, frozenset, MutableSequence)):  # a Hydra ListConfig too
         return "[" + ", ".join(_yaml_flow(item) for item in value) + "]"
     if hasattr(value, "tolist"):  # numpy arrays and scalars
         return _yaml_flow(value.tolist())

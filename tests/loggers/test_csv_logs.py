@@ -160,6 +160,18 @@ def test_hparams_yaml(tmp_path):
     assert logger.hparams["model"] == {"dropout": 0.1, "act": None}
 
 
+
+def test_hparams_yaml_of_a_hydra_config(tmp_path):
+    # A Hydra config (what save_hyperparameters(config) keeps) reads back as the same plain values: its lists
+    # (ListConfig, not a list) were written as a quoted string.
+    omegaconf = pytest.importorskip("omegaconf")
+    yaml = pytest.importorskip("yaml")
+    config = omegaconf.OmegaConf.create({"model": {"width": 4, "sizes": [1, 2], "depth": "${model.width}"}, "lr": 0.1})
+    logger = CSVLogger(tmp_path)
+    logger.log_hyperparams(config)
+    written = yaml.safe_load((Path(logger.log_dir) / "hparams.yaml").read_text())
+    assert written == omegaconf.OmegaConf.to_container(config, resolve=True)
+
 def test_hparams_rejects_other_types(tmp_path):
     with pytest.raises(TypeError, match=r"dict or an argparse\.Namespace, got list"):
         CSVLogger(tmp_path).log_hyperparams([1, 2])
