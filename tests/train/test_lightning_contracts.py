@@ -116,6 +116,10 @@ def test_hyperparameters_given_whole_load_back_under_the_argument_they_came_in(r
         assert ours["entries"]["hparams_name"] == "config"
         assert ours["loaded"] == theirs["loaded"] == ours["entries"]["hyper_parameters"], kind
         assert ours["loaded_type"] == theirs["loaded_type"], kind
+        # An hparams_file replaces the saved hyper-parameters; a keyword overrides one inside the config.
+        assert ours["from_file"] == theirs["from_file"], kind
+        assert ours["from_file"][1] == {"lr": 0.2}
+        assert ours["overridden"] == theirs["overridden"] == {**ours["loaded"], "lr": 0.3}, kind
         _same_weights(theirs["weights"], ours["weights"])
         _same_weights(ours["weights"], ours["loaded_weights"])
     assert fabricx["dictconfig"]["types"] == ["DictConfig", "DictConfig"]

@@ -203,9 +203,8 @@ def module_from_checkpoint(
     """
     from fabricx.checkpoint.format import read_checkpoint
 
-    if hparams_file is not None:
-        overrides = {**_read_hparams_file(hparams_file), **overrides}
-    module = _build_module(cls, path, read_checkpoint(path).shared, strict, overrides)
+    from_file = None if hparams_file is None else _read_hparams_file(hparams_file)
+    module = _build_module(cls, path, read_checkpoint(path).shared, strict, overrides, from_file)
     if map_location is not None and not callable(map_location) and not isinstance(map_location, Mapping):
         module.to(map_location)
     return module
@@ -224,15 +223,25 @@ def module_from_state(cls: type, checkpoint: dict[str, Any], strict: bool | None
 
 
 def _build_module(
-    cls: type, path: str | os.PathLike, contents: dict[str, Any], strict: bool | None, overrides: dict[str, Any]
+    cls: type,
+    path: str | os.PathLike,
+    contents: dict[str, Any],
+    strict: bool | None,
+    overrides: dict[str, Any],
+    from_file: Mapping[str, Any] | None = None,
 ) -> Any:
     weights, hparams, checkpoint = weights_and_hparams(path, contents)
+    # As Lightning: an hparams_file replaces the saved hyper-parameters, and keyword arguments override them
+    # (inside a config given whole too); hyper-parameters given whole to save_hyperparameters() go back to the
+    # argument they came in.
+    hparams = {**(hparams if from_file is None else from_file), **overrides}
     parameters = inspect.signature(cls.__init__).parameters
     named = [p.name for p in list(parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    loaded = _as_saved_type(hparams, checkpoint.get("hparams_type"))
     given_as = checkpoint.get("hparams_name")
-    # As Lightning: hyper-parameters given whole to save_hyperparameters() go back to the argument they came in.
-    arguments = {given_as: loaded, **overrides} if given_as in named else {**hparams, **overrides}
+    if given_as in named:
+        arguments = {given_as: _as_saved_type(hparams, checkpoint.get("hparams_type")), **overrides}
+    else:
+        arguments = hparams
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         arguments = {k: v for k, v in arguments.items() if k in parameters}
     _check_arguments(cls, path, parameters, arguments, dict(checkpoint.get(HPARAMS_LEFT_OUT_KEY) or {}))
@@ -286,10 +295,10 @@ def _check_arguments(
 
 def _read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     if not Path(path).exists():
-        # As Lightning: a missing file adds nothing (the checkpoint's own hyper-parameters are used), with a warning.
+        # As Lightning: a missing file gives no hyper-parameters (they replace the checkpoint's), with a warning.
         from fabricx.utilities.rank_zero import rank_zero_warn
 
-        rank_zero_warn(f"Missing Tags: {os.fspath(path)}. hparams_file= names no file; it adds no hyper-parameters.")
+        rank_zero_warn(f"Missing Tags: {os.fspath(path)}. hparams_file= names no file; no hyper-parameters are read.")
         return {}
     text = Path(path).read_text()
     if str(path).endswith((".yaml", ".yml")):

@@ -645,6 +645,11 @@ def run_hparams_given_whole(root: str) -> dict:
         checkpoint = torch.load(path, weights_only=False)  # Lightning's file holds the DictConfig class
         saved_type = checkpoint.get("hparams_type")
         loaded = ConfiguredRegressor.load_from_checkpoint(path, weights_only=False)
+        with open(f"{root}/override.yaml", "w") as handle:
+            handle.write("lr: 0.2\n")
+        override = f"{root}/override.yaml"
+        from_file = ConfiguredRegressor.load_from_checkpoint(path, hparams_file=override, weights_only=False)
+        overridden = ConfiguredRegressor.load_from_checkpoint(path, lr=0.3, weights_only=False)
         keys = ("hparams_name", "hyper_parameters", "datamodule_hparams_name", "datamodule_hyper_parameters")
         results[kind] = {
             "types": [type(module.hparams).__name__, type(module.hparams_initial).__name__],
@@ -652,6 +657,8 @@ def run_hparams_given_whole(root: str) -> dict:
             "saved_type": getattr(saved_type, "__name__", saved_type),
             "loaded_type": type(loaded.hparams).__name__,
             "loaded": _plain_config(loaded.hparams),
+            "from_file": [type(from_file.hparams).__name__, _plain_config(from_file.hparams)],
+            "overridden": _plain_config(overridden.hparams),
             "weights": weights(module),
             "loaded_weights": weights(loaded),
         }
