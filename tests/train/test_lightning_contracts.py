@@ -120,6 +120,8 @@ def test_hyperparameters_given_whole_load_back_under_the_argument_they_came_in(r
         assert ours["from_file"] == theirs["from_file"], kind
         assert ours["from_file"][1] == {"lr": 0.2}
         assert ours["overridden"] == theirs["overridden"] == {**ours["loaded"], "lr": 0.3}, kind
+        # DataModule.load_from_checkpoint: its hyper-parameters (given whole, overridden) and its state_dict entry.
+        assert ours["datamodule"] == theirs["datamodule"] == ["AttributeDict", {"batch_size": 4, "seed": 5}, 1]
         _same_weights(theirs["weights"], ours["weights"])
         _same_weights(ours["weights"], ours["loaded_weights"])
     assert fabricx["dictconfig"]["types"] == ["DictConfig", "DictConfig"]

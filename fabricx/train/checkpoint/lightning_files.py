@@ -222,6 +222,23 @@ def module_from_state(cls: type, checkpoint: dict[str, Any], strict: bool | None
     return _build_module(cls, "<checkpoint>", checkpoint, strict, overrides)
 
 
+def datamodule_from_checkpoint(
+    cls: type, path: str | os.PathLike, hparams_file: str | os.PathLike | None, overrides: dict[str, Any]
+) -> Any:
+    """Build the DataModule class ``cls`` from a Trainer checkpoint's ``datamodule_hyper_parameters`` (updated with
+    ``overrides``) and restore its ``state_dict()`` entry, as Lightning's ``LightningDataModule.load_from_checkpoint``.
+    """
+    from fabricx.checkpoint.format import read_checkpoint
+
+    checkpoint = read_checkpoint(path).shared
+    saved = dict(checkpoint.get("datamodule_hyper_parameters") or {})
+    from_file = None if hparams_file is None else _read_hparams_file(hparams_file)
+    datamodule = cls(**_init_arguments(cls, path, saved, checkpoint, "datamodule_", overrides, from_file))
+    if cls.__qualname__ in checkpoint:
+        datamodule.load_state_dict(checkpoint[cls.__qualname__])
+    return datamodule
+
+
 def _build_module(
     cls: type,
     path: str | os.PathLike,
@@ -231,26 +248,39 @@ def _build_module(
     from_file: Mapping[str, Any] | None = None,
 ) -> Any:
     weights, hparams, checkpoint = weights_and_hparams(path, contents)
-    # As Lightning: an hparams_file replaces the saved hyper-parameters, and keyword arguments override them
-    # (inside a config given whole too); hyper-parameters given whole to save_hyperparameters() go back to the
-    # argument they came in.
-    hparams = {**(hparams if from_file is None else from_file), **overrides}
-    parameters = inspect.signature(cls.__init__).parameters
-    named = [p.name for p in list(parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    given_as = checkpoint.get("hparams_name")
-    if given_as in named:
-        arguments = {given_as: _as_saved_type(hparams, checkpoint.get("hparams_type")), **overrides}
-    else:
-        arguments = hparams
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        arguments = {k: v for k, v in arguments.items() if k in parameters}
-    _check_arguments(cls, path, parameters, arguments, dict(checkpoint.get(HPARAMS_LEFT_OUT_KEY) or {}))
-    module = cls(**arguments)
+    module = cls(**_init_arguments(cls, path, hparams, checkpoint, "", overrides, from_file))
     hook = getattr(module, "on_load_checkpoint", None)
     if callable(hook):
         hook(checkpoint)
     module.load_state_dict(weights, strict=True if strict is None else strict)
     return module
+
+
+def _init_arguments(
+    cls: type,
+    path: str | os.PathLike,
+    saved: Mapping[str, Any],
+    checkpoint: Mapping[str, Any],
+    prefix: str,
+    overrides: dict[str, Any],
+    from_file: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The ``__init__`` arguments that rebuild ``cls`` from its ``saved`` hyper-parameters, as Lightning's: an
+    ``hparams_file`` replaces them, keyword arguments override them (inside a config given whole too), and
+    hyper-parameters given whole to ``save_hyperparameters()`` go back to the argument they came in."""
+    hparams = {**(saved if from_file is None else from_file), **overrides}
+    parameters = inspect.signature(cls.__init__).parameters
+    named = [p.name for p in list(parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    given_as = checkpoint.get(f"{prefix}hparams_name")
+    if given_as in named:
+        arguments = {given_as: _as_saved_type(hparams, checkpoint.get(f"{prefix}hparams_type")), **overrides}
+    else:
+        arguments = hparams
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        arguments = {k: v for k, v in arguments.items() if k in parameters}
+    left_out = {} if prefix else dict(checkpoint.get(HPARAMS_LEFT_OUT_KEY) or {})
+    _check_arguments(cls, path, parameters, arguments, left_out)
+    return arguments
 
 
 def _check_arguments(
@@ -345,6 +375,7 @@ class HParamsState:
 
 
 __all__ = [
+    "datamodule_from_checkpoint",
     "hparams_entries",
     "is_lightning_file",
     "lightning_version",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,30 @@ class DataModule(DataHooks):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what `state_dict()` returned."""
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | os.PathLike,
+        map_location: Any = None,
+        hparams_file: str | os.PathLike | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Build the data module from the hyper-parameters a Trainer checkpoint saved for it (``kwargs`` override
+        them) and restore its `state_dict()` entry, as Lightning's ``LightningDataModule.load_from_checkpoint``.
+
+        ``map_location`` and ``weights_only`` are accepted for Lightning's signature (a data module holds no weights;
+        fabricx never runs code from a file).
+
+        Example:
+            ```python
+            datamodule = Digits.load_from_checkpoint("checkpoints/last.ckpt", num_workers=0)
+            ```
+        """
+        from fabricx.train.checkpoint.lightning_files import datamodule_from_checkpoint
+
+        return datamodule_from_checkpoint(cls, checkpoint_path, hparams_file, kwargs)
 
     @classmethod
     def from_datasets(

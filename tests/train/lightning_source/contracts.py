@@ -615,7 +615,14 @@ class ConfiguredData(LightningDataModule):
         self.save_hyperparameters(settings)
 
     def train_dataloader(self):
+        self.served = getattr(self, "served", 0) + 1
         return DataLoader(regression(32, self.hparams["seed"]), batch_size=self.hparams["batch_size"])
+
+    def state_dict(self):
+        return {"served": self.served}
+
+    def load_state_dict(self, state_dict):
+        self.served = state_dict["served"]
 
 
 def _plain_config(value):
@@ -650,6 +657,7 @@ def run_hparams_given_whole(root: str) -> dict:
         override = f"{root}/override.yaml"
         from_file = ConfiguredRegressor.load_from_checkpoint(path, hparams_file=override, weights_only=False)
         overridden = ConfiguredRegressor.load_from_checkpoint(path, lr=0.3, weights_only=False)
+        data = ConfiguredData.load_from_checkpoint(path, batch_size=4, weights_only=False)
         keys = ("hparams_name", "hyper_parameters", "datamodule_hparams_name", "datamodule_hyper_parameters")
         results[kind] = {
             "types": [type(module.hparams).__name__, type(module.hparams_initial).__name__],
@@ -659,6 +667,7 @@ def run_hparams_given_whole(root: str) -> dict:
             "loaded": _plain_config(loaded.hparams),
             "from_file": [type(from_file.hparams).__name__, _plain_config(from_file.hparams)],
             "overridden": _plain_config(overridden.hparams),
+            "datamodule": [type(data.hparams).__name__, dict(data.hparams), data.served],
             "weights": weights(module),
             "loaded_weights": weights(loaded),
         }
