@@ -17,7 +17,13 @@ if TYPE_CHECKING:
     from fabricx.train.data.datamodule import DataModule
     from fabricx.train.data.loader_setup import has_len_all_ranks
     from fabricx.train.loops.progress import Progress
-    from fabricx.train.module.hparams import AttributeDict
+    from fabricx.train.module.hparams import AttributeDict, HyperparametersMixin, is_picklable
+    from fabricx.train.module.hparams_files import (
+        load_hparams_from_tags_csv,
+        load_hparams_from_yaml,
+        save_hparams_to_tags_csv,
+        save_hparams_to_yaml,
+    )
     from fabricx.train.module.module import TrainModule
     from fabricx.train.module.overrides import is_overridden
     from fabricx.train.optim.grad_clipping import GradClipAlgorithmType
@@ -31,6 +37,7 @@ __all__ = [
     "CombinedLoader",
     "DataModule",
     "GradClipAlgorithmType",
+    "HyperparametersMixin",
     "LightningOptimizer",
     "Progress",
     "RunningStage",
@@ -42,6 +49,11 @@ __all__ = [
     "Tuner",
     "has_len_all_ranks",
     "is_overridden",
+    "is_picklable",
+    "load_hparams_from_tags_csv",
+    "load_hparams_from_yaml",
+    "save_hparams_to_tags_csv",
+    "save_hparams_to_yaml",
 ]
 
 _WHERE = {
@@ -49,6 +61,7 @@ _WHERE = {
     "CombinedLoader": "fabricx.train.data.combined_loader",
     "DataModule": "fabricx.train.data.datamodule",
     "GradClipAlgorithmType": "fabricx.train.optim.grad_clipping",
+    "HyperparametersMixin": "fabricx.train.module.hparams",
     "LightningOptimizer": "fabricx.train.optim.optimizer_proxy",
     "Progress": "fabricx.train.loops.progress",
     "RunningStage": "fabricx.train.states",
@@ -60,6 +73,11 @@ _WHERE = {
     "Tuner": "fabricx.train.tuner",
     "has_len_all_ranks": "fabricx.train.data.loader_setup",
     "is_overridden": "fabricx.train.module.overrides",
+    "is_picklable": "fabricx.train.module.hparams",
+    "load_hparams_from_tags_csv": "fabricx.train.module.hparams_files",
+    "load_hparams_from_yaml": "fabricx.train.module.hparams_files",
+    "save_hparams_to_tags_csv": "fabricx.train.module.hparams_files",
+    "save_hparams_to_yaml": "fabricx.train.module.hparams_files",
 }
 
 

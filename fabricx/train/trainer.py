@@ -27,6 +27,7 @@ from fabricx.train.loops.loop_checks import check_loop_configuration
 from fabricx.train.loops.loop_objects import EvaluationLoop, PredictionLoop
 from fabricx.train.loops.progress import Progress
 from fabricx.train.loops.training_steps import TrainingSteps
+from fabricx.train.module.hparams import drop_unpicklable_hparams, hparams_to_log
 from fabricx.train.module.module import TrainModule
 from fabricx.train.module.module_export import log_graph_to_loggers
 from fabricx.train.run_context import RunContext
@@ -253,8 +254,12 @@ class Trainer(TrainerProperties):
         val_dataloaders: Any = None,
         datamodule: Any = None,
         ckpt_path: str | os.PathLike | None = None,
+        weights_only: bool | None = None,
     ) -> None:
         """Train ``model``; ``ckpt_path`` (a checkpoint, ``"last"``, ``"best"``) resumes exactly where it stopped.
+
+        ``weights_only`` (on every entry point) is Lightning's flag, accepted for its signature: fabricx never runs
+        code from a checkpoint file.
 
         The data comes from ``train_dataloaders``/``val_dataloaders``, else ``datamodule`` (also
         accepted in second position), else the module's own ``train_dataloader()``/``val_dataloader()``.
@@ -280,6 +285,7 @@ class Trainer(TrainerProperties):
         ckpt_path: str | os.PathLike | None = None,
         verbose: bool = True,
         datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over the data; returns the epoch metrics (one dict per loader).
 
@@ -300,6 +306,7 @@ class Trainer(TrainerProperties):
         ckpt_path: str | os.PathLike | None = None,
         verbose: bool = True,
         datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the data; returns the epoch metrics (one dict per loader).
 
@@ -317,6 +324,7 @@ class Trainer(TrainerProperties):
         datamodule: Any = None,
         return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike | None = None,
+        weights_only: bool | None = None,
     ) -> Any:
         """Collect ``predict_step`` outputs (this process's share of the data; rank 0's with spawn).
 
@@ -422,6 +430,7 @@ class Trainer(TrainerProperties):
         self.should_stop = False
         run = self._run
         run.reset_metrics()
+        drop_unpicklable_hparams(module.hparams)
         run.attach(self, module, datamodule)
         self.callbacks = with_module_callbacks(self._given_callbacks, module)
         run.use_callbacks(self, self.callbacks)
@@ -591,13 +600,10 @@ class Trainer(TrainerProperties):
         module, datamodule = self._run.module, self._run.datamodule
         if not self.enable_autolog_hparams or not isinstance(module, TrainModule) or not self._fabric.is_global_zero:
             return
-        if module.__dict__.get("_log_hyperparams", True):
-            hparams = dict(module.hparams)
-            if datamodule is not None and getattr(datamodule, "hparams", None):
-                hparams.update(datamodule.hparams)
-            if hparams:
-                for logger in self._loggers:
-                    logger.log_hyperparams(hparams)
+        hparams = hparams_to_log(module, datamodule) if self._loggers else None
+        if hparams is not None:
+            for logger in self._loggers:
+                logger.log_hyperparams(hparams)
         log_graph_to_loggers(module, self._loggers)  # as Lightning, after the hyperparameters
 
     def _finalize_loggers(self, status: str) -> None:

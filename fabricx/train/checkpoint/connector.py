@@ -41,6 +41,7 @@ from fabricx.train.checkpoint.entries import (
 )
 from fabricx.train.checkpoint.lightning_files import (
     DATAMODULE_KEY,
+    HPARAMS_ENTRY_KEYS,
     HPARAMS_LEFT_OUT_KEY,
     PROGRESS_KEY,
     HParamsState,
@@ -281,14 +282,7 @@ class CheckpointConnector:
 
         trainer = self.trainer
         state = checkpoint_state(trainer)
-        not_restored = (
-            "pytorch-lightning_version",
-            "hparams_name",
-            "hyper_parameters",
-            "datamodule_hparams_name",
-            "datamodule_hyper_parameters",
-            HPARAMS_LEFT_OUT_KEY,
-        )
+        not_restored = ("pytorch-lightning_version", *HPARAMS_ENTRY_KEYS)
         restored = ("state_dict", "callbacks") if self._modules_restored else ()
         datamodule_entry = datamodule_key(trainer)  # None without a DataModule
         for key in (*not_restored, *restored, *((datamodule_entry,) if datamodule_entry is not None else ())):

@@ -85,9 +85,29 @@ def hparams_entries(owner: Any, prefix: str = "") -> dict[str, Any]:
     }
     if not isinstance(hparams, dict):
         entries[f"{prefix}hparams_type"] = type(hparams).__name__  # Lightning reads a name as a plain dict
+    configs = [key for key in plain if _is_config(hparams[key])]
+    if configs:  # stored as plain data; loading makes them configs again (Lightning pickles the objects)
+        entries[f"__fabricx_{prefix}hparams_configs__"] = configs
     if left_out and not prefix:
         entries[HPARAMS_LEFT_OUT_KEY] = left_out
     return entries
+
+
+def _is_config(value: Any) -> bool:
+    """Whether ``value`` is an OmegaConf config (``DictConfig``, ``ListConfig``), without importing OmegaConf."""
+    return type(value).__module__.partition(".")[0] == "omegaconf"
+
+
+def _as_configs(hparams: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """``hparams`` with the values under ``keys`` (saved from OmegaConf configs) made configs again."""
+    if not isinstance(keys, list) or not keys:
+        return hparams
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:  # saved where OmegaConf was installed: the values are there, as plain data
+        return hparams
+    return {key: OmegaConf.create(value) if key in keys and isinstance(value, (dict, list)) else value
+            for key, value in hparams.items()}
 
 
 def _as_saved_type(hparams: dict[str, Any], saved_type: Any) -> Any:
@@ -152,6 +172,13 @@ METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
 #: The names and types of the hyper-parameters left out of the file (see `hparams_entries`).
 HPARAMS_LEFT_OUT_KEY = "__fabricx_hparams_left_out__"
+_HPARAMS_KEYS = ("hparams_name", "hyper_parameters", "hparams_type")
+#: Every entry `hparams_entries` may write (a resume restores none of them: they are read by `load_from_checkpoint`).
+HPARAMS_ENTRY_KEYS = (
+    *(f"{prefix}{key}" for prefix in ("", "datamodule_") for key in _HPARAMS_KEYS),
+    *(f"__fabricx_{prefix}hparams_configs__" for prefix in ("", "datamodule_")),
+    HPARAMS_LEFT_OUT_KEY,
+)
 
 
 def is_lightning_file(path: str | os.PathLike) -> bool:
@@ -165,7 +192,11 @@ def weights_and_hparams(
     """``(weights, hyper_parameters, whole checkpoint)`` of a ``.ckpt`` file's or a Trainer checkpoint folder's
     contents (``state``, read from ``path``)."""
     if "state_dict" in state and isinstance(state["state_dict"], Mapping):
-        return dict(state["state_dict"]), dict(state.get("hyper_parameters") or {}), state
+        hparams: dict[str, Any] = {}
+        for key in ("hparams", "module_arguments", "hyper_parameters"):  # Lightning's past keys, then its own
+            if isinstance(state.get(key), Mapping):
+                hparams.update(state[key])
+        return dict(state["state_dict"]), hparams, state
     weights = state.get("module")  # a checkpoint folder of an earlier fabricx Trainer
     if not isinstance(weights, Mapping):
         raise FabricxError(
@@ -173,9 +204,8 @@ def weights_and_hparams(
             "checkpoint). Consolidate it first with `fabricx consolidate`, or load it with "
             "trainer.fit(model, ckpt_path=...)."
         )
-    hparams = dict((state.get("hparams") or {}).get("hyper_parameters") or {})
     extra = dict(state.get("extra") or {})
-    return dict(weights), hparams, extra
+    return dict(weights), dict((state.get("hparams") or {}).get("hyper_parameters") or {}), extra
 
 
 def restore_weights(module: torch.nn.Module, path: str | os.PathLike, contents: dict[str, Any]) -> None:
@@ -268,6 +298,8 @@ def _init_arguments(
     """The ``__init__`` arguments that rebuild ``cls`` from its ``saved`` hyper-parameters, as Lightning's: an
     ``hparams_file`` replaces them, keyword arguments override them (inside a config given whole too), and
     hyper-parameters given whole to ``save_hyperparameters()`` go back to the argument they came in."""
+    if from_file is None:
+        saved = _as_configs(dict(saved), checkpoint.get(f"__fabricx_{prefix}hparams_configs__"))
     hparams = {**(saved if from_file is None else from_file), **overrides}
     parameters = inspect.signature(cls.__init__).parameters
     named = [p.name for p in list(parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -324,18 +356,14 @@ def _check_arguments(
 
 
 def _read_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
-    if not Path(path).exists():
-        # As Lightning: a missing file gives no hyper-parameters (they replace the checkpoint's), with a warning.
-        from fabricx.utilities.rank_zero import rank_zero_warn
+    from fabricx.train.module.hparams_files import load_hparams_from_tags_csv, load_hparams_from_yaml
 
-        rank_zero_warn(f"Missing Tags: {os.fspath(path)}. hparams_file= names no file; no hyper-parameters are read.")
-        return {}
-    text = Path(path).read_text()
-    if str(path).endswith((".yaml", ".yml")):
-        import yaml
-
-        return dict(yaml.safe_load(text) or {})
-    raise FabricxError(f"hparams_file={os.fspath(path)!r}: only .yaml files are read.")
+    # As Lightning: a missing file gives no hyper-parameters (they replace the checkpoint's), with a warning.
+    if str(path).lower().endswith((".yaml", ".yml")):
+        return dict(load_hparams_from_yaml(path) or {})
+    if str(path).lower().endswith(".csv"):
+        return load_hparams_from_tags_csv(path)
+    raise ValueError(f"hparams_file={os.fspath(path)!r}: .csv, .yml or .yaml is required for `hparams_file`.")
 
 
 class ModuleWeights:

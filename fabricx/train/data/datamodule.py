@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.module.hparams import AttributeDict, collect_init_arguments, record_hyperparameters
+from fabricx.train.module.hparams import AttributeDict, HyperparametersMixin
 from fabricx.train.module.module_hooks import DataHooks
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
-class DataModule(DataHooks):
+class DataModule(HyperparametersMixin, DataHooks):
     """Data preparation and loaders for `fabricx.train.Trainer` (Lightning's ``LightningDataModule``).
 
     ``prepare_data`` runs once (global rank zero) before ``setup(stage)``, which runs in every process
@@ -40,25 +38,16 @@ class DataModule(DataHooks):
 
     #: Run ``prepare_data`` in the first process of every node instead of only global rank zero.
     prepare_data_per_node: bool = True
+    #: A name for the data module (Lightning's attribute; fabricx does not read it).
+    name: str | None = None
+    #: Lightning's checkpoint keys of a data module's hyper-parameters.
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def __init__(self) -> None:
         self.trainer: Trainer | None = None
-        self._hparams: AttributeDict | MutableMapping[str, Any] = AttributeDict()
-
-    @property
-    def hparams(self) -> AttributeDict | MutableMapping[str, Any]:
-        """What `save_hyperparameters()` recorded (attribute and key access; a config given whole is kept)."""
-        if "_hparams" not in self.__dict__:
-            self._hparams = AttributeDict()
-        return self._hparams
-
-    def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, **values: Any) -> None:
-        """Record the caller's ``__init__`` arguments as `hparams` (see ``TrainModule.save_hyperparameters``)."""
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        recorded = collect_init_arguments(caller, names, ignore)
-        del frame, caller
-        record_hyperparameters(self.__dict__, recorded, values)
+        self.__dict__.setdefault("_hparams", AttributeDict())  # save_hyperparameters() may run first
 
     def setup(self, stage: str) -> None:
         """Build datasets for ``stage`` (every process)."""

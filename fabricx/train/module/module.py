@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import inspect
 import os
-from collections.abc import Generator, Mapping, MutableMapping
+from collections.abc import Generator, Mapping
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -14,7 +12,7 @@ from torch import nn
 
 from fabricx.strategies.strategy import optimizer_parameters
 from fabricx.train.logging.module_logging import is_metric_collection, log_through_fabric, record
-from fabricx.train.module.hparams import AttributeDict, collect_init_arguments, record_hyperparameters
+from fabricx.train.module.hparams import AttributeDict, HyperparametersMixin
 from fabricx.train.module.module_hooks import ModuleHooks
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.jit import jit_inspecting
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
 
 
-class TrainModule(ModuleHooks, nn.Module):
+class TrainModule(HyperparametersMixin, ModuleHooks, nn.Module):
     """A module that knows how to train itself: a LightningModule ports by changing its base class.
 
     Override ``training_step`` and ``configure_optimizers`` (and ``validation_step``, ``test_step``,
@@ -149,49 +147,6 @@ class TrainModule(ModuleHooks, nn.Module):
         """The epoch being trained, counting from 0 (0 when not attached)."""
         trainer = self.__dict__.get("_trainer")
         return trainer.current_epoch if trainer is not None else 0
-
-    @property
-    def hparams(self) -> AttributeDict | MutableMapping[str, Any]:
-        """Hyperparameters recorded by `save_hyperparameters()` (``self.hparams.lr`` or ``["lr"]``;
-        sent to the loggers at fit start and stored in checkpoints).
-
-        An `AttributeDict`, or the OmegaConf ``DictConfig`` given whole to `save_hyperparameters()`, as in Lightning.
-        """
-        hparams = self.__dict__.setdefault("_hparams", AttributeDict())
-        if isinstance(hparams, dict) and not isinstance(hparams, AttributeDict):
-            hparams = self.__dict__["_hparams"] = AttributeDict(hparams)
-        return hparams
-
-    @property
-    def hparams_initial(self) -> AttributeDict | MutableMapping[str, Any]:
-        """A copy of `hparams` as `save_hyperparameters()` recorded them."""
-        return copy.deepcopy(self.__dict__.get("_hparams_initial", AttributeDict()))
-
-    def save_hyperparameters(
-        self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None, logger: bool = True, **values: Any
-    ) -> None:
-        """Record the caller's ``__init__`` arguments (all, those named, or one dict or config given) as `hparams`.
-
-        As in Lightning, the ``__init__`` arguments of subclasses calling ``super().__init__`` are
-        collected too; ``ignore`` drops names (e.g. modules passed in). `load_from_checkpoint()`
-        builds the module again from them (one object given whole goes back to the argument it came in).
-
-        Example:
-            ```python
-            def __init__(self, lr=0.1, hidden=64):
-                super().__init__()
-                self.save_hyperparameters()  # self.hparams.lr == 0.1
-            ```
-        """
-        if frame is None:
-            current = inspect.currentframe()
-            frame = current.f_back if current is not None else None
-            del current
-        recorded = collect_init_arguments(frame, names, ignore)
-        del frame
-        record_hyperparameters(self.__dict__, recorded, values)
-        self.__dict__["_hparams_initial"] = copy.deepcopy(self.hparams)
-        self.__dict__["_log_hyperparams"] = logger
 
     @classmethod
     def load_from_checkpoint(
@@ -444,11 +399,6 @@ class TrainModule(ModuleHooks, nn.Module):
         for param in self.parameters():
             param.requires_grad = True
         return self.train()
-
-    #: The checkpoint keys of the saved hyper-parameters, under Lightning's names.
-    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
-    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
-    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
 
     #: Whether ``load_state_dict`` on checkpoint load is strict (Lightning's ``strict_loading``).
     strict_loading: bool = True

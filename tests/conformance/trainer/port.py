@@ -46,6 +46,7 @@ FILES = {
     "trainer/flags/test_overfit_batches.py": "test_overfit_batches.py",
     "trainer/flags/test_val_check_interval.py": "test_val_check_interval.py",
     "models/test_hooks.py": "test_hooks.py",
+    "models/test_hparams.py": "test_hparams.py",
     "trainer/logging_/test_eval_loop_logging.py": "test_eval_loop_logging.py",
     "trainer/logging_/test_logger_connector.py": "test_logger_connector.py",
     "trainer/logging_/test_loop_logging.py": "test_loop_logging.py",
@@ -114,6 +115,8 @@ MODULES = {
     "lightning.pytorch.core.module": "fabricx.train",
     "lightning.pytorch.core.datamodule": "fabricx.train",
     "lightning.pytorch.core.optimizer": "fabricx.train",
+    "lightning.pytorch.core.mixins": "fabricx.train",
+    "lightning.pytorch.core.saving": "fabricx.train",
     "lightning.pytorch.utilities": "fabricx.train",
     "lightning.pytorch.utilities.combined_loader": "fabricx.train",
     "lightning.pytorch.utilities.model_helpers": "fabricx.train",
@@ -265,6 +268,15 @@ def _assigned_private_attrs(tree: ast.AST) -> set[str]:
             names.add(node.attr)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name.startswith("_"):
             names.add(node.name)
+        elif (  # hasattr(obj, "_name"): the file probes for a hook of its own, not a Lightning internal
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "hasattr"
+            and len(node.args) == 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            names.add(node.args[1].value)
     return names
 
 

@@ -15,6 +15,7 @@
 import math
 import os
 import pickle
+from argparse import Namespace
 from contextlib import nullcontext, suppress
 from copy import deepcopy
 from pathlib import Path
@@ -30,19 +31,14 @@ from torch.multiprocessing import ProcessRaisedException
 from torch.optim import SGD
 from torch.utils.data import DataLoader
 
-from fabricx.callbacks import Callback, ModelCheckpoint
+from fabricx.callbacks import Callback, ModelCheckpoint, Timer
 from fabricx.train import DataModule as LightningDataModule
-from fabricx.train import Trainer
+from fabricx.train import Trainer, load_hparams_from_yaml
 from fabricx.train import TrainModule as LightningModule
 from fabricx.utilities.seed import seed_everything
 
-Timer = public("fabricx.callbacks", "Timer")
-from helpers.public import public
-
-OnExceptionCheckpoint = public("fabricx.callbacks", "OnExceptionCheckpoint")
-from helpers.public import public
-
-BasePredictionWriter = public("fabricx.callbacks", "BasePredictionWriter")
+load_hparams_from_tags_csv = public("fabricx.train", "load_hparams_from_tags_csv")
+save_hparams_to_tags_csv = public("fabricx.train", "save_hparams_to_tags_csv")
 from helpers.boring_classes import (
     BoringDataModule,
     BoringModel,
@@ -53,6 +49,7 @@ from helpers.imports import _OMEGACONF_AVAILABLE
 from helpers.runif import RunIf
 from helpers.simple_models import ClassificationModel
 
+from fabricx.loggers import TensorBoardLogger
 from fabricx.strategies import DDPStrategy
 from fabricx.train import TrainerFn
 from fabricx.utilities.exceptions import MisconfigurationException
@@ -238,8 +235,54 @@ def test_gradient_accumulation_scheduling_last_batch(tmp_path, accumulate_grad_b
     trainer.fit(model)
 
 
+def test_loading_meta_tags(tmp_path):
+    """Test for backward compatibility to meta_tags.csv."""
+    hparams = {
+        "batch_size": 32,
+        "learning_rate": 0.001 * 8,
+        "optimizer_name": "adam",
+    }
+
+    # save tags
+    logger = tutils.get_default_logger(tmp_path)
+    logger.log_hyperparams(Namespace(some_str="a_str", an_int=1, a_float=2.0))
+    logger.log_hyperparams(hparams)
+    logger.save()
+
+    # load hparams
+    path_expt_dir = tutils.get_data_path(logger, path_dir=tmp_path)
+    hparams_path = os.path.join(path_expt_dir, TensorBoardLogger.NAME_HPARAMS_FILE)
+    hparams = load_hparams_from_yaml(hparams_path)
+
+    # save as legacy meta_tags.csv
+    tags_path = os.path.join(path_expt_dir, "meta_tags.csv")
+    save_hparams_to_tags_csv(tags_path, hparams)
+
+    tags = load_hparams_from_tags_csv(tags_path)
+
+    assert hparams == tags
 
 
+def test_loading_yaml(tmp_path):
+    hparams = {
+        "batch_size": 32,
+        "learning_rate": 0.001 * 8,
+        "optimizer_name": "adam",
+    }
+
+    # save tags
+    logger = tutils.get_default_logger(tmp_path)
+    logger.log_hyperparams(Namespace(some_str="a_str", an_int=1, a_float=2.0))
+    logger.log_hyperparams(hparams)
+    logger.save()
+
+    # load hparams
+    path_expt_dir = tutils.get_data_path(logger, path_dir=tmp_path)
+    hparams_path = os.path.join(path_expt_dir, "hparams.yaml")
+    tags = load_hparams_from_yaml(hparams_path)
+
+    assert tags["batch_size"] == 32
+    assert tags["optimizer_name"] == "adam"
 
 
 @pytest.mark.parametrize(
