@@ -53,6 +53,14 @@ _USER_CODE = textwrap.dedent(
     from fabricx.train.checkpoint.lightning_files import module_from_state
 
     assert TorchCheckpointIO is FabricxTorchIO and _load_state is module_from_state
+    # Lightning's hyper-parameter helpers, where its tests and libraries import them.
+    from lightning.pytorch.core.mixins import HyperparametersMixin
+    from lightning.pytorch.core.saving import load_hparams_from_yaml, save_hparams_to_yaml
+    from lightning.pytorch.utilities import AttributeDict, is_picklable
+
+    assert HyperparametersMixin is fabricx.train.HyperparametersMixin and AttributeDict is fabricx.train.AttributeDict
+    assert load_hparams_from_yaml is fabricx.train.load_hparams_from_yaml and is_picklable is fabricx.train.is_picklable
+    assert save_hparams_to_yaml is fabricx.train.save_hparams_to_yaml
     from lightning.pytorch.plugins import AsyncCheckpointIO
     from lightning.pytorch.plugins.io import AsyncCheckpointIO as IOAsyncCheckpointIO
     from lightning.pytorch.plugins.io import TorchCheckpointIO as IOTorchCheckpointIO

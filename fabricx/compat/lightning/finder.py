@@ -61,9 +61,10 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".core.datamodule": ("fabricx.train.data.datamodule", {"LightningDataModule": ("fabricx.train", "DataModule")}),
     # nn-template-core builds modules from the checkpoints its own I/O reads with the private `_load_state`.
     ".core.saving": (
-        "fabricx.train.checkpoint.lightning_files",
+        "fabricx.train.module.hparams_files",
         {"_load_state": ("fabricx.train.checkpoint.lightning_files", "module_from_state")},
     ),
+    ".core.mixins": ("fabricx.train.module.hparams", {}),
     ".callbacks": ("fabricx.callbacks", {}),
     ".callbacks.progress": ("fabricx.callbacks", {}),
     ".callbacks.progress.tqdm_progress": ("fabricx.train.callbacks.tqdm_progress", {}),
@@ -72,6 +73,10 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".trainer.states": ("fabricx.train.states", {}),
     ".tuner": ("fabricx.train.tuner", {}),
     ".plugins.io": ("fabricx.checkpoint.async_checkpoint_io", _PLUGIN_NAMES),
+    ".utilities": (
+        "fabricx.utilities",
+        {name: ("fabricx.train.module.hparams", name) for name in ("AttributeDict", "is_picklable")},
+    ),
     ".utilities.parsing": ("fabricx.train.module.hparams", {}),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
