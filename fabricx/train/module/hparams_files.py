@@ -37,15 +37,8 @@ def save_hparams_to_yaml(
     from fabricx.loggers.utils import write_hparams_yaml
     from fabricx.utilities.rank_zero import rank_zero_warn
 
-    folder = os.path.dirname(os.fspath(config_yaml))
-    if folder and not os.path.isdir(folder):
-        raise RuntimeError(f"Missing folder: {folder}.")
-    if isinstance(hparams, Namespace):
-        hparams = vars(hparams)
-    if not isinstance(hparams, Mapping):
-        raise TypeError(f"hparams must be dictionary, got {type(hparams).__name__}.")
     kept: dict[str, Any] = {}
-    for key, value in hparams.items():
+    for key, value in _entries(config_yaml, hparams).items():
         try:
             kept[str(key)] = _yaml_value(value)
         except (TypeError, ValueError):
@@ -105,15 +98,24 @@ def save_hparams_to_tags_csv(tags_csv: str | os.PathLike, hparams: Mapping[str, 
         save_hparams_to_tags_csv("run/meta_tags.csv", {"lr": 0.1})
         ```
     """
-    folder = os.path.dirname(os.fspath(tags_csv))
-    if folder and not os.path.isdir(folder):
-        raise RuntimeError(f"Missing folder: {folder}.")
-    if isinstance(hparams, Namespace):
-        hparams = vars(hparams)
+    entries = _entries(tags_csv, hparams)
     with open(tags_csv, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["key", "value"])
-        writer.writerows([key, value] for key, value in hparams.items())
+        writer.writerows([key, value] for key, value in entries.items())
+
+
+def _entries(path: str | os.PathLike, hparams: Mapping[str, Any] | Namespace) -> Mapping[str, Any]:
+    """What a save writes to ``path``: ``hparams`` as a mapping; Lightning's errors for a missing folder or another
+    type."""
+    folder = os.path.dirname(os.fspath(path))
+    if folder and not os.path.isdir(folder):
+        raise RuntimeError(f"Missing folder: {folder}.")
+    if isinstance(hparams, Namespace):
+        return vars(hparams)
+    if not isinstance(hparams, Mapping):
+        raise TypeError(f"hparams must be dictionary, got {type(hparams).__name__}.")
+    return hparams
 
 
 def load_hparams_from_tags_csv(tags_csv: str | os.PathLike) -> dict[str, Any]:
