@@ -100,25 +100,25 @@ def _is_config(value: Any) -> bool:
 
 def _as_configs(hparams: dict[str, Any], keys: Any) -> dict[str, Any]:
     """``hparams`` with the values under ``keys`` (saved from OmegaConf configs) made configs again."""
-    if not isinstance(keys, list) or not keys:
+    if not isinstance(keys, list):
         return hparams
-    try:
-        from omegaconf import OmegaConf
-    except ImportError:  # saved where OmegaConf was installed: the values are there, as plain data
-        return hparams
-    return {key: OmegaConf.create(value) if key in keys and isinstance(value, (dict, list)) else value
-            for key, value in hparams.items()}
+    return {key: _to_config(value) if key in keys else value for key, value in hparams.items()}
 
 
 def _as_saved_type(hparams: dict[str, Any], saved_type: Any) -> Any:
     """The loaded hyper-parameters as the config type they were saved from (an OmegaConf ``DictConfig``)."""
-    if saved_type == "DictConfig":
-        try:
-            from omegaconf import OmegaConf
-        except ImportError:  # saved where OmegaConf was installed: the values are there, as a dict
-            return hparams
-        return OmegaConf.create(hparams)
-    return hparams
+    return _to_config(hparams) if saved_type == "DictConfig" else hparams
+
+
+def _to_config(value: Any) -> Any:
+    """Plain data saved from an OmegaConf config as a config again (as it is where OmegaConf is not installed)."""
+    if not isinstance(value, (dict, list)):
+        return value
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:  # saved where OmegaConf was installed: the values are there, as plain data
+        return value
+    return OmegaConf.create(value)
 
 
 #: Names of hyper-parameters already warned about (a ModelCheckpoint saves many times; one warning says it).

@@ -201,7 +201,11 @@ def record_hyperparameters(attributes: dict[str, Any], recorded: Recorded, extra
     for key in recorded.ignored:
         current.pop(key, None)
     attributes["_hparams_name"] = recorded.name
-    for key, value in current.items():
+    for key in list(current):
+        try:
+            value = current[key]
+        except Exception:  # an OmegaConf value that is missing (``???``): read when it is used, not here
+            continue
         if isinstance(value, torch.nn.Module):
             from fabricx.utilities.rank_zero import rank_zero_warn
 
