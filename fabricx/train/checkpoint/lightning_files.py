@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from fabricx.checkpoint.numpy_scalars import is_numpy_scalar
+from fabricx.train.module.hparams_files import as_config
 from fabricx.utilities.exceptions import FabricxError
 
 _PLAIN = (bool, int, float, str, type(None))
@@ -102,23 +103,12 @@ def _as_configs(hparams: dict[str, Any], keys: Any) -> dict[str, Any]:
     """``hparams`` with the values under ``keys`` (saved from OmegaConf configs) made configs again."""
     if not isinstance(keys, list):
         return hparams
-    return {key: _to_config(value) if key in keys else value for key, value in hparams.items()}
+    return {key: as_config(value) if key in keys else value for key, value in hparams.items()}
 
 
 def _as_saved_type(hparams: dict[str, Any], saved_type: Any) -> Any:
     """The loaded hyper-parameters as the config type they were saved from (an OmegaConf ``DictConfig``)."""
-    return _to_config(hparams) if saved_type == "DictConfig" else hparams
-
-
-def _to_config(value: Any) -> Any:
-    """Plain data saved from an OmegaConf config as a config again (as it is where OmegaConf is not installed)."""
-    if not isinstance(value, (dict, list)):
-        return value
-    try:
-        from omegaconf import OmegaConf
-    except ImportError:  # saved where OmegaConf was installed: the values are there, as plain data
-        return value
-    return OmegaConf.create(value)
+    return as_config(hparams) if saved_type == "DictConfig" else hparams
 
 
 #: Names of hyper-parameters already warned about (a ModelCheckpoint saves many times; one warning says it).

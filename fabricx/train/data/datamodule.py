@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from fabricx.train.module.hparams import AttributeDict, HyperparametersMixin
+from fabricx.train.module.hparams import HyperparametersMixin
 from fabricx.train.module.module_hooks import DataHooks
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ class DataModule(HyperparametersMixin, DataHooks):
 
     def __init__(self) -> None:
         self.trainer: Trainer | None = None
-        self.__dict__.setdefault("_hparams", AttributeDict())  # save_hyperparameters() may run first
 
     def setup(self, stage: str) -> None:
         """Build datasets for ``stage`` (every process)."""

@@ -78,16 +78,28 @@ def load_hparams_from_yaml(config_yaml: str | os.PathLike, use_omegaconf: bool =
     import yaml
 
     hparams = yaml.safe_load(Path(config_yaml).read_text(encoding="utf-8"))
-    if use_omegaconf and isinstance(hparams, (dict, list)):
-        try:
-            from omegaconf import OmegaConf
-        except ImportError:
-            return hparams
-        try:
-            return OmegaConf.create(hparams)
-        except Exception:  # a value OmegaConf does not take: the plain data, as Lightning gives it
-            return hparams
-    return hparams
+    return as_config(hparams) if use_omegaconf else hparams
+
+
+def as_config(value: Any) -> Any:
+    """A plain dict or list as an OmegaConf config; as it is without OmegaConf, for other values, or for data
+    OmegaConf does not take (as Lightning gives it then).
+
+    Example:
+        ```python
+        as_config({"lr": 0.1})  # DictConfig({"lr": 0.1}) where OmegaConf is installed
+        ```
+    """
+    if not isinstance(value, (dict, list)):
+        return value
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return value
+    try:
+        return OmegaConf.create(value)
+    except Exception:  # OmegaConf's own errors for a value it does not take
+        return value
 
 
 def save_hparams_to_tags_csv(tags_csv: str | os.PathLike, hparams: Mapping[str, Any] | Namespace) -> None:
@@ -143,4 +155,10 @@ def _literal(text: str) -> Any:
         return text
 
 
-__all__ = ["load_hparams_from_tags_csv", "load_hparams_from_yaml", "save_hparams_to_tags_csv", "save_hparams_to_yaml"]
+__all__ = [
+    "as_config",
+    "load_hparams_from_tags_csv",
+    "load_hparams_from_yaml",
+    "save_hparams_to_tags_csv",
+    "save_hparams_to_yaml",
+]

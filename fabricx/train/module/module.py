@@ -12,7 +12,7 @@ from torch import nn
 
 from fabricx.strategies.strategy import optimizer_parameters
 from fabricx.train.logging.module_logging import is_metric_collection, log_through_fabric, record
-from fabricx.train.module.hparams import AttributeDict, HyperparametersMixin
+from fabricx.train.module.hparams import HyperparametersMixin
 from fabricx.train.module.module_hooks import ModuleHooks
 from fabricx.utilities.exceptions import FabricxError, MisconfigurationError
 from fabricx.utilities.jit import jit_inspecting
@@ -67,8 +67,6 @@ class TrainModule(HyperparametersMixin, ModuleHooks, nn.Module):
         # backward and self.optimizers() then go through that Fabric while no Trainer runs the module.
         self.__dict__["_fabric"] = None
         self.__dict__["_fabric_optimizers"] = []
-        # save_hyperparameters() may run before this __init__ (pytorch-forecasting's models do, as Lightning allows).
-        self.__dict__.setdefault("_hparams", AttributeDict())
 
     # -- where the module is running ------------------------------------------------------------------
     @property
