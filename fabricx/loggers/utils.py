@@ -109,8 +109,8 @@ def _yaml_flow(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, Enum):
-        return _yaml_flow(value.value)
+    if isinstance(value, Enum):  # by name, as Lightning's save_hparams_to_yaml writes it
+        return _yaml_string(value.name)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):

@@ -462,6 +462,7 @@ class Trainer(TrainerProperties):
             self._setup_fit(module, train_dataloaders, val_dataloaders)
             connector.reload_cast_weights()
             hooks.call("on_fit_start")
+            self._log_hyperparams()  # as Lightning: every entry point, after on_fit_start, before the sanity check
             module.zero_grad()
             if path is None and self.num_sanity_val_steps != 0 and self._data.may_validate():
                 fit_loop.run_sanity_check()
@@ -470,7 +471,6 @@ class Trainer(TrainerProperties):
             self._data.setup_fit_data()
             connector.restore_training_state()
             connector.resume_end()
-            self._log_hyperparams()
             fit_loop.start_clock()
             anomaly = torch.autograd.set_detect_anomaly(True) if self.detect_anomaly else contextlib.nullcontext()
             # As Lightning's fit loop: training turns gradients on whatever mode fit was called in (a caller's
@@ -482,18 +482,25 @@ class Trainer(TrainerProperties):
                 fit_loop.run()
                 hooks.call("on_train_end")
             hooks.call("on_fit_end")
-            self._finalize_loggers("success")
         except BaseException as exception:
             self._on_exception(exception)
             raise
         finally:
             self.checkpoint_connector.resume_end()
-            self._shutdown_loader_workers("fit")
-            run.call_teardown("fit")
-            run.report_profile()
-            self._end_state()
+            self._close_run("fit")
             self.checkpoint_connector.teardown_io()  # last: an asynchronous plugin raises a failed save here
         return spawn_result(self, None) if self._spawns else None
+
+    def _close_run(self, stage: str) -> None:
+        """However an entry point ends: the loaders' workers stopped, the teardown hooks, then (as Lightning, in
+        every entry point) the loggers finalized ``"success"`` unless ``on_exception`` already finalized them
+        ``"failed"``, the profile reported and the final state set."""
+        self._shutdown_loader_workers(stage)
+        self._run.call_teardown(stage)
+        if self.state.status == TrainerStatus.RUNNING:
+            self._finalize_loggers("success")
+        self._run.report_profile()
+        self._end_state()
 
     def _shutdown_loader_workers(self, stage: str) -> None:
         # As Lightning's loops when an entry point returns: the loaders' worker processes end, their positions
@@ -521,7 +528,6 @@ class Trainer(TrainerProperties):
                 self._data.set_eval_loaders(loaders, limits)
             run.logger_connector.reset_metrics()
             metrics = run_evaluation(self, run, stage, results, loaders, limits)
-            self._finalize_loggers("success")
         return spawn_result(self, metrics) if self._spawns else metrics
 
     def _predict_in_process(
@@ -546,16 +552,14 @@ class Trainer(TrainerProperties):
             run.call_setup(stage)
             run.setup_module_only(module)
             self._load_weights_for(stage, ckpt_path)
+            self._log_hyperparams()
             module.zero_grad()  # as Lightning, before every stage's loop
             yield run
         except BaseException as exception:
             self._on_exception(exception)
             raise
         finally:
-            self._shutdown_loader_workers(stage)
-            run.call_teardown(stage)
-            run.report_profile()
-            self._end_state()
+            self._close_run(stage)
 
     def _load_weights_for(self, stage: str, ckpt_path: Any) -> None:
         run = self._run
@@ -605,6 +609,8 @@ class Trainer(TrainerProperties):
             for logger in self._loggers:
                 logger.log_hyperparams(hparams)
         log_graph_to_loggers(module, self._loggers)  # as Lightning, after the hyperparameters
+        for logger in self._loggers:
+            logger.save()
 
     def _finalize_loggers(self, status: str) -> None:
         if self._fabric.is_global_zero:

@@ -152,7 +152,7 @@ def test_hparams_yaml(tmp_path):
         "  act: null\n"
         "scale: 2.5\n"
         'path: "/data/x y"\n'
-        "color: red\n"
+        "color: RED\n"  # by name, as Lightning writes an Enum
         "nan: .nan\n"
         "empty: {}\n"
         "use_amp: true\n"

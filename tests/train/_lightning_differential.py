@@ -27,6 +27,7 @@ SWAPS = {
     "from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint": (
         "from fabricx.callbacks import BasePredictionWriter, Callback, ModelCheckpoint"
     ),
+    "from lightning.pytorch.loggers import CSVLogger, Logger": "from fabricx.loggers import CSVLogger, Logger",
     "from lightning.pytorch.loggers import CSVLogger": "from fabricx.loggers import CSVLogger",
     # Before the lines it starts with: the longer line is swapped whole.
     "from lightning.pytorch.plugins import AsyncCheckpointIO, DoublePrecision, TorchCheckpointIO": (

@@ -131,6 +131,19 @@ def test_hyperparameters_given_whole_load_back_under_the_argument_they_came_in(r
     assert lightning["dictconfig"]["saved_type"] == "DictConfig" == fabricx["dictconfig"]["saved_type"]
 
 
+def test_loggers_get_the_hyperparameters_in_every_entry_point_as_lightnings_do(results):
+    # Lightning logs the hyper-parameters (then the graph, then save()) in fit, validate, test and predict: after
+    # on_fit_start, before the sanity check; it finalizes the loggers after the teardown hooks, predict included.
+    # A CSVLogger given to test() alone writes hparams.yaml, an Enum by its name.
+    lightning, fabricx = _case(results, "logging_in_every_entry_point")
+    assert fabricx["calls"] == lightning["calls"]
+    hparams_first = [("log_hyperparams", ["lr", "mode"]), ("log_graph", "EvaluatedRegressor", True), ("save",)]
+    assert fabricx["calls"]["test"][:3] == hparams_first
+    assert fabricx["calls"]["predict"][-2:] == [("teardown", "predict"), ("finalize", "success")]
+    assert fabricx["hparams_yaml"] == lightning["hparams_yaml"] == "lr: 0.1\nmode: FAST\n"
+    _same_weights(lightning["weights"], fabricx["weights"])
+
+
 def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
     lightning, fabricx = _case(results, "missing_and_read_only")
     for case in ("fit_missing", "load_missing"):

@@ -94,17 +94,18 @@ def export_onnx(
 
 
 def log_graph_to_loggers(module: ExportedModule, loggers: Iterable[Any]) -> None:
-    """The module's graph to each logger that asks for it (``TensorBoardLogger(log_graph=True)``), traced from
-    `example_input_array` on the module's device, as Lightning's Trainer does when fit starts (a logger warns
-    when the module has no example input)."""
-    asking = [logger for logger in loggers if getattr(logger, "logs_graph", False)]
-    if not asking:
-        return
-    example = module.example_input_array
-    if example is not None:
-        example = example_on_device(module, example)
-    for logger in asking:
-        logger.log_graph(module, example)
+    """The module's graph to each logger, as Lightning's Trainer does when a run starts: fabricx's loggers that
+    draw graphs (``TensorBoardLogger(log_graph=True)``) get it traced from `example_input_array` on the module's
+    device (a logger warns when the module has no example input); any other logger gets
+    ``log_graph(module)``, Lightning's call, to use or ignore."""
+    example: Any = None
+    for logger in loggers:
+        if not hasattr(logger, "logs_graph"):
+            logger.log_graph(module)
+        elif logger.logs_graph:
+            if example is None and module.example_input_array is not None:
+                example = example_on_device(module, module.example_input_array)
+            logger.log_graph(module, example)
 
 
 def _path_or_file(file_path: Any) -> Any:  # torch's annotations say str, but files work

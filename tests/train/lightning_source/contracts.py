@@ -6,6 +6,7 @@ weights, the warnings, the exceptions (their types and messages), the files writ
 """
 
 import csv
+import enum
 import functools
 import inspect
 import os
@@ -18,7 +19,7 @@ import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
 from lightning.pytorch.core.saving import _load_state
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins import AsyncCheckpointIO, DoublePrecision, TorchCheckpointIO
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.parsing import get_init_args
@@ -674,6 +675,112 @@ def run_hparams_given_whole(root: str) -> dict:
     return results
 
 
+# -- 19. Loggers get the hyper-parameters in every entry point, before the sanity check ---------------------------
+class CallRecordingLogger(Logger):
+    """A user's logger that records what the Trainer calls on it, in order, beside the hooks a callback sees."""
+
+    def __init__(self, calls):
+        super().__init__()
+        self.calls = calls
+
+    @property
+    def name(self):
+        return "recording"
+
+    @property
+    def version(self):
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        self.calls.append(("log_hyperparams", sorted(dict(params))))
+
+    def log_metrics(self, metrics, step=None):
+        self.calls.append(("log_metrics", sorted(metrics)))
+
+    def log_graph(self, model, input_array=None):
+        self.calls.append(("log_graph", type(model).__name__, input_array is None))
+
+    def save(self):
+        self.calls.append(("save",))
+
+    def finalize(self, status):
+        self.calls.append(("finalize", status))
+
+
+class HookOrder(Callback):
+    def __init__(self, calls):
+        self.calls = calls
+
+    def on_fit_start(self, trainer, pl_module):
+        self.calls.append(("on_fit_start",))
+
+    def on_sanity_check_start(self, trainer, pl_module):
+        self.calls.append(("on_sanity_check_start",))
+
+    def on_train_start(self, trainer, pl_module):
+        self.calls.append(("on_train_start",))
+
+    def on_validation_start(self, trainer, pl_module):
+        self.calls.append(("on_validation_start",))
+
+    def on_test_start(self, trainer, pl_module):
+        self.calls.append(("on_test_start",))
+
+    def on_predict_start(self, trainer, pl_module):
+        self.calls.append(("on_predict_start",))
+
+    def teardown(self, trainer, pl_module, stage):
+        self.calls.append(("teardown", stage))
+
+
+class Mode(enum.Enum):
+    FAST = "fast-value"
+
+
+class EvaluatedRegressor(Regressor):
+    def __init__(self, lr: float = 0.1, mode: Mode = Mode.FAST):
+        super().__init__(lr)
+        self.save_hyperparameters()
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x), y))
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self(x), y))
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0])
+
+
+def run_logging_in_every_entry_point(root: str) -> dict:
+    torch.manual_seed(3)
+    module = EvaluatedRegressor()
+    calls = {}
+    for stage in ("fit", "validate", "test", "predict"):
+        calls[stage] = []
+        trainer = Trainer(
+            max_epochs=1,
+            limit_train_batches=2,
+            limit_val_batches=1,
+            logger=CallRecordingLogger(calls[stage]),
+            callbacks=[HookOrder(calls[stage])],
+            enable_checkpointing=False,
+            **QUIET,
+        )
+        if stage == "fit":
+            trainer.fit(module, loader(1), loader(2))
+        else:
+            getattr(trainer, stage)(module, loader(2))
+    # A CSVLogger given to test() alone writes hparams.yaml, an Enum by its name.
+    csv_logger = CSVLogger(os.path.join(root, "csv"))
+    Trainer(logger=csv_logger, **QUIET).test(module, loader(2))
+    with open(os.path.join(csv_logger.log_dir, "hparams.yaml")) as handle:
+        hparams_yaml = handle.read()
+    return {"calls": calls, "hparams_yaml": hparams_yaml, "weights": weights(module)}
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -693,4 +800,5 @@ CASES = {
     "async_checkpoint_io": run_async_checkpoint_io,
     "logger_hears_checkpoints": run_logger_hears_checkpoints,
     "hparams_given_whole": run_hparams_given_whole,
+    "logging_in_every_entry_point": run_logging_in_every_entry_point,
 }
