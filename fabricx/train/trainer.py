@@ -492,12 +492,13 @@ class Trainer(TrainerProperties):
         return spawn_result(self, None) if self._spawns else None
 
     def _close_run(self, stage: str) -> None:
-        """However an entry point ends: the loaders' workers stopped, the teardown hooks, then (as Lightning, in
-        every entry point) the loggers finalized ``"success"`` unless ``on_exception`` already finalized them
-        ``"failed"``, the profile reported and the final state set."""
+        """However an entry point ends: the loaders' workers stopped; then, as Lightning, after a run that did not
+        raise, the teardown hooks and the loggers finalized ``"success"`` (a run that raised had ``on_exception``
+        and its loggers finalized ``"failed"``, and calls no teardown hook that could hide its error); the profile
+        reported and the final state set."""
         self._shutdown_loader_workers(stage)
-        self._run.call_teardown(stage)
         if self.state.status == TrainerStatus.RUNNING:
+            self._run.call_teardown(stage)
             self._finalize_loggers("success")
         self._run.report_profile()
         self._end_state()

@@ -144,6 +144,18 @@ def test_loggers_get_the_hyperparameters_in_every_entry_point_as_lightnings_do(r
     _same_weights(lightning["weights"], fabricx["weights"])
 
 
+def test_a_run_that_raises_calls_on_exception_and_no_teardown_hook_as_lightnings_does(results):
+    # Lightning's _call_and_handle_interrupt: on_exception, the loggers finalized "failed", the state INTERRUPTED,
+    # the user's error raised as it was; the teardown hooks (module, callbacks, data module) are not called.
+    lightning, fabricx = _case(results, "failing_entry_points")
+    assert fabricx == lightning
+    for stage, step in (("fit", "training_step"), ("test", "test_step")):
+        calls = fabricx[stage]["calls"]
+        assert calls[-2:] == [("on_exception", "ValueError", f"{step} failed"), ("finalize", "failed")]
+        assert not [call for call in calls if "teardown" in call[0]]
+        assert fabricx[stage]["status"] == "TrainerStatus.INTERRUPTED"
+
+
 def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
     lightning, fabricx = _case(results, "missing_and_read_only")
     for case in ("fit_missing", "load_missing"):

@@ -32,7 +32,6 @@ class OnExceptionCheckpoint(Callback):
             raise ValueError("The filename cannot be empty")
         self.dirpath = dirpath
         self.filename = filename
-        self._raised = False
 
     @property
     def ckpt_path(self) -> str:
@@ -40,7 +39,6 @@ class OnExceptionCheckpoint(Callback):
         return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
-        self._raised = True
         if trainer.model is None:
             # Raised before the module was set up (a ckpt_path that does not exist, say): nothing has trained, and
             # the checkpoint this fit was to resume from must stay as it is.
@@ -48,9 +46,8 @@ class OnExceptionCheckpoint(Callback):
         trainer.save_checkpoint(self.ckpt_path)
 
     def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
-        # fabricx calls teardown after on_exception too; Lightning's teardown (which removes) runs only on success.
-        raised, self._raised = self._raised, False
-        if not raised and trainer.is_global_zero and os.path.lexists(self.ckpt_path):
+        # As Lightning's: teardown hooks run only after a run that did not raise.
+        if trainer.is_global_zero and os.path.lexists(self.ckpt_path):
             trainer.checkpoint_connector.remove(self.ckpt_path)
 
 

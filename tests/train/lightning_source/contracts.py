@@ -781,6 +781,56 @@ def run_logging_in_every_entry_point(root: str) -> dict:
     return {"calls": calls, "hparams_yaml": hparams_yaml, "weights": weights(module)}
 
 
+# -- 20. A run that raises: on_exception, the loggers finalized "failed", no teardown hooks -------------------------
+class FailingRegressor(EvaluatedRegressor):
+    def __init__(self, fail_in: str):
+        super().__init__()
+        self.fail_in = fail_in
+
+    def training_step(self, batch, batch_idx):
+        if self.fail_in == "training_step" and batch_idx == 1:
+            raise ValueError("training_step failed")
+        return super().training_step(batch, batch_idx)
+
+    def test_step(self, batch, batch_idx):
+        raise ValueError("test_step failed")
+
+    def teardown(self, stage):
+        self.calls.append(("module teardown", stage))
+
+
+class ExceptionHooks(HookOrder):
+    def on_exception(self, trainer, pl_module, exception):
+        self.calls.append(("on_exception", type(exception).__name__, str(exception)))
+
+
+def run_failing_entry_points(root: str) -> dict:
+    results = {}
+    for stage in ("fit", "test"):
+        calls = []
+        torch.manual_seed(4)
+        module = FailingRegressor("training_step" if stage == "fit" else "test_step")
+        module.calls = calls
+        trainer = Trainer(
+            max_epochs=1,
+            logger=CallRecordingLogger(calls),
+            callbacks=[ExceptionHooks(calls)],
+            enable_checkpointing=False,
+            **QUIET,
+        )
+        entry = functools.partial(trainer.fit, module, loader(1)) if stage == "fit" else functools.partial(
+            trainer.test, module, loader(2)
+        )
+        error = error_of(entry)
+        results[stage] = {
+            "calls": [call for call in calls if call[0] not in ("log_metrics", "save")],
+            "error": error,
+            "status": str(trainer.state.status),
+            "stage": str(trainer.state.stage),
+        }
+    return results
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -801,4 +851,5 @@ CASES = {
     "logger_hears_checkpoints": run_logger_hears_checkpoints,
     "hparams_given_whole": run_hparams_given_whole,
     "logging_in_every_entry_point": run_logging_in_every_entry_point,
+    "failing_entry_points": run_failing_entry_points,
 }
