@@ -162,6 +162,9 @@ class NoOpExperiment:
     def __getitem__(self, index: Any) -> NoOpExperiment:
         return self
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        pass  # ``experiment["tag"] = value``, as Neptune-style experiments take it, is dropped too
+
     def __call__(self, *args: Any, **kwargs: Any) -> NoOpExperiment:
         return self
 

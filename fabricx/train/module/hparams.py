@@ -29,7 +29,7 @@ class AttributeDict(dict):
             return self[key]
         except KeyError as error:
             raise AttributeError(
-                f"hparams has no {key!r}; recorded are {sorted(self)}. Pass it to __init__ before "
+                f"hparams has no {key!r}; recorded are {sorted(self, key=str)}. Pass it to __init__ before "
                 "save_hyperparameters(), or set self.hparams[{key!r}] yourself."
             ) from error
 

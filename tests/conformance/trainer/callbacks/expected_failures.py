@@ -22,15 +22,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_pl_csv.py::test_manual_versioning_file_exists": (
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
     ),
-    "test_pl_logger.py::test_dummyexperiment_support_item_assignment": (
-        "TRAINER GAP: DummyExperiment (fabricx's NoOpExperiment) has no `__setitem__`, so `experiment[key] = value` "
-        "raises TypeError; Lightning's _DummyExperiment ignores item assignment"
-    ),
-    "test_pl_logger.py::test_log_hyperparams_key_collision": (
-        "TRAINER GAP: hparams with an int key among str keys: the AttributeDict's missing-attribute message sorts "
-        "the keys, so `copy.deepcopy(self.hparams)` in save_hyperparameters gets a TypeError instead of the "
-        "AttributeError it expects for `__deepcopy__`"
-    ),
     # -- Tuner ----------------------------------------------------------------------------------------
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]": _THROWAWAY,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2-2]": _THROWAWAY,
