@@ -16,11 +16,12 @@ from fabricx.callbacks import (
     EarlyStopping,
     LearningRateMonitor,
     ModelCheckpoint,
+    ModelSummary,
     RichModelSummary,
     RichProgressBar,
 )
 from fabricx.train import Trainer
-from fabricx.train.callbacks.model_summary import summarize
+from fabricx.train.module.summary import summarize
 
 
 class ScriptedScore(Regressor):
@@ -171,18 +172,21 @@ def test_model_summary_table(tmp_path, capsys):
     module = Regressor()
     module.net[0].weight.requires_grad_(False)
     summary = summarize(module, max_depth=2)
-    assert summary.total_params == 32 * 64 + 64 + 64 + 1
-    assert summary.frozen_params == 32 * 64
-    assert summary.trainable_params == 64 + 64 + 1
-    assert summary.size_bytes == 4 * summary.total_params
-    assert [layer.name for layer in summary.layers] == ["net", "net.0", "net.1", "net.2"]
+    assert summary.total_parameters == 32 * 64 + 64 + 64 + 1
+    assert summary.trainable_parameters == 64 + 64 + 1
+    assert summary.model_size == pytest.approx(4e-6 * summary.total_parameters)  # 32-bit parameters, in MB
+    assert summary.layer_names == ["net", "net.0", "net.1", "net.2"]
 
+    # Without the rich progress bar the default summary is Lightning's text table; with it, the rich table.
     trainer = _trainer(tmp_path, max_epochs=1, enable_model_summary=True, enable_checkpointing=False)
+    assert [type(cb).__name__ for cb in trainer.callbacks if isinstance(cb, ModelSummary)] == ["ModelSummary"]
     trainer.fit(module, loader(regression_data(32)))
     out = capsys.readouterr().out
-    assert "Sequential" in out and "Total params: 2.2 K" in out and "Frozen params: 2.0 K" in out
-    assert "Estimated size: 0.009 MB" in out
-    assert isinstance(RichModelSummary().max_depth, int)
+    assert "| Sequential |" in out and "2.2 K     Total params" in out and "2.0 K     Non-trainable params" in out
+    assert "0.009     Total estimated model params size (MB)" in out
+    rich = Trainer(accelerator="cpu", default_root_dir=tmp_path, logger=False)
+    assert [type(cb).__name__ for cb in rich.callbacks if isinstance(cb, ModelSummary)] == ["RichModelSummary"]
+    assert RichModelSummary(max_depth=2).max_depth == 2
 
 
 def test_callback_state_and_hook_order(tmp_path):

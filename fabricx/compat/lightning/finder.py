@@ -68,6 +68,8 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".callbacks": ("fabricx.callbacks", {}),
     ".callbacks.progress": ("fabricx.callbacks", {}),
     ".callbacks.progress.tqdm_progress": ("fabricx.train.callbacks.tqdm_progress", {}),
+    ".callbacks.model_summary": ("fabricx.train.callbacks.model_summary", {}),
+    ".callbacks.rich_model_summary": ("fabricx.train.callbacks.model_summary", {}),
     ".loggers.logger": ("fabricx.loggers.base", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
     ".trainer.states": ("fabricx.train.states", {}),
@@ -78,6 +80,8 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         {name: ("fabricx.train.module.hparams", name) for name in ("AttributeDict", "is_picklable")},
     ),
     ".utilities.parsing": ("fabricx.train.module.hparams", {}),
+    ".utilities.model_summary": ("fabricx.train.module.summary", {}),
+    ".utilities.model_summary.model_summary": ("fabricx.train.module.summary", {}),
     ".utilities.exceptions": ("fabricx.utilities.exceptions", {}),
 }
 #: The same for ``lightning.fabric`` (``lightning_fabric`` is the same).

@@ -7,7 +7,7 @@ from fabricx.train.callbacks.early_stopping import EarlyStopping
 from fabricx.train.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
-from fabricx.train.callbacks.model_summary import RichModelSummary
+from fabricx.train.callbacks.model_summary import ModelSummary, RichModelSummary
 from fabricx.train.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from fabricx.train.callbacks.prediction_writer import BasePredictionWriter
 from fabricx.train.callbacks.progress import ProgressBar
@@ -26,6 +26,7 @@ __all__ = [
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",
     "RichModelSummary",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fabricx.utilities.rank_zero import rank_zero_info
+
 if TYPE_CHECKING:
     from fabricx.train.config.trainer_config import TrainerConfig
     from fabricx.train.module.module import TrainModule
@@ -12,16 +14,26 @@ if TYPE_CHECKING:
 def trainer_callbacks(config: TrainerConfig) -> list[Any]:
     """The given callbacks plus a progress bar, a model summary and a ModelCheckpoint unless disabled or given."""
     from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
-    from fabricx.train.callbacks.model_summary import RichModelSummary
+    from fabricx.train.callbacks.model_summary import ModelSummary, RichModelSummary
     from fabricx.train.callbacks.progress_bar import RichProgressBar
     from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
     given = list(config.callbacks)  # the config made any iterable a list
     extra: list[Any] = []
-    if config.enable_progress_bar and not any(isinstance(cb, (RichProgressBar, TQDMProgressBar)) for cb in given):
-        extra.append(RichProgressBar())
-    if config.enable_model_summary and not any(isinstance(cb, RichModelSummary) for cb in given):
-        extra.append(RichModelSummary())
+    bars = [cb for cb in given if isinstance(cb, (RichProgressBar, TQDMProgressBar))]
+    if config.enable_progress_bar and not bars:
+        bars.append(RichProgressBar())
+        extra.append(bars[0])
+    summaries = [type(cb) for cb in given if isinstance(cb, ModelSummary)]
+    if config.enable_model_summary and summaries:
+        rank_zero_info(
+            f"Trainer already configured with model summary callbacks: {summaries}. Skipping setting a default "
+            "`ModelSummary` callback."
+        )
+    elif config.enable_model_summary:
+        # As Lightning: the rich table beside the rich progress bar, the text table otherwise.
+        rich = config.enable_progress_bar and isinstance(bars[0], RichProgressBar)
+        extra.append(RichModelSummary() if rich else ModelSummary())
     if config.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
         default = ModelCheckpoint(save_last=True, save_top_k=0)
         default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
