@@ -1,4 +1,5 @@
-"""The pieces of Lightning's `tests_pytorch/helpers` the ported callback/logger/tuner tests use, imports swapped.
+"""The pieces of Lightning's `tests_pytorch/helpers` the ported callback/logger/tuner/summary tests use, imports
+swapped.
 
 `RunIf` is rewritten (Lightning's wraps a private helper of its own package); the model, datamodule and
 dataset classes are Lightning 2.6.5's, with only their imports changed.
@@ -190,3 +191,44 @@ class ClassifDataModule(SklearnDataModule):
             random_state=42,
         )
         super().__init__(data, x_type=torch.float32, y_type=torch.long, batch_size=batch_size)
+
+
+class AverageDataset(Dataset):
+    def __init__(self, dataset_len=300, sequence_len=100):
+        self.dataset_len = dataset_len
+        self.sequence_len = sequence_len
+        self.input_seq = torch.randn(dataset_len, sequence_len, 10)
+        top, bottom = self.input_seq.chunk(2, -1)
+        self.output_seq = top + bottom.roll(shifts=1, dims=-1)
+
+    def __len__(self):
+        return self.dataset_len
+
+    def __getitem__(self, item):
+        return self.input_seq[item], self.output_seq[item]
+
+
+class ParityModuleRNN(LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(10, 20, batch_first=True)
+        self.linear_out = nn.Linear(in_features=20, out_features=5)
+        self.example_input_array = torch.rand(2, 3, 10)
+        self._loss = []  # needed for checking if the loss is the same as vanilla torch
+
+    def forward(self, x):
+        seq, _ = self.rnn(x)
+        return self.linear_out(seq)
+
+    def training_step(self, batch, batch_nb):
+        x, y = batch
+        y_hat = self(x)
+        loss = F.mse_loss(y_hat, y)
+        self._loss.append(loss.item())
+        return {"loss": loss}
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.02)
+
+    def train_dataloader(self):
+        return DataLoader(AverageDataset(), batch_size=30)
