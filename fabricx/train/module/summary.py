@@ -335,16 +335,21 @@ def get_human_readable_count(number: int) -> str:
     return f"{scaled:,.1f} {unit}"
 
 
+_warned_uninitialized: list[bool] = []
+
+
 def _numel(parameter: torch.Tensor) -> int:
     """A parameter's size: DeepSpeed ZeRO-3's full size where it is partitioned; 0 for one not yet initialized."""
     from torch.nn.parameter import UninitializedParameter
 
     if isinstance(parameter, UninitializedParameter) and not _is_dtensor(parameter):
-        rank_zero_warn(
-            "The total number of parameters detected may be inaccurate because the model contains an instance of"
-            " `UninitializedParameter`. To get an accurate number, set `self.example_input_array` in your"
-            " LightningModule."
-        )
+        if not _warned_uninitialized:  # once per process, as Lightning's warning cache
+            _warned_uninitialized.append(True)
+            rank_zero_warn(
+                "The total number of parameters detected may be inaccurate because the model contains an instance of"
+                " `UninitializedParameter`. To get an accurate number, set `self.example_input_array` in your"
+                " LightningModule."
+            )
         return 0
     return int(getattr(parameter, "ds_numel", parameter.numel()))
 

@@ -1,10 +1,8 @@
 """Lightning 2.6.5's `tests/tests_pytorch/utilities/test_model_summary.py`, run against fabricx.
 
 Only the imports differ (see README.md beside this file for the selection rule): Lightning's
-`lightning.pytorch.utilities.model_summary.model_summary.ModelSummary` and `summarize` are
-`fabricx.train.callbacks.model_summary`'s; its public constants `LEFTOVER_PARAMS_NAME`, `NOT_APPLICABLE` and
-`UNKNOWN_SIZE` have no fabricx counterpart and are bound to a stand-in. Left out, because they use names that are
-not public:
+`lightning.pytorch.utilities.model_summary[.model_summary]` is `fabricx.train.module.summary`. Left out, because
+they use names that are not public:
 
 * `test_hooks_removed_after_summarize`: reads Lightning's private `LayerSummary._hook_handle`
 * `test_dtensor_model_summary`: patches Lightning's `lightning.pytorch.utilities.model_summary.model_summary._is_dtensor`
@@ -15,18 +13,6 @@ not public:
 """
 
 # ruff: noqa
-class _NotInFabricx:
-    """Stands in for a Lightning name fabricx does not provide; only the tests that use it fail."""
-
-    def __init__(self, what):
-        self.what = what
-
-    def __call__(self, *args, **kwargs):
-        raise NotImplementedError(self.what)
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
 # Copyright The Lightning AI team.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
@@ -52,11 +38,11 @@ from lightning_utilities.test.warning import no_warning_call
 from fabricx.train import TrainModule as LightningModule
 from fabricx.train import Trainer
 from _pl_boring import BoringModel
-LEFTOVER_PARAMS_NAME = _NotInFabricx("Lightning's public `model_summary.LEFTOVER_PARAMS_NAME`")
-NOT_APPLICABLE = _NotInFabricx("Lightning's public `model_summary.NOT_APPLICABLE`")
-UNKNOWN_SIZE = _NotInFabricx("Lightning's public `model_summary.UNKNOWN_SIZE`")
-from fabricx.train.callbacks.model_summary import ModelSummary
-from fabricx.train.callbacks.model_summary import summarize
+from fabricx.train.module.summary import LEFTOVER_PARAMS_NAME
+from fabricx.train.module.summary import NOT_APPLICABLE
+from fabricx.train.module.summary import UNKNOWN_SIZE
+from fabricx.train.module.summary import ModelSummary
+from fabricx.train.module.summary import summarize
 from _pl_helpers import ParityModuleRNN
 from _pl_helpers import RunIf
 

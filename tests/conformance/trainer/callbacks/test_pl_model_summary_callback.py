@@ -1,25 +1,12 @@
 """Lightning 2.6.5's `tests/tests_pytorch/callbacks/test_model_summary.py`, run against fabricx.
 
-Only the imports differ (see README.md beside this file for the selection rule): fabricx has no plain
-`ModelSummary` callback (its one summary callback is `RichModelSummary`), so the name is bound to a stand-in.
-Left out, because it uses a name that is not public:
+Only the imports differ (see README.md beside this file for the selection rule). Left out, because it uses a
+name that is not public:
 
 * `test_model_summary_callback_with_enable_model_summary_true`: reads Lightning's private `ModelSummary._max_depth`
 """
 
 # ruff: noqa
-class _NotInFabricx:
-    """Stands in for a Lightning name fabricx does not provide; only the tests that use it fail."""
-
-    def __init__(self, what):
-        self.what = what
-
-    def __call__(self, *args, **kwargs):
-        raise NotImplementedError(self.what)
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
 # Copyright The Lightning AI team.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
@@ -36,7 +23,7 @@ class _NotInFabricx:
 from typing import Any
 
 from fabricx.train import Trainer
-ModelSummary = _NotInFabricx("Lightning's public callback `lightning.pytorch.callbacks.ModelSummary`")
+from fabricx.callbacks import ModelSummary
 from _pl_boring import BoringModel
 
 

@@ -1,7 +1,7 @@
 """Lightning 2.6.5's `tests/tests_pytorch/callbacks/test_rich_model_summary.py`, run against fabricx.
 
 Only the imports differ (see README.md beside this file for the selection rule; Lightning's
-`lightning.pytorch.utilities.model_summary.summarize` is `fabricx.train.callbacks.model_summary`'s). Left out,
+`lightning.pytorch.utilities.model_summary.summarize` is `fabricx.train.module.summary`'s). Left out,
 because they use names that are not public:
 
 * `test_rich_progress_bar_import_error`: imports Lightning's `lightning.pytorch.callbacks.rich_model_summary` and patches its private `_RICH_AVAILABLE`
@@ -33,7 +33,7 @@ from fabricx.train import Trainer
 from fabricx.callbacks import RichModelSummary
 from fabricx.callbacks import RichProgressBar
 from _pl_boring import BoringModel
-from fabricx.train.callbacks.model_summary import summarize
+from fabricx.train.module.summary import summarize
 from _pl_helpers import RunIf
 
 
