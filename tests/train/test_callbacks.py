@@ -260,3 +260,17 @@ def test_callbacks_refuse_strategies_by_capability_not_by_class_name(strategy: s
     else:
         finetuning.setup(trainer, module, "fit")  # type: ignore[arg-type]
         assert not any(parameter.requires_grad for parameter in module.backbone.parameters())
+
+
+def test_a_module_with_lazy_layers_fits_with_the_default_summary(tmp_path, capsys):
+    # The former summary called numel() on an uninitialized parameter, so fit raised at on_fit_start.
+    class Lazy(Regressor):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+
+    module = Lazy()
+    with pytest.warns(UserWarning, match="number of parameters detected may be inaccurate"):
+        _trainer(tmp_path, max_epochs=1, enable_model_summary=True).fit(module, loader(regression_data(16)))
+    assert "Total params" in capsys.readouterr().out
+    assert module.net[0].weight.shape == (8, 32)

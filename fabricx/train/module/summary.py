@@ -80,7 +80,7 @@ class LayerSummary:
 
     @property
     def num_parameters(self) -> int:
-        return sum(_numel(p) for p in self._module.parameters())
+        return sum(_numel(p) or 0 for p in self._module.parameters())
 
     @property
     def training(self) -> bool:
@@ -107,6 +107,7 @@ class ModelSummary:
 
         self._model = model
         self._max_depth = max_depth
+        self._warned_uninitialized = False
         # depth + 1: the root module is depth 0 for the counter
         self._flop_counter = FlopCounterMode(display=False, depth=max_depth + 1)
         self._layer_summary = self.summarize()
@@ -159,11 +160,22 @@ class ModelSummary:
 
     @property
     def total_parameters(self) -> int:
-        return sum(_numel(p) for p in self._model.parameters())
+        return self._count(self._model.parameters())
 
     @property
     def trainable_parameters(self) -> int:
-        return sum(_numel(p) for p in self._model.parameters() if p.requires_grad)
+        return self._count(p for p in self._model.parameters() if p.requires_grad)
+
+    def _count(self, parameters: Any) -> int:
+        sizes = [_numel(p) for p in parameters]
+        if None in sizes and not self._warned_uninitialized:  # once per summary (it reads the totals often)
+            self._warned_uninitialized = True
+            rank_zero_warn(
+                "The total number of parameters detected may be inaccurate because the model contains an instance of"
+                " `UninitializedParameter`. To get an accurate number, set `self.example_input_array` in your"
+                " LightningModule."
+            )
+        return sum(size or 0 for size in sizes)
 
     @property
     def total_layer_params(self) -> int:
@@ -335,22 +347,13 @@ def get_human_readable_count(number: int) -> str:
     return f"{scaled:,.1f} {unit}"
 
 
-_warned_uninitialized: list[bool] = []
-
-
-def _numel(parameter: torch.Tensor) -> int:
-    """A parameter's size: DeepSpeed ZeRO-3's full size where it is partitioned; 0 for one not yet initialized."""
+def _numel(parameter: torch.Tensor) -> int | None:
+    """A parameter's size (DeepSpeed ZeRO-3's full size where it is partitioned); ``None`` for one not yet
+    initialized (a lazy layer before its first forward)."""
     from torch.nn.parameter import UninitializedParameter
 
     if isinstance(parameter, UninitializedParameter) and not _is_dtensor(parameter):
-        if not _warned_uninitialized:  # once per process, as Lightning's warning cache
-            _warned_uninitialized.append(True)
-            rank_zero_warn(
-                "The total number of parameters detected may be inaccurate because the model contains an instance of"
-                " `UninitializedParameter`. To get an accurate number, set `self.example_input_array` in your"
-                " LightningModule."
-            )
-        return 0
+        return None
     return int(getattr(parameter, "ds_numel", parameter.numel()))
 
 
