@@ -264,9 +264,10 @@ class TrainerProperties:
 
     @property
     def checkpoint_callbacks(self) -> list[Any]:
-        from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+        """The `Checkpoint` callbacks (`ModelCheckpoint`, `OnExceptionCheckpoint`, a user's own), as Lightning's."""
+        from fabricx.train.callbacks.base import Checkpoint
 
-        return [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
+        return [cb for cb in self.callbacks if isinstance(cb, Checkpoint)]
 
     @property
     def checkpoint_callback(self) -> Any:

@@ -87,11 +87,21 @@ _USER_CODE = textwrap.dedent(
     assert trainer.global_step == 2
 
     try:
-        from lightning.pytorch.callbacks import LambdaCallback  # fabricx has none
+        from lightning.pytorch.callbacks import ModelPruning  # fabricx has none
     except ImportError as error:
-        assert "LambdaCallback" in str(error), error
+        assert "ModelPruning" in str(error), error
     else:
-        raise AssertionError("LambdaCallback imported")
+        raise AssertionError("ModelPruning imported")
+    from lightning.pytorch.callbacks import Checkpoint, LambdaCallback, ModelSummary
+    from lightning.pytorch.utilities.model_summary import summarize
+
+    import fabricx.callbacks
+    from fabricx.train.module.summary import summarize as fabricx_summarize
+
+    assert (Checkpoint, LambdaCallback, ModelSummary) == (
+        fabricx.callbacks.Checkpoint, fabricx.callbacks.LambdaCallback, fabricx.callbacks.ModelSummary
+    )
+    assert summarize is fabricx_summarize
     try:
         import lightning.pytorch.cli  # no counterpart
     except ImportError as error:

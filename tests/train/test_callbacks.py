@@ -274,3 +274,38 @@ def test_a_module_with_lazy_layers_fits_with_the_default_summary(tmp_path, capsy
         _trainer(tmp_path, max_epochs=1, enable_model_summary=True).fit(module, loader(regression_data(16)))
     assert "Total params" in capsys.readouterr().out
     assert module.net[0].weight.shape == (8, 32)
+
+
+def test_lambda_and_checkpoint_callbacks_as_lightnings(tmp_path):
+    # LambdaCallback runs the functions given by hook name; a user's Checkpoint subclass is a checkpoint callback:
+    # listed in trainer.checkpoint_callbacks, run after the others, and the default ModelCheckpoint is not added.
+    import lightning.pytorch as pl
+
+    from fabricx.callbacks import Checkpoint, LambdaCallback
+
+    seen = []
+    lam = LambdaCallback(
+        on_train_epoch_start=lambda trainer, module: seen.append(("epoch", trainer.current_epoch)),
+        on_fit_end=lambda trainer, module: seen.append(("fit_end",)),
+    )
+
+    class Snapshot(Checkpoint):
+        def on_train_epoch_end(self, trainer, module):
+            seen.append(("snapshot", trainer.current_epoch))
+
+    snapshot = Snapshot()
+    trainer = Trainer(
+        accelerator="cpu", default_root_dir=tmp_path, logger=False, enable_progress_bar=False, max_epochs=2,
+        enable_model_summary=False, callbacks=[snapshot, lam],
+    )
+    assert trainer.checkpoint_callbacks == [snapshot] and trainer.callbacks[-1] is snapshot
+    assert not any(isinstance(cb, ModelCheckpoint) for cb in trainer.callbacks)
+    trainer.fit(Regressor(), loader(regression_data(16)))
+    assert seen == [("epoch", 0), ("snapshot", 0), ("epoch", 1), ("snapshot", 1), ("fit_end",)]
+    with pytest.raises(Exception, match="enable_checkpointing=False"):
+        Trainer(accelerator="cpu", enable_checkpointing=False, callbacks=[Snapshot()])
+    # the same on Lightning
+    ours = [type(cb).__name__ for cb in trainer.callbacks]
+    theirs = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[pl.callbacks.LambdaCallback(), type("Snapshot", (pl.callbacks.Checkpoint,), {})()])
+    assert ours == ["LambdaCallback", "Snapshot"] == [type(cb).__name__ for cb in theirs.callbacks]

@@ -1,10 +1,11 @@
 """Trainer callbacks: checkpointing, early stopping, learning-rate logging, progress, summary, fine-tuning,
 weight averaging, timing and device statistics."""
 
-from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.base import Callback, Checkpoint
 from fabricx.train.callbacks.device_stats_monitor import DeviceStatsMonitor
 from fabricx.train.callbacks.early_stopping import EarlyStopping
 from fabricx.train.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
+from fabricx.train.callbacks.lambda_function import LambdaCallback
 from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
 from fabricx.train.callbacks.model_summary import ModelSummary, RichModelSummary
@@ -22,8 +23,10 @@ __all__ = [
     "BaseFinetuning",
     "BasePredictionWriter",
     "Callback",
+    "Checkpoint",
     "DeviceStatsMonitor",
     "EarlyStopping",
+    "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",

@@ -121,6 +121,20 @@ class Callback:
         """Read what `on_save_checkpoint()` added."""
 
 
+class Checkpoint(Callback):
+    """The base class of the callbacks that write checkpoints (`ModelCheckpoint`, `OnExceptionCheckpoint`), as
+    Lightning's: the Trainer runs them after the other callbacks in each hook, lists them in
+    `trainer.checkpoint_callbacks`, and adds its default `ModelCheckpoint` only when none is given.
+
+    Example:
+        ```python
+        class EveryEpoch(Checkpoint):
+            def on_train_epoch_end(self, trainer, module):
+                trainer.save_checkpoint(f"epoch-{trainer.current_epoch}.ckpt")
+        ```
+    """
+
+
 def overrides(obj: Any, name: str, base: type) -> bool:
     """Whether ``obj``'s class defines hook ``name`` differently from ``base``."""
     method = getattr(type(obj), name, None)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 def trainer_callbacks(config: TrainerConfig) -> list[Any]:
     """The given callbacks plus a progress bar, a model summary and a ModelCheckpoint unless disabled or given."""
+    from fabricx.train.callbacks.base import Checkpoint
     from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
     from fabricx.train.callbacks.model_summary import ModelSummary, RichModelSummary
     from fabricx.train.callbacks.progress_bar import RichProgressBar
@@ -34,7 +35,7 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
         # As Lightning: the rich table beside the rich progress bar, the text table otherwise.
         rich = config.enable_progress_bar and isinstance(bars[0], RichProgressBar)
         extra.append(RichModelSummary() if rich else ModelSummary())
-    if config.enable_checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in given):
+    if config.enable_checkpointing and not any(isinstance(cb, Checkpoint) for cb in given):
         default = ModelCheckpoint(save_last=True, save_top_k=0)
         default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
         extra.append(default)
@@ -56,10 +57,10 @@ def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
 
 def checkpoints_last(callbacks: list[Any]) -> list[Any]:
     """Checkpoint callbacks last, so that they store what every other callback did in the same hook."""
-    from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+    from fabricx.train.callbacks.base import Checkpoint
 
-    checkpoints = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
-    return [cb for cb in callbacks if not isinstance(cb, ModelCheckpoint)] + checkpoints
+    checkpoints = [cb for cb in callbacks if isinstance(cb, Checkpoint)]
+    return [cb for cb in callbacks if not isinstance(cb, Checkpoint)] + checkpoints
 
 
 __all__ = ["checkpoints_last", "trainer_callbacks", "with_module_callbacks"]

@@ -22,7 +22,7 @@ import torch
 from fabricx.checkpoint.atomic import leftover_of
 from fabricx.checkpoint.safe_read import inside
 from fabricx.checkpoint.storage import is_url
-from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.base import Checkpoint
 from fabricx.train.logging.logging_result import to_float
 from fabricx.utilities.exceptions import MisconfigurationError
 from fabricx.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 _FIELD = re.compile(r"\{([^{}:!]+)(?=[:!}])")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Save checkpoints during ``fit``: the ``save_top_k`` best by ``monitor``, or the newest, and ``last.ckpt``.
 
     Lightning's options and names: ``dirpath`` (default ``<logger save_dir>/<name>/<version>/checkpoints``

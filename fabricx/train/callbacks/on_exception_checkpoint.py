@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from fabricx.train.callbacks.base import Callback
+from fabricx.train.callbacks.base import Checkpoint
 
 if TYPE_CHECKING:
     from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
 
-class OnExceptionCheckpoint(Callback):
+class OnExceptionCheckpoint(Checkpoint):
     """Save `dirpath/filename.ckpt` when a run raises (a crash, a `KeyboardInterrupt`), as Lightning's does.
 
     A run that ends without an exception removes that file, so that what is left is always from the last

@@ -220,9 +220,9 @@ class TrainerConfig:
 
     def _check_checkpoint_flag(self) -> None:
         # The user's own flag (barebones and fast_dev_run turn it off later, and then keep the callbacks given).
-        from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
+        from fabricx.train.callbacks.base import Checkpoint
 
-        if self.enable_checkpointing is False and any(isinstance(cb, ModelCheckpoint) for cb in self.callbacks):
+        if self.enable_checkpointing is False and any(isinstance(cb, Checkpoint) for cb in self.callbacks):
             raise MisconfigurationError(
                 "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
                 "list. Remove the ModelCheckpoint from callbacks, or leave enable_checkpointing at True."
