@@ -75,6 +75,21 @@ class RichProgressBar(ProgressBar):
         return state
 
     @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self._enabled
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        # Drawing needs the console `setup` made on global rank zero.
+        self._enabled = self._console is not None and self.refresh_rate > 0
+
+    @property
     def is_terminal(self) -> bool:
         return bool(self._console is not None and self._console.is_terminal)
 

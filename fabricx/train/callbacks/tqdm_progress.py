@@ -1,4 +1,4 @@
-"""``TQDMProgressBar``: Lightning's default progress bars, drawn with tqdm (one per loop)."""
+"""``TQDMProgressBar``: Lightning's tqdm progress bars, one per loop, customizable through the same methods."""
 
 from __future__ import annotations
 
@@ -7,41 +7,133 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from fabricx.train.callbacks.progress import ProgressBar
+from fabricx.utilities.imports import lazy_import
 
 if TYPE_CHECKING:
     from fabricx.train.module.module import TrainModule
     from fabricx.train.trainer import Trainer
 
+#: The width numbers in the postfix are padded to, so the bar does not flicker as their digits change.
+_PAD_SIZE = 5
 
-class TQDMProgressBar(ProgressBar):
-    """tqdm bars: ``Epoch N`` over the training batches (with validation batches counted in), and one for
-    each validation, test and predict run, showing ``v_num`` and the ``prog_bar`` metrics.
 
-    Only global rank zero draws. ``refresh_rate`` redraws every N batches (0 disables the bars),
-    ``process_position`` offsets the bars (several trainers in one terminal), ``leave`` keeps each
-    finished epoch's bar.
+def format_num(n: int | float | str) -> str:
+    """tqdm's number format, a float (or numeric string) padded with zeros to five characters (Lightning's
+    ``Tqdm.format_num``), so the postfix does not flicker as digits change.
 
     Example:
+        ```python
+        format_num(0.1)  # "0.100"
+        ```
+    """
+    padded = isinstance(n, (float, str))
+    text = n if isinstance(n, str) else lazy_import("tqdm.auto").tqdm.format_num(n)
+    if padded and "e" not in text:
+        if "." not in text and len(text) < _PAD_SIZE:
+            try:
+                float(text)
+            except ValueError:
+                return text
+            text += "."
+        text += "0" * (_PAD_SIZE - len(text))
+    return text
 
-    ```python
-    Trainer(callbacks=[TQDMProgressBar(refresh_rate=10)])
-    ```
+
+def _tqdm() -> Any:
+    """Lightning's ``Tqdm``: ``tqdm.auto.tqdm`` with `format_num`, built on first use (importing this module
+    imports no tqdm); a test's ``mock.patch`` of ``Tqdm`` here is what the bars use."""
+    built = globals().get("Tqdm")
+    if built is None:
+        built = type("Tqdm", (lazy_import("tqdm.auto").tqdm,), {"format_num": staticmethod(format_num)})
+        built.__module__ = __name__
+        globals()["Tqdm"] = built
+    return built
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Tqdm":
+        return _tqdm()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class TQDMProgressBar(ProgressBar):
+    """tqdm bars as Lightning draws them: the sanity check, ``Epoch N`` over the training batches, validation
+    (under the training bar during fit), test and predict, each showing ``v_num`` and the ``prog_bar`` metrics.
+    Customize a bar by overriding its ``init_*_tqdm`` method, the descriptions, or `get_metrics`.
+
+    Only global rank zero draws. ``refresh_rate`` redraws every N batches (0 disables the bars),
+    ``process_position`` offsets the bars (several trainers in one terminal), ``leave`` keeps each finished
+    epoch's bar.
+
+    Example:
+        ```python
+        class QuietValidation(TQDMProgressBar):
+            def init_validation_tqdm(self):
+                bar = super().init_validation_tqdm()
+                bar.disable = True
+                return bar
+
+        Trainer(callbacks=[QuietValidation(refresh_rate=10)])
+        ```
     """
 
     BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        super().__init__()
         self._refresh_rate = self._checked_refresh_rate(refresh_rate)
         self._process_position = process_position
         self._enabled = True
         self._leave = leave
-        self._bars: dict[str, Any] = {}
+        self._train_progress_bar: Any = None
+        self._val_progress_bar: Any = None
+        self._test_progress_bar: Any = None
+        self._predict_progress_bar: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Bars hold a terminal; a copy sent to another process draws its own.
-        return {**self.__dict__, "_bars": {}, "_trainer": None}
+        bars = ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar")
+        return {key: None if key in bars else value for key, value in vars(self).items()}
 
-    # -- Lightning's ProgressBar interface --------------------------------------------------------------
+    # -- the bars, set while their loop runs -------------------------------------------------------------------
+    def _set_bar(self, name: str) -> Any:
+        bar = getattr(self, f"_{name}_progress_bar")
+        if bar is None:
+            raise TypeError(f"The `{type(self).__name__}._{name}_progress_bar` reference has not been set yet.")
+        return bar
+
+    @property
+    def train_progress_bar(self) -> Any:
+        return self._set_bar("train")
+
+    @train_progress_bar.setter
+    def train_progress_bar(self, bar: Any) -> None:
+        self._train_progress_bar = bar
+
+    @property
+    def val_progress_bar(self) -> Any:
+        return self._set_bar("val")
+
+    @val_progress_bar.setter
+    def val_progress_bar(self, bar: Any) -> None:
+        self._val_progress_bar = bar
+
+    @property
+    def test_progress_bar(self) -> Any:
+        return self._set_bar("test")
+
+    @test_progress_bar.setter
+    def test_progress_bar(self, bar: Any) -> None:
+        self._test_progress_bar = bar
+
+    @property
+    def predict_progress_bar(self) -> Any:
+        return self._set_bar("predict")
+
+    @predict_progress_bar.setter
+    def predict_progress_bar(self, bar: Any) -> None:
+        self._predict_progress_bar = bar
+
     @property
     def refresh_rate(self) -> int:
         return self._refresh_rate
@@ -64,146 +156,176 @@ class TQDMProgressBar(ProgressBar):
     def enable(self) -> None:
         self._enabled = True
 
-    def _bar(self, key: str) -> Any:
-        if key not in self._bars:
-            raise TypeError(
-                f"The `{type(self).__name__}._{key}_progress_bar` reference has not been set yet."
-                f" The {key} progress bar exists only while its loop runs."
-            )
-        return self._bars[key]
-
-    @property
-    def train_progress_bar(self) -> Any:
-        return self._bar("train")
-
-    @property
-    def val_progress_bar(self) -> Any:
-        return self._bar("val")
-
-    @property
-    def test_progress_bar(self) -> Any:
-        return self._bar("test")
-
-    @property
-    def predict_progress_bar(self) -> Any:
-        return self._bar("predict")
-
-    # -- bars --------------------------------------------------------------------------------------------
-    def _new_bar(self, key: str, description: str, total: float, position: int, leave: bool) -> Any:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
+    # -- the bars' construction: override one to change a bar -------------------------------------------------
+    def _new_tqdm(self, description: str, offset: int = 0, leave: bool = True, **kwargs: Any) -> Any:
+        return _tqdm()(
             desc=description,
-            total=None if math.isinf(total) else int(total),
-            position=2 * self.process_position + position,
+            position=2 * self.process_position + offset,
             disable=self.is_disabled,
             leave=leave,
             dynamic_ncols=True,
             file=sys.stdout,
-            smoothing=0,
             bar_format=self.BAR_FORMAT,
+            **kwargs,
         )
-        self._bars[key] = bar
-        return bar
 
-    def _close(self, key: str) -> None:
-        bar = self._bars.pop(key, None)
-        if bar is not None:
-            bar.close()
+    def init_sanity_tqdm(self) -> Any:
+        return self._new_tqdm(self.sanity_check_description, leave=False)
 
-    def _advance_one(self, key: str) -> None:
-        bar = self._bars.get(key)
-        if bar is not None:
-            self._advance(key, bar.n + 1, bar.total)
+    def init_train_tqdm(self) -> Any:
+        return self._new_tqdm(self.train_description, smoothing=0)
 
-    def _advance(self, key: str, n: int, total: float | None = None) -> None:
-        bar = self._bars.get(key)
-        if bar is None:
-            return
-        last = total is not None and not math.isinf(total) and n >= total
-        if self.refresh_rate and (n % self.refresh_rate == 0 or last):
-            bar.n = n
-            bar.refresh()
+    def init_predict_tqdm(self) -> Any:
+        return self._new_tqdm(self.predict_description, smoothing=0)
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._trainer = trainer
-        if not trainer.is_global_zero:
-            self.disable()
+    def init_validation_tqdm(self) -> Any:
+        # Under the training bar during fit (and gone when done); on its own line for trainer.validate().
+        under_training = self.trainer.state.fn != "validate"
+        return self._new_tqdm(self.validation_description, offset=int(under_training), leave=not under_training)
 
-    def on_sanity_check_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._new_bar("val", "Sanity Checking", sum(getattr(trainer, "num_sanity_val_batches", [0])), 0, False)
+    def init_test_tqdm(self) -> Any:
+        return self._new_tqdm("Testing")
 
-    def on_sanity_check_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._close("val")
+    # -- hooks ----------------------------------------------------------------------------------------------------
+    def on_sanity_check_start(self, *_: Any) -> None:
+        self.val_progress_bar = self.init_sanity_tqdm()
+        self.train_progress_bar = _tqdm()(disable=True)  # stands in until training starts
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._new_bar("train", "Training", self.total_train_batches, 0, True)
+    def on_sanity_check_end(self, *_: Any) -> None:
+        self.val_progress_bar.close()
+        self.train_progress_bar.close()
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
-        bar = self._bars.get("train") or self._new_bar("train", "Training", self.total_train_batches, 0, True)
-        if self._leave and bar.n:
-            bar.close()
-            bar = self._new_bar("train", "Training", self.total_train_batches, 0, True)
-        total = self.total_train_batches
-        bar.reset(total=None if math.isinf(total) else int(total))
-        bar.initial = 0
-        bar.set_description(f"Epoch {trainer.current_epoch}")
+    def on_train_start(self, *_: Any) -> None:
+        self.train_progress_bar = self.init_train_tqdm()
+
+    def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
+        if self._leave:
+            self.train_progress_bar = self.init_train_tqdm()
+        _restart(self.train_progress_bar, self.total_train_batches, f"Epoch {trainer.current_epoch}")
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._advance("train", batch_idx + 1, self.total_train_batches)
-        bar = self._bars.get("train")
-        if bar is not None and self.refresh_rate and (batch_idx + 1) % self.refresh_rate == 0:
-            bar.set_postfix(self.get_metrics(trainer, module))
+        bar = self._train_progress_bar
+        if bar is not None and self._should_update(batch_idx + 1, bar.total):
+            _show_n(bar, batch_idx + 1)
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._show_train_metrics(trainer, module)
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+        if self._leave:
+            self.train_progress_bar.close()
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._close("train")
+    def on_train_end(self, *_: Any) -> None:
+        self.train_progress_bar.close()
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if not getattr(trainer, "sanity_checking", False):
-            self._new_bar("val", "Validation", sum(trainer.num_val_batches), int("train" in self._bars), False)
+    def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        if not trainer.sanity_checking:
+            self.val_progress_bar = self.init_validation_tqdm()
+
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.has_dataloader_changed(dataloader_idx):
+            stage = self.sanity_check_description if trainer.sanity_checking else self.validation_description
+            total = self.total_val_batches_current_dataloader
+            _restart(self.val_progress_bar, total, f"{stage} DataLoader {dataloader_idx}")
 
     def on_validation_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
-        self._advance_one("val")
+        self._advance(self._val_progress_bar, batch_idx + 1)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if not getattr(trainer, "sanity_checking", False):
-            self._close("val")
-        self._show_train_metrics(trainer, module)
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        self.val_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+        if self._train_progress_bar is not None and trainer.state.fn == "fit":
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
 
-    def _show_train_metrics(self, trainer: Trainer, module: TrainModule) -> None:
-        bar = self._bars.get("train")
-        if bar is not None and not bar.disable:
-            bar.set_postfix(self.get_metrics(trainer, module))
+    def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        self.test_progress_bar = self.init_test_tqdm()
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._new_bar("test", "Testing", sum(trainer.num_test_batches), 0, True)
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.has_dataloader_changed(dataloader_idx):
+            total = self.total_test_batches_current_dataloader
+            _restart(self.test_progress_bar, total, f"{self.test_description} DataLoader {dataloader_idx}")
 
     def on_test_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
-        self._advance_one("test")
+        self._advance(self._test_progress_bar, batch_idx + 1)
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._close("test")
+    def on_test_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        self.test_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
 
-    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
-        self._new_bar("predict", "Predicting", sum(trainer.num_predict_batches), 0, True)
+    def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        self.predict_progress_bar = self.init_predict_tqdm()
+
+    def on_predict_batch_start(
+        self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.has_dataloader_changed(dataloader_idx):
+            total = self.total_predict_batches_current_dataloader
+            _restart(self.predict_progress_bar, total, f"{self.predict_description} DataLoader {dataloader_idx}")
 
     def on_predict_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
-        self._advance_one("predict")
+        self._advance(self._predict_progress_bar, batch_idx + 1)
 
-    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._close("predict")
+    def on_predict_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        self.predict_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        for key in list(self._bars):
-            self._close(key)
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """Print through the bar that is drawing (``tqdm.write``), so the bar is redrawn below the text."""
+        bars = (self._train_progress_bar, self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar)
+        active = next((bar for bar in bars if bar is not None and not bar.disable), None)
+        if active is not None:
+            active.write(sep.join(map(str, args)), **kwargs)
+
+    def _advance(self, bar: Any, n: int) -> None:
+        if bar is not None and self._should_update(n, bar.total):
+            _show_n(bar, n)
+
+    def _should_update(self, current: int, total: int | float | None) -> bool:
+        """Redraw every ``refresh_rate`` batches and at the last one."""
+        return self.is_enabled and (current % self.refresh_rate == 0 or current == total)
+
+
+def _restart(bar: Any, total: int | float, description: str) -> None:
+    bar.reset()
+    bar.total = None if isinstance(total, float) and math.isinf(total) else total
+    bar.initial = 0
+    bar.set_description(description)
+
+
+def _show_n(bar: Any, n: int) -> None:
+    if not bar.disable:
+        bar.n = n
+        bar.refresh()
+
+
+__all__ = ["TQDMProgressBar", "format_num"]
