@@ -263,6 +263,12 @@ class TrainerProperties:
         return min(total, self.max_steps) if self.max_steps >= 0 else total
 
     @property
+    def val_check_batch(self) -> int | float:
+        """Fit validates every this many training batches (``inf``: at the end of an epoch of unknown length, or
+        on a clock); set when fit sets up its training data."""
+        return self.fit_loop.data.val_check_batch
+
+    @property
     def checkpoint_callbacks(self) -> list[Any]:
         """The `Checkpoint` callbacks (`ModelCheckpoint`, `OnExceptionCheckpoint`, a user's own), as Lightning's."""
         from fabricx.train.callbacks.base import Checkpoint
@@ -282,10 +288,10 @@ class TrainerProperties:
 
     @property
     def progress_bar_callback(self) -> Any:
-        from fabricx.train.callbacks.progress_bar import RichProgressBar
-        from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
+        """The `ProgressBar` among the callbacks (a user's own subclass too), or ``None``."""
+        from fabricx.train.callbacks.progress import ProgressBar
 
-        return next((cb for cb in self.callbacks if isinstance(cb, (RichProgressBar, TQDMProgressBar))), None)
+        return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
 
     @property
     def early_stopping_callbacks(self) -> list[Any]:

@@ -392,3 +392,21 @@ def test_importing_fabricx_train_is_cheap():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_fitted_module_pickles_and_copies_without_its_trainer(tmp_path):
+    # As Lightning's LightningModule.__getstate__: the Trainer that ran the module is left behind (fabricx's Trainer
+    # holds its processes and does not pickle), so users can pickle, deep-copy (an EMA copy) or send a fitted module.
+    import copy
+    import pickle
+
+    module = Regressor()
+    trainer = Trainer(accelerator="cpu", default_root_dir=tmp_path, max_epochs=1, logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    trainer.fit(module, loader(regression_data(16)))
+    assert module.trainer is trainer
+    for twin in (pickle.loads(pickle.dumps(module)), copy.deepcopy(module)):
+        assert twin.__dict__["_trainer"] is None
+        theirs, ours = twin.state_dict(), module.state_dict()
+        assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in ours)
+    assert module.trainer is trainer  # the original keeps it

@@ -16,15 +16,13 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
     from fabricx.train.callbacks.base import Checkpoint
     from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
     from fabricx.train.callbacks.model_summary import ModelSummary, RichModelSummary
+    from fabricx.train.callbacks.progress import ProgressBar
     from fabricx.train.callbacks.progress_bar import RichProgressBar
-    from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
 
     given = list(config.callbacks)  # the config made any iterable a list
     extra: list[Any] = []
-    bars = [cb for cb in given if isinstance(cb, (RichProgressBar, TQDMProgressBar))]
-    if config.enable_progress_bar and not bars:
-        bars.append(RichProgressBar())
-        extra.append(bars[0])
+    if config.enable_progress_bar and not any(isinstance(cb, ProgressBar) for cb in given):
+        extra.append(RichProgressBar())
     summaries = [type(cb) for cb in given if isinstance(cb, ModelSummary)]
     if config.enable_model_summary and summaries:
         rank_zero_info(
@@ -32,9 +30,7 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
             "`ModelSummary` callback."
         )
     elif config.enable_model_summary:
-        # As Lightning: the rich table beside the rich progress bar, the text table otherwise.
-        rich = config.enable_progress_bar and isinstance(bars[0], RichProgressBar)
-        extra.append(RichModelSummary() if rich else ModelSummary())
+        extra.append(RichModelSummary())  # Lightning's default where rich is installed (fabricx depends on it)
     if config.enable_checkpointing and not any(isinstance(cb, Checkpoint) for cb in given):
         default = ModelCheckpoint(save_last=True, save_top_k=0)
         default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")

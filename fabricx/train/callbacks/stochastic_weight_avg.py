@@ -101,10 +101,7 @@ class StochasticWeightAveraging(Callback):
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         if getattr(trainer.strategy, "shards_parameters", False):
             raise MisconfigurationException("SWA does not currently support sharded models.")
-        # The copy shares the trainer instead of copying it.
-        shared = (module.__dict__.get(name) for name in ("_trainer", "_fabric"))
-        memo: dict[int, Any] = {id(value): value for value in shared if value is not None}
-        self._average_model = copy.deepcopy(module, memo)
+        self._average_model = copy.deepcopy(module)  # detached from the Trainer, as Lightning's copy
 
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
         if len(trainer.optimizers) != 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +82,7 @@ class TQDMProgressBar(ProgressBar):
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
         super().__init__()
-        self._refresh_rate = self._checked_refresh_rate(refresh_rate)
+        self._refresh_rate = _resolve_refresh_rate(self._checked_refresh_rate(refresh_rate))
         self._process_position = process_position
         self._enabled = True
         self._leave = leave
@@ -91,9 +92,9 @@ class TQDMProgressBar(ProgressBar):
         self._predict_progress_bar: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Bars hold a terminal; a copy sent to another process draws its own.
-        bars = ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar")
-        return {key: None if key in bars else value for key, value in vars(self).items()}
+        # Bars hold a terminal, and the Trainer its processes; a copy sent to another process draws its own.
+        left = ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar", "_trainer")
+        return {key: None if key in left else value for key, value in vars(self).items()}
 
     # -- the bars, set while their loop runs -------------------------------------------------------------------
     def _set_bar(self, name: str) -> Any:
@@ -313,6 +314,16 @@ class TQDMProgressBar(ProgressBar):
     def _should_update(self, current: int, total: int | float | None) -> bool:
         """Redraw every ``refresh_rate`` batches and at the last one."""
         return self.is_enabled and (current % self.refresh_rate == 0 or current == total)
+
+
+def _resolve_refresh_rate(refresh_rate: int) -> int:
+    # As Lightning's: Colab redraws at most every 20 batches (more often crashes its output); TQDM_MINITERS,
+    # tqdm's own variable, sets the least rate.
+    if os.getenv("COLAB_GPU") and refresh_rate == 1:
+        return 20
+    if "TQDM_MINITERS" in os.environ:
+        return max(int(os.environ["TQDM_MINITERS"]), refresh_rate)
+    return refresh_rate
 
 
 def _restart(bar: Any, total: int | float, description: str) -> None:

@@ -68,9 +68,14 @@ def logs_this_step(trainer: Any) -> bool:
 def shown_metrics(trainer: Any) -> dict[str, Any]:
     """What a progress bar's ``get_metrics`` shows: ``v_num`` (the logger's version) and the ``prog_bar`` metrics."""
     standard: dict[str, Any] = {}
-    logger = trainer.logger
-    version = getattr(logger, "version", None) if logger is not None else None
-    if version is not None:
+    loggers = trainer.loggers
+    # As Lightning: several loggers show their distinct versions joined by "_"; an empty version shows nothing.
+    version = (
+        (loggers[0].version if len(loggers) == 1 else "_".join(dict.fromkeys(str(lg.version) for lg in loggers)))
+        if loggers
+        else None
+    )
+    if version not in ("", None):
         standard["v_num"] = version[-4:] if isinstance(version, str) else version
     bar_metrics = {k: _number(v) for k, v in trainer.progress_bar_metrics.items()}
     duplicates = sorted(standard.keys() & bar_metrics.keys())

@@ -143,6 +143,7 @@ class TrainerConfig:
         self._merge_loggers()
         self._listify_collections()
         self._check_checkpoint_flag()
+        self._check_progress_bars()
         if self.barebones:
             self._apply_barebones()
         self._apply_fast_dev_run()
@@ -226,6 +227,22 @@ class TrainerConfig:
             raise MisconfigurationError(
                 "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
                 "list. Remove the ModelCheckpoint from callbacks, or leave enable_checkpointing at True."
+            )
+
+    def _check_progress_bars(self) -> None:
+        # As Lightning's callback connector: one progress bar at most, and none when the user's flag turns them off.
+        from fabricx.train.callbacks.progress import ProgressBar
+
+        bars = [cb for cb in self.callbacks if isinstance(cb, ProgressBar)]
+        if len(bars) > 1:
+            raise MisconfigurationError(
+                "You added multiple progress bar callbacks to the Trainer, but currently only one progress bar is "
+                f"supported. Got {[type(bar).__name__ for bar in bars]}; keep one."
+            )
+        if bars and self.enable_progress_bar is False:
+            raise MisconfigurationError(
+                f"Trainer was configured with `enable_progress_bar=False` but found `{type(bars[0]).__name__}` in "
+                "callbacks list. Remove it, or leave enable_progress_bar at True."
             )
 
     def _apply_barebones(self) -> None:

@@ -68,6 +68,10 @@ class TrainModule(HyperparametersMixin, ModuleHooks, nn.Module):
         self.__dict__["_fabric"] = None
         self.__dict__["_fabric_optimizers"] = []
 
+    def __getstate__(self) -> dict[str, Any]:
+        # As Lightning's: a pickled or deep-copied module leaves behind the Trainer or Fabric that ran it.
+        return {**self.__dict__, "_trainer": None, "_fabric": None, "_fabric_optimizers": []}
+
     # -- where the module is running ------------------------------------------------------------------
     @property
     def trainer(self) -> Trainer:
@@ -562,9 +566,14 @@ class TrainModule(HyperparametersMixin, ModuleHooks, nn.Module):
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on global rank zero only."""
+        """``print`` on global rank zero only; through the progress bar while one draws, so the bar stays whole."""
         runner = self._runner()
-        if runner is None or runner.is_global_zero:
+        if runner is not None and not runner.is_global_zero:
+            return
+        bar = getattr(runner, "progress_bar_callback", None)
+        if bar is not None and getattr(bar, "is_enabled", False):
+            bar.print(*args, **kwargs)
+        else:
             print(*args, **kwargs)
 
     # -- steps (override) ------------------------------------------------------------------------------

@@ -14,18 +14,6 @@ its public `Tqdm` (the tqdm subclass the bars are built from) name fabricx's mod
 """
 
 # ruff: noqa
-class _NotInFabricx:
-    """Stands in for a Lightning name fabricx does not provide; only left-out tests use it."""
-
-    def __init__(self, what):
-        self.what = what
-
-    def __call__(self, *args, **kwargs):
-        raise NotImplementedError(self.what)
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
 # Copyright The Lightning AI team.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
@@ -57,7 +45,7 @@ from fabricx.train import Trainer
 from fabricx.callbacks import ModelCheckpoint
 from fabricx.callbacks import ProgressBar
 from fabricx.callbacks import TQDMProgressBar
-Tqdm = _NotInFabricx("the `Tqdm` class (fabricx's TQDMProgressBar draws with `tqdm.auto.tqdm` itself)")
+from fabricx.train.callbacks.tqdm_progress import Tqdm
 from fabricx.train import TrainModule as LightningModule
 from _pl_boring import BoringModel
 from _pl_boring import RandomDataset
