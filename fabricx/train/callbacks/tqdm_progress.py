@@ -57,6 +57,24 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+class _BarSlot:
+    """A bar attribute of `TQDMProgressBar`: kept in ``_<name>``; reading it before its loop made it is an error."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attribute = f"_{name}"
+
+    def __get__(self, bar: Any, owner: type | None = None) -> Any:
+        if bar is None:
+            return self
+        value = getattr(bar, self.attribute)
+        if value is None:
+            raise TypeError(f"The `{type(bar).__name__}.{self.attribute}` reference has not been set yet.")
+        return value
+
+    def __set__(self, bar: Any, value: Any) -> None:
+        setattr(bar, self.attribute, value)
+
+
 class TQDMProgressBar(ProgressBar):
     """tqdm bars as Lightning draws them: the sanity check, ``Epoch N`` over the training batches, validation
     (under the training bar during fit), test and predict, each showing ``v_num`` and the ``prog_bar`` metrics.
@@ -96,44 +114,11 @@ class TQDMProgressBar(ProgressBar):
         left = ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar", "_trainer")
         return {key: None if key in left else value for key, value in vars(self).items()}
 
-    # -- the bars, set while their loop runs -------------------------------------------------------------------
-    def _set_bar(self, name: str) -> Any:
-        bar = getattr(self, f"_{name}_progress_bar")
-        if bar is None:
-            raise TypeError(f"The `{type(self).__name__}._{name}_progress_bar` reference has not been set yet.")
-        return bar
-
-    @property
-    def train_progress_bar(self) -> Any:
-        return self._set_bar("train")
-
-    @train_progress_bar.setter
-    def train_progress_bar(self, bar: Any) -> None:
-        self._train_progress_bar = bar
-
-    @property
-    def val_progress_bar(self) -> Any:
-        return self._set_bar("val")
-
-    @val_progress_bar.setter
-    def val_progress_bar(self, bar: Any) -> None:
-        self._val_progress_bar = bar
-
-    @property
-    def test_progress_bar(self) -> Any:
-        return self._set_bar("test")
-
-    @test_progress_bar.setter
-    def test_progress_bar(self, bar: Any) -> None:
-        self._test_progress_bar = bar
-
-    @property
-    def predict_progress_bar(self) -> Any:
-        return self._set_bar("predict")
-
-    @predict_progress_bar.setter
-    def predict_progress_bar(self, bar: Any) -> None:
-        self._predict_progress_bar = bar
+    # -- the bars, set while their loop runs (Lightning's settable properties) ----------------------------------
+    train_progress_bar: Any = _BarSlot()
+    val_progress_bar: Any = _BarSlot()
+    test_progress_bar: Any = _BarSlot()
+    predict_progress_bar: Any = _BarSlot()
 
     @property
     def refresh_rate(self) -> int:
