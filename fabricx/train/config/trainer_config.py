@@ -223,10 +223,11 @@ class TrainerConfig:
         # The user's own flag (barebones and fast_dev_run turn it off later, and then keep the callbacks given).
         from fabricx.train.callbacks.base import Checkpoint
 
-        if self.enable_checkpointing is False and any(isinstance(cb, Checkpoint) for cb in self.callbacks):
+        found = [type(cb).__name__ for cb in self.callbacks if isinstance(cb, Checkpoint)]
+        if self.enable_checkpointing is False and found:
             raise MisconfigurationError(
-                "Trainer was configured with `enable_checkpointing=False` but found `ModelCheckpoint` in callbacks "
-                "list. Remove the ModelCheckpoint from callbacks, or leave enable_checkpointing at True."
+                f"Trainer was configured with `enable_checkpointing=False` but found `{found[0]}` in callbacks "
+                f"list. Remove the {found[0]} from callbacks, or leave enable_checkpointing at True."
             )
 
     def _check_progress_bars(self) -> None:
