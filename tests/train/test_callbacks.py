@@ -309,3 +309,50 @@ def test_lambda_and_checkpoint_callbacks_as_lightnings(tmp_path):
     theirs = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[pl.callbacks.LambdaCallback(), type("Snapshot", (pl.callbacks.Checkpoint,), {})()])
     assert ours == ["LambdaCallback", "Snapshot"] == [type(cb).__name__ for cb in theirs.callbacks]
+
+
+def _callbacks_after_configure_callbacks(pl_module_class, trainer_class, callbacks_module, tmp_path) -> list[str]:
+    class Bar(callbacks_module.TQDMProgressBar):
+        pass
+
+    class Module(pl_module_class):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(32, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def configure_callbacks(self):
+            return [Bar(), callbacks_module.EarlyStopping(monitor="loss", check_on_train_epoch_end=False)]
+
+    trainer = trainer_class(
+        accelerator="cpu", default_root_dir=tmp_path, max_steps=1, logger=False, enable_model_summary=False,
+        enable_checkpointing=False, callbacks=[callbacks_module.TQDMProgressBar(), callbacks_module.Callback()],
+    )
+    trainer.fit(Module(), torch.utils.data.DataLoader(regression_data(8), batch_size=4))
+    return [type(cb).__name__ for cb in trainer.callbacks]
+
+
+def test_configure_callbacks_replaces_the_trainers_callbacks_of_a_parent_class_as_lightnings(tmp_path):
+    # A module's TQDMProgressBar subclass replaces the Trainer's TQDMProgressBar; a bare Callback is kept.
+    import lightning.pytorch as pl
+
+    import fabricx.callbacks
+    import fabricx.train
+
+    theirs = _callbacks_after_configure_callbacks(
+        pl.LightningModule, pl.Trainer, pl.callbacks, tmp_path / "lightning"
+    )
+    ours = _callbacks_after_configure_callbacks(
+        fabricx.train.TrainModule, fabricx.train.Trainer, fabricx.callbacks, tmp_path / "fabricx"
+    )
+    assert ours == theirs == ["Callback", "Bar", "EarlyStopping"]
+
+
+def test_two_stateful_callbacks_with_one_state_key_are_refused():
+    with pytest.raises(RuntimeError, match="more than one stateful callback of type `EarlyStopping`"):
+        Trainer(accelerator="cpu", callbacks=[EarlyStopping(monitor="loss"), EarlyStopping(monitor="loss")])

@@ -35,7 +35,28 @@ def trainer_callbacks(config: TrainerConfig) -> list[Any]:
         default = ModelCheckpoint(save_last=True, save_top_k=0)
         default._last_at_every_trigger = True  # a last.ckpt at every epoch end, for fit(ckpt_path="last")
         extra.append(default)
-    return checkpoints_last(given + extra)
+    callbacks = given + extra
+    _check_unique_state_keys(callbacks)
+    return checkpoints_last(callbacks)
+
+
+def _check_unique_state_keys(callbacks: list[Any]) -> None:
+    # As Lightning: two callbacks with state under one checkpoint key would overwrite each other's state.
+    from fabricx.train.callbacks.base import Callback, overrides
+
+    seen: set[str] = set()
+    for callback in callbacks:
+        if not isinstance(callback, Callback) or not overrides(callback, "state_dict", Callback):
+            continue
+        if callback.state_key in seen:
+            name = type(callback).__name__
+            raise RuntimeError(
+                f"Found more than one stateful callback of type `{name}`. In the current configuration, this "
+                "callback does not support being saved alongside other instances of the same type. Please consult "
+                f"the documentation of `{name}` regarding valid settings for the callback state to be "
+                "checkpointable. HINT: The `callback.state_key` must be unique among all callbacks in the Trainer."
+            )
+        seen.add(callback.state_key)
 
 
 def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
@@ -47,8 +68,21 @@ def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
     extra = list(returned) if isinstance(returned, (list, tuple)) else ([returned] if returned else [])
     if not extra:
         return list(given)
-    kinds = {type(cb) for cb in extra}
-    return checkpoints_last([cb for cb in given if type(cb) not in kinds] + extra)
+    from fabricx.train.callbacks.base import Callback
+
+    # As Lightning: a module's callback replaces the Trainer's of its class or of a parent class (not a bare Callback).
+    given_kinds = {type(cb) for cb in given} - {Callback}
+    replaced = {
+        next(kind for kind in given_kinds if issubclass(new, kind))
+        for new in {type(cb) for cb in extra}
+        if any(issubclass(new, kind) for kind in given_kinds)
+    }
+    if replaced:
+        rank_zero_info(
+            "The following callbacks returned in `LightningModule.configure_callbacks` will override existing "
+            f"callbacks passed to Trainer: {', '.join(sorted(kind.__name__ for kind in replaced))}"
+        )
+    return checkpoints_last([cb for cb in given if type(cb) not in replaced] + extra)
 
 
 def checkpoints_last(callbacks: list[Any]) -> list[Any]:

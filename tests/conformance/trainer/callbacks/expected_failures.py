@@ -23,11 +23,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "DIFF: CSVLogger appends to an existing version's metrics.csv instead of warning and overwriting it"
     ),
     # -- callback connector ---------------------------------------------------------------------------
-    "test_pl_callback_connector.py::test_validate_unique_callback_state_key": (
-        "TRAINER GAP: the Trainer does not check that its stateful callbacks (those overriding `state_dict`) have "
-        "unique `state_key`s; two with the same key are taken, and the checkpoint keeps only the last one's state "
-        "(Lightning's `_validate_callbacks_list` raises a RuntimeError in `Trainer.__init__`)"
-    ),
     # -- Tuner ----------------------------------------------------------------------------------------
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2--1]": _THROWAWAY,
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[2-2]": _THROWAWAY,
