@@ -72,11 +72,8 @@ def with_module_callbacks(given: list[Any], module: TrainModule) -> list[Any]:
 
     # As Lightning: a module's callback replaces the Trainer's of its class or of a parent class (not a bare Callback).
     given_kinds = {type(cb) for cb in given} - {Callback}
-    replaced = {
-        next(kind for kind in given_kinds if issubclass(new, kind))
-        for new in {type(cb) for cb in extra}
-        if any(issubclass(new, kind) for kind in given_kinds)
-    }
+    parents = ({kind for kind in given_kinds if issubclass(new, kind)} for new in {type(cb) for cb in extra})
+    replaced = {next(iter(found)) for found in parents if found}
     if replaced:
         rank_zero_info(
             "The following callbacks returned in `LightningModule.configure_callbacks` will override existing "

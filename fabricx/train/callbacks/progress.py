@@ -36,6 +36,10 @@ class ProgressBar(Callback):
         self._trainer = None
         self._current_eval_dataloader_idx = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The Trainer holds its processes and does not pickle; a copy sent elsewhere is set up again there.
+        return {**vars(self), "_trainer": None}
+
     def _checked_refresh_rate(self, refresh_rate: int) -> int:
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
             raise ValueError(f"{type(self).__name__}(refresh_rate={refresh_rate!r}); give an int >= 0.")

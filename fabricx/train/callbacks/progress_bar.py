@@ -69,10 +69,7 @@ class RichProgressBar(ProgressBar):
         self._metrics_line = ""
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        for key in ("_console", "_progress", "_train_task", "_eval_task", "_trainer"):
-            state[key] = None
-        return state
+        return {**super().__getstate__(), **dict.fromkeys(("_console", "_progress", "_train_task", "_eval_task"))}
 
     @property
     def is_enabled(self) -> bool:

@@ -110,9 +110,9 @@ class TQDMProgressBar(ProgressBar):
         self._predict_progress_bar: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Bars hold a terminal, and the Trainer its processes; a copy sent to another process draws its own.
-        left = ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar", "_trainer")
-        return {key: None if key in left else value for key, value in vars(self).items()}
+        # Bars hold a terminal; a copy sent to another process draws its own.
+        bars = ("_train_progress_bar", "_val_progress_bar", "_test_progress_bar", "_predict_progress_bar")
+        return {**super().__getstate__(), **dict.fromkeys(bars)}
 
     # -- the bars, set while their loop runs (Lightning's settable properties) ----------------------------------
     train_progress_bar: Any = _BarSlot()

@@ -70,11 +70,11 @@ def shown_metrics(trainer: Any) -> dict[str, Any]:
     standard: dict[str, Any] = {}
     loggers = trainer.loggers
     # As Lightning: several loggers show their distinct versions joined by "_"; an empty version shows nothing.
-    version = (
-        (loggers[0].version if len(loggers) == 1 else "_".join(dict.fromkeys(str(lg.version) for lg in loggers)))
-        if loggers
-        else None
-    )
+    version = None
+    if len(loggers) == 1:
+        version = loggers[0].version
+    elif loggers:
+        version = "_".join(dict.fromkeys(str(logger.version) for logger in loggers))
     if version not in ("", None):
         standard["v_num"] = version[-4:] if isinstance(version, str) else version
     bar_metrics = {k: _number(v) for k, v in trainer.progress_bar_metrics.items()}
