@@ -35,17 +35,3 @@ def load_state_dict_without_process_group(state: dict[str, Any], reader: Any, pl
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     _load_state_dict(state, storage_reader=reader, planner=planner, no_dist=True)
-
-
-def storage_info_class() -> type:
-    """The class torch.distributed.checkpoint's file system reader expects as each entry of a
-    checkpoint's ``storage_data`` (private ``_StorageInfo``: path, offset, length).
-
-    Example:
-        ```python
-        assert all(isinstance(info, storage_info_class()) for info in metadata.storage_data.values())
-        ```
-    """
-    from torch.distributed.checkpoint.filesystem import _StorageInfo
-
-    return _StorageInfo

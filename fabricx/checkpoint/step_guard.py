@@ -105,10 +105,6 @@ class StagingGuard:
                 _active = None
         self._done.set()
 
-    @property
-    def released(self) -> bool:
-        return self._done.is_set()
-
 
 def _before_step(optimizer: Optimizer, args: Any, kwargs: Any) -> None:
     guard = _active

@@ -208,16 +208,6 @@ def test_lr_scheduler_still_counts_its_steps_privately():
     assert optimizer.param_groups[0]["lr"] == 0.5  # counting changed no learning rate
 
 
-def test_dcp_storage_info_is_still_what_its_file_system_writer_records(tmp_path):
-    import torch.distributed.checkpoint as dcp
-
-    from fabricx._compat.dcp import storage_info_class
-
-    dcp.save({"w": torch.ones(3)}, storage_writer=dcp.FileSystemWriter(str(tmp_path)), no_dist=True)
-    metadata = dcp.FileSystemReader(str(tmp_path)).read_metadata()
-    assert metadata.storage_data and all(type(info) is storage_info_class() for info in metadata.storage_data.values())
-
-
 def test_fsspec_still_strips_protocols_with_its_private_rule():
     import fsspec
 

@@ -224,10 +224,6 @@ class PartialState(ProcessSelection):
     def initialized(self) -> bool:
         return True
 
-    @property
-    def num_processes_per_node(self) -> int:
-        return int(os.environ.get("LOCAL_WORLD_SIZE", self.num_processes))
-
     # -- together ----------------------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
         """Wait until every process gets here."""

@@ -372,6 +372,4 @@ def check_limit(name: str, value: Any) -> None:
         raise MisconfigurationError(flag_checks.invalid_limit(name, value))
 
 
-CONFIG_FIELDS = tuple(field.name for field in dataclasses.fields(TrainerConfig))
-
-__all__ = ["CONFIG_FIELDS", "TRAINER_ATTRIBUTES", "TrainerConfig", "check_int", "check_limit"]
+__all__ = ["TRAINER_ATTRIBUTES", "TrainerConfig", "check_int", "check_limit"]

@@ -109,11 +109,6 @@ LEVELS: dict[str, _Levels | None] = {
 _RESOLVED: dict[tuple[str, bool | None, bool | None], tuple[bool, bool]] = {}
 
 
-def can_log(hook: str) -> bool:
-    """Whether ``hook`` is one of Lightning's hooks that may call ``self.log``."""
-    return LEVELS.get(hook) is not None
-
-
 def logging_levels(hook: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
     """``(on_step, on_epoch)`` for a ``self.log`` call in ``hook``: the hook's defaults where ``None``.
 
@@ -154,4 +149,4 @@ def logging_levels(hook: str, on_step: bool | None, on_epoch: bool | None) -> tu
     return resolved
 
 
-__all__ = ["LEVELS", "can_log", "logging_levels"]
+__all__ = ["LEVELS", "logging_levels"]

@@ -304,15 +304,4 @@ def check_loss(loss: Any) -> None:
         )
 
 
-def extract_loss(outputs: Any) -> Tensor:
-    """The loss from what ``training_step`` returned (a tensor or a dict with ``"loss"``)."""
-    loss, _ = training_output(outputs, True, 1)
-    if loss is None:
-        raise MisconfigurationError(
-            "training_step returned None; it must return the loss tensor, or a dict with the loss under "
-            "'loss'. Add `return loss` at the end of training_step."
-        )
-    return loss
-
-
-__all__ = ["TrainingSteps", "check_loss", "extract_loss", "training_output"]
+__all__ = ["TrainingSteps", "check_loss", "training_output"]

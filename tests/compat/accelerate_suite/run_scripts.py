@@ -25,6 +25,7 @@ the peer's side of a differential test.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import os
@@ -207,6 +208,10 @@ def run_script(relative: str, results: dict[str, str], parameters: dict[str, Any
 
 def main() -> None:
     out_dir = Path(sys.argv[1])
+    # A rank stuck in a collective prints where every thread is and exits, so the launch fails with the place
+    # instead of the caller's timeout killing it silently.
+    if hang_seconds := int(os.environ.get("ACCELERATE_SUITE_HANG_SECONDS", "0")):
+        faulthandler.dump_traceback_later(hang_seconds, exit=True)
     torch.set_num_threads(1)
     if not PEER:
         install_shim()

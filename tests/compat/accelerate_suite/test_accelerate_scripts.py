@@ -40,11 +40,13 @@ def _run(tmp_path: Path, processes: int, scripts: list[str], peer: bool = False)
     else:
         command = [sys.executable, "-m", "fabricx", "run", "--accelerator", "cpu", "--devices", str(processes)]
         command += [str(RUNNER), str(out), *scripts]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # Within the module fixture's 300 s (both launches together take under a minute on 2 cores).
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "ACCELERATE_SUITE_HANG_SECONDS": "200"}
     if peer:  # Accelerate itself; ACCELERATE_USE_CPU is what `accelerate launch --cpu` sets
         env.update(ACCELERATE_SUITE_PEER="1", ACCELERATE_USE_CPU="1")
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
-    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-5000:])
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=260)
+    last_cases = {line.split("]", 1)[0]: line for line in result.stderr.splitlines() if line.startswith("[case ")}
+    assert result.returncode == 0, (sorted(last_cases.values()), result.stdout[-2000:], result.stderr[-8000:])
     merged: dict[str, str] = {}
     recorded = []
     for rank in range(processes):
