@@ -189,9 +189,9 @@ class Strategy(ABC):
         Example:
             ```python
             class Unfreeze(Callback):
-                def on_train_epoch_start(self, trainer, module):
+                def on_train_epoch_start(self, trainer, pl_module):
                     if trainer.current_epoch == 2:
-                        module.backbone.requires_grad_(True)
+                        pl_module.backbone.requires_grad_(True)
                         trainer.strategy.setup_optimizers(trainer)
             ```
         """

@@ -356,3 +356,40 @@ def test_configure_callbacks_replaces_the_trainers_callbacks_of_a_parent_class_a
 def test_two_stateful_callbacks_with_one_state_key_are_refused():
     with pytest.raises(RuntimeError, match="more than one stateful callback of type `EarlyStopping`"):
         Trainer(accelerator="cpu", callbacks=[EarlyStopping(monitor="loss"), EarlyStopping(monitor="loss")])
+
+
+def test_every_callbacks_hooks_name_their_parameters_as_lightnings() -> None:
+    """A callback written for Lightning overrides `on_train_batch_end(self, trainer, pl_module, ...)` and may call
+    `super()` by keyword: the base class's and every shipped callback's hooks take Lightning's parameter names
+    (a type checker reports a renamed parameter in an override as an error), or a prefix of them and then
+    `*args, **kwargs`, or what Lightning's class of the same name takes."""
+    import inspect
+
+    import lightning.pytorch.callbacks as lightning_callbacks
+
+    import fabricx.callbacks as fabricx_callbacks
+
+    def names(hook):
+        return [(p.name, p.kind) for p in inspect.signature(hook).parameters.values()]
+
+    lightning_hooks = {name: hook for name, hook in vars(lightning_callbacks.Callback).items()
+                       if callable(hook) and not name.startswith("_")}
+    assert set(lightning_hooks) <= set(dir(Callback)), set(lightning_hooks) - set(dir(Callback))
+    shipped = [value for value in vars(fabricx_callbacks).values() if isinstance(value, type)
+               and issubclass(value, Callback)]
+    assert len(shipped) >= 15, shipped
+    differing = {}
+    for cls in shipped:
+        for name, method in vars(cls).items():
+            if name not in lightning_hooks:
+                continue
+            ours, theirs = names(method), names(lightning_hooks[name])
+            named = [entry for entry in ours if entry[1] == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+            takes_the_rest = {kind for _, kind in ours} >= {inspect.Parameter.VAR_POSITIONAL,
+                                                             inspect.Parameter.VAR_KEYWORD}
+            lightnings_class = getattr(lightning_callbacks, cls.__name__, None)
+            same_as_lightnings_class = hasattr(lightnings_class, name) and ours == names(
+                getattr(lightnings_class, name))
+            if not (ours == theirs or same_as_lightnings_class or (takes_the_rest and named == theirs[: len(named)])):
+                differing[f"{cls.__name__}.{name}"] = [entry[0] for entry in ours]
+    assert differing == {}, differing

@@ -57,7 +57,7 @@ class DeviceStatsMonitor(Callback):
     def __init__(self, cpu_stats: bool | None = None) -> None:
         self._cpu_stats = cpu_stats
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if stage != "fit":
             return
         if not trainer.loggers:

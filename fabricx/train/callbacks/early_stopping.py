@@ -105,16 +105,16 @@ class EarlyStopping(Callback):
     def state_key(self) -> str:
         return self._state_key_with(monitor=self.monitor, mode=self.mode)
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = validates_every_epoch_end(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self._check_on_train_epoch_end and fitting(trainer):
             self._where = f"on_train_epoch_end of epoch {trainer.current_epoch}"
             self._run_early_stopping_check(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if not self._check_on_train_epoch_end and fitting(trainer):
             self._where = f"on_validation_end of epoch {trainer.current_epoch}"
             self._run_early_stopping_check(trainer)

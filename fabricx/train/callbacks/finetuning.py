@@ -59,29 +59,29 @@ class BaseFinetuning(Callback):
         # Checkpoints of old Lightning versions hold the metadata itself.
         self._internal_optimizer_metadata = state_dict.get("internal_optimizer_metadata", state_dict)
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self.freeze_before_training(module)
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
+        self.freeze_before_training(pl_module)
         if getattr(getattr(trainer, "strategy", None), "engine_owns_optimizer", False):
             raise NotImplementedError(
                 "The Finetuning callback does not support running with the DeepSpeed strategy."
                 " Choose a different strategy or disable the callback."
             )
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if not self._restarting:
             return
-        by_name = dict(module.named_parameters())
+        by_name = dict(pl_module.named_parameters())
         for index, optimizer in enumerate(trainer.optimizers):
             groups = self._internal_optimizer_metadata.get(index)
             if groups:
                 optimizer.param_groups = _groups_with(groups, lambda name: by_name[name])
         self._restarting = False
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         for index, optimizer in enumerate(trainer.optimizers):
             groups_before = len(optimizer.param_groups)
-            self.finetune_function(module, trainer.current_epoch, optimizer)
-            self._store(module, index, groups_before, optimizer.param_groups)
+            self.finetune_function(pl_module, trainer.current_epoch, optimizer)
+            self._store(pl_module, index, groups_before, optimizer.param_groups)
 
     def finetune_function(self, pl_module: TrainModule, epoch: int, optimizer: Optimizer) -> None:
         """Unfreeze what should train from ``epoch`` on (called at every epoch start, per optimizer)."""
@@ -244,13 +244,13 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict["previous_backbone_lr"]
         super().load_state_dict(state_dict)
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
-        if not isinstance(getattr(module, "backbone", None), Module):
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        if not isinstance(getattr(pl_module, "backbone", None), Module):
             raise MisconfigurationException(
                 "The LightningModule should have a nn.Module `backbone` attribute"
-                f" (BackboneFinetuning freezes and unfreezes it; {type(module).__name__} has none)."
+                f" (BackboneFinetuning freezes and unfreezes it; {type(pl_module).__name__} has none)."
             )
-        super().on_fit_start(trainer, module)
+        super().on_fit_start(trainer, pl_module)
 
     def freeze_before_training(self, pl_module: TrainModule) -> None:
         self.freeze(pl_module.backbone)

@@ -13,7 +13,7 @@ class LambdaCallback(Callback):
 
     Example:
         ```python
-        def report(trainer, module):
+        def report(trainer, pl_module):
             print(trainer.current_epoch)
 
         Trainer(callbacks=[LambdaCallback(on_train_epoch_end=report)])

@@ -180,12 +180,12 @@ class ModelCheckpoint(Checkpoint):
         if trainer.is_global_zero and stage == "fit" and self.save_top_k != 0 and _not_empty(dirpath):
             rank_zero_warn(f"Checkpoint directory {dirpath} exists and is not empty.")
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._last_time_checked = time.monotonic()
         self._validation_has_run = False
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._hook = "on_train_batch_end"
         if self._validation_pending and trainer.progress.stepped:
@@ -218,13 +218,13 @@ class ModelCheckpoint(Checkpoint):
         self._save_topk_checkpoint(trainer, candidates)
         self._save_last_checkpoint(trainer, candidates)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._hook = "on_train_epoch_end"
         if self._should_skip_saving_checkpoint(trainer) or not self._should_save_on_train_epoch_end(trainer):
             return
         self._save_at_epoch_trigger(trainer, self._monitor_candidates(trainer))
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._hook = "on_validation_end"
         if trainer.state == "fit" and not trainer.sanity_checking:
             self._validation_has_run = True
@@ -252,7 +252,7 @@ class ModelCheckpoint(Checkpoint):
         if self._last_is_due(trainer):
             self._save_last_checkpoint(trainer, candidates)
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
         if not self._should_save_on_exception(trainer):
             return
         candidates = self._monitor_candidates(trainer)
@@ -263,11 +263,11 @@ class ModelCheckpoint(Checkpoint):
             f"An {type(exception).__name__} was raised with message: {exception}, saved checkpoint to {filepath}"
         )
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self.save_last and not self._last_checkpoint_saved:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self._handle is not None:  # fit returns with every checkpoint committed
             self._handle, handle = None, self._handle
             handle.wait()

@@ -23,7 +23,7 @@ class BasePredictionWriter(Callback):
     Example:
         ```python
         class Writer(BasePredictionWriter):
-            def write_on_epoch_end(self, trainer, module, predictions, batch_indices):
+            def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
                 torch.save(predictions, f"predictions_{trainer.global_rank}.pt")
 
         trainer = Trainer(callbacks=[Writer(write_interval="epoch")])

@@ -91,7 +91,7 @@ class RichProgressBar(ProgressBar):
         return bool(self._console is not None and self._console.is_terminal)
 
     # -- set-up -------------------------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         self._reset()
         self._trainer = trainer
         self._enabled = trainer.is_global_zero and self.refresh_rate > 0
@@ -101,7 +101,7 @@ class RichProgressBar(ProgressBar):
 
         self._console = Console(**self.console_kwargs)
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if self._progress is not None:
             self._progress.refresh()
             self._progress.stop()
@@ -139,12 +139,12 @@ class RichProgressBar(ProgressBar):
         else:
             self._train_task = True
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self._enabled:
             self._start_train(trainer, 0)
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self._enabled:
             return
@@ -156,7 +156,7 @@ class RichProgressBar(ProgressBar):
             self._progress.update(self._train_task, completed=self._train_done, speed=self._speed())
             self._progress.refresh()
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if not self._enabled or self._train_task is None:
             return
         metrics = self._metrics_text(trainer, with_loss=True)
@@ -197,7 +197,7 @@ class RichProgressBar(ProgressBar):
                 parts.insert(0, f"loss={loss}")
         return " ".join(parts)
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         # Stopped before the epoch's end (max_steps, early stopping, a stop request): say where, so the last
         # frame agrees with what the run reports afterwards.
         if not self._enabled or not self.is_terminal or self._train_task is None:
@@ -246,27 +246,27 @@ class RichProgressBar(ProgressBar):
             )
         self._eval_task = None
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         description = "Sanity check" if trainer.sanity_checking else "Validation"
         limits = trainer.num_val_batches
         if trainer.sanity_checking and trainer.num_sanity_val_steps >= 0:
             limits = [min(limit, trainer.num_sanity_val_steps) for limit in limits]
         self._start_eval(trainer, description, limits)
 
-    def on_validation_batch_end(self, trainer: Trainer, module: TrainModule, *args: Any) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: TrainModule, *args: Any, **kwargs: Any) -> None:
         self._advance_eval()
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._end_eval(trainer, "Validation")
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         # Unknown ("?") only when a test loader has no length.
         self._start_eval(trainer, "Testing", trainer.num_test_batches or [math.inf])
 
-    def on_test_batch_end(self, trainer: Trainer, module: TrainModule, *args: Any) -> None:
+    def on_test_batch_end(self, trainer: Trainer, pl_module: TrainModule, *args: Any, **kwargs: Any) -> None:
         self._advance_eval()
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._end_eval(trainer, "Testing")
 
 

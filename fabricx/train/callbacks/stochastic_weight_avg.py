@@ -98,12 +98,12 @@ class StochasticWeightAveraging(Callback):
     def pl_module_contains_batch_norm(pl_module: nn.Module) -> bool:
         return any(isinstance(module, nn.modules.batchnorm._BatchNorm) for module in pl_module.modules())
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if getattr(trainer.strategy, "shards_parameters", False):
             raise MisconfigurationException("SWA does not currently support sharded models.")
-        self._average_model = copy.deepcopy(module)  # detached from the Trainer, as Lightning's copy
+        self._average_model = copy.deepcopy(pl_module)  # detached from the Trainer, as Lightning's copy
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if len(trainer.optimizers) != 1:
             raise MisconfigurationException(
                 f"SWA currently works with 1 `optimizer`; configure_optimizers returned {len(trainer.optimizers)}."
@@ -118,15 +118,15 @@ class StochasticWeightAveraging(Callback):
                     "Please provide `swa_epoch_start` as an integer."
                 )
             self._swa_epoch_start = int(max_epochs * self._swa_epoch_start)
-        self._model_contains_batch_norm = self.pl_module_contains_batch_norm(module)
+        self._model_contains_batch_norm = self.pl_module_contains_batch_norm(pl_module)
         self._max_epochs = max_epochs
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
         if not self._initialized and in_window:
             self._initialized = True
-            self._start_swa_schedule(trainer, module)
+            self._start_swa_schedule(trainer, pl_module)
         elif self._swa_scheduler is not None and self._scheduler_epoch_seen == self._swa_scheduler.last_epoch:
             # The Trainer did not step the SWA schedule last epoch (it had no epoch scheduler): step it here.
             self._swa_scheduler.step()
@@ -134,12 +134,12 @@ class StochasticWeightAveraging(Callback):
             self._scheduler_epoch_seen = self._swa_scheduler.last_epoch
         if in_window and epoch > self._latest_update_epoch:
             assert self.n_averaged is not None and self._average_model is not None
-            self.update_parameters(self._average_model, module, self.n_averaged, self._avg_fn)
+            self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
-    def _start_swa_schedule(self, trainer: Trainer, module: TrainModule) -> None:
+    def _start_swa_schedule(self, trainer: Trainer, pl_module: TrainModule) -> None:
         assert self._average_model is not None
-        self._average_model = self._average_model.to(self._device or _device_of(module))
+        self._average_model = self._average_model.to(self._device or _device_of(pl_module))
         optimizer = trainer.optimizers[0]
         rates: Any = self._swa_lrs
         if isinstance(rates, float):
@@ -169,18 +169,18 @@ class StochasticWeightAveraging(Callback):
         else:
             configs.append(config)
         if self.n_averaged is None:
-            self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=_device_of(module))
+            self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=_device_of(pl_module))
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         reached_end = self._max_epochs == -1 or trainer.current_epoch - 1 >= self.swa_end
         if self._average_model is None or not self._initialized or not reached_end:
             return
-        self.transfer_weights(self._average_model, module)
+        self.transfer_weights(self._average_model, pl_module)
         if self._model_contains_batch_norm:
             loader = trainer.train_dataloader
             if loader is not None:
                 with torch.no_grad():
-                    update_bn(loader, module, device=_device_of(module))
+                    update_bn(loader, pl_module, device=_device_of(pl_module))
 
     @staticmethod
     def transfer_weights(src_pl_module: nn.Module, dst_pl_module: nn.Module) -> None:

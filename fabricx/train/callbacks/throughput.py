@@ -70,7 +70,7 @@ class ThroughputMonitor(Callback):
         self._lengths = 0
         self.last_metrics: dict[str, float] = {}
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         fabric = trainer.fabric
         peak = self._peak_flops
         if peak is None:
@@ -81,12 +81,14 @@ class ThroughputMonitor(Callback):
         self._batches = self._samples = self._lengths = 0
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         throughput = self._throughput
         if throughput is None:
             return
-        flops = self._flops_per_batch if self._flops_per_batch is not None else getattr(module, "flops_per_batch", None)
+        flops = self._flops_per_batch
+        if flops is None:
+            flops = getattr(pl_module, "flops_per_batch", None)
         self._batches += 1
         self._samples += self._batch_size_fn(batch)
         lengths = None
@@ -112,7 +114,7 @@ class ThroughputMonitor(Callback):
                 logger.log_metrics(named, step=trainer.progress.batches_that_stepped)
         for name in ("samples_per_sec", "items_per_sec", "mfu"):
             if name in metrics:  # the progress bar shows these until the next measurement
-                module.log(
+                pl_module.log(
                     f"throughput/{name}", metrics[name], on_step=True, on_epoch=False, prog_bar=True, logger=False
                 )
 

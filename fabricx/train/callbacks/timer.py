@@ -88,22 +88,22 @@ class Timer(Callback):
         """Seconds left before ``duration`` is reached (``None`` without a duration)."""
         return None if self._duration is None else self._duration - self.time_elapsed(stage)
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._start_time["train"] = time.monotonic()
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._end_time["train"] = time.monotonic()
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._start_time["validate"] = time.monotonic()
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._end_time["validate"] = time.monotonic()
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._start_time["test"] = time.monotonic()
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         self._end_time["test"] = time.monotonic()
 
     def on_fit_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:

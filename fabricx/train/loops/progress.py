@@ -36,7 +36,7 @@ class Progress:
     Example:
         ```python
         class EveryHundred(Callback):
-            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
                 if trainer.progress.stepped and trainer.progress.global_step % 100 == 0:
                     trainer.print(trainer.callback_metrics)
         ```

@@ -577,29 +577,34 @@ class TrainModule(HyperparametersMixin, ModuleHooks, nn.Module):
             print(*args, **kwargs)
 
     # -- steps (override) ------------------------------------------------------------------------------
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Compute and return the loss (a tensor, or a dict with a ``"loss"`` key) for one batch."""
         raise NotImplementedError(
             f"{type(self).__name__} has no training_step. Define training_step(self, batch, batch_idx) "
             "returning the loss to train it with Trainer.fit."
         )
 
-    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """Evaluate one validation batch (log metrics with ``self.log``)."""
         raise NotImplementedError(
             f"{type(self).__name__} has no validation_step, but validation data was given. Define "
             "validation_step(self, batch, batch_idx), or pass no val_dataloaders."
         )
 
-    def test_step(self, batch: Any, batch_idx: int) -> Any:
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
         """Evaluate one test batch (log metrics with ``self.log``)."""
         raise NotImplementedError(
             f"{type(self).__name__} has no test_step. Define test_step(self, batch, batch_idx) to use Trainer.test."
         )
 
-    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
-        """Return the prediction for one batch (the default calls ``self(batch)``; ``dataloader_idx`` is passed
-        when there are several prediction loaders, as in Lightning)."""
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Return the prediction for one batch: ``(batch, batch_idx)``, and ``dataloader_idx`` when there are
+        several prediction loaders, as in Lightning. The default calls ``self(batch)``.
+
+        The steps take ``*args, **kwargs`` as Lightning's do, so an override may name and drop its parameters
+        (``def training_step(self, train_batch)``) without a type checker calling it incompatible.
+        """
+        batch = kwargs.get("batch", args[0] if args else None)
         return self(batch)
 
     def configure_optimizers(self) -> Any:

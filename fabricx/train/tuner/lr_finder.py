@@ -116,7 +116,7 @@ class LRSearch(Callback):
         self.avg_loss = 0.0
         self.best_loss = 0.0
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if len(trainer.optimizers) != 1:
             raise MisconfigurationException(
                 f"`model.configure_optimizers()` returned {len(trainer.optimizers)}, but"
@@ -129,7 +129,7 @@ class LRSearch(Callback):
     def _at_step_boundary(self, trainer: Trainer, batch_idx: int) -> bool:
         return (batch_idx + 1) % max(1, trainer.accumulate_grad_batches) == 0
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: TrainModule, batch: Any, batch_idx: int) -> None:
         if not self._at_step_boundary(trainer, batch_idx):
             return
         lr = self.finder.lr_at(len(self.lrs))
@@ -138,7 +138,7 @@ class LRSearch(Callback):
         self.lrs.append(lr)
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self._at_step_boundary(trainer, batch_idx):
             return
