@@ -200,3 +200,38 @@ def test_building_a_trainer_selects_no_device_until_its_first_run(tmp_path, monk
 
     Fabric(accelerator="cuda", devices=1)  # a plain Fabric is ready to use as soon as it is built
     assert selected == [torch.device("cuda", 0)]
+
+
+def test_module_methods_name_their_parameters_as_lightnings(tmp_path):
+    """A LightningModule's override type-checks against `TrainModule` as against `LightningModule`: every method
+    both define takes the same parameter names (the steps take `*args, **kwargs`, so `training_step(self, batch)`
+    overrides cleanly); and a module whose steps drop `batch_idx` trains and predicts."""
+    import inspect
+
+    from lightning.pytorch import LightningDataModule, LightningModule
+
+    def names(cls, name):
+        # Lightning's `load_from_checkpoint` is a descriptor that leaves `cls` in its signature: not a parameter
+        return [(p.name, p.kind) for p in inspect.signature(getattr(cls, name)).parameters.values() if p.name != "cls"]
+
+    # `save_hyperparameters(*names)` is Lightning's `*args` under another name: positional only, so no call differs.
+    for ours, theirs in ((TrainModule, LightningModule), (DataModule, LightningDataModule)):
+        shared = [name for name in vars(ours) if not name.startswith("_") and callable(getattr(ours, name))
+                  and callable(getattr(theirs, name, None)) and name != "save_hyperparameters"]
+        assert len(shared) >= (30 if ours is TrainModule else 7), shared
+        differing = {name: names(ours, name) for name in shared if names(ours, name) != names(theirs, name)}
+        assert differing == {}, differing
+
+    class BatchOnly(Regressor):
+        def training_step(self, batch):
+            return super().training_step(batch, 0)
+
+        def predict_step(self, batch):
+            return self.net(batch[0])
+
+    model = BatchOnly()
+    trainer = _trainer(tmp_path, max_epochs=1)
+    trainer.fit(model, loader(regression_data(), batch_size=8))
+    [first, *_] = trainer.predict(model, loader(regression_data(), batch_size=8, shuffle=False))
+    assert first.shape == (8, 1)
+    assert trainer.global_step > 0
