@@ -186,6 +186,11 @@ class TrainerProperties:
     def accumulate_grad_batches(self) -> int:
         return self.fabric.grad_accum_steps
 
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, batches: int) -> None:
+        # Between windows only (an epoch's start): `GradientAccumulationScheduler` sets it, as in Lightning.
+        self.fabric.grad_accum_steps = batches
+
     # Lightning's stage flags: reading says whether the stage runs now; setting True enters it, False leaves it.
     training = _StageFlag(RunningStage.TRAINING)
     sanity_checking = _StageFlag(RunningStage.SANITY_CHECKING)  # the validation batches before training

@@ -24,6 +24,9 @@ SWAPS = {
     "from lightning.pytorch.callbacks import Callback, ModelCheckpoint": (
         "from fabricx.callbacks import Callback, ModelCheckpoint"
     ),
+    "from lightning.pytorch.callbacks import BasePredictionWriter, Callback, GradientAccumulationScheduler, "
+    "ModelCheckpoint": "from fabricx.callbacks import BasePredictionWriter, Callback, GradientAccumulationScheduler, "
+    "ModelCheckpoint",
     "from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint": (
         "from fabricx.callbacks import BasePredictionWriter, Callback, ModelCheckpoint"
     ),

@@ -156,6 +156,21 @@ def test_a_run_that_raises_calls_on_exception_and_no_teardown_hook_as_lightnings
         assert fabricx[stage]["status"] == "TrainerStatus.INTERRUPTED"
 
 
+def test_an_accumulation_schedule_trains_as_lightnings_and_is_refused_where_lightnings_is(results):
+    # GradientAccumulationScheduler({1: 2, 3: 4}) over 4 epochs of 8 batches: each epoch's factor, step count and
+    # weights bit for bit; beside Trainer(accumulate_grad_batches=2) a ValueError, with manual optimization a
+    # RuntimeError (Lightning's message wraps a triple-quoted line: compared with its white space folded).
+    lightning, fabricx = _case(results, "accumulation_schedule")
+    assert [epoch[:2] for epoch in fabricx["epochs"]] == [(1, 8), (2, 12), (2, 16), (4, 18)]
+    for theirs, ours in zip(lightning["epochs"], fabricx["epochs"], strict=True):
+        assert ours[:2] == theirs[:2]
+        _same_weights(theirs[2], ours[2])
+    assert fabricx["with_the_trainer_flag"] == lightning["with_the_trainer_flag"]
+    for side in (lightning, fabricx):
+        side["manual"]["message"] = " ".join(side["manual"]["message"].split())
+    assert fabricx["manual"] == lightning["manual"]
+
+
 def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
     lightning, fabricx = _case(results, "missing_and_read_only")
     for case in ("fit_missing", "load_missing"):

@@ -70,6 +70,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".callbacks.progress.tqdm_progress": ("fabricx.train.callbacks.tqdm_progress", {}),
     ".callbacks.model_summary": ("fabricx.train.callbacks.model_summary", {}),
     ".callbacks.rich_model_summary": ("fabricx.train.callbacks.model_summary", {}),
+    ".callbacks.gradient_accumulation_scheduler": ("fabricx.train.callbacks.gradient_accumulation_scheduler", {}),
     ".loggers.logger": ("fabricx.loggers.base", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
     ".trainer.states": ("fabricx.train.states", {}),

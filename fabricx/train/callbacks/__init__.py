@@ -1,10 +1,11 @@
 """Trainer callbacks: checkpointing, early stopping, learning-rate logging, progress, summary, fine-tuning,
-weight averaging, timing and device statistics."""
+weight averaging, timing, device statistics and an accumulation schedule."""
 
 from fabricx.train.callbacks.base import Callback, Checkpoint
 from fabricx.train.callbacks.device_stats_monitor import DeviceStatsMonitor
 from fabricx.train.callbacks.early_stopping import EarlyStopping
 from fabricx.train.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
+from fabricx.train.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from fabricx.train.callbacks.lambda_function import LambdaCallback
 from fabricx.train.callbacks.lr_monitor import LearningRateMonitor
 from fabricx.train.callbacks.model_checkpoint import ModelCheckpoint
@@ -26,6 +27,7 @@ __all__ = [
     "Checkpoint",
     "DeviceStatsMonitor",
     "EarlyStopping",
+    "GradientAccumulationScheduler",
     "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",

@@ -75,7 +75,7 @@ class TrainingSteps:
             self.manual_step = manual_step
             return
 
-        scale = run.fabric.grad_accum_steps
+        fabric = run.fabric
         before_zero = hooks.callback_hooks("on_before_zero_grad")
         before_zero_module = hooks.module_hook("on_before_zero_grad")
         nothing_before_zero = not before_zero and before_zero_module is None
@@ -92,6 +92,7 @@ class TrainingSteps:
         def automatic_step(batch: Any, batch_idx: int, boundary: bool) -> dict[str, Any]:
             reported: dict[str, Any] | None = None
             optimizer = run.module_optimizers[0]  # read each step: strategy.setup_optimizers may replace it
+            scale = fabric.grad_accum_steps  # read each step: `GradientAccumulationScheduler` changes it by epoch
 
             def closure() -> Any:
                 nonlocal reported

@@ -17,7 +17,7 @@ from collections.abc import MutableSequence
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback, GradientAccumulationScheduler, ModelCheckpoint
 from lightning.pytorch.core.saving import _load_state
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins import AsyncCheckpointIO, DoublePrecision, TorchCheckpointIO
@@ -831,6 +831,42 @@ def run_failing_entry_points(root: str) -> dict:
     return results
 
 
+# -- 21. an accumulation factor scheduled by epoch -------------------------------------------------------------
+class EpochRecorder(Callback):
+    """Each epoch's factor and step count as it ends, and the weights then."""
+
+    def __init__(self):
+        self.epochs = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.epochs.append((trainer.accumulate_grad_batches, trainer.global_step, weights(pl_module)))
+
+
+class ManualRegressor(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+
+def run_accumulation_schedule(root: str) -> dict:
+    torch.manual_seed(5)
+    module, recorder = Regressor(), EpochRecorder()
+    # 8 batches an epoch: every factor divides it, so both divide each loss by the factor alike
+    data = DataLoader(regression(32, 6), batch_size=4)
+    trainer = Trainer(max_epochs=4, logger=False, enable_checkpointing=False,
+                      callbacks=[GradientAccumulationScheduler({1: 2, 3: 4}), recorder], **QUIET)
+    trainer.fit(module, data)
+    both = Trainer(max_epochs=1, accumulate_grad_batches=2, logger=False, enable_checkpointing=False,
+                   callbacks=[GradientAccumulationScheduler({0: 2})], **QUIET)
+    manual = Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                     callbacks=[GradientAccumulationScheduler({1: 2})], **QUIET)
+    return {
+        "epochs": recorder.epochs,
+        "with_the_trainer_flag": error_of(lambda: both.fit(Regressor(), data)),
+        "manual": error_of(lambda: manual.fit(ManualRegressor(), data)),
+    }
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -852,4 +888,5 @@ CASES = {
     "hparams_given_whole": run_hparams_given_whole,
     "logging_in_every_entry_point": run_logging_in_every_entry_point,
     "failing_entry_points": run_failing_entry_points,
+    "accumulation_schedule": run_accumulation_schedule,
 }

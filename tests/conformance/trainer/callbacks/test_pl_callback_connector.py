@@ -5,7 +5,7 @@ use names that are not public or pieces fabricx does not build:
 
 * `test_checkpoint_callbacks_are_last`: patches Lightning's internals (`lightning.pytorch.trainer.connectors.callback_connector._RICH_AVAILABLE`, private); uses Lightning's private `_CallbackConnector` and `trainer.strategy._lightning_module`; uses the `BatchSizeFinder` callback (fabricx builds the Tuner's `scale_batch_size`, not the callback)
 * `test_all_callback_states_saved_before_checkpoint_callback`: its `StatefulCallbackContent1.state_key` calls Lightning's private `Callback._generate_state_key`
-* `test_attach_model_callbacks`: patches Lightning's internals (`lightning.pytorch.trainer.connectors.callback_connector._RICH_AVAILABLE`, private); uses Lightning's private `_CallbackConnector` and `trainer.strategy._lightning_module`; uses the `GradientAccumulationScheduler` callback (fabricx does not build it)
+* `test_attach_model_callbacks`: patches Lightning's internals (`lightning.pytorch.trainer.connectors.callback_connector._RICH_AVAILABLE`, private); uses Lightning's private `_CallbackConnector` and `trainer.strategy._lightning_module`
 * `test_attach_model_callbacks_override_info`: uses Lightning's private `_CallbackConnector` and `trainer.strategy._lightning_module`
 * `test_configure_external_callbacks`: its helper `_make_entry_point_query_mock` (dropped with it) patches Lightning's internals (`lightning.fabric.utilities.registry.entry_points`, the entry-point plugin loading) and reads Lightning's private `_PYTHON_GREATER_EQUAL_3_10_0`
 * `test_validate_callbacks_list_function`: uses Lightning's private `_validate_callbacks_list`
@@ -51,7 +51,7 @@ from fabricx.callbacks import Callback
 from fabricx.train import TrainModule as LightningModule
 from fabricx.train import Trainer
 from fabricx.callbacks import EarlyStopping
-GradientAccumulationScheduler = _NotInFabricx("the `GradientAccumulationScheduler` callback (fabricx does not build it)")
+from fabricx.callbacks import GradientAccumulationScheduler
 from fabricx.callbacks import LearningRateMonitor
 from fabricx.callbacks import ModelCheckpoint
 from fabricx.callbacks import ModelSummary
