@@ -8,7 +8,7 @@ import torch
 from _train_helpers import Regressor, loader, regression_data
 from torch.utils.data import DataLoader
 
-from fabricx.callbacks import EarlyStopping, ModelCheckpoint
+from fabricx.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from fabricx.train import DataModule, Trainer, TrainModule
 from fabricx.utilities.exceptions import MisconfigurationError
 
@@ -184,6 +184,48 @@ def test_resume_after_a_max_steps_cut_continues_the_epoch(tmp_path):
         assert torch.equal(resumed.state_dict()[key], value), key
     assert trainer.global_step == 12 and trainer.callback_metrics == full_trainer.callback_metrics
     assert "val_loss" in trainer.callback_metrics
+
+
+def test_a_max_steps_cut_saved_at_train_end_resumes_under_an_epoch_limit_as_the_uninterrupted_run(tmp_path):
+    """Without validation, `ModelCheckpoint(save_last=True)` writes `last.ckpt` at train end, after the cut epoch was
+    counted (`current_epoch` 2, as Lightning's). Resumed under `max_epochs=3`, the rest of epoch 1 runs as epoch 1,
+    then epoch 2 whole, as in the uninterrupted run (before, the rest ran as epoch 2 and the run stopped there;
+    Lightning starts epoch 2 and drops the rest of epoch 1)."""
+
+    class EpochLog(Regressor):
+        def on_train_epoch_start(self):
+            self.epochs = [*getattr(self, "epochs", []), self.current_epoch]
+
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("epoch_loss", loss, on_step=False, on_epoch=True)
+            return loss
+
+    class EpochAggregates(Callback):
+        def __init__(self):
+            self.seen = {}
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            self.seen[trainer.current_epoch] = trainer.callback_metrics["epoch_loss"].item()
+
+    def run(root, ckpt_path=None, **limits):
+        torch.manual_seed(0)
+        module, aggregates = EpochLog(), EpochAggregates()
+        checkpoint = ModelCheckpoint(dirpath=root / "ck", save_last=True, save_top_k=0)
+        trainer = _trainer(root, callbacks=[aggregates, checkpoint], **limits)
+        trainer.fit(module, loader(regression_data(64)), ckpt_path=ckpt_path)  # 8 shuffled batches an epoch
+        return trainer, module, aggregates.seen
+
+    full_trainer, full, full_seen = run(tmp_path / "full", max_epochs=3)
+    cut_trainer, _, _ = run(tmp_path / "cut", max_steps=12)  # epoch 1, after 4 of its 8 batches
+    assert cut_trainer.current_epoch == 2  # the cut epoch is counted, as in Lightning
+    trainer, resumed, seen = run(tmp_path / "cut", ckpt_path="last", max_epochs=3)
+    assert resumed.epochs == [2] and trainer.global_step == full_trainer.global_step == 24
+    for key, value in full.state_dict().items():
+        assert torch.equal(resumed.state_dict()[key], value), key
+    # epoch 1's mean loss covers the batches before the cut too
+    assert seen == {1: full_seen[1], 2: full_seen[2]}
+    assert trainer.callback_metrics == full_trainer.callback_metrics
 
 
 def test_building_a_trainer_selects_no_device_until_its_first_run(tmp_path, monkeypatch):

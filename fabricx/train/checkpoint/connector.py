@@ -326,10 +326,12 @@ def _continue_where_saved(trainer: Trainer) -> None:
         progress.resumed_mid_epoch = False
     else:
         # Inside an epoch (also one cut by max_steps/max_time, whose end hooks ran before the save).
-        progress.epoch_cut = False
+        cut, progress.epoch_cut = progress.epoch_cut, False
         progress.resumed_mid_epoch = bool(loader.state_dict()["started"])
         if progress.resumed_mid_epoch:
             warn_if_not_resumable(loader)
+            if cut:
+                trainer.fit_loop.continue_cut_epoch()
 
 
 def _check_epochs_left(trainer: Trainer) -> None:

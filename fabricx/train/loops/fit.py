@@ -197,6 +197,14 @@ class FitLoop:
                 for stage in ("ready", "started", "processed", "completed"):
                     setattr(tracker, stage, max(getattr(tracker, stage), done))
 
+    def continue_cut_epoch(self) -> None:
+        """Restored inside an epoch that ``max_steps``/``max_time`` cut, from a checkpoint written after its end was
+        counted (``ModelCheckpoint(save_last=True)`` at train end): the counts are taken back to those of its end
+        hooks, so the rest of its batches runs as that epoch, and the next epoch follows with all of its own."""
+        for tracker in (self.epoch_progress.total, self.epoch_progress.current):
+            if tracker.completed >= tracker.started > 0:
+                tracker.completed = tracker.started - 1
+
     def take_counters(self, state_dict: dict[str, Any]) -> None:
         """The counters of a fit run in another process (``ddp_spawn``'s rank 0), without restarting from them."""
         self.load_state_dict(state_dict)
@@ -543,8 +551,9 @@ class FitLoop:
         connector.update_train_epoch_metrics(step=max(0, progress.batches_that_stepped - 1))
         self.epoch_progress.increment_completed()  # trainer.current_epoch moves on
         progress.epoch_done = False
-        progress.epoch_cut = False
-        run.cut_metric_state = None
+        # A cut ends the fit: its flag and aggregates stay for a checkpoint written at train end (`continue_cut_epoch`).
+        if not progress.epoch_cut:
+            run.cut_metric_state = None
 
     def _first_time(self, key: str) -> bool:
         said = key in self._said
