@@ -202,8 +202,9 @@ class FitLoop:
         counted (``ModelCheckpoint(save_last=True)`` at train end): the counts are taken back to those of its end
         hooks, so the rest of its batches runs as that epoch, and the next epoch follows with all of its own."""
         for tracker in (self.epoch_progress.total, self.epoch_progress.current):
-            if tracker.completed >= tracker.started > 0:
-                tracker.completed = tracker.started - 1
+            started = tracker.started  # type: ignore[attr-defined]
+            if tracker.completed >= started > 0:
+                tracker.completed = started - 1
 
     def take_counters(self, state_dict: dict[str, Any]) -> None:
         """The counters of a fit run in another process (``ddp_spawn``'s rank 0), without restarting from them."""
