@@ -84,12 +84,7 @@ class Callback:
     ) -> None: ...
 
     def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: TrainModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None: ...
 
@@ -103,12 +98,7 @@ class Callback:
     ) -> None: ...
 
     def on_test_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: TrainModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None: ...
 
@@ -122,12 +112,7 @@ class Callback:
     ) -> None: ...
 
     def on_predict_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: TrainModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+        self, trainer: Trainer, pl_module: TrainModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None: ...
 
