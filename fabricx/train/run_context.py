@@ -102,8 +102,9 @@ class RunContext:
         self.results = self.train_results
 
     def new_fit_results(self) -> None:
-        """Fresh training and validation collections for a new fit."""
+        """Fresh training and validation collections for a new fit (a cut epoch's aggregates were the last fit's)."""
         self.val_results = ResultCollection("validate", training=False, module=self.module)
+        self.cut_metric_state = None
         self.reset_metrics()
 
     def setup_module_only(self, module: TrainModule) -> None:
