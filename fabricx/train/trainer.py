@@ -417,6 +417,12 @@ class Trainer(TrainerProperties):
             # As Lightning: on_exception ran, loggers were finalized "failed", teardown ran; the process exits.
             rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
             sys.exit(1)
+        except BaseException:
+            if self._spawns and args[0] is not None:
+                # As Lightning's, whose main process holds the module from the start: `lightning_module` is the
+                # module after a spawned run failed too (it was attached only in the spawned processes).
+                self._run.attach(self, args[0], self._run.datamodule)
+            raise
         if self._spawns and is_spawn_result(returned):
             return apply_spawn_result(self, args[0], returned)
         return returned

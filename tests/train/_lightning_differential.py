@@ -24,9 +24,11 @@ SWAPS = {
     "from lightning.pytorch.callbacks import Callback, ModelCheckpoint": (
         "from fabricx.callbacks import Callback, ModelCheckpoint"
     ),
-    "from lightning.pytorch.callbacks import BasePredictionWriter, Callback, GradientAccumulationScheduler, "
-    "ModelCheckpoint": "from fabricx.callbacks import BasePredictionWriter, Callback, GradientAccumulationScheduler, "
-    "ModelCheckpoint",
+    "from lightning.pytorch.callbacks import (\n    BasePredictionWriter,\n    Callback,\n    EMAWeightAveraging,\n"
+    "    GradientAccumulationScheduler,\n    ModelCheckpoint,\n)": (
+        "from fabricx.callbacks import BasePredictionWriter, Callback, EMAWeightAveraging, "
+        "GradientAccumulationScheduler, ModelCheckpoint"
+    ),
     "from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint": (
         "from fabricx.callbacks import BasePredictionWriter, Callback, ModelCheckpoint"
     ),

@@ -8,7 +8,7 @@ import torch
 from _train_helpers import Regressor, loader, regression_data
 from torch.utils.data import DataLoader
 
-from fabricx.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from fabricx.callbacks import Callback, EarlyStopping, ModelCheckpoint, OnExceptionCheckpoint
 from fabricx.train import DataModule, Trainer, TrainModule
 from fabricx.utilities.exceptions import MisconfigurationError
 
@@ -226,6 +226,80 @@ def test_a_max_steps_cut_saved_at_train_end_resumes_under_an_epoch_limit_as_the_
     # epoch 1's mean loss covers the batches before the cut too
     assert seen == {1: full_seen[1], 2: full_seen[2]}
     assert trainer.callback_metrics == full_trainer.callback_metrics
+
+
+def test_an_exception_in_the_epoch_end_hooks_resumes_without_reading_that_epoch_again(tmp_path):
+    """`OnExceptionCheckpoint`'s file written when a callback raised in epoch 1's `on_train_epoch_end` (after its
+    last batch and validation): the resumed fit reads none of epoch 1's batches again, runs its end hooks (the
+    ones the exception cut short: `last.ckpt` of epoch 1, the epoch's aggregates), then epoch 2, and ends as the
+    uninterrupted run. Before, it read epoch 1 a second time (4 more optimizer steps); Lightning skips epoch 1's
+    end hooks and goes on with epoch 2."""
+
+    class Stop(Exception):
+        pass
+
+    class Batches(Regressor):
+        def training_step(self, batch, batch_idx):
+            self.read = [*getattr(self, "read", []), (self.current_epoch, batch_idx)]
+            loss = super().training_step(batch, batch_idx)
+            self.log("epoch_loss", loss, on_step=False, on_epoch=True)
+            return loss
+
+    class StopInEpochEnd(Callback):
+        def __init__(self, epoch):
+            self.epoch, self.ends = epoch, []
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            self.ends.append((trainer.current_epoch, trainer.global_step, trainer.callback_metrics["epoch_loss"]))
+            if trainer.current_epoch == self.epoch:
+                raise Stop
+
+    def run(root, stop_epoch=None, ckpt_path=None):
+        torch.manual_seed(0)
+        module, stop = Batches(), StopInEpochEnd(stop_epoch)
+        checkpoint = ModelCheckpoint(dirpath=root / "ck", save_last=True, save_top_k=0)
+        trainer = _trainer(root, callbacks=[stop, checkpoint, OnExceptionCheckpoint(root)], max_epochs=3)
+        try:
+            trainer.fit(module, loader(regression_data(32)), ckpt_path=ckpt_path)  # 4 shuffled batches an epoch
+        except Stop:
+            pass
+        return trainer, module, stop.ends
+
+    full_trainer, full, full_ends = run(tmp_path / "full")
+    run(tmp_path / "stopped", stop_epoch=1)
+    trainer, resumed, ends = run(tmp_path / "stopped", ckpt_path=str(tmp_path / "stopped" / "on_exception.ckpt"))
+    assert resumed.read == [(2, index) for index in range(4)]
+    assert trainer.global_step == full_trainer.global_step == 12
+    assert [end[:2] for end in ends] == [end[:2] for end in full_ends[1:]] == [(1, 8), (2, 12)]
+    assert all(torch.equal(ours[2], theirs[2]) for ours, theirs in zip(ends, full_ends[1:], strict=True))
+    for key, value in full.state_dict().items():
+        assert torch.equal(resumed.state_dict()[key], value), key
+    assert torch.load(tmp_path / "stopped" / "ck" / "last.ckpt", weights_only=True)["global_step"] == 12
+
+
+def test_a_checkpoint_saved_after_fit_returned_resumes_with_the_next_epochs_start_hooks(tmp_path):
+    """`trainer.save_checkpoint` after `fit` returned, then a `fit` with more epochs from it: each resumed epoch gets
+    `on_train_epoch_start` (epoch 1's was skipped: the finished loader pass was taken for a pass inside epoch 1) and
+    the batches and weights are the uninterrupted run's."""
+
+    class Starts(Regressor):
+        def on_train_epoch_start(self):
+            self.starts = [*getattr(self, "starts", []), self.current_epoch]
+
+    def fit(max_epochs, ckpt_path=None):
+        torch.manual_seed(1)
+        module = Starts()
+        trainer = _trainer(tmp_path, max_epochs=max_epochs, enable_checkpointing=False)
+        trainer.fit(module, loader(regression_data(32)), ckpt_path=ckpt_path)
+        return trainer, module
+
+    _, straight = fit(3)
+    first_trainer, _ = fit(1)
+    first_trainer.save_checkpoint(tmp_path / "after_fit.ckpt")
+    trainer, resumed = fit(3, str(tmp_path / "after_fit.ckpt"))
+    assert resumed.starts == [1, 2] and trainer.global_step == 12
+    for key, value in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[key], value), key
 
 
 def test_building_a_trainer_selects_no_device_until_its_first_run(tmp_path, monkeypatch):

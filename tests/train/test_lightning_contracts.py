@@ -171,6 +171,26 @@ def test_an_accumulation_schedule_trains_as_lightnings_and_is_refused_where_ligh
     assert fabricx["manual"] == lightning["manual"]
 
 
+def test_an_ema_of_the_weights_validates_saves_and_resumes_as_lightnings(results):
+    # EMAWeightAveraging(decay=0.8, update_every_n_steps=2, update_starting_at_step=1) with accumulation 2 over
+    # 3 epochs, a batch norm among the averaged buffers: the validation losses (on the averaged weights), the
+    # weights after training (the average copied in), the average itself and last.ckpt's three entries bit for bit;
+    # a fit resumed from an epoch's last.ckpt ends where the uninterrupted one does, on both.
+    lightning, fabricx = _case(results, "weight_averaging")
+    assert len(fabricx["val_losses"]) == 6 and len(fabricx["resumed_val_losses"]) == 2
+    for key in ("val_losses", "resumed_val_losses"):
+        assert all(torch.equal(a, b) for a, b in zip(lightning[key], fabricx[key], strict=True)), key
+    for key in ("weights", "average", "resumed_weights", "resumed_average"):
+        _same_weights(lightning[key], fabricx[key])
+    for key in ("state_dict", "current_model_state", "averaging_state"):
+        _same_weights(lightning["checkpoint"][key], fabricx["checkpoint"][key])
+    for side in (lightning, fabricx):
+        _same_weights(side["weights"], side["resumed_weights"])
+        _same_weights(side["average"], side["resumed_average"])
+    # Deliberate: fabricx's state also keeps the epoch of the last update (a file of Lightning's lacks it).
+    assert fabricx["callback_state"] == {**lightning["callback_state"], "latest_update_epoch": -1}
+
+
 def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
     lightning, fabricx = _case(results, "missing_and_read_only")
     for case in ("fit_missing", "load_missing"):

@@ -70,3 +70,20 @@ def test_ddp_spawn_early_stopping_on_one_rank_stops_every_rank(tmp_path):
     trainer.fit(RankOneDiverges(), loader(regression_data(32)))
     # rank 1 saw a non-finite value at the end of epoch 1: both ranks stopped there (2 steps per epoch and rank)
     assert (trainer.current_epoch, trainer.global_step) == (2, 4)
+
+
+class FailsOnItsFirstBatch(Classifier):  # at module level: ddp_spawn pickles it
+    def training_step(self, batch, batch_idx):
+        raise ValueError("a failing step")
+
+
+def test_a_failed_ddp_spawn_fit_leaves_the_module_attached_as_lightning_does(tmp_path):
+    # Lightning's main process holds the module from the start of fit; fabricx's attached it only when the spawned
+    # processes' results came back, so after a raise `trainer.lightning_module` was None.
+    trainer = Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    module = FailsOnItsFirstBatch()
+    with pytest.raises(Exception, match="a failing step"):
+        trainer.fit(module, torch.utils.data.DataLoader(classification_data(16, seed=1), batch_size=8))
+    assert trainer.lightning_module is module
+    assert module.trainer is trainer

@@ -71,6 +71,7 @@ TRAINER_MODULES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     ".callbacks.model_summary": ("fabricx.train.callbacks.model_summary", {}),
     ".callbacks.rich_model_summary": ("fabricx.train.callbacks.model_summary", {}),
     ".callbacks.gradient_accumulation_scheduler": ("fabricx.train.callbacks.gradient_accumulation_scheduler", {}),
+    ".callbacks.weight_averaging": ("fabricx.train.callbacks.weight_averaging", {}),
     ".loggers.logger": ("fabricx.loggers.base", {}),
     ".trainer": ("fabricx.train", {"Trainer": ("fabricx.train", "Trainer")}),
     ".trainer.states": ("fabricx.train.states", {}),

@@ -1,5 +1,5 @@
 """Trainer callbacks: checkpointing, early stopping, learning-rate logging, progress, summary, fine-tuning,
-weight averaging, timing, device statistics and an accumulation schedule."""
+weight averaging (SWA, EMA), timing, device statistics and an accumulation schedule."""
 
 from fabricx.train.callbacks.base import Callback, Checkpoint
 from fabricx.train.callbacks.device_stats_monitor import DeviceStatsMonitor
@@ -18,6 +18,7 @@ from fabricx.train.callbacks.stochastic_weight_avg import StochasticWeightAverag
 from fabricx.train.callbacks.throughput import ThroughputMonitor
 from fabricx.train.callbacks.timer import Timer
 from fabricx.train.callbacks.tqdm_progress import TQDMProgressBar
+from fabricx.train.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__ = [
     "BackboneFinetuning",
@@ -26,6 +27,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "DeviceStatsMonitor",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
@@ -40,4 +42,5 @@ __all__ = [
     "TQDMProgressBar",
     "ThroughputMonitor",
     "Timer",
+    "WeightAveraging",
 ]

@@ -75,6 +75,8 @@ class FitLoop:
         self._loaded = False  # restored from a checkpoint, not reset since
         # The restored counts were adjusted by `reset` (it may run again before the next epoch: not twice).
         self._restart_counted = False
+        # Restored in an epoch's end hooks after its data was all read: the resumed epoch reads no batch.
+        self._resumed_after_last_batch = False
         self._started_at: float | None = None  # read only for max_time
         # Notes and warnings given once per trainer, as Lightning's warning cache gives them.
         self._said: set[str] = set()
@@ -206,6 +208,19 @@ class FitLoop:
             if tracker.completed >= started > 0:
                 tracker.completed = started - 1
 
+    @property
+    def in_epoch_end(self) -> bool:
+        """Between an epoch's `processed` and `completed` counts: inside its end hooks (where a checkpoint that
+        `continue_in_epoch_end` resumes was written)."""
+        total = self.epoch_progress.total
+        return total.processed > total.completed  # type: ignore[attr-defined]
+
+    def continue_in_epoch_end(self) -> None:
+        """Restored from a checkpoint written in an epoch's end hooks after its last batch (an exception there,
+        saved by `OnExceptionCheckpoint`): the loader's pass is over, so the resumed epoch reads no batch; its end
+        hooks run again (they had not all run), then the next epoch follows."""
+        self._resumed_after_last_batch = True
+
     def take_counters(self, state_dict: dict[str, Any]) -> None:
         """The counters of a fit run in another process (``ddp_spawn``'s rank 0), without restarting from them."""
         self.load_state_dict(state_dict)
@@ -313,7 +328,8 @@ class FitLoop:
             )
         limit = self.data.num_training_batches
         limited = _is_limited(loader, limit)
-        if resumed and limited and loader.batches_consumed >= limit:
+        after_last_batch, self._resumed_after_last_batch = self._resumed_after_last_batch, False
+        if resumed and (after_last_batch or (limited and loader.batches_consumed >= limit)):
             return None
         iterator = iter(loader)
         return loader, iterator, self._dataloader_iter(iterator, loader, limit), limit, limited
@@ -526,8 +542,10 @@ class FitLoop:
         connector.set_results(results)
         # Outside the batch loop, reads of the metrics give the epoch aggregates (to every on_train_epoch_end hook).
         connector.epoch_end_reached()
-        # As Lightning: `processed` before the epoch-end hooks (where checkpoints are written), `completed` after.
-        self.epoch_progress.increment_processed()
+        # As Lightning: `processed` before the epoch-end hooks (where checkpoints are written), `completed` after;
+        # once, also when a checkpoint written in these hooks has the epoch's end run again.
+        if self.epoch_progress.current.processed < self.epoch_progress.current.started:  # type: ignore[attr-defined]
+            self.epoch_progress.increment_processed()
         try:
             hooks.call("on_train_epoch_end", monitoring=False)
         finally:

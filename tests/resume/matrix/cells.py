@@ -188,7 +188,7 @@ def trainer_cells() -> list[Cell]:
     for (strategy, world, resume_world), loader, stop in itertools.product(
         [("single", 1, 1), ("ddp", 2, 2), ("ddp_spawn", 2, 2)],
         ["shuffle", "shuffle_generator", "workers", "combined"],
-        ["first", "mid", "last_in_for", "after_for", "in_validation", "refit"],
+        ["first", "mid", "last_in_for", "after_for", "in_validation", "in_epoch_end", "refit", "max_steps"],
     ):
         for accumulate in (1, 3):
             cells.append(_seeded(Cell("trainer", strategy, world, resume_world, loader, stop, accumulate=accumulate)))

@@ -40,7 +40,8 @@ def test_matrix_is_the_space_users_live_in():
     axes = {name: {getattr(cell, name) for cell in cells} for name in ("api", "strategy", "loader", "stop")}
     assert {"fabric", "fabric_latest", "trainer", "accelerate", "accelerate_skip"} <= axes["api"]
     assert {"single", "ddp", "ddp_spawn", "fsdp", "deepspeed_stage_2"} <= axes["strategy"]
-    assert {"after_for", "last_in_for", "kill", "in_validation", "refit", "start"} <= axes["stop"]
+    stops = {"after_for", "last_in_for", "kill", "in_validation", "in_epoch_end", "refit", "max_steps", "start"}
+    assert stops <= axes["stop"]
     assert {(c.world, c.resume_world) for c in cells} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
 
 

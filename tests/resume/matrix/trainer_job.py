@@ -1,9 +1,12 @@
 """Run resume-matrix cells of the Trainer: ``python trainer_job.py OUT PHASE CELL_ID...`` (see fabric_job.py).
 
 Stops: ``first``/``mid``/``last_in_for`` raise after that batch and resume from `OnExceptionCheckpoint`'s file
-(a path); ``in_validation`` raises inside validation, also resumed from that file; ``after_for`` raises when the
-next epoch starts and resumes with ``ckpt_path="last"`` (ModelCheckpoint saved it at the epoch's end); ``refit``
-lets a first ``fit`` with fewer epochs return and resumes with ``ckpt_path="last"`` and more epochs.
+(a path); ``in_validation`` raises inside validation and ``in_epoch_end`` in epoch 1's ``on_train_epoch_end``
+(after its validation), both also resumed from that file; ``after_for`` raises when the next epoch starts and
+resumes with ``ckpt_path="last"`` (ModelCheckpoint saved it at the epoch's end); ``refit`` lets a first ``fit`` with
+fewer epochs return and resumes with ``ckpt_path="last"`` and more epochs; ``max_steps`` lets a first ``fit`` cut by
+``max_steps`` in the middle of epoch 1 return (its ``last.ckpt`` written by the cut epoch's end hooks) and resumes
+with ``ckpt_path="last"`` under the epoch limit alone: the rest of epoch 1 runs as epoch 1, then epoch 2 whole.
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ class Recorded(TrainModule):
         ):
             raise StopRun(stop)
 
+    def on_train_epoch_end(self) -> None:
+        if self.phase == "first" and self.cell.stop == "in_epoch_end" and self.current_epoch == 1:
+            raise StopRun("in the epoch's end hooks")
+
     def on_train_epoch_start(self) -> None:
         if self.phase == "first" and self.cell.stop == "after_for" and self.current_epoch == 2:
             raise StopRun("after the epoch")
@@ -116,8 +123,12 @@ class Recorded(TrainModule):
         torch.save(record, self.out / f"{self.cell.id}.{self.phase}.rank{rank}.pt")
 
     def on_fit_end(self) -> None:
-        if self.phase == "first" and self.cell.stop != "refit":
+        if self.phase == "first" and self.cell.stop not in ("refit", "max_steps"):
             raise AssertionError(f"the first run of {self.cell.id} ended without reaching its stop")
+        if self.phase == "first" and self.cell.stop == "max_steps":
+            cut_epoch, in_epoch = divmod(self.batches_done, int(self.trainer.num_training_batches))
+            if (cut_epoch, self.trainer.global_step) != (1, self.trainer.max_steps) or in_epoch == 0:
+                raise AssertionError(f"the first run of {self.cell.id} was not cut by max_steps inside epoch 1")
         self.write(final=self.phase != "first")
 
 
@@ -127,6 +138,12 @@ class WriteOnException(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: Recorded, exception: BaseException) -> None:
         pl_module.write(final=False)
+
+
+def _cut_step(cell: Cell, world: int) -> int:
+    """An optimizer step halfway through epoch 1: epochs of 10 batches on one process, 5 on each of two."""
+    steps_per_epoch = -(-(10 // world) // cell.accumulate)
+    return steps_per_epoch + max(1, steps_per_epoch // 2)
 
 
 def fit(cell: Cell, phase: str, out: Path) -> None:
@@ -144,14 +161,15 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         WriteOnException(),
     ]
     max_epochs = 2 if phase == "first" and cell.stop == "refit" else EPOCHS
+    max_steps = _cut_step(cell, world) if phase == "first" and cell.stop == "max_steps" else -1
     trainer = Trainer(
         accelerator="cpu", devices=world, strategy="auto" if world == 1 else cell.strategy,
-        max_epochs=max_epochs, accumulate_grad_batches=cell.accumulate, logger=False,
+        max_epochs=max_epochs, max_steps=max_steps, accumulate_grad_batches=cell.accumulate, logger=False,
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
     )
     ckpt_path = None
     if phase == "resume":
-        uses_last = cell.stop in ("after_for", "refit")
+        uses_last = cell.stop in ("after_for", "refit", "max_steps")
         ckpt_path = "last" if uses_last else str(folder / "on_exception.ckpt")
     try:
         trainer.fit(module, ckpt_path=ckpt_path)

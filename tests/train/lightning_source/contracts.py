@@ -17,7 +17,13 @@ from collections.abc import MutableSequence
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import BasePredictionWriter, Callback, GradientAccumulationScheduler, ModelCheckpoint
+from lightning.pytorch.callbacks import (
+    BasePredictionWriter,
+    Callback,
+    EMAWeightAveraging,
+    GradientAccumulationScheduler,
+    ModelCheckpoint,
+)
 from lightning.pytorch.core.saving import _load_state
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins import AsyncCheckpointIO, DoublePrecision, TorchCheckpointIO
@@ -867,6 +873,51 @@ def run_accumulation_schedule(root: str) -> dict:
     }
 
 
+# -- 22. an exponential moving average of the weights ----------------------------------------------------------
+class ValidatedRegressor(Regressor):
+    """Logs its validation loss, which runs on the averaged weights, with a batch norm whose statistics are averaged
+    as buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+        self.val_losses = []
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.val_losses.append(loss.detach().clone())
+        self.log("val_loss", loss)
+
+
+def run_weight_averaging(root: str) -> dict:
+    def fit(max_epochs, ckpt_path=None, folder="straight"):
+        torch.manual_seed(3)
+        module = ValidatedRegressor()
+        ema = EMAWeightAveraging(decay=0.8, update_every_n_steps=2, update_starting_at_step=1)
+        trainer = Trainer(
+            max_epochs=max_epochs, logger=False, accumulate_grad_batches=2, num_sanity_val_steps=0,
+            callbacks=[ema, ModelCheckpoint(dirpath=os.path.join(root, folder), save_last=True)], **QUIET,
+        )
+        trainer.fit(module, loader(), DataLoader(regression(16, 9), batch_size=8), ckpt_path=ckpt_path)
+        return module, ema
+
+    module, ema = fit(3)
+    checkpoint = torch.load(os.path.join(root, "straight", "last.ckpt"), weights_only=False)
+    fit(2, folder="stopped")
+    resumed, resumed_ema = fit(3, os.path.join(root, "stopped", "last.ckpt"), "stopped")
+    return {
+        "val_losses": module.val_losses,
+        "weights": weights(module),
+        "average": weights(ema._average_model),
+        "checkpoint": {key: checkpoint[key] for key in ("state_dict", "current_model_state", "averaging_state")},
+        "callback_state": next(v for k, v in checkpoint["callbacks"].items() if "WeightAveraging" in k),
+        "resumed_weights": weights(resumed),
+        "resumed_average": weights(resumed_ema._average_model),
+        "resumed_val_losses": resumed.val_losses,
+    }
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -889,4 +940,5 @@ CASES = {
     "logging_in_every_entry_point": run_logging_in_every_entry_point,
     "failing_entry_points": run_failing_entry_points,
     "accumulation_schedule": run_accumulation_schedule,
+    "weight_averaging": run_weight_averaging,
 }

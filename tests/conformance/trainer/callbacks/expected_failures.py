@@ -56,4 +56,15 @@ SLOW: set[str] = {
     "test_pl_scale_batch_size.py::test_scale_batch_size_method_with_model_or_datamodule[16-16]",
     "test_pl_scale_batch_size.py::test_scale_batch_size_margin_and_max_val[0.0]",
     "test_pl_scale_batch_size.py::test_scale_batch_size_margin_and_max_val[0.1]",
+    # Two processes each (ddp_spawn): the averaged model under DDP and its resume.
+    "test_pl_weight_averaging.py::test_ema_ddp_spawn_cpu",
+    "test_pl_weight_averaging.py::test_ema_resume_ddp",
+    "test_pl_weight_averaging.py::test_ema[True-False]",
+    "test_pl_weight_averaging.py::test_ema[False-True]",
+    "test_pl_weight_averaging.py::test_ema[False-False]",
+    "test_pl_weight_averaging.py::test_ema_resume[1]",
+    "test_pl_weight_averaging.py::test_ema_resume[5]",
+    "test_pl_weight_averaging.py::test_ema_weight_averaging_decay_values[0.9]",
+    "test_pl_weight_averaging.py::test_ema_weight_averaging_decay_values[0.999]",
+    "test_pl_weight_averaging.py::test_ema_weight_averaging_decay_values[0.9999]",
 }
