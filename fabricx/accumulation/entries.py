@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fabricx.checkpoint.contents import reserved_key
-from fabricx.utilities.exceptions import CheckpointError
+from fabricx.utilities.exceptions import FabricxError
 from fabricx.wrappers import FabricModule
 
 if TYPE_CHECKING:
@@ -48,7 +48,8 @@ class WindowPosition:
             saved = (state.get("world_size"), state.get("strategy"))
             here = (self.strategy.world_size, type(self.strategy).__name__)
             if saved != here:
-                raise CheckpointError(
+                # Raised as a FabricxError: the loader wraps it in a CheckpointError that names the file.
+                raise FabricxError(
                     f"This checkpoint was saved inside a gradient-accumulation window (after micro-batch "
                     f"{state.get('counter')} of {state.get('window_length')}) by {saved[1]} on {saved[0]} "
                     f"process(es); the accumulated gradients are each process's own, so it resumes exactly only "
