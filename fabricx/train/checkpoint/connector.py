@@ -332,13 +332,14 @@ def _continue_where_saved(trainer: Trainer) -> None:
         # A pass that handed out its last batch may not have been asked for one more (a group of loaders knows its
         # length), so it need not say it is finished.
         all_read = state["finished"] or loader.batches_consumed >= trainer.fit_loop.data.num_training_batches
-        if progress.resumed_mid_epoch and progress.batch_finished and all_read and trainer.fit_loop.in_epoch_end:
-            # Written in the epoch's end hooks after its last batch (an exception there): its data is all read.
-            trainer.fit_loop.continue_in_epoch_end()
-        elif progress.resumed_mid_epoch and progress.batch_finished and all_read:
-            # Written after the epoch was counted done (`trainer.save_checkpoint` after `fit` returned): the next
-            # epoch starts as any epoch does (its start hooks, `set_epoch`), the loader's next pass with it.
-            progress.resumed_mid_epoch = False
+        if progress.resumed_mid_epoch and progress.batch_finished and all_read:
+            if trainer.fit_loop.in_epoch_end:
+                # Written in the epoch's end hooks after its last batch (an exception there): its data is all read.
+                trainer.fit_loop.continue_in_epoch_end()
+            else:
+                # Written after the epoch was counted done (`trainer.save_checkpoint` after `fit` returned): the
+                # next epoch starts as any epoch does (its start hooks, `set_epoch`), the loader's next pass with it.
+                progress.resumed_mid_epoch = False
         elif progress.resumed_mid_epoch:
             warn_if_not_resumable(loader)
             if cut:
