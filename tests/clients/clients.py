@@ -68,6 +68,26 @@ CLIENTS = (
         requires=("pytorch_forecasting",),
     ),
     Client(
+        "torchmetrics",
+        # torchmetrics itself is a project dependency: nothing to install
+        tests=("integrations/test_lightning.py",),
+        # all nine cases: the launch costs most of the time, the cases about 7 s together
+        fast=tuple(
+            f"integrations/test_lightning.py::test_{name}"
+            for name in (
+                "metric_lightning",
+                "metrics_reset",
+                "metric_lightning_log",
+                "metric_collection_lightning_log",
+                "task_wrapper_lightning_logging",
+                "scriptable",
+                "dtype_in_pl_module_transfer",
+                "collection_classwise_lightning_integration",
+                "collection_minmax_lightning_integration",
+            )
+        ),
+    ),
+    Client(
         "gluonts",
         tests=("test/torch/model/test_estimators.py",),
         fast=(),  # a case takes 10-25 s: the full run is slow only
