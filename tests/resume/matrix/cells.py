@@ -12,8 +12,8 @@ part of it for the fast suite. Axes:
 * Processes: 1; 2 under ``ddp``, ``ddp_spawn``, ``fsdp`` and ``deepspeed_stage_2``; 2 -> 1 and 1 -> 2.
 * Loader: see `LOADERS`.
 * Accumulation 1 or 3 (epochs of 5 batches: windows of 3 and 2), gradient clipping, a scheduler stepped per
-  step or per epoch, ``torch.compile``.
-* Stop point: see `STOPS`.
+  step or per epoch, ``torch.compile`` (the Trainer rows: clipping and schedulers, `trainer_cells`).
+* Stop point: see `STOPS` (the Trainer's: `TRAINER_STOPS`).
 """
 
 from __future__ import annotations
@@ -183,15 +183,27 @@ def fabric_cells() -> list[Cell]:
     return [_seeded(cell) for cell in cells]
 
 
+#: The Trainer's stops: those of `STOPS` it can be stopped at, and its own (trainer_job.py says where each is).
+TRAINER_STOPS = (
+    "first", "mid", "last_in_for", "after_for", "in_validation", "in_mid_validation", "in_epoch_end", "refit",
+    "max_steps",
+)
+
+
 def trainer_cells() -> list[Cell]:
+    """The Trainer rows: every world x loader x stop at accumulation 1 and 3, each with a scheduler (stepped per
+    step or per epoch, as ``configure_optimizers``' ``interval`` says) and gradient clipping cycled."""
+    plain = itertools.cycle([{}, {"clip": True, "scheduler": "step"}])
+    windowed = itertools.cycle([{"scheduler": "epoch"}, {"clip": True}, {}, {"scheduler": "step"}])
     cells = []
     for (strategy, world, resume_world), loader, stop in itertools.product(
         [("single", 1, 1), ("ddp", 2, 2), ("ddp_spawn", 2, 2)],
         ["shuffle", "shuffle_generator", "workers", "combined"],
-        ["first", "mid", "last_in_for", "after_for", "in_validation", "in_epoch_end", "refit", "max_steps"],
+        TRAINER_STOPS,
     ):
-        for accumulate in (1, 3):
-            cells.append(_seeded(Cell("trainer", strategy, world, resume_world, loader, stop, accumulate=accumulate)))
+        for accumulate, extras in ((1, plain), (3, windowed)):
+            cell = Cell("trainer", strategy, world, resume_world, loader, stop, accumulate=accumulate, **next(extras))
+            cells.append(_seeded(cell))
     return cells
 
 
@@ -226,11 +238,12 @@ def by_id(cell_id: str) -> Cell:
 
 #: Cells the fast suite always runs: the two resumes this matrix was built after (a DDP checkpoint saved after an
 #: epoch's ``for`` loop; the adapter's stateful loader on one process), and the Trainer on two processes (its
-#: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch).
+#: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch, with a
+#: per-step scheduler and gradient clipping).
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
-    "trainer-ddp2to2-shuffle-mid-e1",
+    "trainer-ddp2to2-shuffle-mid-e1-clip-sched-step",
 )
 
 

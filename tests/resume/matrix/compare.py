@@ -62,8 +62,8 @@ def differences(
                 problems.append(f"{label} step {step}: loss {loss.item()!r} != {w_loss.item()!r}")
                 break
         if "val" in want:  # the Trainer's validation batches: the last result of each, as the user saw it
-            seen = {(e, tuple(ids)): loss for e, ids, loss in [*done_val[rank], *then["val"]]}
-            wanted = {(e, tuple(ids)): loss for e, ids, loss in want["val"]}
+            seen = {(e, step, tuple(ids)): loss for e, step, ids, loss in [*done_val[rank], *then["val"]]}
+            wanted = {(e, step, tuple(ids)): loss for e, step, ids, loss in want["val"]}
             if seen.keys() != wanted.keys() or not all(torch.equal(seen[k], wanted[k]) for k in wanted):
                 problems.append(f"{label}: validation results differ")
         final, want_final = then["final"], want["final"]

@@ -40,9 +40,12 @@ def test_matrix_is_the_space_users_live_in():
     axes = {name: {getattr(cell, name) for cell in cells} for name in ("api", "strategy", "loader", "stop")}
     assert {"fabric", "fabric_latest", "trainer", "accelerate", "accelerate_skip"} <= axes["api"]
     assert {"single", "ddp", "ddp_spawn", "fsdp", "deepspeed_stage_2"} <= axes["strategy"]
-    stops = {"after_for", "last_in_for", "kill", "in_validation", "in_epoch_end", "refit", "max_steps", "start"}
+    stops = {"after_for", "last_in_for", "kill", "in_validation", "in_mid_validation", "in_epoch_end", "refit",
+             "max_steps", "start"}
     assert stops <= axes["stop"]
     assert {(c.world, c.resume_world) for c in cells} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
+    trainer = [cell for cell in cells if cell.api == "trainer"]
+    assert {(cell.scheduler, cell.clip) for cell in trainer} >= {("step", True), ("epoch", False), ("", True)}
 
 
 @pytest.mark.timeout(1200)

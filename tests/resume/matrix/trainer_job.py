@@ -1,8 +1,9 @@
 """Run resume-matrix cells of the Trainer: ``python trainer_job.py OUT PHASE CELL_ID...`` (see fabric_job.py).
 
 Stops: ``first``/``mid``/``last_in_for`` raise after that batch and resume from `OnExceptionCheckpoint`'s file
-(a path); ``in_validation`` raises inside validation and ``in_epoch_end`` in epoch 1's ``on_train_epoch_end``
-(after its validation), both also resumed from that file; ``after_for`` raises when the next epoch starts and
+(a path); ``in_validation`` raises inside epoch 1's end-of-epoch validation, ``in_mid_validation`` inside its
+mid-epoch one (``val_check_interval=0.5`` in every run of such a cell) and ``in_epoch_end`` in epoch 1's
+``on_train_epoch_end`` (after its validation), all resumed from that file; ``after_for`` raises when the next epoch starts and
 resumes with ``ckpt_path="last"`` (ModelCheckpoint saved it at the epoch's end); ``refit`` lets a first ``fit`` with
 fewer epochs return and resumes with ``ckpt_path="last"`` and more epochs; ``max_steps`` lets a first ``fit`` cut by
 ``max_steps`` in the middle of epoch 1 return (its ``last.ckpt`` written by the cut epoch's end hooks) and resumes
@@ -84,14 +85,24 @@ class Recorded(TrainModule):
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         ids, x, y = batch
         in_the_middle = batch_idx == int(self.trainer.num_val_batches[0]) // 2  # 4 batches on 1 process, 2 on 2
-        if self.phase == "first" and self.cell.stop == "in_validation" and self.current_epoch == 1 and in_the_middle:
-            raise StopRun("inside validation")
+        if self.phase == "first" and self.current_epoch == 1 and in_the_middle:
+            read_this_epoch = self.batches_done - self.current_epoch * int(self.trainer.num_training_batches)
+            at_the_end = read_this_epoch == self.trainer.num_training_batches
+            if self.cell.stop == "in_validation" and at_the_end:
+                raise StopRun("inside validation")
+            if self.cell.stop == "in_mid_validation" and not at_the_end:
+                raise StopRun("inside the mid-epoch validation")
         loss = nn.functional.mse_loss(self.net(x), y)
-        self.validation.append((self.current_epoch, ids.tolist(), loss.detach().clone()))
+        # keyed by the step too: a cell validating twice an epoch sees the same samples twice
+        self.validation.append((self.current_epoch, self.trainer.global_step, ids.tolist(), loss.detach().clone()))
         self.log("val_loss", loss)
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.AdamW(self.parameters(), lr=0.01)
+        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        if not self.cell.scheduler:
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.8)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.cell.scheduler}}
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.phase != "first":
@@ -116,8 +127,14 @@ class Recorded(TrainModule):
         record: dict[str, Any] = {"trace": self.trace, "start_step": self.start_step or 0, "val": self.validation}
         if final:
             optimizer = self.trainer.optimizers[0]
+            schedulers = self.trainer.lr_scheduler_configs
             record["final"] = final_state(
-                {"model": self, "optimizer": optimizer, "step": self.trainer.global_step}
+                {
+                    "model": self,
+                    "optimizer": optimizer,
+                    "scheduler": schedulers[0].scheduler if schedulers else None,
+                    "step": self.trainer.global_step,
+                }
             )
         rank = self.trainer.global_rank
         torch.save(record, self.out / f"{self.cell.id}.{self.phase}.rank{rank}.pt")
@@ -166,6 +183,8 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         accelerator="cpu", devices=world, strategy="auto" if world == 1 else cell.strategy,
         max_epochs=max_epochs, max_steps=max_steps, accumulate_grad_batches=cell.accumulate, logger=False,
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+        gradient_clip_val=0.05 if cell.clip else None,
+        val_check_interval=0.5 if cell.stop == "in_mid_validation" else None,
     )
     ckpt_path = None
     if phase == "resume":
