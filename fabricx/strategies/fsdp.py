@@ -714,9 +714,14 @@ def clip_grad_norm_(
 
 
 def _is_sharded(module: Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
-    return any(isinstance(p, DTensor) for p in module.parameters())
+    # An FSDP2 module left unsharded (an exception between its forward and backward) holds plain parameters, and
+    # its state dict is still sharded.
+    return any(isinstance(p, DTensor) for p in module.parameters()) or any(
+        isinstance(m, FSDPModule) for m in module.modules()
+    )
 
 
 __all__ = ["SHARDING_STRATEGIES", "STATE_DICT_TYPES", "FSDPStrategy", "clip_grad_norm_"]

@@ -168,7 +168,7 @@ class CheckpointConnector:
         callback_hooks = () if weights_only else hooks.callback_hooks("on_save_checkpoint")
         module_hook = hooks.module_hook("on_save_checkpoint")
         if callback_hooks or module_hook is not None:
-            checkpoint = hook_view(state, with_weights=self.layout() is None)
+            checkpoint = hook_view(state, weights_from=trainer.fabric.strategy if self.layout() is None else None)
             for method in callback_hooks:
                 method(trainer, trainer.lightning_module, checkpoint)
             if module_hook is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from fabricx.train.checkpoint.lightning_files import (
+    ENGINE_OPTIMIZER_KEY,
     LOADER_KEY,
     METRICS_KEY,
     PROGRESS_KEY,
@@ -28,6 +29,7 @@ from fabricx.utilities.rank_zero import rank_zero_warn
 from fabricx.wrappers import unwrap
 
 if TYPE_CHECKING:
+    from fabricx.strategies.strategy import Strategy
     from fabricx.train.run_context import RunContext
     from fabricx.train.trainer import Trainer
 
@@ -175,14 +177,16 @@ class Extras:
 _PLAIN_FOR_HOOKS = ("loops", "callbacks", "lr_schedulers")
 
 
-def hook_view(state: dict[str, Any], with_weights: bool) -> dict[str, Any]:
+def hook_view(state: dict[str, Any], weights_from: Strategy | None) -> dict[str, Any]:
     """The checkpoint as Lightning's ``on_save_checkpoint`` hooks get it: Lightning's entries (fabricx's own
     exact-resume entries left out), ``loops``/``callbacks``/``lr_schedulers`` as plain values, and
-    ``state_dict`` as the module's state dict when ``with_weights`` (one file holds the whole module).
+    ``state_dict`` as the module's full state dict from ``weights_from`` where one file holds the whole module
+    (a sharded module's gathered, as it goes into the file; ``None``: a folder holds the weights, the hooks see
+    none).
 
     Example:
         ```python
-        checkpoint = hook_view(state, with_weights=True)
+        checkpoint = hook_view(state, weights_from=fabric.strategy)
         module.on_save_checkpoint(checkpoint)
         fabric.save(path, with_hook_changes(state, checkpoint))
         ```
@@ -191,8 +195,8 @@ def hook_view(state: dict[str, Any], with_weights: bool) -> dict[str, Any]:
     for key in _PLAIN_FOR_HOOKS:
         if key in view:
             view[key] = view[key].state_dict()
-    if with_weights and "state_dict" in view:
-        view["state_dict"] = unwrap(view["state_dict"]).state_dict()
+    if weights_from is not None and "state_dict" in view:
+        view["state_dict"] = weights_from.get_module_state_dict(unwrap(view["state_dict"]))
     return view
 
 
@@ -333,7 +337,14 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
         "callbacks": CallbackStates(trainer.callbacks),
     }
     if not weights_only:
-        state["optimizer_states"] = OptimizerStates(trainer)
+        storage = trainer.fabric.strategy.checkpoint_storage()
+        if storage is not None and not storage.full_state_in_one_file:
+            # An engine's optimizer state has no plain form: the engine writes and reads it with its model, as
+            # Lightning's DeepSpeedStrategy leaves `optimizer_states` out of the file to the engine's checkpoint.
+            for index, optimizer in enumerate(trainer.optimizers):
+                state[ENGINE_OPTIMIZER_KEY.format(index)] = optimizer
+        else:
+            state["optimizer_states"] = OptimizerStates(trainer)
         state["lr_schedulers"] = SchedulerStates(trainer)
     state.update(hparams_entries(module))
     state.update(hparams_entries(trainer.datamodule, "datamodule_"))

@@ -160,6 +160,9 @@ PROGRESS_KEY = "__fabricx_trainer__"
 LOADER_KEY = "__fabricx_train_loader__"
 METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
+#: The key of each optimizer a strategy's engines store with their models (DeepSpeed), one entry each, in place of
+#: ``optimizer_states``: ``__fabricx_engine_optimizer_0__``, ...
+ENGINE_OPTIMIZER_KEY = "__fabricx_engine_optimizer_{}__"
 #: The names and types of the hyper-parameters left out of the file (see `hparams_entries`).
 HPARAMS_LEFT_OUT_KEY = "__fabricx_hparams_left_out__"
 _HPARAMS_KEYS = ("hparams_name", "hyper_parameters", "hparams_type")

@@ -194,6 +194,22 @@ class TrainingEpochLoop:
             and total.completed == total.processed - 1
         )
 
+    def restarted_inside_a_step(self) -> bool:
+        """Restored from a checkpoint written after a batch was fetched and before its step was done (an exception
+        in ``on_train_batch_start`` or the training step, saved by `OnExceptionCheckpoint`)."""
+        total = processed_counts(self.batch_progress)
+        return self.restarting and total.processed == total.ready - 1 and total.completed == total.processed
+
+    def skip_interrupted_batch(self) -> None:
+        """Count the batch `restarted_inside_a_step` names as done: the loader has handed it out, its step is not
+        run again."""
+        counts = self.batch_progress
+        total = processed_counts(counts)
+        if total.started < total.ready:  # raised in on_train_batch_start, before the step began
+            counts.increment_started()
+        counts.increment_processed()
+        counts.increment_completed()
+
     def reset(self) -> None:
         """At an epoch's start: this epoch's counts from zero; after a restart, begun counts back to completed."""
         optim = self.automatic_optimization.optim_progress

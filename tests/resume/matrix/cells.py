@@ -145,6 +145,12 @@ def peer_semantics(cell: Cell) -> str | None:
     return None
 
 
+def skips_interrupted_batch(cell: Cell) -> bool:
+    """Whether a cell resumes by skipping the batch whose training step raised (the Trainer's documented
+    behaviour, with a warning): every other batch is read as in the uninterrupted run, in its order."""
+    return cell.api == "trainer" and cell.stop == "in_step"
+
+
 def _valid(cell: Cell) -> bool:
     if cell.stop == "kill" and (cell.world > 1 or cell.api != "fabric_latest"):
         return False  # a SIGKILL row: one process, resumed from the latest checkpoint
@@ -185,8 +191,8 @@ def fabric_cells() -> list[Cell]:
 
 #: The Trainer's stops: those of `STOPS` it can be stopped at, and its own (trainer_job.py says where each is).
 TRAINER_STOPS = (
-    "first", "mid", "last_in_for", "after_for", "in_validation", "in_mid_validation", "in_epoch_end", "refit",
-    "max_steps",
+    "first", "mid", "in_step", "last_in_for", "after_for", "in_validation", "in_mid_validation", "in_epoch_end",
+    "refit", "max_steps",
 )
 
 
@@ -196,13 +202,21 @@ def trainer_cells() -> list[Cell]:
     plain = itertools.cycle([{}, {"clip": True, "scheduler": "step"}])
     windowed = itertools.cycle([{"scheduler": "epoch"}, {"clip": True}, {}, {"scheduler": "step"}])
     cells = []
-    for (strategy, world, resume_world), loader, stop in itertools.product(
-        [("single", 1, 1), ("ddp", 2, 2), ("ddp_spawn", 2, 2)],
-        ["shuffle", "shuffle_generator", "workers", "combined"],
-        TRAINER_STOPS,
-    ):
+    rows = itertools.chain(
+        itertools.product(
+            [("single", 1, 1), ("ddp", 2, 2), ("ddp_spawn", 2, 2)],
+            ["shuffle", "shuffle_generator", "workers", "combined"],
+            TRAINER_STOPS,
+        ),
+        # The sharded strategies: their checkpoint and restore paths are their own; the loaders are the DDP rows'.
+        itertools.product([("fsdp", 2, 2), ("deepspeed_stage_2", 2, 2)], ["shuffle", "combined"], TRAINER_STOPS),
+    )
+    for (strategy, world, resume_world), loader, stop in rows:
         for accumulate, extras in ((1, plain), (3, windowed)):
-            cell = Cell("trainer", strategy, world, resume_world, loader, stop, accumulate=accumulate, **next(extras))
+            extra = dict(next(extras))
+            if strategy.startswith("deepspeed"):
+                extra.pop("clip", None)  # DeepSpeed clips inside its step (DeepSpeedStrategy(gradient_clipping=...))
+            cell = Cell("trainer", strategy, world, resume_world, loader, stop, accumulate=accumulate, **extra)
             cells.append(_seeded(cell))
     return cells
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from cells import Cell, peer_semantics, refusal
+from cells import Cell, peer_semantics, refusal, skips_interrupted_batch
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -46,6 +46,8 @@ def differences(
         return _peer_differences(straight, first, resume)
     if cell.elastic:
         return _elastic_differences(cell, straight, first, resume)
+    if skips_interrupted_batch(cell):
+        return _skipped_batch_differences(straight, first, resume)
     problems = []
     for rank, (want, done, then) in enumerate(zip(straight, first, resume, strict=True)):
         got = merged(done, then)
@@ -101,6 +103,28 @@ def _elastic_differences(cell: Cell, straight: list[dict], first: list[list], re
             problems.append(f"epoch {epoch}: read {sorted(done | rest)}, uninterrupted {sorted(set(wanted[epoch]))}")
         if epoch > max(before, default=-1) and not rest:
             problems.append(f"epoch {epoch}: nothing read after the resume")
+    return problems
+
+
+def _skipped_batch_differences(straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
+    """A resume that skips the batch whose step raised: the batches before it as uninterrupted, then the rest of
+    its epoch in the uninterrupted order less that one batch, then as many batches per epoch as uninterrupted (the
+    weights, and so a shuffle drawn from them, take another path after the skip)."""
+    problems = []
+    for rank, (want, done, then) in enumerate(zip(straight, first, resume, strict=True)):
+        got, wanted = merged(done, then), want["trace"]
+        before = sum(1 for entry in done if entry[0] < then["start_step"])
+        epoch = wanted[before][1]
+        rest = [ids for _, e, ids, _ in wanted[before + 1 :] if e == epoch]
+        if [e[2] for e in got[:before]] != [e[2] for e in wanted[:before]]:
+            problems.append(f"rank {rank}: the batches before the stop differ from the uninterrupted run's")
+        if [e[2] for e in got[before : before + len(rest)]] != rest:
+            problems.append(f"rank {rank}: epoch {epoch} after the skipped batch is not the uninterrupted order")
+        counts = [sum(1 for e in got if e[1] == n) for n in range(epoch + 1, 1 + max(e[1] for e in wanted))]
+        wanted_counts = [sum(1 for e in wanted if e[1] == n) for n in range(epoch + 1, 1 + max(e[1] for e in wanted))]
+        if len(got) != len(wanted) - 1 or counts != wanted_counts:
+            problems.append(f"rank {rank}: {len(got)} batches (later epochs {counts}), uninterrupted {len(wanted)} "
+                            f"({wanted_counts}): only the one batch may be missing")
     return problems
 
 

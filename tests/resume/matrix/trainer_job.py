@@ -1,13 +1,15 @@
 """Run resume-matrix cells of the Trainer: ``python trainer_job.py OUT PHASE CELL_ID...`` (see fabric_job.py).
 
 Stops: ``first``/``mid``/``last_in_for`` raise after that batch and resume from `OnExceptionCheckpoint`'s file
-(a path); ``in_validation`` raises inside epoch 1's end-of-epoch validation, ``in_mid_validation`` inside its
-mid-epoch one (``val_check_interval=0.5`` in every run of such a cell) and ``in_epoch_end`` in epoch 1's
-``on_train_epoch_end`` (after its validation), all resumed from that file; ``after_for`` raises when the next epoch starts and
-resumes with ``ckpt_path="last"`` (ModelCheckpoint saved it at the epoch's end); ``refit`` lets a first ``fit`` with
-fewer epochs return and resumes with ``ckpt_path="last"`` and more epochs; ``max_steps`` lets a first ``fit`` cut by
-``max_steps`` in the middle of epoch 1 return (its ``last.ckpt`` written by the cut epoch's end hooks) and resumes
-with ``ckpt_path="last"`` under the epoch limit alone: the rest of epoch 1 runs as epoch 1, then epoch 2 whole.
+(a path); ``in_step`` raises inside the training step of a batch in the middle of epoch 1 (resumed from that
+file, the batch is skipped: `cells.skips_interrupted_batch`); ``in_validation`` raises inside epoch 1's
+end-of-epoch validation, ``in_mid_validation`` inside its mid-epoch one (``val_check_interval=0.5`` in every run of
+such a cell) and ``in_epoch_end`` in epoch 1's ``on_train_epoch_end`` (after its validation), all resumed from that
+file; ``after_for`` raises when the next epoch starts and resumes with ``ckpt_path="last"`` (ModelCheckpoint saved
+it at the epoch's end); ``refit`` lets a first ``fit`` with fewer epochs return and resumes with
+``ckpt_path="last"`` and more epochs; ``max_steps`` lets a first ``fit`` cut by ``max_steps`` in the middle of
+epoch 1 return (its ``last.ckpt`` written by the cut epoch's end hooks) and resumes with ``ckpt_path="last"`` under
+the epoch limit alone: the rest of epoch 1 runs as epoch 1, then epoch 2 whole.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class Recorded(TrainModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if self.start_step is None:
             self.start_step = self.batches_done
+        in_the_middle = batch_idx == int(self.trainer.num_training_batches) // 2
+        if self.phase == "first" and self.cell.stop == "in_step" and self.current_epoch == 1 and in_the_middle:
+            raise StopRun("inside the training step")
         parts = list(batch.values()) if isinstance(batch, dict) else [batch]
         ids = torch.cat([p[0] for p in parts])
         x, y = torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
