@@ -256,16 +256,7 @@ class FitLoop:
         trainer, run = self._trainer, self._run
         progress = trainer.progress
         if progress.resumed_mid_epoch and not progress.batch_finished and self.epoch_loop.restarted_inside_a_step():
-            # Written while a batch's step ran (an exception there): the step is not run again. Running it again
-            # exactly would need the random states of every batch's start, taken at every batch (about 0.1 ms).
-            rank_zero_warn(
-                f"The checkpoint was written inside the training step of batch {progress.batch_idx} of epoch "
-                f"{trainer.current_epoch} (an exception raised there). That batch is not trained again: the fit "
-                "continues with the next batch. Resume from a checkpoint written between batches (ModelCheckpoint, "
-                "or an exception raised in on_train_batch_end) to continue exactly."
-            )
-            self.epoch_loop.skip_interrupted_batch()
-            progress.batch_finished = True
+            self.epoch_loop.skip_interrupted_batch()  # written while its step ran: the step is not run again
         if progress.resumed_mid_epoch and progress.batch_idx >= 0 and not progress.batch_finished:
             # Restored from a checkpoint written in on_train_batch_end: finish that batch first, logging its
             # restored step values (inside the batch loop) as the interrupted run would have. Written inside

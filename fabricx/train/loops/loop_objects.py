@@ -22,6 +22,7 @@ from fabricx.train.loops.progress_trackers import (
     SchedulerProgress,
     ready_completed_progress,
 )
+from fabricx.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fabricx.train.trainer import Trainer
@@ -201,8 +202,17 @@ class TrainingEpochLoop:
         return self.restarting and total.processed == total.ready - 1 and total.completed == total.processed
 
     def skip_interrupted_batch(self) -> None:
-        """Count the batch `restarted_inside_a_step` names as done: the loader has handed it out, its step is not
-        run again."""
+        """Count the batch `restarted_inside_a_step` names as done, and say so: the loader has handed it out, its
+        step is not run again (running it again exactly would need the random states of every batch's start,
+        taken at every batch: about 0.1 ms each)."""
+        progress = self._trainer.progress
+        rank_zero_warn(
+            f"The checkpoint was written inside the training step of batch {progress.batch_idx} of epoch "
+            f"{self._trainer.current_epoch} (an exception raised there). That batch is not trained again: the fit "
+            "continues with the next batch. Resume from a checkpoint written between batches (ModelCheckpoint, or "
+            "an exception raised in on_train_batch_end) to continue exactly."
+        )
+        progress.batch_finished = True
         counts = self.batch_progress
         total = processed_counts(counts)
         if total.started < total.ready:  # raised in on_train_batch_start, before the step began
