@@ -47,7 +47,7 @@ def differences(
     if cell.elastic:
         return _elastic_differences(cell, straight, first, resume)
     if skips_interrupted_batch(cell):
-        return _skipped_batch_differences(straight, first, resume)
+        return _skipped_batch_differences(cell, straight, first, resume)
     problems = []
     for rank, (want, done, then) in enumerate(zip(straight, first, resume, strict=True)):
         got = merged(done, then)
@@ -106,19 +106,24 @@ def _elastic_differences(cell: Cell, straight: list[dict], first: list[list], re
     return problems
 
 
-def _skipped_batch_differences(straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
+def _skipped_batch_differences(cell: Cell, straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
     """A resume that skips the batch whose step raised: the batches before it as uninterrupted, then the rest of
     its epoch in the uninterrupted order less that one batch, then as many batches per epoch as uninterrupted (the
-    weights, and so a shuffle drawn from them, take another path after the skip)."""
+    weights, and the random state the skipped step did not draw from, take another path after the skip).
+
+    A ``CombinedLoader``'s shorter loader starts a new pass inside the epoch (``max_size_cycle``), shuffled from
+    that random state on one process: there the first loader's part of each batch is compared (the first half of
+    its ids: both parts have one batch size)."""
     problems = []
+    cycled = cell.loader == "combined"
     for rank, (want, done, then) in enumerate(zip(straight, first, resume, strict=True)):
         got, wanted = merged(done, then), want["trace"]
         before = sum(1 for entry in done if entry[0] < then["start_step"])
         epoch = wanted[before][1]
-        rest = [ids for _, e, ids, _ in wanted[before + 1 :] if e == epoch]
+        rest = [ids[: len(ids) // 2] if cycled else ids for _, e, ids, _ in wanted[before + 1 :] if e == epoch]
         if [e[2] for e in got[:before]] != [e[2] for e in wanted[:before]]:
             problems.append(f"rank {rank}: the batches before the stop differ from the uninterrupted run's")
-        if [e[2] for e in got[before : before + len(rest)]] != rest:
+        if [e[2][: len(e[2]) // 2] if cycled else e[2] for e in got[before : before + len(rest)]] != rest:
             problems.append(f"rank {rank}: epoch {epoch} after the skipped batch is not the uninterrupted order")
         counts = [sum(1 for e in got if e[1] == n) for n in range(epoch + 1, 1 + max(e[1] for e in wanted))]
         wanted_counts = [sum(1 for e in wanted if e[1] == n) for n in range(epoch + 1, 1 + max(e[1] for e in wanted))]
