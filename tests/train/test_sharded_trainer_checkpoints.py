@@ -13,6 +13,7 @@ One process each, in this process: the strategy's own checkpoint code runs as wi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,15 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fabricx.callbacks import ModelCheckpoint, OnExceptionCheckpoint
 from fabricx.train import Trainer, TrainModule
+from fabricx.utilities.process_group import release_process_group
+
+
+@pytest.fixture(autouse=True)
+def _release_the_process_group() -> Iterator[None]:
+    """The sharded strategies make a process group in this process; a Trainer keeps it after `fit` (as Lightning's
+    does, for a later `test`), so the test releases it: a later test in this worker may launch processes."""
+    yield
+    release_process_group(wait_for_peers=False)
 
 
 class Stop(Exception):
