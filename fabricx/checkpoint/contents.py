@@ -41,6 +41,7 @@ __all__ = [
     "object_state",
     "reserved_key",
     "split_state",
+    "stores_engine_files",
     "unwrap_object",
 ]
 
@@ -182,6 +183,13 @@ def entry_storage_of(strategy: Any) -> EntryStorage | None:
     """The `EntryStorage` of a strategy that stores some entries itself, or ``None``."""
     get = getattr(strategy, "checkpoint_storage", None)
     return cast("EntryStorage | None", get()) if callable(get) else None
+
+
+def stores_engine_files(strategy: Any) -> bool:
+    """Whether ``strategy`` writes some entries as its engines' own files, which have no one-file form
+    (DeepSpeed): its checkpoints are folders."""
+    storage = entry_storage_of(strategy)
+    return storage is not None and not storage.full_state_in_one_file
 
 
 def claimed_entries(storage: EntryStorage | None, state: dict[str, Any]) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def _fit(strategy: str, folder: Path, module: Regressor, ckpt_path: str | None =
 
 
 def _weights(module: nn.Module) -> dict[str, torch.Tensor]:
-    full = {name: getattr(value, "full_tensor", lambda v=value: v)() for name, value in module.state_dict().items()}
+    full = {name: v.full_tensor() if hasattr(v, "full_tensor") else v for name, v in module.state_dict().items()}
     return {name: value.detach().cpu().clone() for name, value in full.items()}
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fabricx.checkpoint.contents import stores_engine_files
 from fabricx.train.checkpoint.entries import (
     CallbackStates,
     DataModuleState,
@@ -92,8 +93,7 @@ class CheckpointConnector:
         """The layout a Trainer checkpoint takes: a folder where the strategy stores engines' own files, the
         plugin's file where ``plugins`` hold a checkpoint I/O of Lightning's shape (``storage_options`` go to
         its save), else what the path says."""
-        storage = self.trainer.fabric.strategy.checkpoint_storage()
-        engine_files = storage is not None and not storage.full_state_in_one_file
+        engine_files = stores_engine_files(self.trainer.fabric.strategy)
         plugin = self.file_io
         if plugin is None:
             if storage_options is not None:

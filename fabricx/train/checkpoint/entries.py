@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fabricx.checkpoint.contents import stores_engine_files
 from fabricx.train.checkpoint.lightning_files import (
     ENGINE_OPTIMIZER_KEY,
     LOADER_KEY,
@@ -337,8 +338,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
         "callbacks": CallbackStates(trainer.callbacks),
     }
     if not weights_only:
-        storage = trainer.fabric.strategy.checkpoint_storage()
-        if storage is not None and not storage.full_state_in_one_file:
+        if stores_engine_files(trainer.fabric.strategy):
             # An engine's optimizer state has no plain form: the engine writes and reads it with its model, as
             # Lightning's DeepSpeedStrategy leaves `optimizer_states` out of the file to the engine's checkpoint.
             for index, optimizer in enumerate(trainer.optimizers):
