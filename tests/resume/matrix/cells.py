@@ -14,6 +14,9 @@ part of it for the fast suite. Axes:
 * Accumulation 1 or 3 (epochs of 5 batches: windows of 3 and 2), gradient clipping, a scheduler stepped per
   step or per epoch, ``torch.compile`` (the Trainer rows: clipping and schedulers, `trainer_cells`).
 * Stop point: see `STOPS` (the Trainer's: `TRAINER_STOPS`).
+* Precision: ``32-true`` everywhere, and `PRECISIONS` in their own rows (`precision_cells`): a ``16-mixed``
+  run's grad scaler skips the steps whose scaled gradients overflow and halves its scale, so where the stop
+  falls in that sequence matters; its state is compared with the rest.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class Cell:
     clip: bool = False
     scheduler: str = ""  # "", "step" or "epoch"
     compile: bool = False
+    precision: str = ""  # "" is 32-true
     seed: int = 0
 
     @property
@@ -91,12 +95,18 @@ class Cell:
             parts.append(f"sched-{self.scheduler}")
         if self.compile:
             parts.append("compile")
+        if self.precision:
+            parts.append(self.precision)
         return "-".join(parts)
 
     @property
-    def group(self) -> tuple[str, str, int, int]:
-        """Cells of one group run in the same two launches."""
-        return (self.api, self.strategy, self.world, self.resume_world)
+    def group(self) -> tuple[str, ...]:
+        """Cells of one group run in the same two launches (a Fabric's in one precision; each Trainer cell builds
+        its own Trainer)."""
+        group = (self.api, self.strategy, self.world, self.resume_world)
+        if not self.precision:
+            return group
+        return (*group, "precisions" if self.api == "trainer" else self.precision)
 
     @property
     def elastic(self) -> bool:
@@ -221,6 +231,30 @@ def trainer_cells() -> list[Cell]:
     return cells
 
 
+#: The precisions of `precision_cells` (``32-true`` is every other cell's).
+PRECISIONS = ("16-mixed", "bf16-mixed", "bf16-true")
+
+
+def precision_cells() -> list[Cell]:
+    """Every precision under each strategy, stopped after the first step (inside the grad scaler's first
+    skipped steps), in the middle of an epoch and after one, with accumulation 1 and 3 alternating."""
+    accumulate = itertools.cycle([1, 3])
+    cells = []
+    worlds = [("single", 1, 1), ("ddp", 2, 2), ("fsdp", 2, 2), ("deepspeed_stage_2", 2, 2)]
+    for (strategy, world, resume_world), precision in itertools.product(worlds, PRECISIONS):
+        if strategy.startswith("deepspeed") and precision == "16-mixed":
+            continue  # DeepSpeed's CPU accelerator has no float16 (`DeepSpeedStrategy` says so)
+        for stop in ("first", "mid", "after_for"):
+            cell = Cell("fabric", strategy, world, resume_world, "shuffle", stop, stop_epoch=1,
+                        accumulate=next(accumulate), precision=precision)
+            cells.append(_seeded(cell))
+        for stop in ("first", "mid", "in_step", "after_for") if strategy in ("single", "ddp") else ():
+            cell = Cell("trainer", strategy, world, resume_world, "shuffle", stop, accumulate=next(accumulate),
+                        precision=precision)
+            cells.append(_seeded(cell))
+    return cells
+
+
 def accelerate_cells() -> list[Cell]:
     cells = []
     for (strategy, world, resume_world), loader, stop, api in itertools.product(
@@ -240,7 +274,7 @@ def _seeded(cell: Cell) -> Cell:
 
 
 def all_cells() -> list[Cell]:
-    return fabric_cells() + trainer_cells() + accelerate_cells()
+    return fabric_cells() + trainer_cells() + precision_cells() + accelerate_cells()
 
 
 def by_id(cell_id: str) -> Cell:
@@ -253,11 +287,12 @@ def by_id(cell_id: str) -> Cell:
 #: Cells the fast suite always runs: the two resumes this matrix was built after (a DDP checkpoint saved after an
 #: epoch's ``for`` loop; the adapter's stateful loader on one process), and the Trainer on two processes (its
 #: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch, with a
-#: per-step scheduler and gradient clipping).
+#: per-step scheduler and gradient clipping), and a ``16-mixed`` grad scaler's state with accumulation.
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
     "trainer-ddp2to2-shuffle-mid-e1-clip-sched-step",
+    "fabric-single1to1-shuffle-mid-e1-acc3-16-mixed",
 )
 
 

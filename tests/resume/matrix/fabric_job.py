@@ -27,6 +27,11 @@ from fabricx import Fabric
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 BATCH = 4
+#: A ``16-mixed`` grad scaler that overflows every few steps: a scale that grows every 2 steps and starts too
+#: high, so that steps are skipped and the scale halved all along the run, not only at its start.
+OVERFLOWING_SCALER = {
+    "scale": 2.0**17, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2, "_growth_tracker": 0
+}
 
 
 def build_loader(fabric: Fabric, cell: Cell) -> Any:
@@ -68,6 +73,9 @@ def build_loader(fabric: Fabric, cell: Cell) -> Any:
 def build(fabric: Fabric, cell: Cell) -> dict[str, Any]:
     fabric.seed_everything(cell.seed % 1000, verbose=False)
     fabric.accumulation_state.reset()  # the previous cell's run may have stopped inside a window
+    scaler = getattr(fabric.strategy.precision, "scaler", None)
+    if scaler is not None:  # each run starts with a new scaler, as its own script would (one Fabric serves them all)
+        scaler.load_state_dict(OVERFLOWING_SCALER)
     fabric.grad_accum_steps = cell.accumulate
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
     if cell.compile:
@@ -150,7 +158,8 @@ def train(fabric: Fabric, cell: Cell, phase: str, checkpoint: Path) -> dict[str,
         state["epoch"] = epoch + 1
         if phase == "first" and cell.stop == "after_for" and epoch == cell.stop_epoch:
             return _stop(fabric, state, checkpoint, trace)
-    return {"trace": trace.entries, "start_step": trace.start_step, "final": final_state(state)}
+    final = final_state(state, fabric.strategy.precision)
+    return {"trace": trace.entries, "start_step": trace.start_step, "final": final}
 
 
 def _stop(fabric: Fabric, state: dict[str, Any], checkpoint: Path, trace: Trace) -> dict[str, Any]:
@@ -177,7 +186,7 @@ def run(fabric: Fabric, out_dir: Path, phase: str, ids: list[str]) -> None:
 def fabric_for(cell: Cell, phase: str) -> Fabric:
     world = cell.resume_world if phase == "resume" else cell.world
     strategy = "auto" if world == 1 else ("ddp" if cell.strategy == "single" else cell.strategy)
-    return Fabric(accelerator="cpu", devices=world, strategy=strategy)
+    return Fabric(accelerator="cpu", devices=world, strategy=strategy, precision=cell.precision or "32-true")
 
 
 def main() -> None:

@@ -40,8 +40,9 @@ def _full(value: Any) -> Any:
     return value
 
 
-def final_state(state: dict[str, Any]) -> dict[str, Any]:
-    """Weights, optimizer state, scheduler state and the random generators at the end of a run."""
+def final_state(state: dict[str, Any], precision: Any = None) -> dict[str, Any]:
+    """Weights, optimizer state, scheduler state, the precision plugin's state (a grad scaler's) and the random
+    generators at the end of a run."""
     model, optimizer = state["model"], state["optimizer"]
     weights = {name: _full(p) for name, p in model.named_parameters()}
     try:
@@ -56,6 +57,7 @@ def final_state(state: dict[str, Any]) -> dict[str, Any]:
         "optimizer": optimizer_state,
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "step": state["step"],
+        "precision": _full(precision.state_dict()) if precision is not None else {},
         "rng": {
             "torch": torch.get_rng_state(),
             "numpy": np.random.get_state()[1].copy(),

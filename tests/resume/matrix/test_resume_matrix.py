@@ -8,6 +8,7 @@ resumption table; their resume must raise the documented error (checked like any
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import all_cells, fast_sample, known_inexact
+from cells import PRECISIONS, all_cells, fast_sample, known_inexact
 from runner import reproduce_command, run_cells
 
 FAST_SEED = int(os.environ.get("FABRICX_MATRIX_SEED", "38"))
@@ -46,6 +47,13 @@ def test_matrix_is_the_space_users_live_in():
     assert {(c.world, c.resume_world) for c in cells} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
     trainer = [cell for cell in cells if cell.api == "trainer"]
     assert {(cell.scheduler, cell.clip) for cell in trainer} >= {("step", True), ("epoch", False), ("", True)}
+    # every precision under every strategy (DeepSpeed on CPU has no float16), through both APIs
+    by_precision = {(cell.api, cell.strategy, cell.precision) for cell in cells}
+    for strategy, precision in itertools.product(("single", "ddp", "fsdp", "deepspeed_stage_2"), PRECISIONS):
+        no_fp16 = (strategy, precision) == ("deepspeed_stage_2", "16-mixed")
+        assert ("fabric", strategy, precision) in by_precision or no_fp16
+    trainer_rows = {("trainer", strategy, precision) for strategy in ("single", "ddp") for precision in PRECISIONS}
+    assert trainer_rows <= by_precision
 
 
 @pytest.mark.timeout(1200)

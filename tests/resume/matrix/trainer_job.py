@@ -26,11 +26,13 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cells import EPOCHS, Cell, by_id
+from fabric_job import OVERFLOWING_SCALER
 from record import final_state
 from toy_data import IdDataset
 
 from fabricx import seed_everything
 from fabricx.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
+from fabricx.precision import MixedPrecision
 from fabricx.train import CombinedLoader, Trainer, TrainModule
 
 BATCH = 4
@@ -139,7 +141,8 @@ class Recorded(TrainModule):
                     "optimizer": optimizer,
                     "scheduler": schedulers[0].scheduler if schedulers else None,
                     "step": self.trainer.global_step,
-                }
+                },
+                self.trainer.precision_plugin,
             )
         rank = self.trainer.global_rank
         torch.save(record, self.out / f"{self.cell.id}.{self.phase}.rank{rank}.pt")
@@ -160,6 +163,12 @@ class WriteOnException(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: Recorded, exception: BaseException) -> None:
         pl_module.write(final=False)
+
+
+def _overflowing_mixed_precision() -> MixedPrecision:
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.load_state_dict(OVERFLOWING_SCALER)
+    return MixedPrecision("16-mixed", "cpu", scaler=scaler)
 
 
 def _cut_step(cell: Cell, world: int) -> int:
@@ -187,6 +196,8 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     trainer = Trainer(
         accelerator="cpu", devices=world, strategy="auto" if world == 1 else cell.strategy,
         max_epochs=max_epochs, max_steps=max_steps, accumulate_grad_batches=cell.accumulate, logger=False,
+        precision=None if cell.precision == "16-mixed" else cell.precision or "32-true",
+        plugins=[_overflowing_mixed_precision()] if cell.precision == "16-mixed" else None,
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=0.05 if cell.clip else None,
         val_check_interval=0.5 if cell.stop == "in_mid_validation" else None,
