@@ -191,6 +191,18 @@ def test_an_ema_of_the_weights_validates_saves_and_resumes_as_lightnings(results
     assert fabricx["callback_state"] == {**lightning["callback_state"], "latest_update_epoch": -1}
 
 
+def test_a_checkpoint_saved_at_a_batch_end_holds_what_the_modules_batch_end_hook_did(results):
+    # Deliberate difference (the migration guide's row): Lightning calls every callback's on_train_batch_end, then
+    # the module's, so a ModelCheckpoint saving every n steps writes the module's state from before its hook ran for
+    # that batch, and a fit resumed from the file never runs that hook again: the update is lost. fabricx calls the
+    # module's hook before the monitoring callbacks' (as Lightning orders on_train_epoch_end).
+    lightning, fabricx = _case(results, "batch_end_before_checkpoint")
+    assert lightning["saved"] == [(2, 1), (4, 3), (6, 5), (8, 7)]
+    assert fabricx["saved"] == [(2, 2), (4, 4), (6, 6), (8, 8)]
+    assert lightning["batch_ends"] == fabricx["batch_ends"] == 8
+    assert (lightning["resumed_batch_ends"], fabricx["resumed_batch_ends"]) == (7, 8)
+
+
 def test_missing_and_unwritable_checkpoints_raise_the_os_errors_lightning_raises(results):
     lightning, fabricx = _case(results, "missing_and_read_only")
     for case in ("fit_missing", "load_missing"):

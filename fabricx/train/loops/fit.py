@@ -1,4 +1,6 @@
-"""The training epochs of ``Trainer.fit``, in Lightning's order.
+"""The training epochs of ``Trainer.fit``, in Lightning's order but for one batch hook: the module's
+``on_train_batch_end`` runs before the monitoring callbacks' (Lightning runs it after every callback's), so that
+a checkpoint saved at a batch's end holds what the module's hook did (the migration guide's row).
 
 One batch:
 

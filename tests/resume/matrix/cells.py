@@ -202,7 +202,7 @@ def fabric_cells() -> list[Cell]:
 #: The Trainer's stops: those of `STOPS` it can be stopped at, and its own (trainer_job.py says where each is).
 TRAINER_STOPS = (
     "first", "mid", "in_step", "last_in_for", "after_for", "in_validation", "in_mid_validation", "in_epoch_end",
-    "refit", "max_steps",
+    "refit", "max_steps", "kill",
 )
 
 
@@ -222,6 +222,8 @@ def trainer_cells() -> list[Cell]:
         itertools.product([("fsdp", 2, 2), ("deepspeed_stage_2", 2, 2)], ["shuffle", "combined"], TRAINER_STOPS),
     )
     for (strategy, world, resume_world), loader, stop in rows:
+        if stop == "kill" and world > 1:
+            continue  # a SIGKILL row: one process, as the Fabric's
         for accumulate, extras in ((1, plain), (3, windowed)):
             extra = dict(next(extras))
             if strategy.startswith("deepspeed"):

@@ -90,7 +90,11 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
             straight = _records(out, cell, "straight", cell.world)
             stopped_val = None
             if cell.stop == "kill":
-                stopped = [torch.load(out / f"{cell.id}.kill_trace.pt", weights_only=False)]
+                killed = torch.load(out / f"{cell.id}.kill_trace.pt", weights_only=False)
+                if isinstance(killed, dict):  # the Trainer's: its trace and its validation results
+                    stopped, stopped_val = [killed["trace"]], [killed["val"]]
+                else:
+                    stopped = [killed]
             else:
                 records = _records(out, cell, "first", cell.world)
                 stopped = [record["trace"] for record in records]

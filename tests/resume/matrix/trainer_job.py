@@ -9,12 +9,15 @@ file; ``after_for`` raises when the next epoch starts and resumes with ``ckpt_pa
 it at the epoch's end); ``refit`` lets a first ``fit`` with fewer epochs return and resumes with
 ``ckpt_path="last"`` and more epochs; ``max_steps`` lets a first ``fit`` cut by ``max_steps`` in the middle of
 epoch 1 return (its ``last.ckpt`` written by the cut epoch's end hooks) and resumes with ``ckpt_path="last"`` under
-the epoch limit alone: the rest of epoch 1 runs as epoch 1, then epoch 2 whole.
+the epoch limit alone: the rest of epoch 1 runs as epoch 1, then epoch 2 whole; ``kill`` (one process) is killed
+by SIGKILL after a seeded batch and resumes with ``ckpt_path="last"`` from ``ModelCheckpoint(every_n_train_steps=2)``.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,6 +118,10 @@ class Recorded(TrainModule):
         if self.phase != "first":
             return
         stop, epoch, per_epoch = self.cell.stop, self.current_epoch, self.trainer.num_training_batches
+        if stop == "kill" and self.batches_done == kill_batch(self.cell):
+            # after the callbacks' hooks of this batch (ModelCheckpoint's save), as a preemption between batches
+            torch.save({"trace": self.trace, "val": self.validation}, self.out / f"{self.cell.id}.kill_trace.pt")
+            os.kill(os.getpid(), signal.SIGKILL)
         if (
             (stop == "first" and epoch == 0 and batch_idx == 0)
             or (stop == "mid" and epoch == 1 and batch_idx == per_epoch // 2)
@@ -165,6 +172,11 @@ class WriteOnException(Callback):
         pl_module.write(final=False)
 
 
+def kill_batch(cell: Cell) -> int:
+    """After how many batches a ``kill`` cell's first run is killed: a seeded one of its 30 (one process)."""
+    return 2 + cell.seed % (EPOCHS * 10 - 3)
+
+
 def _overflowing_mixed_precision() -> MixedPrecision:
     scaler = torch.amp.GradScaler("cpu")
     scaler.load_state_dict(OVERFLOWING_SCALER)
@@ -186,8 +198,10 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         torch.manual_seed(4321), random.seed(4321), np.random.seed(4321)  # the resume must not depend on these
     module = Recorded(cell, phase, out)
     folder = out / f"{cell.id}.{'straight' if phase == 'straight' else 'first'}"  # the resume reads the first's
+    # A kill cell resumes from the newest of the checkpoints written every 2 optimizer steps, as after a preemption.
+    every_n_train_steps = 2 if cell.stop == "kill" else None
     callbacks = [
-        ModelCheckpoint(dirpath=folder, save_last=True),
+        ModelCheckpoint(dirpath=folder, save_last=True, every_n_train_steps=every_n_train_steps),
         OnExceptionCheckpoint(folder),
         WriteOnException(),
     ]
@@ -204,7 +218,7 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     )
     ckpt_path = None
     if phase == "resume":
-        uses_last = cell.stop in ("after_for", "refit", "max_steps")
+        uses_last = cell.stop in ("after_for", "refit", "max_steps", "kill")
         ckpt_path = "last" if uses_last else str(folder / "on_exception.ckpt")
     try:
         trainer.fit(module, ckpt_path=ckpt_path)
@@ -221,7 +235,9 @@ def main() -> None:
     for cell in map(by_id, ids):
         if phase == "first":
             fit(cell, "straight", Path(out))
-        fit(cell, phase, Path(out))
+            if cell.stop == "kill":
+                continue  # its first run is a process of its own (phase "kill"), which dies
+        fit(cell, "first" if phase == "kill" else phase, Path(out))
 
 
 if __name__ == "__main__":

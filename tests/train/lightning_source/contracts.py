@@ -918,6 +918,42 @@ def run_weight_averaging(root: str) -> dict:
     }
 
 
+# -- 23. a module's on_train_batch_end and a ModelCheckpoint that saves every n steps -------------------------
+class CountsBatchEnds(Regressor):
+    """Counts its on_train_batch_end calls and keeps the count in its checkpoints, as a running statistic or an
+    average of the weights updated there would be."""
+
+    def __init__(self):
+        super().__init__()
+        self.batch_ends = 0
+        self.saved = []
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.batch_ends += 1
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["batch_ends"] = self.batch_ends
+        self.saved.append((self.global_step, self.batch_ends))
+
+    def on_load_checkpoint(self, checkpoint):
+        self.batch_ends = checkpoint["batch_ends"]
+
+
+def run_batch_end_before_checkpoint(root: str) -> dict:
+    def fit(folder, ckpt_path=None):
+        torch.manual_seed(0)
+        module = CountsBatchEnds()
+        checkpoint = ModelCheckpoint(dirpath=os.path.join(root, folder), every_n_train_steps=2, save_top_k=-1)
+        trainer = Trainer(max_epochs=2, logger=False, callbacks=[checkpoint], **QUIET)
+        trainer.fit(module, loader(), ckpt_path=ckpt_path)
+        return module
+
+    straight = fit("straight")
+    step_2 = next(name for name in os.listdir(os.path.join(root, "straight")) if "step=2" in name)
+    resumed = fit("resumed", os.path.join(root, "straight", step_2))
+    return {"saved": straight.saved, "batch_ends": straight.batch_ends, "resumed_batch_ends": resumed.batch_ends}
+
+
 CASES = {
     "iterable_flags": run_iterable_flags,
     "unknown_optimizer_key": run_unknown_optimizer_key,
@@ -941,4 +977,5 @@ CASES = {
     "failing_entry_points": run_failing_entry_points,
     "accumulation_schedule": run_accumulation_schedule,
     "weight_averaging": run_weight_averaging,
+    "batch_end_before_checkpoint": run_batch_end_before_checkpoint,
 }
