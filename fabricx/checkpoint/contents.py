@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RESERVED_PREFIX",
+    "TRAIN_LOADER_KEY",
     "EntryStorage",
     "checkpoint_io_of",
     "claimed_entries",
@@ -38,6 +39,7 @@ __all__ = [
     "filtered",
     "is_per_rank",
     "is_reserved",
+    "lent_to_new_ranks",
     "object_state",
     "reserved_key",
     "split_state",
@@ -57,6 +59,24 @@ def reserved_key(name: str) -> str:
 def is_reserved(key: Any) -> bool:
     """Whether ``key`` is one of fabricx's own checkpoint entries (never reported to the user)."""
     return isinstance(key, str) and key.startswith(RESERVED_PREFIX)
+
+
+#: The Trainer's training loader: fabricx's own per-rank entry that a rank the saving run did not have borrows.
+TRAIN_LOADER_KEY = reserved_key("train_loader")
+
+
+def lent_to_new_ranks(key: Any) -> bool:
+    """Whether a rank the saving run did not have (more processes now) takes rank 0's per-rank entry ``key``:
+    the user's entries and the Trainer's loader do (a loader's state names the world size it was saved with and
+    decides itself how to continue, the same on every rank); fabricx's other per-rank entries, random states and
+    accumulated gradients, are each rank's own.
+
+    Example:
+        ```python
+        borrowed = {key: value for key, value in rank_0_entries.items() if lent_to_new_ranks(key)}
+        ```
+    """
+    return not is_reserved(key) or key == TRAIN_LOADER_KEY
 
 
 class EntryStorage(ABC):

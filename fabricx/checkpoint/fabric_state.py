@@ -21,7 +21,14 @@ import torch
 from torch.nn import Module
 from torch.optim import Optimizer
 
-from fabricx.checkpoint.contents import claimed_entries, entry_storage_of, is_per_rank, is_reserved, unwrap_object
+from fabricx.checkpoint.contents import (
+    claimed_entries,
+    entry_storage_of,
+    is_per_rank,
+    is_reserved,
+    lent_to_new_ranks,
+    unwrap_object,
+)
 from fabricx.checkpoint.hand_over import hand_over
 from fabricx.checkpoint.records import stored_keys, stored_record
 from fabricx.checkpoint.safe_read import check_optimizer_state, refuse_misfit
@@ -271,7 +278,7 @@ def rank_entries(loaded: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     """
     if loaded.per_rank is not None:
         return loaded.per_rank
-    if any(is_per_rank(obj) and not is_reserved(key) for key, obj in state.items()):
+    if any(is_per_rank(obj) and lent_to_new_ranks(key) for key, obj in state.items()):
         return _borrowed_rank_state(loaded.path)
     return None
 
@@ -279,8 +286,8 @@ def rank_entries(loaded: Any, state: dict[str, Any]) -> dict[str, Any] | None:
 def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
     """Rank 0's per-rank entries for a rank the saving run did not have (more processes now).
 
-    Random states are left out (each rank keeps its own); a data loader receives a state that names
-    the world size it was saved with and decides whether it can continue from it.
+    Random states and gradients are left out (each rank keeps its own, `lent_to_new_ranks`); a data loader
+    receives a state that names the world size it was saved with and decides whether it can continue from it.
     """
     from fabricx.checkpoint.format import rank_stem
     from fabricx.checkpoint.serialization import json_path, load
@@ -291,7 +298,7 @@ def _borrowed_rank_state(path: Any) -> dict[str, Any] | None:
     entries = load(directory, rank_stem(0))
     if not isinstance(entries, dict):
         return None
-    return {key: value for key, value in entries.items() if not is_reserved(key)}
+    return {key: value for key, value in entries.items() if lent_to_new_ranks(key)}
 
 
 __all__ = [

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from fabricx.checkpoint.contents import is_reserved
+from fabricx.checkpoint.contents import is_reserved, lent_to_new_ranks
 from fabricx.checkpoint.host import RankHost
 from fabricx.checkpoint.io import CheckpointIO, LocalCheckpointIO
 from fabricx.checkpoint.loaded import LoadedCheckpoint
@@ -400,7 +400,7 @@ def split_contents(
     elif isinstance(ranks, Mapping) and isinstance(ranks.get(str(rank)), Mapping):
         own = dict(ranks[str(rank)])
     else:  # more processes now than when it was saved
-        own = {key: value for key, value in rank0.items() if not is_reserved(key)}
+        own = {key: value for key, value in rank0.items() if lent_to_new_ranks(key)}
     return shared, _decode(own, file), meta
 
 

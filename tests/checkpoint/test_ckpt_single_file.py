@@ -328,3 +328,25 @@ def test_two_processes_one_file_per_rank_state_and_fsdp_full_state(tmp_path: Pat
         contents = torch.load(tmp_path / f"{name}.pth", weights_only=True)
         assert set(contents["__fabricx_ranks__"]) == {"1"}
         assert set(contents["model"]) == {"weight", "bias"}  # full tensors, the user's keys
+
+
+def test_a_rank_the_saving_run_did_not_have_borrows_the_loaders_but_not_the_random_state(tmp_path: Path) -> None:
+    # Resumed on more processes, rank 1 has no entries of its own in a file written by one process: it takes rank
+    # 0's loader states (the user's and the Trainer's, whose key is fabricx's own), which decide from the world size
+    # they name how to continue, the same on every rank; random states and gradients stay each rank's own. Before,
+    # the Trainer's loader was left out: rank 1 started its epoch afresh while rank 0 ended it, and DDP hung.
+    from fabricx.checkpoint.contents import TRAIN_LOADER_KEY, reserved_key
+    from fabricx.checkpoint.torch_files import file_contents, read_single_file
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+    loader = {"epoch": 1, "batches_consumed": 10, "world_size": 1}
+    rng, gradients = reserved_key("rng"), reserved_key("gradients")
+    per_rank = {"loader": loader, TRAIN_LOADER_KEY: loader, rng: {"torch": torch.get_rng_state()}, gradients: {}}
+    contents = file_contents(fabric.strategy, tmp_path / "x.ckpt", {"step": 3}, per_rank)
+    assert contents is not None
+    torch.save(contents, tmp_path / "x.ckpt")
+    shared, own, _ = read_single_file(tmp_path / "x.ckpt", rank=1)
+    assert shared["step"] == 3
+    assert own == {"loader": loader, TRAIN_LOADER_KEY: loader}
+    _, rank_zero, _ = read_single_file(tmp_path / "x.ckpt", rank=0)
+    assert rank_zero is not None and set(rank_zero) == set(per_rank)

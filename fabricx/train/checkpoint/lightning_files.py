@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from fabricx.checkpoint.contents import TRAIN_LOADER_KEY
 from fabricx.checkpoint.numpy_scalars import is_numpy_scalar
 from fabricx.train.module.hparams_files import as_config
 from fabricx.utilities.exceptions import FabricxError
@@ -157,7 +158,7 @@ def lightning_version() -> str:
 
 #: fabricx's exact-resume entries (Lightning ignores them): progress, the loader position, metric states.
 PROGRESS_KEY = "__fabricx_trainer__"
-LOADER_KEY = "__fabricx_train_loader__"
+LOADER_KEY = TRAIN_LOADER_KEY  # the one fabricx entry a rank the saving run did not have borrows from rank 0
 METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
 #: The key of each optimizer a strategy's engines store with their models (DeepSpeed), one entry each, in place of

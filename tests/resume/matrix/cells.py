@@ -220,6 +220,12 @@ def trainer_cells() -> list[Cell]:
         ),
         # The sharded strategies: their checkpoint and restore paths are their own; the loaders are the DDP rows'.
         itertools.product([("fsdp", 2, 2), ("deepspeed_stage_2", 2, 2)], ["shuffle", "combined"], TRAINER_STOPS),
+        # Another number of processes: the stops between and inside epochs that a user resumes from.
+        itertools.product(
+            [("ddp", 2, 1), ("single", 1, 2)],
+            ["shuffle", "combined"],
+            ["mid", "last_in_for", "after_for", "in_validation", "in_epoch_end", "refit", "kill"],
+        ),
     )
     for (strategy, world, resume_world), loader, stop in rows:
         if stop == "kill" and world > 1:

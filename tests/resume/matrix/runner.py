@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -43,14 +45,38 @@ def _launch(
     if job == "accelerate_job.py" and world > 1:  # as `accelerate launch` starts it: one process per rank
         launch_two_ranks(HERE / job, str(out), phase, *ids, env=env, timeout=timeout)
         return
-    result = subprocess.run([sys.executable, str(HERE / job), str(out), phase, *ids], env=env,
-                            capture_output=True, text=True, timeout=timeout)
+    result = _run_or_dump_stacks([sys.executable, str(HERE / job), str(out), phase, *ids], env, timeout)
     if expect_kill:
         if result.returncode != -9:
             raise RuntimeError(f"{phase} of {ids} was to die by SIGKILL, exited {result.returncode}:\n"
                                f"{result.stderr[-3000:]}")
     elif result.returncode != 0:
         raise RuntimeError(f"{phase} of {len(ids)} cell(s) exited {result.returncode}:\n{result.stderr[-6000:]}")
+
+
+def _run_or_dump_stacks(command: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+    """Run ``command``; past ``timeout`` every process it started (other ranks, loader workers) is sent SIGABRT,
+    which makes each print its threads' stacks (``PYTHONFAULTHANDLER``), and the error quotes them: a hang says
+    where it hangs."""
+    process = subprocess.Popen(
+        command, env={**env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            _, stderr = process.communicate()
+        stacks = stderr[-12000:]
+        raise RuntimeError(f"{command[2:]} outlasted {timeout} s; the stacks of its processes:\n{stacks}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a rank or worker left behind must not outlive the launch
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
@@ -62,7 +88,8 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
     # under ddp_spawn starts its processes anew: 48 cells in one launch outlast its timeout).
     batches = [ids]
     if cells[0].api == "trainer":
-        per_launch = 1 if cells[0].strategy == "ddp" else TRAINER_CELLS_PER_LAUNCH
+        under_ddp = cells[0].strategy == "ddp" or (cells[0].strategy == "single" and cells[0].resume_world > 1)
+        per_launch = 1 if under_ddp else TRAINER_CELLS_PER_LAUNCH
         batches = [ids[start : start + per_launch] for start in range(0, len(ids), per_launch)]
     # A launch that fails marks its own cells and the others go on: one crash must not hide a group's other cells.
     launch_failed: dict[str, str] = {}

@@ -172,6 +172,13 @@ class WriteOnException(Callback):
         pl_module.write(final=False)
 
 
+def _strategy(cell: Cell, world: int) -> str:
+    """The Trainer's strategy for a run of ``cell`` on ``world`` processes (a one-process cell resumed on two: DDP)."""
+    if world == 1:
+        return "auto"
+    return "ddp" if cell.strategy == "single" else cell.strategy
+
+
 def kill_batch(cell: Cell) -> int:
     """After how many batches a ``kill`` cell's first run is killed: a seeded one of its 30 (one process)."""
     return 2 + cell.seed % (EPOCHS * 10 - 3)
@@ -208,7 +215,7 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     max_epochs = 2 if phase == "first" and cell.stop == "refit" else EPOCHS
     max_steps = _cut_step(cell, world) if phase == "first" and cell.stop == "max_steps" else -1
     trainer = Trainer(
-        accelerator="cpu", devices=world, strategy="auto" if world == 1 else cell.strategy,
+        accelerator="cpu", devices=world, strategy=_strategy(cell, world),
         max_epochs=max_epochs, max_steps=max_steps, accumulate_grad_batches=cell.accumulate, logger=False,
         precision=None if cell.precision == "16-mixed" else cell.precision or "32-true",
         plugins=[_overflowing_mixed_precision()] if cell.precision == "16-mixed" else None,
