@@ -666,6 +666,9 @@ class FabricDataLoader:
         self._yielded = 0
         if not self._started or self._finished or consumed >= int(saved["length"]):
             # Nothing of the epoch left: the next epoch's order depends only on the seed and the epoch number.
+            if self._started and not self._finished:
+                with contextlib.suppress(TypeError):  # the whole epoch was read, counted at this size
+                    self._yielded = len(self._loader)
             self._end_restored_epoch()
             return
         sampler = self._loader.sampler

@@ -210,6 +210,14 @@ class LoaderGroup:
         self.batches_consumed = int(state_dict["batches_consumed"])
         for loader, state in zip(self.loaders, state_dict["loaders"], strict=True):
             loader.load_state_dict(state)
+        saved = [int(state.get("batches_consumed", 0)) for state in state_dict["loaders"]]
+        counts = [getattr(loader, "batches_consumed", count) for loader, count in zip(self.loaders, saved, strict=True)]
+        if counts != saved:
+            # Saved by another number of processes: each loader counts its batches at this size now, and the pass
+            # is as far as the loader whose length bounds it (the longest but in "min_size").
+            lengths = [sized_length(loader) for loader in self.loaders]
+            pick = min if self.mode == "min_size" else max
+            self.batches_consumed = counts[lengths.index(pick(lengths))]
         self._started = self.batches_consumed > 0
         self._resuming = self._started and not state_dict.get("finished", False)
         if not self._resuming:

@@ -86,6 +86,12 @@ def _by_epoch(traces: list[list]) -> dict[int, list[int]]:
 def _elastic_differences(cell: Cell, straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
     # Another number of processes takes another number of optimizer steps: the weights follow another path by
     # construction. What must be exact is the data: each sample of the stopped epoch once, then whole epochs.
+    # A `CombinedLoader`'s shorter loader cycles inside the epoch (`max_size_cycle`): the first loader's part of
+    # each batch (the first half of its ids: both parts have one batch size) is what is read once an epoch.
+    if cell.loader == "combined":
+        straight = [{**s, "trace": _first_parts(s["trace"])} for s in straight]
+        first = [_first_parts(trace) for trace in first]
+        resume = [{**r, "trace": _first_parts(r["trace"])} for r in resume]
     problems = []
     start_step = resume[0]["start_step"]
     consumed = [[e for e in trace if e[0] < start_step] for trace in first]
@@ -104,6 +110,10 @@ def _elastic_differences(cell: Cell, straight: list[dict], first: list[list], re
         if epoch > max(before, default=-1) and not rest:
             problems.append(f"epoch {epoch}: nothing read after the resume")
     return problems
+
+
+def _first_parts(trace: list) -> list:
+    return [(step, epoch, ids[: len(ids) // 2], *rest) for step, epoch, ids, *rest in trace]
 
 
 def _skipped_batch_differences(cell: Cell, straight: list[dict], first: list[list], resume: list[dict]) -> list[str]:
