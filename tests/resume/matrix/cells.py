@@ -295,12 +295,14 @@ def by_id(cell_id: str) -> Cell:
 #: Cells the fast suite always runs: the two resumes this matrix was built after (a DDP checkpoint saved after an
 #: epoch's ``for`` loop; the adapter's stateful loader on one process), and the Trainer on two processes (its
 #: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch, with a
-#: per-step scheduler and gradient clipping), and a ``16-mixed`` grad scaler's state with accumulation.
+#: per-step scheduler and gradient clipping), a ``16-mixed`` grad scaler's state with accumulation, and the Trainer's
+#: `CombinedLoader` stopped in the epoch's validation on 2 processes, resumed on 1.
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
     "trainer-ddp2to2-shuffle-mid-e1-clip-sched-step",
     "fabric-single1to1-shuffle-mid-e1-acc3-16-mixed",
+    "trainer-ddp2to1-combined-in_validation-e1-clip-sched-step",
 )
 
 

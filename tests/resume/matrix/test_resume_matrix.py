@@ -46,6 +46,8 @@ def test_matrix_is_the_space_users_live_in():
     assert stops <= axes["stop"]
     assert {(c.world, c.resume_world) for c in cells} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
     trainer = [cell for cell in cells if cell.api == "trainer"]
+    assert {(c.world, c.resume_world) for c in trainer} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
+    assert {"kill", "in_step"} <= {cell.stop for cell in trainer}
     assert {(cell.scheduler, cell.clip) for cell in trainer} >= {("step", True), ("epoch", False), ("", True)}
     # every precision under every strategy (DeepSpeed on CPU has no float16), through both APIs
     by_precision = {(cell.api, cell.strategy, cell.precision) for cell in cells}
