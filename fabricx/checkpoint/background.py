@@ -280,6 +280,11 @@ class BufferPool:
         with self._lock:
             self._free = {}
 
+    def held_bytes(self) -> int:
+        """Bytes kept for the next save (what a memory measurement should not count as leaked)."""
+        with self._lock:
+            return sum(buffer.numel() for buffers in self._free.values() for buffer in buffers)
+
 
 #: The host buffers background saves copy into (a save hands back what it used once it is written).
 staging_buffers = BufferPool()
