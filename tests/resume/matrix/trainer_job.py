@@ -119,7 +119,8 @@ class Recorded(TrainModule):
             return
         stop, epoch, per_epoch = self.cell.stop, self.current_epoch, self.trainer.num_training_batches
         if stop == "kill" and self.batches_done == kill_batch(self.cell):
-            # after the callbacks' hooks of this batch (ModelCheckpoint's save), as a preemption between batches
+            # A preemption between batches. fabricx runs the module's hook before ModelCheckpoint's (the migration
+            # guide's row), so the newest file may be the one written 2 steps before.
             torch.save({"trace": self.trace, "val": self.validation}, self.out / f"{self.cell.id}.kill_trace.pt")
             os.kill(os.getpid(), signal.SIGKILL)
         if (
