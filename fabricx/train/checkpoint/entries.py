@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from fabricx.checkpoint.contents import stores_engine_files
+from fabricx.checkpoint.contents import TRAIN_LOADER_KEY, stores_engine_files
 from fabricx.train.checkpoint.lightning_files import (
     ENGINE_OPTIMIZER_KEY,
-    LOADER_KEY,
     METRICS_KEY,
     PROGRESS_KEY,
     hparams_entries,
@@ -351,7 +350,7 @@ def checkpoint_state(trainer: Trainer, weights_only: bool = False) -> dict[str, 
     state[PROGRESS_KEY] = ProgressState(trainer)
     train_loader = trainer.fit_loop.data.train_loader
     if train_loader is not None and not weights_only:
-        state[LOADER_KEY] = train_loader
+        state[TRAIN_LOADER_KEY] = train_loader
     state[METRICS_KEY] = MetricStates(trainer.run_context)
     key, value = datamodule_key(trainer), datamodule_state(trainer)
     if key is not None and value:

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from fabricx.checkpoint.contents import TRAIN_LOADER_KEY
 from fabricx.checkpoint.numpy_scalars import is_numpy_scalar
 from fabricx.train.module.hparams_files import as_config
 from fabricx.utilities.exceptions import FabricxError
@@ -156,9 +155,9 @@ def lightning_version() -> str:
     return "2.5.0"
 
 
-#: fabricx's exact-resume entries (Lightning ignores them): progress, the loader position, metric states.
+#: fabricx's exact-resume entries (Lightning ignores them): progress, metric states (the loader position's key,
+#: `TRAIN_LOADER_KEY`, is in `fabricx.checkpoint.contents`, which lends it to ranks the saving run did not have).
 PROGRESS_KEY = "__fabricx_trainer__"
-LOADER_KEY = TRAIN_LOADER_KEY  # the one fabricx entry a rank the saving run did not have borrows from rank 0
 METRICS_KEY = "__fabricx_metrics__"
 DATAMODULE_KEY = "__fabricx_datamodule__"
 #: The key of each optimizer a strategy's engines store with their models (DeepSpeed), one entry each, in place of

@@ -242,6 +242,12 @@ def trainer_cells() -> list[Cell]:
 #: The precisions of `precision_cells` (``32-true`` is every other cell's).
 PRECISIONS = ("16-mixed", "bf16-mixed", "bf16-true")
 
+#: A ``16-mixed`` grad scaler that overflows every few steps: a scale that grows every 2 steps and starts too
+#: high, so that steps are skipped and the scale halved all along the run, not only at its start.
+OVERFLOWING_SCALER = {
+    "scale": 2.0**17, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2, "_growth_tracker": 0
+}
+
 
 def precision_cells() -> list[Cell]:
     """Every precision under each strategy, stopped after the first step (inside the grad scaler's first

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, WeightedRandomSampler
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import EPOCHS, Cell, by_id, refusal
+from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id, refusal
 from record import Trace, final_state
 from toy_data import IdDataset, IdIterable, StatefulIdIterable
 
@@ -27,11 +27,6 @@ from fabricx import Fabric
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 BATCH = 4
-#: A ``16-mixed`` grad scaler that overflows every few steps: a scale that grows every 2 steps and starts too
-#: high, so that steps are skipped and the scale halved all along the run, not only at its start.
-OVERFLOWING_SCALER = {
-    "scale": 2.0**17, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2, "_growth_tracker": 0
-}
 
 
 def build_loader(fabric: Fabric, cell: Cell) -> Any:

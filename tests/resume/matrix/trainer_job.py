@@ -28,8 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import EPOCHS, Cell, by_id
-from fabric_job import OVERFLOWING_SCALER
+from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id
 from record import final_state
 from toy_data import IdDataset
 
