@@ -155,6 +155,64 @@ class _Stream(IterableDataset):
         return iter(range(4))
 
 
+class _Numbers(IterableDataset):
+    """No length: the Trainer learns that an epoch ended when its iterator runs out."""
+
+    def __iter__(self):
+        return iter(torch.arange(4.0).view(4, 1))
+
+
+def _stream_fit(folder, crash_in_epoch: int | None, ckpt_path: str | None = None) -> tuple[list, list, torch.Tensor]:
+    trained: list[tuple[int, float]] = []
+    validated: list[tuple[int, int]] = []
+
+    class Module(fx.TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            trained.append((self.current_epoch, batch.item()))
+            return self.layer(batch).sum()
+
+        def validation_step(self, batch, batch_idx):
+            if self.current_epoch == crash_in_epoch and batch_idx == 1:
+                raise _Crash
+            validated.append((self.current_epoch, batch_idx))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    module = Module()
+    trainer = fx.Trainer(default_root_dir=folder, max_epochs=2, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=[OnExceptionCheckpoint(folder)])
+    loaders = (DataLoader(_Numbers(), batch_size=1), DataLoader(_Numbers(), batch_size=2))
+    if crash_in_epoch is None:
+        trainer.fit(module, *loaders, ckpt_path=ckpt_path)
+    else:
+        with pytest.raises(_Crash):
+            trainer.fit(module, *loaders)
+    return trained, validated, module.layer.weight.detach().clone()
+
+
+def test_a_fit_resumed_inside_the_validation_after_a_loader_without_length_ran_out_goes_on_with_the_next_epoch(
+    tmp_path,
+):
+    """The epoch-end validation of a loader without a length runs after its last batch (its end is known then): a
+    checkpoint written inside it resumes with that validation, whole, then the next epoch; the stopped epoch's data
+    is not read again."""
+    straight_trained, straight_validated, straight_weight = _stream_fit(tmp_path / "straight", None)
+    assert [epoch for epoch, _ in straight_trained] == [0] * 4 + [1] * 4
+    first_trained, _, _ = _stream_fit(tmp_path / "stopped", crash_in_epoch=0)
+    resumed_trained, resumed_validated, resumed_weight = _stream_fit(
+        tmp_path / "resumed", None, ckpt_path=str(tmp_path / "stopped" / "on_exception.ckpt")
+    )
+    assert first_trained + resumed_trained == straight_trained
+    assert resumed_validated == straight_validated == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert torch.equal(resumed_weight, straight_weight)
+
+
 def test_has_len_all_ranks_tells_sized_loaders_and_warns_about_empty_ones():
     from lightning.pytorch.utilities.data import has_len_all_ranks as lightning_has_len
 

@@ -334,7 +334,8 @@ def _continue_where_saved(trainer: Trainer) -> None:
         all_read = state["finished"] or loader.batches_consumed >= trainer.fit_loop.data.num_training_batches
         if progress.resumed_mid_epoch and progress.batch_finished and all_read:
             if trainer.fit_loop.in_epoch_end:
-                # Written in the epoch's end hooks after its last batch (an exception there): its data is all read.
+                # Written after the epoch's last batch, before the epoch was counted done (an exception in its end
+                # hooks, or in the validation after a loader without a length ran out): its data is all read.
                 trainer.fit_loop.continue_in_epoch_end()
             else:
                 # Written after the epoch was counted done (`trainer.save_checkpoint` after `fit` returned): the

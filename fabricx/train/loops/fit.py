@@ -212,15 +212,15 @@ class FitLoop:
 
     @property
     def in_epoch_end(self) -> bool:
-        """Between an epoch's `processed` and `completed` counts: inside its end hooks (where a checkpoint that
-        `continue_in_epoch_end` resumes was written)."""
+        """After an epoch's last batch, before its `completed` count: in its end hooks, or in the validation after a
+        loader without a length ran out (where a checkpoint that `continue_in_epoch_end` resumes was written)."""
         total = self.epoch_progress.total
-        return total.processed > total.completed  # type: ignore[attr-defined]
+        return total.started > total.completed  # type: ignore[attr-defined]
 
     def continue_in_epoch_end(self) -> None:
-        """Restored from a checkpoint written in an epoch's end hooks after its last batch (an exception there,
-        saved by `OnExceptionCheckpoint`): the loader's pass is over, so the resumed epoch reads no batch; its end
-        hooks run again (they had not all run), then the next epoch follows."""
+        """Restored from a checkpoint written after an epoch's last batch (`in_epoch_end`; an exception there,
+        saved by `OnExceptionCheckpoint`): the loader's pass is over, so the resumed epoch reads no batch; what had
+        not all run (the validation of a loader without a length, the end hooks) runs again, then the next epoch."""
         self._resumed_after_last_batch = True
 
     def take_counters(self, state_dict: dict[str, Any]) -> None:
@@ -263,10 +263,7 @@ class FitLoop:
             # Restored from a checkpoint written in on_train_batch_end: finish that batch first, logging its
             # restored step values (inside the batch loop) as the interrupted run would have. Written inside
             # the validation after it: that validation runs again, from its start (its metrics whole again).
-            val_loop = self.epoch_loop.val_loop
-            interrupted = val_loop.restarted_mid_evaluation()
-            if interrupted:
-                val_loop.forget_interrupted_pass()
+            interrupted = self.epoch_loop.val_loop.forget_interrupted_pass()
             run.results = run.train_results
             run.logger_connector.first_loop_iter = False
             self._finish_batch(
@@ -284,12 +281,14 @@ class FitLoop:
     def _run_epoch(self) -> None:
         """One pass over the training data (or the rest of it, after a mid-epoch resume): `advance` per batch."""
         started = self._start_epoch()
+        progress, data = self._trainer.progress, self.data
         if started is None:
-            return
-        advance = self._batch_advance(*started)
-        while advance():
-            pass
-        progress, data, limit = self._trainer.progress, self.data, started[3]
+            limit = data.num_training_batches  # resumed after the epoch's last batch
+        else:
+            advance = self._batch_advance(*started)
+            while advance():
+                pass
+            limit = started[3]
         if (
             not progress.validated_at_epoch_end
             and math.isinf(limit)
@@ -298,7 +297,9 @@ class FitLoop:
             and data.val_enabled
             and data.validates_this_epoch()
         ):
-            # A loader without a length: the end of the epoch is only known now.
+            # A loader without a length: the end of the epoch is only known now. Resumed from a checkpoint written
+            # inside this validation, it runs again from its start (its metrics whole again).
+            self.epoch_loop.val_loop.forget_interrupted_pass()
             self.epoch_loop.val_loop.run()
             progress.validated_at_epoch_end = True
 

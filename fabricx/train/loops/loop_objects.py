@@ -64,24 +64,24 @@ class EvaluationLoop:
         """All counts back to zero (after the sanity check, as in Lightning)."""
         self.batch_progress.reset()
 
-    def restarted_mid_evaluation(self) -> bool:
-        """Restored from a checkpoint written while one of its batches ran (begun, not processed: an exception
-        inside the step, saved by `OnExceptionCheckpoint`)."""
+    def forget_interrupted_pass(self) -> bool:
+        """Whether this loop was restored from a checkpoint written while one of its batches ran (begun, not
+        processed: an exception inside the step, saved by `OnExceptionCheckpoint`); if so, it is made ready to run
+        that pass again from its start: its completed batches are counted by the new pass, so they leave the
+        totals; the batch that was interrupted stays counted as begun (as in Lightning, whose totals then read the
+        same)."""
         total = processed_counts(self.batch_progress)
-        return (
+        interrupted = (
             self.restarting
             and total.started == total.ready
             and total.processed == total.started - 1
             and total.completed == total.processed
         )
-
-    def forget_interrupted_pass(self) -> None:
-        """Before an interrupted pass runs again from its start: its completed batches are counted by the new
-        pass, so they leave the totals; the batch that was interrupted stays counted as begun (as in Lightning,
-        whose totals then read the same)."""
-        done = self.batch_progress.current.completed
-        self.batch_progress.total.increment_by(-done)
-        self.batch_progress.current.reset()
+        if interrupted:
+            done = self.batch_progress.current.completed
+            self.batch_progress.total.increment_by(-done)
+            self.batch_progress.current.reset()
+        return interrupted
 
     def state_dict(self) -> dict[str, Any]:
         return {"state_dict": {}, "batch_progress": self.batch_progress.state_dict()}

@@ -226,6 +226,14 @@ def trainer_cells() -> list[Cell]:
             ["shuffle", "combined"],
             ["mid", "last_in_for", "after_for", "in_validation", "in_epoch_end", "refit", "kill"],
         ),
+        # The other loaders a user hands the Trainer (uneven, a custom or batch sampler, iterable, persistent
+        # workers), at the stops between and inside epochs.
+        itertools.product(
+            [("single", 1, 1), ("ddp", 2, 2)],
+            ["uneven", "uneven_drop_last", "custom_sampler", "batch_sampler", "iterable", "iterable_stateful",
+             "workers_persistent"],
+            ["first", "mid", "in_step", "last_in_for", "after_for", "in_validation", "kill"],
+        ),
     )
     for (strategy, world, resume_world), loader, stop in rows:
         if stop == "kill" and world > 1:

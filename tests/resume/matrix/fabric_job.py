@@ -16,52 +16,18 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, WeightedRandomSampler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id, refusal
 from record import Trace, final_state
-from toy_data import IdDataset, IdIterable, StatefulIdIterable
+from toy_data import iterable_batches, make_loader
 
 from fabricx import Fabric
 from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
-BATCH = 4
-
 
 def build_loader(fabric: Fabric, cell: Cell) -> Any:
-    world, rank = fabric.world_size, fabric.global_rank
-    name = cell.loader
-    size = 42 if name.startswith("uneven") or name.startswith("dist_sampler") else 40
-    dataset = IdDataset(size, augment=True)
-    kwargs: dict[str, Any] = {"batch_size": BATCH}
-    use_distributed_sampler = True
-    if name in ("shuffle", "uneven", "set_epoch_loop", "combined"):
-        kwargs["shuffle"] = True
-    elif name == "uneven_drop_last":
-        kwargs.update(shuffle=True, drop_last=True)
-    elif name == "shuffle_generator":
-        kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(7))
-    elif name.startswith("dist_sampler"):
-        drop_last = name.endswith("drop_last")
-        kwargs["sampler"] = DistributedSampler(dataset, world, rank, shuffle=True, seed=3, drop_last=drop_last)
-    elif name == "custom_sampler":
-        kwargs["sampler"] = WeightedRandomSampler(torch.linspace(0.1, 1.0, size), num_samples=size)
-    elif name == "batch_sampler":
-        sampler = RandomSampler(dataset)
-        if world > 1:
-            sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=5)
-        kwargs = {"batch_sampler": BatchSampler(sampler, BATCH, drop_last=False)}
-        use_distributed_sampler = False
-    elif name == "iterable":
-        dataset = IdIterable(size, rank, world)
-    elif name == "iterable_stateful":
-        dataset = StatefulIdIterable(size, rank, world)
-    elif name.startswith("workers"):
-        kwargs.update(shuffle=True, num_workers=2, persistent_workers=name.endswith("persistent"))
-    else:
-        raise ValueError(name)
-    loader = DataLoader(dataset, **kwargs)
+    loader, use_distributed_sampler = make_loader(cell.loader, fabric.global_rank, fabric.world_size)
     return fabric.setup_dataloaders(loader, use_distributed_sampler=use_distributed_sampler)
 
 
@@ -89,7 +55,7 @@ def build(fabric: Fabric, cell: Cell) -> dict[str, Any]:
 
 def batches_per_epoch(fabric: Fabric, cell: Cell, loader: Any) -> int:
     if cell.loader.startswith("iterable"):
-        return -(-len(range(fabric.global_rank, 40, fabric.world_size)) // BATCH)
+        return iterable_batches(fabric.global_rank, fabric.world_size)
     return len(loader)
 
 

@@ -1,11 +1,23 @@
-"""Datasets of the resume matrix: every sample carries its id, and map-style ones draw augmentation noise."""
+"""Datasets and loaders of the resume matrix: every sample carries its id, and map-style ones draw augmentation
+noise."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    WeightedRandomSampler,
+    get_worker_info,
+)
+
+BATCH = 4
 
 
 def _sample(index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,3 +76,43 @@ class StatefulIdIterable(IdIterable):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = int(state["position"])
+
+
+def iterable_batches(rank: int, world: int) -> int:
+    """Batches of an epoch of the ``iterable`` loaders on ``rank`` (they have no length)."""
+    return -(-len(range(rank, 40, world)) // BATCH)
+
+
+def make_loader(name: str, rank: int, world: int) -> tuple[DataLoader, bool]:
+    """The training loader a cell's ``loader`` names (`cells.LOADERS`) on ``rank`` of ``world``, and whether the
+    framework should give it a distributed sampler (``False`` where the user built it per rank)."""
+    size = 42 if name.startswith("uneven") or name.startswith("dist_sampler") else 40
+    dataset: Dataset = IdDataset(size, augment=True)
+    kwargs: dict[str, Any] = {"batch_size": BATCH}
+    use_distributed_sampler = True
+    if name in ("shuffle", "uneven", "set_epoch_loop"):
+        kwargs["shuffle"] = True
+    elif name == "uneven_drop_last":
+        kwargs.update(shuffle=True, drop_last=True)
+    elif name == "shuffle_generator":
+        kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(7))
+    elif name.startswith("dist_sampler"):
+        drop_last = name.endswith("drop_last")
+        kwargs["sampler"] = DistributedSampler(dataset, world, rank, shuffle=True, seed=3, drop_last=drop_last)
+    elif name == "custom_sampler":
+        kwargs["sampler"] = WeightedRandomSampler(torch.linspace(0.1, 1.0, size), num_samples=size)
+    elif name == "batch_sampler":
+        sampler = RandomSampler(dataset)
+        if world > 1:
+            sampler = DistributedSampler(dataset, world, rank, shuffle=True, seed=5)
+        kwargs = {"batch_sampler": BatchSampler(sampler, BATCH, drop_last=False)}
+        use_distributed_sampler = False
+    elif name == "iterable":
+        dataset = IdIterable(size, rank, world)
+    elif name == "iterable_stateful":
+        dataset = StatefulIdIterable(size, rank, world)
+    elif name.startswith("workers"):
+        kwargs.update(shuffle=True, num_workers=2, persistent_workers=name.endswith("persistent"))
+    else:
+        raise ValueError(name)
+    return DataLoader(dataset, **kwargs), use_distributed_sampler

@@ -30,14 +30,12 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).parent))
 from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id
 from record import final_state
-from toy_data import IdDataset
+from toy_data import BATCH, IdDataset, iterable_batches, make_loader
 
 from fabricx import seed_everything
 from fabricx.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
 from fabricx.precision import MixedPrecision
 from fabricx.train import CombinedLoader, Trainer, TrainModule
-
-BATCH = 4
 
 
 class StopRun(Exception):
@@ -65,7 +63,14 @@ class Recorded(TrainModule):
     def train_dataloader(self) -> Any:
         if self.cell.loader == "combined":
             return CombinedLoader({"a": self._loader(40), "b": self._loader(24)}, mode="max_size_cycle")
-        return self._loader(40)
+        return make_loader(self.cell.loader, self.trainer.global_rank, self.trainer.world_size)[0]
+
+    @property
+    def per_epoch(self) -> int:
+        """Training batches an epoch (the ``iterable`` loaders have no length: the Trainer counts them as infinite)."""
+        if self.cell.loader.startswith("iterable"):
+            return iterable_batches(self.trainer.global_rank, self.trainer.world_size)
+        return int(self.trainer.num_training_batches)
 
     def val_dataloader(self) -> Any:
         return self._loader(16, shuffle=False)
@@ -73,7 +78,7 @@ class Recorded(TrainModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if self.start_step is None:
             self.start_step = self.batches_done
-        in_the_middle = batch_idx == int(self.trainer.num_training_batches) // 2
+        in_the_middle = batch_idx == self.per_epoch // 2
         if self.phase == "first" and self.cell.stop == "in_step" and self.current_epoch == 1 and in_the_middle:
             raise StopRun("inside the training step")
         parts = list(batch.values()) if isinstance(batch, dict) else [batch]
@@ -95,8 +100,8 @@ class Recorded(TrainModule):
         ids, x, y = batch
         in_the_middle = batch_idx == int(self.trainer.num_val_batches[0]) // 2  # 4 batches on 1 process, 2 on 2
         if self.phase == "first" and self.current_epoch == 1 and in_the_middle:
-            read_this_epoch = self.batches_done - self.current_epoch * int(self.trainer.num_training_batches)
-            at_the_end = read_this_epoch == self.trainer.num_training_batches
+            read_this_epoch = self.batches_done - self.current_epoch * self.per_epoch
+            at_the_end = read_this_epoch == self.per_epoch
             if self.cell.stop == "in_validation" and at_the_end:
                 raise StopRun("inside validation")
             if self.cell.stop == "in_mid_validation" and not at_the_end:
@@ -116,7 +121,7 @@ class Recorded(TrainModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.phase != "first":
             return
-        stop, epoch, per_epoch = self.cell.stop, self.current_epoch, self.trainer.num_training_batches
+        stop, epoch, per_epoch = self.cell.stop, self.current_epoch, self.per_epoch
         if stop == "kill" and self.batches_done == kill_batch(self.cell):
             # A preemption between batches. fabricx runs the module's hook before ModelCheckpoint's (the migration
             # guide's row), so the newest file may be the one written 2 steps before.
@@ -158,7 +163,7 @@ class Recorded(TrainModule):
         if self.phase == "first" and self.cell.stop not in ("refit", "max_steps"):
             raise AssertionError(f"the first run of {self.cell.id} ended without reaching its stop")
         if self.phase == "first" and self.cell.stop == "max_steps":
-            cut_epoch, in_epoch = divmod(self.batches_done, int(self.trainer.num_training_batches))
+            cut_epoch, in_epoch = divmod(self.batches_done, self.per_epoch)
             if (cut_epoch, self.trainer.global_step) != (1, self.trainer.max_steps) or in_epoch == 0:
                 raise AssertionError(f"the first run of {self.cell.id} was not cut by max_steps inside epoch 1")
         self.write(final=self.phase != "first")
@@ -222,6 +227,7 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=0.05 if cell.clip else None,
         val_check_interval=0.5 if cell.stop == "in_mid_validation" else None,
+        use_distributed_sampler=cell.loader != "batch_sampler",  # the user's batch sampler splits the data itself
     )
     ckpt_path = None
     if phase == "resume":
