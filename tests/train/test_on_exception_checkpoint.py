@@ -95,3 +95,47 @@ def test_a_fit_that_fails_before_setup_raises_its_own_error_and_writes_nothing(t
     [note] = raised.value.__notes__
     assert note.startswith("While handling it, an on_exception hook raised RuntimeError: the handler broke too (")
     assert note.endswith(f"{__file__}:{Failing.on_exception.__code__.co_firstlineno + 1}, in on_exception)")
+
+
+def _resume_with_another_optimizer(trainer_class: type, module_class: type, callback_class: type, folder) -> bool:
+    """Crash, then resume from the exception checkpoint with an optimizer of two parameter groups, which the saved
+    one-group state does not fit: whether the file the resume read is still the crash's."""
+
+    class Module(module_class):  # type: ignore[misc, valid-type]
+        def __init__(self, crash: bool) -> None:
+            super().__init__()
+            self.layer, self.crash = torch.nn.Linear(4, 1), crash
+
+        def training_step(self, batch, batch_idx):
+            if self.crash and self.global_step == 3:
+                raise _Crash
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            if self.crash:
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+            return torch.optim.SGD([{"params": [self.layer.weight]}, {"params": [self.layer.bias]}], lr=0.1)
+
+    data = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
+    flags = dict(default_root_dir=folder, max_epochs=2, logger=False, enable_progress_bar=False,
+                 enable_model_summary=False)
+    with pytest.raises(_Crash):
+        trainer_class(**flags, callbacks=[callback_class(folder)]).fit(Module(True), data)
+    path = folder / "on_exception.ckpt"
+    saved = path.read_bytes()
+    with pytest.raises(ValueError, match="parameter groups"):  # fabricx's CheckpointError is a ValueError too
+        trainer_class(**flags, callbacks=[callback_class(folder)]).fit(Module(False), data, ckpt_path=str(path))
+    return path.read_bytes() == saved
+
+
+def test_a_resume_that_fails_to_restore_keeps_the_checkpoint_it_read(tmp_path):
+    """Deliberate difference (docs/migrating/lightning-trainer.md): Lightning's `OnExceptionCheckpoint` writes the
+    half-restored run over the file the resume was reading; fabricx's writes nothing until the restore is whole."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import OnExceptionCheckpoint as LightningOnException
+
+    import fabricx.train as fx
+    from fabricx.callbacks import OnExceptionCheckpoint
+
+    assert not _resume_with_another_optimizer(pl.Trainer, pl.LightningModule, LightningOnException, tmp_path / "pl")
+    assert _resume_with_another_optimizer(fx.Trainer, fx.TrainModule, OnExceptionCheckpoint, tmp_path / "fabricx")

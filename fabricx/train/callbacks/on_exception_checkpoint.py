@@ -16,7 +16,8 @@ class OnExceptionCheckpoint(Checkpoint):
     """Save `dirpath/filename.ckpt` when a run raises (a crash, a `KeyboardInterrupt`), as Lightning's does.
 
     A run that ends without an exception removes that file, so that what is left is always from the last
-    failure. Resume with `trainer.fit(model, ckpt_path=callback.ckpt_path)`.
+    failure. Resume with `trainer.fit(model, ckpt_path=callback.ckpt_path)`; a resume that fails before the
+    checkpoint is restored whole writes nothing (the file it resumed from stays as it was).
 
     Example:
         ```python
@@ -39,9 +40,10 @@ class OnExceptionCheckpoint(Checkpoint):
         return os.path.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
     def on_exception(self, trainer: Trainer, pl_module: TrainModule, exception: BaseException) -> None:
-        if trainer.model is None:
-            # Raised before the module was set up (a ckpt_path that does not exist, say): nothing has trained, and
-            # the checkpoint this fit was to resume from must stay as it is.
+        if trainer.model is None or trainer.checkpoint_connector.restoring:
+            # Raised before the module was set up (a ckpt_path that does not exist, say) or while the checkpoint
+            # was restored (an optimizer that does not fit it): nothing has trained, and the checkpoint this fit
+            # was to resume from, often this very file, must stay as it is (Lightning's overwrites it).
             return
         trainer.save_checkpoint(self.ckpt_path)
 

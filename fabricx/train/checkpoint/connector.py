@@ -187,6 +187,11 @@ class CheckpointConnector:
             self._reading = contextlib.ExitStack()
             self._reading.enter_context(self.reading(path))
 
+    @property
+    def restoring(self) -> bool:
+        """Between `resume_start` with a path and `resume_end`: the fit's state is not yet the checkpoint's whole."""
+        return self._reading is not None
+
     def resume_end(self) -> None:
         """Drop the checkpoint read by `resume_start` (also after a failed resume)."""
         reading, self._reading = self._reading, None
