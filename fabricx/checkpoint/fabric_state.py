@@ -13,7 +13,7 @@ remainder = apply_checkpoint(strategy, read_checkpoint("ckpt", keep_pin=True), "
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +40,14 @@ if TYPE_CHECKING:
 
 
 class CheckpointKeyError(CheckpointError, KeyError):
-    """An entry asked for is not in the checkpoint (a ``KeyError`` too, for code that catches that)."""
+    """Entries asked for are not in the checkpoint (a ``KeyError`` too, for code that catches that); ``missing``
+    names them."""
 
     __str__ = CheckpointError.__str__  # KeyError would quote the whole message
+
+    def __init__(self, message: str, missing: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.missing = tuple(missing)
 
 
 class CheckpointStateError(CheckpointError, FabricxError):
@@ -119,7 +124,8 @@ def apply_loaded_state(
         raise CheckpointKeyError(
             f"The checkpoint {path or ''} has no entries for {missing}; it holds "
             f"{sorted(k for k in shared if not is_reserved(k))}. "
-            "Pass strict=False to load what is there, or remove those keys from the state you load into."
+            "Pass strict=False to load what is there, or remove those keys from the state you load into.",
+            missing,
         )
     return {key: value for key, value in remaining.items() if not is_reserved(key)}
 
@@ -242,6 +248,16 @@ def apply_checkpoint(
     # Entries stored by another strategy (or by this one for objects it does not claim now) load in full.
     foreign = [key for key in state if key in stored and key not in native]
     shared.update(read_full(loaded, foreign))
+    engine_only = [key for key in foreign if key not in shared]
+    if engine_only and strict:
+        kinds = sorted({stored[key] for key in engine_only})
+        raise CheckpointError(
+            f"The checkpoint {loaded.path} holds {engine_only} in {' and '.join(kinds)} engine files, which only "
+            f"that strategy reads (a ZeRO optimizer's state has no full form), and {type(strategy).__name__} is "
+            "loading it. Resume with the strategy that saved it, on any number of processes (e.g. "
+            "strategy='deepspeed_stage_2' with devices=1), or leave those entries out of the state you load into "
+            "(the weights load in full under any strategy)."
+        )
     unrequested = [key for key in stored if key not in state]
     extra = read_full(loaded, unrequested) if unrequested else {}
     if native and storage is not None:

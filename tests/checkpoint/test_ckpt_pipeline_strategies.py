@@ -144,6 +144,17 @@ def _one_process_runs(fabric: Any, name: str, root: Path) -> dict:
     out["non_strict_remainder"] = sorted(
         fabric.load(root / f"{name}_boundary", {"model": _setup(fabric)["model"]}, strict=False)
     )
+    if name == "deepspeed":  # resumed without DeepSpeed: the weights load in full, the ZeRO optimizer state cannot
+        from fabricx import Fabric
+
+        plain = Fabric(accelerator="cpu", devices=1, strategy="auto")
+        try:
+            plain.load(root / f"{name}_boundary", _setup(plain))
+        except CheckpointError as error:
+            out["optimizer_without_engine_refused"] = (type(error).__name__, str(error))
+        weights_only = {"model": _setup(plain)["model"]}
+        plain.load(root / f"{name}_boundary", weights_only)
+        out["weights_without_engine"] = _weights(plain, weights_only)
     return out
 
 
@@ -258,6 +269,10 @@ def test_process_count_changes_behave_the_same_for_every_strategy(runs: dict) ->
         # What was not asked for comes back in full; a DeepSpeed optimizer's shards have no full form.
         expected = ["micro"] if name == "deepspeed" else ["micro", "optimizer"]
         assert one["non_strict_remainder"] == expected, name
+    kind, message = runs["one"]["deepspeed"]["optimizer_without_engine_refused"]
+    assert kind == "CheckpointError" and "['optimizer']" in message and "deepspeed engine files" in message, message
+    assert "SingleDeviceStrategy" in message and "strategy='deepspeed_stage_2' with devices=1" in message, message
+    assert _diff(runs["one"]["deepspeed"]["weights_without_engine"], runs["two"]["deepspeed"][f"saved_{BOUNDARY}"]) == 0
     assert errors == {"CheckpointKeyError"}
 
 

@@ -719,7 +719,8 @@ class _EngineEntries(EntryStorage):
             if optimizer_key is not None and not has_optimizer and strict:
                 raise CheckpointKeyError(
                     f"The checkpoint {loaded.path} stores the DeepSpeed model {key!r} without its optimizer, so "
-                    f"{optimizer_key!r} cannot be restored. Leave the optimizer out of the state or pass strict=False."
+                    f"{optimizer_key!r} cannot be restored. Leave the optimizer out of the state or pass strict=False.",
+                    [optimizer_key],
                 )
             with_optimizer = optimizer_key is not None and has_optimizer
             if not with_optimizer and engine.zero_optimization_partition_weights():

@@ -299,12 +299,12 @@ class CheckpointConnector:
         try:
             remainder = trainer.fabric.load(path, state)
         except CheckpointKeyError as error:
-            if "optimizer_states" in str(error) and trainer.optimizers:
+            if "optimizer_states" in error.missing and trainer.optimizers:
                 raise KeyError(
                     "Trying to restore optimizer state but checkpoint contains only the model. This is probably "
                     "due to `ModelCheckpoint.save_weights_only` being set to `True`."
                 ) from error
-            missing = [key for key in OPTIONAL_KEYS if key in str(error)]
+            missing = [key for key in OPTIONAL_KEYS if key in error.missing]
             if not missing:
                 raise
             state = {key: value for key, value in state.items() if key not in missing}
