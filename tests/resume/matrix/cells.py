@@ -9,7 +9,8 @@ part of it for the fast suite. Axes:
   ``load_latest`` (``fabric_latest``, the one a SIGKILL resumes with); the Trainer (``trainer``:
   ``ckpt_path="last"``, an explicit path, `OnExceptionCheckpoint`); the Accelerate adapter (``accelerate``:
   ``save_state``/``load_state`` with the stateful loader, or Accelerate's ``skip_first_batches``).
-* Processes: 1; 2 under ``ddp``, ``ddp_spawn``, ``fsdp`` and ``deepspeed_stage_2``; 2 -> 1 and 1 -> 2.
+* Processes: 1; 2 under ``ddp``, ``ddp_spawn``, ``fsdp`` and ``deepspeed_stage_2``; 2 -> 1 and 1 -> 2 (DDP, and
+  the sharded strategies keeping their strategy on one process: `SHARDED_ELASTIC_WORLDS`).
 * Loader: see `LOADERS`.
 * Accumulation 1 or 3 (epochs of 5 batches: windows of 3 and 2), gradient clipping, a scheduler stepped per
   step or per epoch, ``torch.compile`` (the Trainer rows: clipping and schedulers, `trainer_cells`).
@@ -62,6 +63,14 @@ WORLDS = (
     ("deepspeed_stage_2", 2, 2),
     ("ddp", 2, 1),
     ("single", 1, 2),
+)
+
+#: The sharded strategies' runs resumed on another number of processes (`fabric_cells`, `trainer_cells`).
+SHARDED_ELASTIC_WORLDS = (
+    ("fsdp", 2, 1),
+    ("fsdp", 1, 2),
+    ("deepspeed_stage_2", 2, 1),
+    ("deepspeed_stage_2", 1, 2),
 )
 
 EPOCHS = 3
@@ -194,6 +203,15 @@ def fabric_cells() -> list[Cell]:
             cell = Cell(api, strategy, world, resume_world, loader, stop, stop_epoch, **extra)
             if _valid(cell):
                 cells.append(cell)
+    # The sharded strategies on another number of processes (each keeps its strategy on one process, as a user
+    # resuming on fewer or more GPUs would): a checkpoint of shards or ZeRO partitions read at the new size.
+    for (strategy, world, resume_world), loader, stop in itertools.product(
+        SHARDED_ELASTIC_WORLDS, ["shuffle", "uneven"], ["first", "mid", "last_in_for", "after_for"]
+    ):
+        extra = dict(next(extras))
+        if strategy.startswith("deepspeed"):
+            extra.pop("clip", None)
+        cells.append(Cell("fabric", strategy, world, resume_world, loader, stop, **extra))
     cells.append(Cell("fabric", "single", 1, 1, "shuffle", "mid", compile=True))
     cells.append(Cell("fabric", "ddp", 2, 2, "shuffle", "after_for", stop_epoch=0))  # the reproducer of the issue
     return [_seeded(cell) for cell in cells]
@@ -233,6 +251,10 @@ def trainer_cells() -> list[Cell]:
             ["uneven", "uneven_drop_last", "custom_sampler", "batch_sampler", "iterable", "iterable_stateful",
              "workers_persistent"],
             ["first", "mid", "in_step", "last_in_for", "after_for", "in_validation", "kill"],
+        ),
+        # The sharded strategies on another number of processes.
+        itertools.product(
+            SHARDED_ELASTIC_WORLDS, ["shuffle", "combined"], ["mid", "after_for", "in_validation", "refit"]
         ),
     )
     for (strategy, world, resume_world), loader, stop in rows:

@@ -146,7 +146,9 @@ def run(fabric: Fabric, out_dir: Path, phase: str, ids: list[str]) -> None:
 
 def fabric_for(cell: Cell, phase: str) -> Fabric:
     world = cell.resume_world if phase == "resume" else cell.world
-    strategy = "auto" if world == 1 else ("ddp" if cell.strategy == "single" else cell.strategy)
+    strategy = "ddp" if cell.strategy == "single" else cell.strategy
+    if world == 1 and strategy in ("ddp", "ddp_spawn"):
+        strategy = "auto"  # a sharded strategy keeps its strategy on one process, as a user's run would
     return Fabric(accelerator="cpu", devices=world, strategy=strategy, precision=cell.precision or "32-true")
 
 

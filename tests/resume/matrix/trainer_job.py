@@ -179,9 +179,8 @@ class WriteOnException(Callback):
 
 def _strategy(cell: Cell, world: int) -> str:
     """The Trainer's strategy for a run of ``cell`` on ``world`` processes (a one-process cell resumed on two: DDP)."""
-    if world == 1:
-        return "auto"
-    return "ddp" if cell.strategy == "single" else cell.strategy
+    strategy = "ddp" if cell.strategy == "single" else cell.strategy
+    return "auto" if world == 1 and strategy in ("ddp", "ddp_spawn") else strategy  # sharded ones stay sharded
 
 
 def kill_batch(cell: Cell) -> int:
