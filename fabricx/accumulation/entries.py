@@ -44,18 +44,20 @@ class WindowPosition:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("counter", 0) != 0:  # at a boundary, left-over gradients are cleared by zero_grad anyway
-            saved = (state.get("world_size"), state.get("strategy"))
-            here = (self.strategy.world_size, type(self.strategy).__name__)
-            if saved != here:
-                # Raised as a FabricxError: the loader wraps it in a CheckpointError that names the file.
-                raise FabricxError(
-                    f"This checkpoint was saved inside a gradient-accumulation window (after micro-batch "
-                    f"{state.get('counter')} of {state.get('window_length')}) by {saved[1]} on {saved[0]} "
-                    f"process(es); the accumulated gradients are each process's own, so it resumes exactly only "
-                    f"with {saved[1]} on {saved[0]} process(es) (here: {here[1]} on {here[0]}). Resume with that "
-                    "setup, or resume from a checkpoint saved at a window boundary (after optimizer.step())."
-                )
+        here = (self.strategy.world_size, type(self.strategy).__name__)
+        saved = (state.get("world_size", here[0]), state.get("strategy", here[1]))
+        # Restored before the gradients (the entries' order): gradients another setup saved are not loaded.
+        self.gradients.saved_elsewhere = saved != here
+        # At a boundary, left-over gradients are cleared by zero_grad anyway.
+        if state.get("counter", 0) != 0 and saved != here:
+            # Raised as a FabricxError: the loader wraps it in a CheckpointError that names the file.
+            raise FabricxError(
+                f"This checkpoint was saved inside a gradient-accumulation window (after micro-batch "
+                f"{state.get('counter')} of {state.get('window_length')}) by {saved[1]} on {saved[0]} "
+                f"process(es); the accumulated gradients are each process's own, so it resumes exactly only "
+                f"with {saved[1]} on {saved[0]} process(es) (here: {here[1]} on {here[0]}). Resume with that "
+                "setup, or resume from a checkpoint saved at a window boundary (after optimizer.step())."
+            )
         self.accumulation.restore(
             int(state.get("counter", 0)), int(state.get("window_length", 1)), bool(state.get("sync_gradients", True))
         )
@@ -75,6 +77,10 @@ class WindowGradients:
             if isinstance(module, FabricModule):
                 self.modules[key] = module
         self._saved: dict[str, Any] | None = None
+        # Set by `WindowPosition.load_state_dict`: saved at a window boundary by another number of processes or
+        # another strategy, the left-over gradients of the last step (the Trainer zeroes them only before the next
+        # backward) are stale, and may be sharded for another size: they are not loaded.
+        self.saved_elsewhere = False
 
     def _collect(self) -> dict[str, Any]:
         if self._saved is None:
@@ -95,6 +101,8 @@ class WindowGradients:
         return saved
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.saved_elsewhere:
+            return
         for key, module in self.modules.items():
             self.strategy.load_gradient_state(module._original_module, state.get(key) or {})
 

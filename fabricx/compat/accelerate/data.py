@@ -198,6 +198,9 @@ class AcceleratedDataLoader:
         ```
     """
 
+    # Each process's position is its own in a checkpoint: the batch it read ahead is its share of the data.
+    _fabricx_per_rank = True
+
     def __init__(self, loader: DataLoader, options: LoaderOptions, gradient_state: GradientState) -> None:
         if not isinstance(loader, DataLoader):
             raise TypeError(f"prepare() expects a torch DataLoader, got {type(loader).__name__}.")
@@ -586,9 +589,9 @@ class AcceleratedDataLoader:
         }
 
     def _saved_lookahead(self) -> Any:
-        # One process only: several processes read their shares of one global order, which resumed exactly already.
+        # Read (its random draws made) before the step the checkpoint follows: reading it again would draw anew.
         lookahead = self._lookahead
-        return lookahead if self._options.num_processes == 1 and _plain_batch(lookahead) else None
+        return lookahead if _plain_batch(lookahead) else None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a `state_dict()`: the next ``iter()`` continues with the next unseen batch."""

@@ -168,7 +168,7 @@ def launched_fabric(who: str, cpu: bool = False, **flags: Any) -> Fabric:
     device. It never starts processes itself; ``who`` names what needed several in the error saying so."""
     from fabricx.fabric import Fabric
 
-    fabric = Fabric(accelerator="cpu" if cpu else "auto", devices="auto" if externally_launched() else 1, **flags)
+    fabric = Fabric(accelerator="cpu" if cpu else "auto", **_launched_devices(), **flags)
     if fabric.strategy.launcher is not None:
         from fabricx.utilities.exceptions import FabricxError
 
@@ -178,6 +178,19 @@ def launched_fabric(who: str, cpu: bool = False, **flags: Any) -> Fabric:
         )
     fabric.launch()
     return fabric
+
+
+def _launched_devices() -> dict[str, Any]:
+    """The processes this one belongs to, as Accelerate counts them: every process torchrun started (its
+    ``LOCAL_WORLD_SIZE`` on each of ``WORLD_SIZE / LOCAL_WORLD_SIZE`` machines, on the CPU too, where "auto"
+    devices would be one), the flags of ``fabricx run``, else one device."""
+    if "FABRICX_DEVICES" in os.environ:
+        return {"devices": "auto"}  # `fabricx run` set the devices and machines in the environment
+    if not externally_launched():
+        return {"devices": 1}
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return {"devices": per_node, "num_nodes": max(1, world // per_node)}
 
 
 def _process_fabric(cpu: bool = False) -> Fabric:

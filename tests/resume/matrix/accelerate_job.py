@@ -18,11 +18,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import EPOCHS, Cell, by_id
+from cells import EPOCHS, Cell, by_id, refusal
 from record import Trace, final_state
 from toy_data import IdDataset
 
 from fabricx.compat.accelerate import Accelerator, DataLoaderConfiguration, set_seed
+from fabricx.utilities.exceptions import CheckpointError, FabricxError
 
 BATCH = 4
 
@@ -62,7 +63,12 @@ def train(cell: Cell, phase: str, out: Path) -> dict[str, Any]:
     folder = out / cell.id
     if phase == "resume":
         torch.manual_seed(4321)
-        accelerator.load_state(str(folder))
+        try:
+            accelerator.load_state(str(folder))
+        except (FabricxError, CheckpointError) as error:
+            if not refusal(cell):
+                raise
+            return {"refused": str(error)}
     trace = Trace()
     trace.start_step = counters.step
     per_epoch = len(loader)

@@ -309,6 +309,14 @@ def accelerate_cells() -> list[Cell]:
     ):
         for accumulate in (1, 3):
             cells.append(_seeded(Cell(api, strategy, world, resume_world, loader, stop, accumulate=accumulate)))
+    # Another number of processes, with the stateful loader (Accelerate's skip_first_batches counts one size's
+    # batches).
+    for (strategy, world, resume_world), loader, stop in itertools.product(
+        [("ddp", 2, 1), ("single", 1, 2)], ["shuffle", "workers"], ["first", "mid", "last_in_for", "after_for"]
+    ):
+        for accumulate in (1, 3):
+            cell = Cell("accelerate", strategy, world, resume_world, loader, stop, accumulate=accumulate)
+            cells.append(_seeded(cell))
     return cells
 
 
@@ -331,14 +339,16 @@ def by_id(cell_id: str) -> Cell:
 #: Cells the fast suite always runs: the two resumes this matrix was built after (a DDP checkpoint saved after an
 #: epoch's ``for`` loop; the adapter's stateful loader on one process), and the Trainer on two processes (its
 #: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch, with a
-#: per-step scheduler and gradient clipping), a ``16-mixed`` grad scaler's state with accumulation, and the Trainer's
-#: `CombinedLoader` stopped in the epoch's validation on 2 processes, resumed on 1.
+#: per-step scheduler and gradient clipping), a ``16-mixed`` grad scaler's state with accumulation, the Trainer's
+#: `CombinedLoader` stopped in the epoch's validation on 2 processes, resumed on 1, and the Trainer under FSDP2
+#: stopped mid-epoch on 2 processes, resumed on 1 (the last step's gradients, sharded for 2, are left behind).
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
     "trainer-ddp2to2-shuffle-mid-e1-clip-sched-step",
     "fabric-single1to1-shuffle-mid-e1-acc3-16-mixed",
     "trainer-ddp2to1-combined-in_validation-e1-clip-sched-step",
+    "trainer-fsdp2to1-shuffle-mid-e1-clip-sched-step",
 )
 
 

@@ -48,6 +48,16 @@ def test_matrix_is_the_space_users_live_in():
     trainer = [cell for cell in cells if cell.api == "trainer"]
     assert {(c.world, c.resume_world) for c in trainer} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
     assert {"kill", "in_step"} <= {cell.stop for cell in trainer}
+    # every loader a user hands the Trainer, on one process and two
+    trainer_loaders = {"uneven", "uneven_drop_last", "custom_sampler", "batch_sampler", "iterable", "iterable_stateful",
+                       "workers_persistent", "combined"}
+    for world in (1, 2):
+        assert trainer_loaders <= {cell.loader for cell in trainer if cell.world == cell.resume_world == world}
+    # the adapter on another number of processes
+    assert {(c.world, c.resume_world) for c in cells if c.api == "accelerate"} >= {(2, 2), (2, 1), (1, 2)}
+    # the sharded strategies on another number of processes, through both APIs
+    for api, strategy in itertools.product(("fabric", "trainer"), ("fsdp", "deepspeed_stage_2")):
+        assert {(c.world, c.resume_world) for c in cells if (c.api, c.strategy) == (api, strategy)} >= {(2, 1), (1, 2)}
     assert {(cell.scheduler, cell.clip) for cell in trainer} >= {("step", True), ("epoch", False), ("", True)}
     # every precision under every strategy (DeepSpeed on CPU has no float16), through both APIs
     by_precision = {(cell.api, cell.strategy, cell.precision) for cell in cells}
