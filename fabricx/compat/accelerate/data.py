@@ -238,6 +238,8 @@ class AcceleratedDataLoader:
         self._consumed_base = 0
         self._yielded_base = 0
         self._prebuilt: tuple[Iterator[Any], dict[str, Any], int] | None = None
+        # Continuing the pass of one process, whose shuffle drew from the global generator, on several.
+        self._order_of_one_process = False
         if options.iterator_at_prepare:
             self._build_first_iterator()
 
@@ -430,6 +432,7 @@ class AcceleratedDataLoader:
         if resume is None:
             self._yielded = 0
             self._consumed_base = self._yielded_base = 0
+            self._order_of_one_process = False
             self._in_pass = True
             now = capture_loader_rng(self._generators)
             prebuilt, self._prebuilt = self._prebuilt, None
@@ -446,7 +449,7 @@ class AcceleratedDataLoader:
         now = capture_loader_rng(self._generators)
         start = resume["pass_start"]
         self._pass_start = start
-        restore_loader_rng(start, self._generators)
+        restore_loader_rng(start, self._pass_generators())
         skip = int(resume["yielded"])
         self._yielded = skip
         self._in_pass = True
@@ -457,7 +460,7 @@ class AcceleratedDataLoader:
         def to_reading() -> None:
             reading = start.get("reading")
             if reading is not None:  # the pass's iterator was built at prepare time (see _build_first_iterator)
-                restore_loader_rng(reading, self._generators)
+                restore_loader_rng(reading, self._pass_generators())
 
         # Dispatched batches are read again and not handed out (the padding of the last round needs the
         # pass's first samples); the others skip the indices (map-style) or read again (iterable).
@@ -586,6 +589,7 @@ class AcceleratedDataLoader:
             "num_processes": self._options.num_processes,
             "position": self._position(),
             "lookahead": self._saved_lookahead(),
+            "order_of_one_process": self._order_of_one_process and self._in_pass,
         }
 
     def _saved_lookahead(self) -> Any:
@@ -603,6 +607,7 @@ class AcceleratedDataLoader:
         self._prebuilt = None  # as torchdata drops its iterator: the next pass starts from the loaded state
         saved = list(state_dict["generators"])
         resized = bool(state_dict["in_pass"]) and self._resized(state_dict)
+        one_process_order = resized and bool(state_dict.get("order_of_one_process"))
         if resized:
             self._check_resizable(state_dict)
         saved_n = int(state_dict["num_processes"])
@@ -611,14 +616,10 @@ class AcceleratedDataLoader:
             self._adopt_synchronized_generator()
             targets = self._generators
         elif len(saved) + 1 == len(self._generators) and saved_n == 1 and self._synchronized is not None:
-            if resized:
-                raise FabricxError(
-                    f"This loader state was saved mid-pass by one process, whose shuffle drew from the global "
-                    f"generator; these {self._options.num_processes} processes share a generator instead and "
-                    "cannot redraw that order. Resume on one process, or from a checkpoint saved at the end of a pass."
-                )
-            # From a pass end: the processes' shared generator keeps the seed it was given at prepare.
+            # The processes' shared generator keeps the seed it was given at prepare. One process shuffled from
+            # the global generator: mid-pass, the rest of its order is drawn from there again (`_rest_of_pass`).
             targets = [g for g in self._generators if g is not self._synchronized]
+            one_process_order = resized
         if len(saved) != len(targets):
             raise FabricxError(
                 f"The saved loader state has {len(saved)} random generator(s) but this loader has "
@@ -626,6 +627,7 @@ class AcceleratedDataLoader:
                 "Build the loader with the same settings as the run that saved it."
             )
         set_generator_states(targets, [torch.as_tensor(state) for state in saved])
+        self._order_of_one_process = one_process_order
         self.iteration = int(state_dict["iteration"])
         self._yielded = int(state_dict["yielded"])
         self._in_pass = bool(state_dict["in_pass"])
@@ -701,14 +703,31 @@ class AcceleratedDataLoader:
             sampler.generator = torch.Generator()
             self._generators = self._find_generators()
 
+    def _pass_generators(self) -> list[torch.Generator]:
+        """The generators whose states the resumed pass began with: a pass of one process, whose sampler drew
+        from the global generator, had no sampler generator."""
+        sampler_generator = getattr(self._user_sampler, "generator", None)
+        if not self._order_of_one_process:
+            return self._generators
+        return [g for g in self._generators if g is not sampler_generator]
+
     def _rest_of_pass(self) -> list[list[int]]:
         """This process's batches of what the interrupted pass had not consumed (drawn under the pass's
         restored random state)."""
         user = resizable_batch_sampler(self.batch_sampler)
         assert user is not None and self._resume is None
         options = self._options
+        sampler = user.sampler
+        if self._order_of_one_process:  # drawn from the global generator, as the one process drew it
+            shared, sampler.generator = sampler.generator, None
+            try:
+                order = list(sampler)
+            finally:
+                sampler.generator = shared
+        else:
+            order = list(sampler)
         return rank_batches_of_the_rest(
-            list(user.sampler),
+            order,
             self._consumed_base,
             int(user.batch_size),
             user.drop_last,

@@ -48,6 +48,8 @@ def train(cell: Cell, phase: str, out: Path) -> dict[str, Any]:
         gradient_accumulation_steps=cell.accumulate,
         dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=stateful),
     )
+    world = cell.resume_world if phase == "resume" else cell.world
+    assert accelerator.num_processes == world, f"{accelerator.num_processes} processes run a {world}-process run"
     set_seed(cell.seed % 1000)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)

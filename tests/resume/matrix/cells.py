@@ -341,7 +341,8 @@ def by_id(cell_id: str) -> Cell:
 #: script launched once per rank, resumed from `OnExceptionCheckpoint`'s file in the middle of an epoch, with a
 #: per-step scheduler and gradient clipping), a ``16-mixed`` grad scaler's state with accumulation, the Trainer's
 #: `CombinedLoader` stopped in the epoch's validation on 2 processes, resumed on 1, and the Trainer under FSDP2
-#: stopped mid-epoch on 2 processes, resumed on 1 (the last step's gradients, sharded for 2, are left behind).
+#: stopped mid-epoch on 2 processes, resumed on 1 (the last step's gradients, sharded for 2, are left behind), and
+#: the adapter's first pass of one process continued on two (its order redrawn from the global generator).
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
@@ -349,6 +350,7 @@ ALWAYS = (
     "fabric-single1to1-shuffle-mid-e1-acc3-16-mixed",
     "trainer-ddp2to1-combined-in_validation-e1-clip-sched-step",
     "trainer-fsdp2to1-shuffle-mid-e1-clip-sched-step",
+    "accelerate-single1to2-shuffle-first-e1",
 )
 
 
