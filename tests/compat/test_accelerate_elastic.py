@@ -114,6 +114,15 @@ def test_what_cannot_continue_elsewhere_is_refused_with_the_reason():
     with pytest.raises(FabricxError, match="mid-pass by 2 processes; this run has 3.*its own batch sampler"):
         _custom(3)[0].load_state_dict(states[0])
     _custom(2)[0].load_state_dict(states[0])  # the same count continues as before
-    _, single = _run(_loaders(1), 1, stop_after=(0, 1))
-    with pytest.raises(FabricxError, match="saved mid-pass by one process"):
-        _loaders(2)[0].load_state_dict(single[0])
+
+
+def test_one_process_continued_by_two_draws_its_order_again_from_the_global_generator():
+    """One process shuffles from the global generator; two share a generator of their own (as Accelerate sets them
+    up): the rest of the one process's pass is drawn again as it drew it, then their own order follows."""
+    reference, single = _run(_loaders(1), 1, stop_after=(0, 1))
+    steps, again = _run(_resumed(2, single[0]), 2, stop_after=(0, 2))  # every rank borrows the one state
+    assert steps[:3] == reference[1:]  # the rest of pass 0 step by step (global batch kept)
+    assert sorted(i for step in steps[3:] for i in step) == list(range(LENGTH))  # then a whole pass
+    # Saved again inside the continued pass, it still continues the one process's order.
+    steps, _ = _run(_resumed(3, again[0], batch_size=4), 1)
+    assert steps == reference[2:]
