@@ -11,13 +11,14 @@ class _Crash(Exception):
     pass
 
 
-def _runs(trainer_class: type, module_class: type, callback_class: type, folder) -> list[bool]:
-    """Crash in epoch 1, then a run that ends well: whether the file exists after each."""
+def _module_class(base: type) -> type:
+    """A module on ``base`` that crashes in epoch 1 when asked; its optimizer has one parameter group, or one per
+    parameter."""
 
-    class Module(module_class):  # type: ignore[misc, valid-type]
-        def __init__(self, crash: bool) -> None:
+    class Module(base):  # type: ignore[misc, valid-type]
+        def __init__(self, crash: bool, group_per_parameter: bool = False) -> None:
             super().__init__()
-            self.layer, self.crash = torch.nn.Linear(4, 1), crash
+            self.layer, self.crash, self.group_per_parameter = torch.nn.Linear(4, 1), crash, group_per_parameter
 
         def training_step(self, batch, batch_idx):
             if self.crash and self.current_epoch == 1:
@@ -25,8 +26,15 @@ def _runs(trainer_class: type, module_class: type, callback_class: type, folder)
             return self.layer(batch[0]).pow(2).mean()
 
         def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+            groups = [{"params": [p]} for p in self.parameters()] if self.group_per_parameter else self.parameters()
+            return torch.optim.SGD(groups, lr=0.1)
 
+    return Module
+
+
+def _runs(trainer_class: type, module_class: type, callback_class: type, folder) -> list[bool]:
+    """Crash in epoch 1, then a run that ends well: whether the file exists after each."""
+    Module = _module_class(module_class)
     data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
     callback = callback_class(folder)
     seen = []
@@ -100,22 +108,7 @@ def test_a_fit_that_fails_before_setup_raises_its_own_error_and_writes_nothing(t
 def _resume_with_another_optimizer(trainer_class: type, module_class: type, callback_class: type, folder) -> bool:
     """Crash, then resume from the exception checkpoint with an optimizer of two parameter groups, which the saved
     one-group state does not fit: whether the file the resume read is still the crash's."""
-
-    class Module(module_class):  # type: ignore[misc, valid-type]
-        def __init__(self, crash: bool) -> None:
-            super().__init__()
-            self.layer, self.crash = torch.nn.Linear(4, 1), crash
-
-        def training_step(self, batch, batch_idx):
-            if self.crash and self.global_step == 3:
-                raise _Crash
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            if self.crash:
-                return torch.optim.SGD(self.parameters(), lr=0.1)
-            return torch.optim.SGD([{"params": [self.layer.weight]}, {"params": [self.layer.bias]}], lr=0.1)
-
+    Module = _module_class(module_class)
     data = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)
     flags = dict(default_root_dir=folder, max_epochs=2, logger=False, enable_progress_bar=False,
                  enable_model_summary=False)
@@ -124,7 +117,8 @@ def _resume_with_another_optimizer(trainer_class: type, module_class: type, call
     path = folder / "on_exception.ckpt"
     saved = path.read_bytes()
     with pytest.raises(ValueError, match="parameter groups"):  # fabricx's CheckpointError is a ValueError too
-        trainer_class(**flags, callbacks=[callback_class(folder)]).fit(Module(False), data, ckpt_path=str(path))
+        trainer_class(**flags, callbacks=[callback_class(folder)]).fit(Module(False, group_per_parameter=True), data,
+                                                                 ckpt_path=str(path))
     return path.read_bytes() == saved
 
 
