@@ -301,3 +301,48 @@ def test_dataloader_iter_steps_accumulate_in_lightnings_windows(samples):
     if samples == 6:
         for mine, lightning in zip(ours[1], theirs[1], strict=True):
             torch.testing.assert_close(mine, lightning, rtol=0, atol=0)
+
+
+def _reloading_fit(folder, crash_at: tuple[int, int] | None, ckpt_path: str | None = None) -> list[tuple[int, list]]:
+    """A fit whose training loader is built again every epoch (`reload_dataloaders_every_n_epochs=1`); the samples
+    of each batch, by epoch. ``crash_at``: (epoch, batch) after which the run raises."""
+    trained: list[tuple[int, list]] = []
+
+    class Module(fx.TrainModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.arange(8.0).view(8, 1)), batch_size=2, shuffle=True)
+
+        def training_step(self, batch, batch_idx):
+            trained.append((self.current_epoch, batch[0].flatten().tolist()))
+            return self.layer(batch[0]).sum()
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if (self.current_epoch, batch_idx) == crash_at:
+                raise _Crash
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    trainer = fx.Trainer(default_root_dir=folder, max_epochs=3, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, reload_dataloaders_every_n_epochs=1,
+                         callbacks=[OnExceptionCheckpoint(folder)])
+    if crash_at is None:
+        trainer.fit(Module(), ckpt_path=ckpt_path)
+    else:
+        with pytest.raises(_Crash):
+            trainer.fit(Module())
+    return trained
+
+
+def test_a_fit_resumed_mid_epoch_keeps_the_position_of_a_loader_built_again_every_epoch(tmp_path):
+    """The loader built for the resume holds the stopped epoch's position; building it again at that epoch's start
+    (the reload it is due) would read the epoch from its start."""
+    straight = _reloading_fit(tmp_path / "straight", None)
+    stopped = _reloading_fit(tmp_path / "stopped", crash_at=(1, 1))
+    resumed = _reloading_fit(tmp_path / "resumed", None, ckpt_path=str(tmp_path / "stopped" / "on_exception.ckpt"))
+    assert stopped + resumed == straight

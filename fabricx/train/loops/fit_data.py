@@ -132,6 +132,10 @@ class FitData:
         every = self.trainer.reload_dataloaders_every_n_epochs
         if not every or self.trainer.current_epoch - self._train_reload_epoch < every:
             return
+        if self.trainer.progress.resumed_mid_epoch:
+            # Restored inside this epoch: the loader built for the restore holds the epoch's position.
+            self._train_reload_epoch = self.trainer.current_epoch
+            return
         if self.train_source is None:
             self.train_loader = self._build_train_loader(None)
             self.num_training_batches = self._train_batches()

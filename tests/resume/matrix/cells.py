@@ -15,6 +15,7 @@ part of it for the fast suite. Axes:
 * Accumulation 1 or 3 (epochs of 5 batches: windows of 3 and 2), gradient clipping, a scheduler stepped per
   step or per epoch, ``torch.compile`` (the Trainer rows: clipping and schedulers, `trainer_cells`).
 * Stop point: see `STOPS` (the Trainer's: `TRAINER_STOPS`).
+* The Trainer's configuration: the defaults, and `TRAINER_CONFIGS` in rows of their own (`trainer_config_cells`).
 * Precision: ``32-true`` everywhere, and `PRECISIONS` in their own rows (`precision_cells`): a ``16-mixed``
   run's grad scaler skips the steps whose scaled gradients overflow and halves its scale, so where the stop
   falls in that sequence matters; its state is compared with the rest.
@@ -90,6 +91,7 @@ class Cell:
     scheduler: str = ""  # "", "step" or "epoch"
     compile: bool = False
     precision: str = ""  # "" is 32-true
+    config: str = ""  # the Trainer's: one of `TRAINER_CONFIGS` ("" is the defaults)
     seed: int = 0
 
     @property
@@ -106,6 +108,8 @@ class Cell:
             parts.append("compile")
         if self.precision:
             parts.append(self.precision)
+        if self.config:
+            parts.append(self.config)
         return "-".join(parts)
 
     @property
@@ -269,6 +273,30 @@ def trainer_cells() -> list[Cell]:
     return cells
 
 
+#: Trainer configurations a user sets beside the defaults (trainer_job.py applies them), each in rows of its own.
+TRAINER_CONFIGS = {
+    "limit": "limit_train_batches=0.6: each epoch cut to 6 batches of 10 (3 of 5 on 2 processes)",
+    "val_every_3": "val_check_interval=3, check_val_every_n_epoch=None: validation every 3 batches across epochs",
+    "reload": "reload_dataloaders_every_n_epochs=1: train_dataloader() is called again every epoch",
+    "acc_schedule": "GradientAccumulationScheduler({1: 2}): accumulation 1 in epoch 0, then 2",
+}
+
+
+def trainer_config_cells() -> list[Cell]:
+    """Each of `TRAINER_CONFIGS` on one process and two, at the stops a user resumes from."""
+    cells = []
+    for (strategy, world, resume_world), config in itertools.product([("single", 1, 1), ("ddp", 2, 2)],
+                                                                     TRAINER_CONFIGS):
+        validation_stop = "in_mid_validation" if config == "val_every_3" else "in_validation"
+        for stop in ("mid", validation_stop, "after_for", "refit", "kill"):
+            if stop == "kill" and world > 1:
+                continue  # a SIGKILL row: one process, as the Fabric's
+            extra = {"scheduler": "step", "clip": True} if stop in ("mid", "refit") else {}
+            cell = Cell("trainer", strategy, world, resume_world, "shuffle", stop, config=config, **extra)
+            cells.append(_seeded(cell))
+    return cells
+
+
 #: The precisions of `precision_cells` (``32-true`` is every other cell's).
 PRECISIONS = ("16-mixed", "bf16-mixed", "bf16-true")
 
@@ -326,7 +354,7 @@ def _seeded(cell: Cell) -> Cell:
 
 
 def all_cells() -> list[Cell]:
-    return fabric_cells() + trainer_cells() + precision_cells() + accelerate_cells()
+    return fabric_cells() + trainer_cells() + trainer_config_cells() + precision_cells() + accelerate_cells()
 
 
 def by_id(cell_id: str) -> Cell:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import PRECISIONS, all_cells, fast_sample, known_inexact
+from cells import PRECISIONS, TRAINER_CONFIGS, all_cells, fast_sample, known_inexact
 from runner import reproduce_command, run_cells
 
 FAST_SEED = int(os.environ.get("FABRICX_MATRIX_SEED", "38"))
@@ -53,6 +53,8 @@ def test_matrix_is_the_space_users_live_in():
                        "workers_persistent", "combined"}
     for world in (1, 2):
         assert trainer_loaders <= {cell.loader for cell in trainer if cell.world == cell.resume_world == world}
+    # every Trainer configuration of its own rows, on one process and two
+    assert {(c.config, c.world) for c in trainer if c.config} == set(itertools.product(TRAINER_CONFIGS, (1, 2)))
     # the adapter on another number of processes
     assert {(c.world, c.resume_world) for c in cells if c.api == "accelerate"} >= {(2, 2), (2, 1), (1, 2)}
     # the sharded strategies on another number of processes, through both APIs

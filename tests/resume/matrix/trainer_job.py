@@ -33,7 +33,7 @@ from record import final_state
 from toy_data import BATCH, IdDataset, iterable_batches, make_loader
 
 from fabricx import seed_everything
-from fabricx.callbacks import Callback, ModelCheckpoint, OnExceptionCheckpoint
+from fabricx.callbacks import Callback, GradientAccumulationScheduler, ModelCheckpoint, OnExceptionCheckpoint
 from fabricx.precision import MixedPrecision
 from fabricx.train import CombinedLoader, Trainer, TrainModule
 
@@ -122,7 +122,7 @@ class Recorded(TrainModule):
         if self.phase != "first":
             return
         stop, epoch, per_epoch = self.cell.stop, self.current_epoch, self.per_epoch
-        if stop == "kill" and self.batches_done == kill_batch(self.cell):
+        if stop == "kill" and self.batches_done == kill_batch(self.cell, per_epoch):
             # A preemption between batches. fabricx runs the module's hook before ModelCheckpoint's (the migration
             # guide's row), so the newest file may be the one written 2 steps before.
             torch.save({"trace": self.trace, "val": self.validation}, self.out / f"{self.cell.id}.kill_trace.pt")
@@ -183,9 +183,11 @@ def _strategy(cell: Cell, world: int) -> str:
     return "auto" if world == 1 and strategy in ("ddp", "ddp_spawn") else strategy  # sharded ones stay sharded
 
 
-def kill_batch(cell: Cell) -> int:
-    """After how many batches a ``kill`` cell's first run is killed: a seeded one of its 30 (one process)."""
-    return 2 + cell.seed % (EPOCHS * 10 - 3)
+def kill_batch(cell: Cell, per_epoch: int) -> int:
+    """After how many batches a ``kill`` cell's first run is killed: a seeded one of its ``EPOCHS * per_epoch`` (one
+    process), after the first checkpoint (written at optimizer step 2) and before the run's end."""
+    first = 2 * cell.accumulate + 1
+    return first + cell.seed % (EPOCHS * per_epoch - first)
 
 
 def _overflowing_mixed_precision() -> MixedPrecision:
@@ -198,6 +200,21 @@ def _cut_step(cell: Cell, world: int) -> int:
     """An optimizer step halfway through epoch 1: epochs of 10 batches on one process, 5 on each of two."""
     steps_per_epoch = -(-(10 // world) // cell.accumulate)
     return steps_per_epoch + max(1, steps_per_epoch // 2)
+
+
+def _config_flags(cell: Cell, callbacks: list[Callback]) -> dict[str, Any]:
+    """The Trainer flags of the cell's configuration (`cells.TRAINER_CONFIGS`); a callback it needs is added."""
+    if cell.config == "limit":
+        return {"limit_train_batches": 0.6}
+    if cell.config == "val_every_3":
+        return {"val_check_interval": 3, "check_val_every_n_epoch": None}
+    if cell.config == "reload":
+        return {"reload_dataloaders_every_n_epochs": 1}
+    if cell.config == "acc_schedule":
+        callbacks.append(GradientAccumulationScheduler({1: 2}))
+        return {}
+    assert not cell.config, cell.config
+    return {}
 
 
 def fit(cell: Cell, phase: str, out: Path) -> None:
@@ -218,6 +235,8 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     ]
     max_epochs = 2 if phase == "first" and cell.stop == "refit" else EPOCHS
     max_steps = _cut_step(cell, world) if phase == "first" and cell.stop == "max_steps" else -1
+    flags = _config_flags(cell, callbacks)
+    flags.setdefault("val_check_interval", 0.5 if cell.stop == "in_mid_validation" else None)
     trainer = Trainer(
         accelerator="cpu", devices=world, strategy=_strategy(cell, world),
         max_epochs=max_epochs, max_steps=max_steps, accumulate_grad_batches=cell.accumulate, logger=False,
@@ -225,8 +244,8 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         plugins=[_overflowing_mixed_precision()] if cell.precision == "16-mixed" else None,
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=0.05 if cell.clip else None,
-        val_check_interval=0.5 if cell.stop == "in_mid_validation" else None,
         use_distributed_sampler=cell.loader != "batch_sampler",  # the user's batch sampler splits the data itself
+        **flags,
     )
     ckpt_path = None
     if phase == "resume":
