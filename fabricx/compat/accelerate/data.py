@@ -717,7 +717,7 @@ class AcceleratedDataLoader:
         user = resizable_batch_sampler(self.batch_sampler)
         assert user is not None and self._resume is None
         options = self._options
-        sampler = user.sampler
+        sampler: Any = user.sampler  # where the order was one process's: a sampler with a `generator` (shuffling)
         if self._order_of_one_process:  # drawn from the global generator, as the one process drew it
             shared, sampler.generator = sampler.generator, None
             try:
