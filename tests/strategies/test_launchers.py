@@ -165,3 +165,19 @@ def test_threads_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _noop(fabric: Fabric) -> None:
     return None
+
+
+def test_a_launched_function_that_raises_stops_waiting_for_the_stopped_ranks_at_exit(monkeypatch) -> None:
+    """The launcher stops the other ranks when its function raises, so at exit this rank does not wait for them at
+    the exit barrier (it waited its full timeout, 30 s, when the script caught the error and ended normally)."""
+    from fabricx.utilities import process_group
+
+    monkeypatch.setitem(process_group._state, "failed", False)
+    launcher = SubprocessScriptLauncher(LocalEnvironment(), num_processes=1, num_nodes=1)
+
+    def refuse() -> None:
+        raise FabricxError("refused on purpose")
+
+    with pytest.raises(FabricxError, match="on purpose"):
+        launcher.launch(refuse)
+    assert process_group._state["failed"]

@@ -18,6 +18,7 @@ import torch
 
 from fabricx.strategies.launchers.launcher import THREADS_ENV, Launcher, default_threads
 from fabricx.utilities.exceptions import FabricxError
+from fabricx.utilities.process_group import note_rank_failed
 
 _POLL_SECONDS = 0.2
 _STOP_GRACE_SECONDS = 5.0
@@ -53,6 +54,7 @@ class SubprocessScriptLauncher(Launcher):
             return function(*args, **kwargs)
         except BaseException:
             self._stop_children()
+            note_rank_failed()  # the stopped ranks will not come to the exit barrier: do not wait there for them
             raise
 
     def _command(self) -> list[str]:

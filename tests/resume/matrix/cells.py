@@ -260,6 +260,13 @@ def trainer_cells() -> list[Cell]:
         itertools.product(
             SHARDED_ELASTIC_WORLDS, ["shuffle", "combined"], ["mid", "after_for", "in_validation", "refit"]
         ),
+        # The other loaders on another number of processes, and ddp_spawn's processes resumed by one.
+        itertools.product(
+            [("ddp", 2, 1), ("single", 1, 2)],
+            ["uneven", "uneven_drop_last", "custom_sampler", "workers_persistent"],
+            ["mid", "after_for", "in_validation"],
+        ),
+        itertools.product([("ddp_spawn", 2, 1)], ["shuffle"], ["mid", "after_for"]),
     )
     for (strategy, world, resume_world), loader, stop in rows:
         if stop == "kill" and world > 1:

@@ -100,7 +100,9 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
             if batch:
                 _launch(job, out, phase, batch, **options)
         except (RuntimeError, subprocess.TimeoutExpired) as error:
-            launch_failed.update({cell_id: f"the {phase} launch failed: {str(error)[-3000:]}" for cell_id in batch})
+            # A Trainer resume refused on purpose ends the launch: rank 0 raised, and its launcher stopped the rest.
+            failed = [cell_id for cell_id in batch if not (phase == "resume" and _trainer_refused(out, cell_id))]
+            launch_failed.update({cell_id: f"the {phase} launch failed: {str(error)[-3000:]}" for cell_id in failed})
 
     for batch in batches:
         launch("first", batch, world=cells[0].world)
@@ -139,9 +141,17 @@ def _load(path: Path) -> Any:
     return torch.load(path, weights_only=False)
 
 
+def _trainer_refused(out: Path, cell_id: str) -> bool:
+    """Whether a Trainer cell's resume was refused (its rank 0 wrote the refusal; any other rank was stopped)."""
+    path = out / f"{cell_id}.resume.rank0.pt"
+    return path.is_file() and "refused" in torch.load(path, weights_only=False)
+
+
 def _records(out: Path, cell: Cell, run: str, world: int) -> list[dict]:
     """Per rank, the record of one of the cell's runs (``straight``, ``first`` or ``resume``)."""
     if cell.api == "trainer":  # each rank of each fit writes its own file
+        if run == "resume" and _trainer_refused(out, cell.id):
+            world = 1
         return [torch.load(out / f"{cell.id}.{run}.rank{r}.pt", weights_only=False) for r in range(world)]
     phase = "resume" if run == "resume" else "first"
     return [_load(out / f"{phase}_rank{r}.pt")[cell.id][run] for r in range(world)]

@@ -53,6 +53,11 @@ def test_matrix_is_the_space_users_live_in():
                        "workers_persistent", "combined"}
     for world in (1, 2):
         assert trainer_loaders <= {cell.loader for cell in trainer if cell.world == cell.resume_world == world}
+    # the Trainer's loaders on another number of processes too (its user-built per-rank ones are the Fabric's rows)
+    assert {"uneven", "uneven_drop_last", "custom_sampler", "workers_persistent", "combined"} <= {
+        cell.loader for cell in trainer if cell.elastic
+    }
+    assert ("ddp_spawn", 2, 1) in {(c.strategy, c.world, c.resume_world) for c in trainer}
     # every Trainer configuration of its own rows, on one process and two
     assert {(c.config, c.world) for c in trainer if c.config} == set(itertools.product(TRAINER_CONFIGS, (1, 2)))
     # the adapter on another number of processes

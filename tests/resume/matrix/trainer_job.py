@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id
+from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id, refusal
 from record import final_state
 from toy_data import BATCH, IdDataset, iterable_batches, make_loader
 
@@ -36,6 +36,7 @@ from fabricx import seed_everything
 from fabricx.callbacks import Callback, GradientAccumulationScheduler, ModelCheckpoint, OnExceptionCheckpoint
 from fabricx.precision import MixedPrecision
 from fabricx.train import CombinedLoader, Trainer, TrainModule
+from fabricx.utilities.exceptions import FabricxError
 
 
 class StopRun(Exception):
@@ -253,6 +254,11 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
         ckpt_path = "last" if uses_last else str(folder / "on_exception.ckpt")
     try:
         trainer.fit(module, ckpt_path=ckpt_path)
+    except FabricxError as error:
+        if phase != "resume" or not any(reason in str(error) for reason in refusal(cell)):
+            raise
+        # A documented refusal (`cells.REFUSALS`): the outcome this cell's resume may have.
+        torch.save({"refused": str(error)}, out / f"{cell.id}.resume.rank{trainer.global_rank}.pt")
     except Exception as error:
         # Re-raised from spawned processes as another class of the same name (`__mp_main__.StopRun`), or inside
         # the launcher's own error that quotes the process's traceback.
