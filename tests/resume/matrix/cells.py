@@ -377,7 +377,8 @@ def by_id(cell_id: str) -> Cell:
 #: per-step scheduler and gradient clipping), a ``16-mixed`` grad scaler's state with accumulation, the Trainer's
 #: `CombinedLoader` stopped in the epoch's validation on 2 processes, resumed on 1, and the Trainer under FSDP2
 #: stopped mid-epoch on 2 processes, resumed on 1 (the last step's gradients, sharded for 2, are left behind), and
-#: the adapter's first pass of one process continued on two (its order redrawn from the global generator).
+#: the adapter's first pass of one process continued on two (its order redrawn from the global generator), and the
+#: adapter on two processes resumed mid-epoch (each process's read-ahead batch, its augmentation drawn, kept).
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
@@ -386,6 +387,7 @@ ALWAYS = (
     "trainer-ddp2to1-combined-in_validation-e1-clip-sched-step",
     "trainer-fsdp2to1-shuffle-mid-e1-clip-sched-step",
     "accelerate-single1to2-shuffle-first-e1",
+    "accelerate-ddp2to2-shuffle-mid-e1",
 )
 
 
