@@ -45,7 +45,7 @@ class WindowPosition:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         here = (self.strategy.world_size, type(self.strategy).__name__)
-        saved = (state.get("world_size", here[0]), state.get("strategy", here[1]))
+        saved = (state.get("world_size"), state.get("strategy"))  # unknown: another setup
         # Restored before the gradients (the entries' order): gradients another setup saved are not loaded.
         self.gradients.saved_elsewhere = saved != here
         # At a boundary, left-over gradients are cleared by zero_grad anyway.
