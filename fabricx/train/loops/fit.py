@@ -280,18 +280,15 @@ class FitLoop:
 
     def _run_epoch(self) -> None:
         """One pass over the training data (or the rest of it, after a mid-epoch resume): `advance` per batch."""
-        started = self._start_epoch()
-        progress, data = self._trainer.progress, self.data
-        if started is None:
-            limit = data.num_training_batches  # resumed after the epoch's last batch
-        else:
+        started = self._start_epoch()  # None: resumed after the epoch's last batch
+        if started is not None:
             advance = self._batch_advance(*started)
             while advance():
                 pass
-            limit = started[3]
+        progress, data = self._trainer.progress, self.data
         if (
             not progress.validated_at_epoch_end
-            and math.isinf(limit)
+            and math.isinf(data.num_training_batches)
             and math.isinf(data.val_check_batch)
             and self._trainer.val_check_seconds is None
             and data.val_enabled
