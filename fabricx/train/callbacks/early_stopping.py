@@ -13,7 +13,7 @@ from torch import Tensor
 from fabricx.train.callbacks.base import Callback
 from fabricx.train.callbacks.trainer_state import any_rank, fitting, validates_every_epoch_end
 from fabricx.utilities.exceptions import MisconfigurationException
-from fabricx.utilities.rank_zero import rank_zero_warn
+from fabricx.utilities.rank_zero import rank_zero_log_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from fabricx.train.module.module import TrainModule
@@ -48,7 +48,8 @@ class EarlyStopping(Callback):
     training epoch when validation runs once per epoch at its end (Lightning's default), otherwise after
     each validation run; ``check_on_train_epoch_end`` forces one or the other. ``stopping_reason`` (an
     `EarlyStoppingReason`) and ``stopping_reason_message`` say why it stopped; the best score,
-    patience counter and reason are stored in checkpoints.
+    patience counter and reason are stored in checkpoints, and so is whether it stopped the run: a fit
+    resumed from a checkpoint written after that trains no more (Lightning's trains another epoch).
 
     Example:
 
@@ -90,6 +91,10 @@ class EarlyStopping(Callback):
         self.stopped_epoch = 0
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
+        # Whether this callback stopped the run, on every rank (the reason is the deciding rank's), and whether the
+        # checkpoint just restored says so (`on_fit_start` reads it once).
+        self._stopped_the_run = False
+        self._restored_a_stopped_run = False
         self._check_on_train_epoch_end = check_on_train_epoch_end
         self._where = "a check"
         # Stored signed, as in Lightning: an improvement is `current - min_delta` beating the best score.
@@ -108,6 +113,20 @@ class EarlyStopping(Callback):
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = validates_every_epoch_end(trainer)
+
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        # Restored from a checkpoint written after this callback had stopped the run (its last epoch-end save, or a
+        # preemption before the process ended): an uninterrupted run ended there, so the resumed one trains no
+        # more. Lightning trains on until the next check stops it again (the migration guide's row).
+        self._stopped_the_run, self._restored_a_stopped_run = self._restored_a_stopped_run, False
+        if self._stopped_the_run:
+            trainer.should_stop = True
+            rank_zero_log_info(
+                log,
+                f"EarlyStopping(monitor={self.monitor!r}) had stopped the run saved in {trainer.ckpt_path}"
+                f" ({self.stopping_reason_message or self.stopping_reason.name}); the resumed fit trains no more."
+                " To train on, fit without this callback's state: another `monitor` or `mode`, or no EarlyStopping.",
+            )
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: TrainModule) -> None:
         if self._check_on_train_epoch_end and fitting(trainer):
@@ -144,6 +163,7 @@ class EarlyStopping(Callback):
         should_stop = any_rank(trainer, should_stop)
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
+            self._stopped_the_run = True
             self.stopped_epoch = trainer.current_epoch
             self.stopping_reason_message = reason
         if reason and self.verbose:
@@ -207,6 +227,7 @@ class EarlyStopping(Callback):
             "patience": self.patience,
             "stopping_reason": self.stopping_reason.value,
             "stopping_reason_message": self.stopping_reason_message,
+            "stopped_the_run": self._stopped_the_run,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -218,3 +239,4 @@ class EarlyStopping(Callback):
             state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value)
         )
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
+        self._restored_a_stopped_run = bool(state_dict.get("stopped_the_run", False))  # not in Lightning's

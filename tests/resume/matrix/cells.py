@@ -55,6 +55,11 @@ STOPS = (
     "kill",  # SIGKILL at a seeded step; resumed from the latest complete checkpoint
 )
 
+#: Stops by SIGKILL (one process; the first run is a process of its own): ``kill`` at a seeded step, and
+#: ``after_stop`` (the Trainer's ``early_stop`` configuration) in ``on_train_end`` of a run that EarlyStopping
+#: ended, after its last checkpoint: a preempted job that had finished, run again by its scheduler.
+KILLS = ("kill", "after_stop")
+
 #: (strategy, processes of the first run, processes of the resumed run).
 WORLDS = (
     ("single", 1, 1),
@@ -286,6 +291,18 @@ TRAINER_CONFIGS = {
     "val_every_3": "val_check_interval=3, check_val_every_n_epoch=None: validation every 3 batches across epochs",
     "reload": "reload_dataloaders_every_n_epochs=1: train_dataloader() is called again every epoch",
     "acc_schedule": "GradientAccumulationScheduler({1: 2}): accumulation 1 in epoch 0, then 2",
+    "early_stop": "EarlyStopping(monitor='val_loss', min_delta=1e6, patience=1): no later epoch betters epoch 0's "
+    "score by that much, so the run stops after epoch 1 (epoch 0's score must come from the checkpoint)",
+    "manual": "manual optimization: two optimizers, the second stepped every other batch (its gradients held across "
+    "batches), and a scheduler stepped by the module",
+}
+
+#: The stops of a configuration whose run differs from the defaults': early stopping ends the run in epoch 1 (so
+#: nothing after it is reached, and a second ``fit`` would go on where the first stopped early); manual
+#: optimization also stops after the first batch and in a step (its second optimizer's gradients pending).
+CONFIG_STOPS = {
+    "early_stop": ("mid", "in_validation", "in_epoch_end", "kill", "after_stop"),
+    "manual": ("first", "mid", "in_step", "in_validation", "after_for", "refit", "kill"),
 }
 
 
@@ -295,10 +312,12 @@ def trainer_config_cells() -> list[Cell]:
     for (strategy, world, resume_world), config in itertools.product([("single", 1, 1), ("ddp", 2, 2)],
                                                                      TRAINER_CONFIGS):
         validation_stop = "in_mid_validation" if config == "val_every_3" else "in_validation"
-        for stop in ("mid", validation_stop, "after_for", "refit", "kill"):
-            if stop == "kill" and world > 1:
+        for stop in CONFIG_STOPS.get(config, ("mid", validation_stop, "after_for", "refit", "kill")):
+            if stop in KILLS and world > 1:
                 continue  # a SIGKILL row: one process, as the Fabric's
-            extra = {"scheduler": "step", "clip": True} if stop in ("mid", "refit") else {}
+            # Manual optimization steps its own scheduler and cannot have the Trainer clip (Lightning refuses both).
+            automatic = config != "manual"
+            extra = {"scheduler": "step", "clip": True} if automatic and stop in ("mid", "refit") else {}
             cell = Cell("trainer", strategy, world, resume_world, "shuffle", stop, config=config, **extra)
             cells.append(_seeded(cell))
     return cells

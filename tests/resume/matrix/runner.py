@@ -15,7 +15,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from cells import Cell  # noqa: E402
+from cells import KILLS, Cell  # noqa: E402
 from compare import differences  # noqa: E402
 
 sys.path.insert(0, str(HERE.parents[2]))
@@ -107,7 +107,7 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
     for batch in batches:
         launch("first", batch, world=cells[0].world)
     for cell in cells:
-        if cell.stop == "kill":
+        if cell.stop in KILLS:
             launch("kill", [cell.id], expect_kill=True)
     for batch in batches:
         launch("resume", batch, world=cells[0].resume_world)
@@ -118,7 +118,7 @@ def run_group(cells: list[Cell], out: Path) -> dict[str, list[str]]:
         try:
             straight = _records(out, cell, "straight", cell.world)
             stopped_val = None
-            if cell.stop == "kill":
+            if cell.stop in KILLS:
                 killed = torch.load(out / f"{cell.id}.kill_trace.pt", weights_only=False)
                 if isinstance(killed, dict):  # the Trainer's: its trace and its validation results
                     stopped, stopped_val = [killed["trace"]], [killed["val"]]

@@ -47,7 +47,7 @@ def test_matrix_is_the_space_users_live_in():
     assert {(c.world, c.resume_world) for c in cells} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
     trainer = [cell for cell in cells if cell.api == "trainer"]
     assert {(c.world, c.resume_world) for c in trainer} >= {(1, 1), (2, 2), (2, 1), (1, 2)}
-    assert {"kill", "in_step"} <= {cell.stop for cell in trainer}
+    assert {"kill", "in_step", "after_stop"} <= {cell.stop for cell in trainer}
     # every loader a user hands the Trainer, on one process and two
     trainer_loaders = {"uneven", "uneven_drop_last", "custom_sampler", "batch_sampler", "iterable", "iterable_stateful",
                        "workers_persistent", "combined"}

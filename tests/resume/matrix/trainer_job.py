@@ -10,7 +10,9 @@ it at the epoch's end); ``refit`` lets a first ``fit`` with fewer epochs return 
 ``ckpt_path="last"`` and more epochs; ``max_steps`` lets a first ``fit`` cut by ``max_steps`` in the middle of
 epoch 1 return (its ``last.ckpt`` written by the cut epoch's end hooks) and resumes with ``ckpt_path="last"`` under
 the epoch limit alone: the rest of epoch 1 runs as epoch 1, then epoch 2 whole; ``kill`` (one process) is killed
-by SIGKILL after a seeded batch and resumes with ``ckpt_path="last"`` from ``ModelCheckpoint(every_n_train_steps=2)``.
+by SIGKILL after a seeded batch and resumes with ``ckpt_path="last"`` from ``ModelCheckpoint(every_n_train_steps=2)``;
+``after_stop`` (one process, ``early_stop``) is killed in ``on_train_end`` of the run EarlyStopping ended and resumes
+with ``ckpt_path="last"`` (written at that epoch's end): an uninterrupted run trained no more.
 """
 
 from __future__ import annotations
@@ -28,12 +30,18 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cells import EPOCHS, OVERFLOWING_SCALER, Cell, by_id, refusal
+from cells import EPOCHS, KILLS, OVERFLOWING_SCALER, Cell, by_id, refusal
 from record import final_state
 from toy_data import BATCH, IdDataset, iterable_batches, make_loader
 
 from fabricx import seed_everything
-from fabricx.callbacks import Callback, GradientAccumulationScheduler, ModelCheckpoint, OnExceptionCheckpoint
+from fabricx.callbacks import (
+    Callback,
+    EarlyStopping,
+    GradientAccumulationScheduler,
+    ModelCheckpoint,
+    OnExceptionCheckpoint,
+)
 from fabricx.precision import MixedPrecision
 from fabricx.train import CombinedLoader, Trainer, TrainModule
 from fabricx.utilities.exceptions import FabricxError
@@ -52,6 +60,7 @@ class Recorded(TrainModule):
         self.validation: list[tuple] = []
         self.batches_done = 0  # training batches of the whole run, kept in the checkpoint
         self.start_step: int | None = None
+        self.automatic_optimization = cell.config != "manual"
 
     def _loader(self, size: int, shuffle: bool = True) -> DataLoader:
         kwargs: dict[str, Any] = {"batch_size": BATCH, "shuffle": shuffle}
@@ -89,7 +98,20 @@ class Recorded(TrainModule):
         self.trace.append((self.batches_done, self.current_epoch, ids.tolist(), loss.detach().clone()))
         self.batches_done += 1
         self.log("train_loss", loss)
+        if not self.automatic_optimization:
+            self._manual_step(loss, batch_idx)
         return loss
+
+    def _manual_step(self, loss: torch.Tensor, batch_idx: int) -> None:
+        """The first optimizer steps every batch; the second every other one, its gradients summed over two."""
+        every_batch, every_other = self.optimizers()
+        self.manual_backward(loss)
+        every_batch.step()
+        every_batch.zero_grad()
+        if batch_idx % 2 == 1:
+            every_other.step()
+            every_other.zero_grad()
+        self.lr_schedulers().step()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["batches_done"] = self.batches_done
@@ -113,6 +135,10 @@ class Recorded(TrainModule):
         self.log("val_loss", loss)
 
     def configure_optimizers(self) -> Any:
+        if not self.automatic_optimization:
+            every_batch = torch.optim.AdamW(self.net[0].parameters(), lr=0.01)
+            every_other = torch.optim.SGD(self.net[3].parameters(), lr=0.05, momentum=0.9)
+            return [every_batch, every_other], [torch.optim.lr_scheduler.StepLR(every_batch, step_size=3, gamma=0.7)]
         optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
         if not self.cell.scheduler:
             return optimizer
@@ -126,14 +152,21 @@ class Recorded(TrainModule):
         if stop == "kill" and self.batches_done == kill_batch(self.cell, per_epoch):
             # A preemption between batches. fabricx runs the module's hook before ModelCheckpoint's (the migration
             # guide's row), so the newest file may be the one written 2 steps before.
-            torch.save({"trace": self.trace, "val": self.validation}, self.out / f"{self.cell.id}.kill_trace.pt")
-            os.kill(os.getpid(), signal.SIGKILL)
+            self._killed()
         if (
             (stop == "first" and epoch == 0 and batch_idx == 0)
             or (stop == "mid" and epoch == 1 and batch_idx == per_epoch // 2)
             or (stop == "last_in_for" and epoch == 1 and batch_idx == per_epoch - 1)
         ):
             raise StopRun(stop)
+
+    def _killed(self) -> None:
+        torch.save({"trace": self.trace, "val": self.validation}, self.out / f"{self.cell.id}.kill_trace.pt")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_train_end(self) -> None:
+        if self.phase == "first" and self.cell.stop == "after_stop":
+            self._killed()  # EarlyStopping ended the run; its last checkpoint was written at the epoch's end
 
     def on_train_epoch_end(self) -> None:
         if self.phase == "first" and self.cell.stop == "in_epoch_end" and self.current_epoch == 1:
@@ -144,9 +177,11 @@ class Recorded(TrainModule):
             raise StopRun("after the epoch")
 
     def write(self, final: bool) -> None:
-        record: dict[str, Any] = {"trace": self.trace, "start_step": self.start_step or 0, "val": self.validation}
+        # A resume that reads no batch (stopped after the run's last one) starts where its checkpoint left off.
+        start_step = self.batches_done if self.start_step is None else self.start_step
+        record: dict[str, Any] = {"trace": self.trace, "start_step": start_step, "val": self.validation}
         if final:
-            optimizer = self.trainer.optimizers[0]
+            optimizer, *other_optimizers = self.trainer.optimizers
             schedulers = self.trainer.lr_scheduler_configs
             record["final"] = final_state(
                 {
@@ -157,6 +192,10 @@ class Recorded(TrainModule):
                 },
                 self.trainer.precision_plugin,
             )
+            for index, other in enumerate(other_optimizers, start=1):  # manual optimization's second
+                record["final"][f"optimizer_{index}"] = final_state({"model": self, "optimizer": other, "step": 0})[
+                    "optimizer"
+                ]
         rank = self.trainer.global_rank
         torch.save(record, self.out / f"{self.cell.id}.{self.phase}.rank{rank}.pt")
 
@@ -188,7 +227,8 @@ def kill_batch(cell: Cell, per_epoch: int) -> int:
     """After how many batches a ``kill`` cell's first run is killed: a seeded one of its ``EPOCHS * per_epoch`` (one
     process), after the first checkpoint (written at optimizer step 2) and before the run's end."""
     first = 2 * cell.accumulate + 1
-    return first + cell.seed % (EPOCHS * per_epoch - first)
+    epochs = 2 if cell.config == "early_stop" else EPOCHS  # early stopping ends the run after epoch 1
+    return first + cell.seed % (epochs * per_epoch - first)
 
 
 def _overflowing_mixed_precision() -> MixedPrecision:
@@ -213,6 +253,11 @@ def _config_flags(cell: Cell, callbacks: list[Callback]) -> dict[str, Any]:
         return {"reload_dataloaders_every_n_epochs": 1}
     if cell.config == "acc_schedule":
         callbacks.append(GradientAccumulationScheduler({1: 2}))
+        return {}
+    if cell.config == "early_stop":
+        callbacks.append(EarlyStopping(monitor="val_loss", min_delta=1e6, patience=1))
+        return {}
+    if cell.config == "manual":
         return {}
     assert not cell.config, cell.config
     return {}
@@ -250,7 +295,7 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     )
     ckpt_path = None
     if phase == "resume":
-        uses_last = cell.stop in ("after_for", "refit", "max_steps", "kill")
+        uses_last = cell.stop in ("after_for", "refit", "max_steps", *KILLS)
         ckpt_path = "last" if uses_last else str(folder / "on_exception.ckpt")
     try:
         trainer.fit(module, ckpt_path=ckpt_path)
@@ -272,7 +317,7 @@ def main() -> None:
     for cell in map(by_id, ids):
         if phase == "first":
             fit(cell, "straight", Path(out))
-            if cell.stop == "kill":
+            if cell.stop in KILLS:
                 continue  # its first run is a process of its own (phase "kill"), which dies
         fit(cell, "first" if phase == "kill" else phase, Path(out))
 
