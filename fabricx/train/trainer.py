@@ -634,6 +634,7 @@ class Trainer(TrainerProperties):
         self.fit_loop.rewind_interrupted_validation()
         for method in self._run.hooks.callback_hooks("on_exception"):
             _keeping_the_original(exception, method, self, self._run.module, exception)
+        _keeping_the_original(exception, self.checkpoint_connector.run_after_hook_writes)
         _keeping_the_original(exception, self._run.call_datamodule_hook, "on_exception", exception)
         try:
             self._finalize_loggers("failed")

@@ -14,6 +14,7 @@ import shutil
 import time
 import weakref
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -397,6 +398,15 @@ class ModelCheckpoint(Checkpoint):
     def _save_last_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
         if not self.save_last:
             return
+        if sum(isinstance(callback, ModelCheckpoint) for callback in trainer.checkpoint_callbacks) > 1:
+            # Written once every checkpoint callback of this hook has saved: the `last` a resume reads then holds
+            # their states after this step. Written at once, it would miss a top-k file another callback saves next
+            # (Lightning's does): the resumed run keeps other files than the run left alone, and never deletes that one.
+            trainer.checkpoint_connector.after_this_hook(partial(self._write_last, trainer, candidates))
+            return
+        self._write_last(trainer, candidates)
+
+    def _write_last(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
         filepath = self.format_checkpoint_name(candidates, self.CHECKPOINT_NAME_LAST)
         if self._enable_version_counter:
             version = self.STARTING_VERSION

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -82,8 +82,28 @@ class CheckpointConnector:
         # module that the precision makes float64 at setup): loaded again once set up, exactly as saved.
         self._cast_weights: dict[str, Any] | None = None
         self._modules_restored = False
+        self._after_hook: list[Callable[[], None]] = []
 
     # -- saving --------------------------------------------------------------------------------------
+    def after_this_hook(self, write: Callable[[], None]) -> None:
+        """Run ``write`` once every callback of the hook being called has run (`run_after_hook_writes`).
+
+        Example:
+            ```python
+            connector = trainer.checkpoint_connector
+            connector.after_this_hook(functools.partial(trainer.save_checkpoint, "last.ckpt"))
+            ```
+        """
+        self._after_hook.append(write)
+
+    def run_after_hook_writes(self) -> None:
+        """The writes `after_this_hook` kept, in their order; the hooks' callers run this after each hook."""
+        if not self._after_hook:
+            return
+        writes, self._after_hook = self._after_hook, []
+        for write in writes:
+            write()
+
     @property
     def file_io(self) -> FileCheckpointIOLike | None:
         """The checkpoint I/O of Lightning's shape given in ``Trainer(plugins=...)``, if any."""

@@ -458,6 +458,7 @@ class FitLoop:
                 batch_end_module(outputs, batch, batch_idx)
             for method in batch_end_monitoring:
                 method(trainer, module, outputs, batch, batch_idx)
+            trainer.checkpoint_connector.run_after_hook_writes()
             connector.on_batch_end()
             counts.increment_completed()
             self._finish_batch(progress.val_pending, accumulating=accumulating)

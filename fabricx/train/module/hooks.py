@@ -87,6 +87,7 @@ class Hooks:
         trainer, target = self.trainer, self.module
         for method in self.callback_hooks(name, monitoring):
             method(trainer, target, *args, **kwargs)
+        trainer.checkpoint_connector.run_after_hook_writes()
         if module:
             method = self.module_hook(name)
             if method is not None:

@@ -192,6 +192,7 @@ class Recorded(TrainModule):
                 },
                 self.trainer.precision_plugin,
             )
+            record["final"]["top_k"] = _top_k_state(self.trainer)
             for index, other in enumerate(other_optimizers, start=1):  # manual optimization's second
                 record["final"][f"optimizer_{index}"] = final_state({"model": self, "optimizer": other, "step": 0})[
                     "optimizer"
@@ -215,6 +216,17 @@ class WriteOnException(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: Recorded, exception: BaseException) -> None:
         pl_module.write(final=False)
+
+
+def _top_k_state(trainer: Trainer) -> dict[str, Any]:
+    """What the top-k `ModelCheckpoint` keeps: its best files and scores, and the files left in its folder."""
+    [top_k] = [callback for callback in trainer.checkpoint_callbacks if getattr(callback, "monitor", None)]
+    folder = Path(top_k.dirpath)
+    return {
+        "best_k": {Path(path).name: score for path, score in top_k.best_k_models.items()},
+        "best": Path(top_k.best_model_path).name,
+        "files": sorted(path.name for path in folder.iterdir()) if folder.is_dir() else [],
+    }
 
 
 def _strategy(cell: Cell, world: int) -> str:
@@ -276,6 +288,8 @@ def fit(cell: Cell, phase: str, out: Path) -> None:
     every_n_train_steps = 2 if cell.stop == "kill" else None
     callbacks = [
         ModelCheckpoint(dirpath=folder, save_last=True, every_n_train_steps=every_n_train_steps),
+        # The best 2 by validation loss: which files it keeps, and deletes, must not depend on the stop.
+        ModelCheckpoint(dirpath=folder / "top", monitor="val_loss", save_top_k=2, filename="{epoch}-{step}"),
         OnExceptionCheckpoint(folder),
         WriteOnException(),
     ]
