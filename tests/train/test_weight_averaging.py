@@ -27,6 +27,7 @@ class Net(TrainModule):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
         self.stop_at: tuple[int, int] | None = None  # (epoch, batch) after which training stops
+        self.stop_in_validation: int | None = None  # the epoch whose validation raises
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -37,6 +38,8 @@ class Net(TrainModule):
             raise Stop("stopped")
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if self.current_epoch == self.stop_in_validation and batch_idx == 1:
+            raise Stop("stopped inside validation")
         self.log("val_loss", F.mse_loss(self.net(batch[0]), batch[1]))
 
     def configure_optimizers(self) -> Any:
@@ -62,11 +65,11 @@ def _data(seed: int) -> DataLoader:
 
 def _fit(
     folder: Path, averaging: WeightAveraging, *, stop_at: tuple[int, int] | None = None, stop_epoch: int | None = None,
-    ckpt_path: str | None = None,
+    ckpt_path: str | None = None, stop_in_validation: int | None = None,
 ) -> tuple[Net, WeightAveraging]:
     torch.manual_seed(0)
     module = Net()
-    module.stop_at = stop_at
+    module.stop_at, module.stop_in_validation = stop_at, stop_in_validation
     trainer = Trainer(
         accelerator="cpu", max_epochs=3, accumulate_grad_batches=3, logger=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=folder,
@@ -116,6 +119,19 @@ def test_a_fit_stopped_in_an_epochs_end_hooks_does_not_average_that_epoch_twice(
     assert int(resumed_ema._average_model.n_averaged) == int(straight_ema._average_model.n_averaged) == 3
     _assert_same(_state(straight_ema._average_model), _state(resumed_ema._average_model))
     _assert_same(_state(straight), _state(resumed))
+
+
+def test_a_fit_stopped_inside_validation_resumes_from_the_trained_weights_not_the_average(tmp_path: Path) -> None:
+    # Validation runs on the average: the callback swaps it into the model until validation ends. A checkpoint
+    # written in between (`OnExceptionCheckpoint`) must still name the trained weights `current_model_state`;
+    # Lightning's names the average so, and its resumed run trains on from the average.
+    straight, straight_ema = _fit(tmp_path / "a", EMAWeightAveraging(decay=0.7))
+    _fit(tmp_path / "b", EMAWeightAveraging(decay=0.7), stop_in_validation=1)
+    resumed, resumed_ema = _fit(tmp_path / "b", EMAWeightAveraging(decay=0.7),
+                                ckpt_path=str(tmp_path / "b" / "on_exception.ckpt"))
+    _assert_same(_state(straight), _state(resumed))
+    assert straight_ema._average_model is not None and resumed_ema._average_model is not None
+    _assert_same(_state(straight_ema._average_model), _state(resumed_ema._average_model))
 
 
 def test_the_averaged_copy_holds_neither_the_trainer_nor_the_data(tmp_path: Path) -> None:

@@ -54,6 +54,8 @@ class WeightAveraging(Callback):
         self._use_buffers = use_buffers
         self._kwargs = kwargs
         self._average_model: AveragedModel | None = None
+        # Inside validation the model holds the average and the average the trained weights (`_swap_models`).
+        self._swapped = False
         # Optimizer steps done at the last update: 0, so that the first update follows the first optimizer step
         # (after N batches with accumulate_grad_batches=N).
         self._latest_update_step = 0
@@ -125,12 +127,15 @@ class WeightAveraging(Callback):
             )
             return
         average_state = self._average_model.state_dict()
-        checkpoint["current_model_state"] = checkpoint["state_dict"]
-        checkpoint["state_dict"] = {
-            name[len(_MODULE_PREFIX) :]: value
-            for name, value in average_state.items()
-            if name.startswith(_MODULE_PREFIX)
-        }
+        trained = checkpoint["state_dict"]
+        prefix = len(_MODULE_PREFIX)
+        averaged = {name[prefix:]: value for name, value in average_state.items() if name.startswith(_MODULE_PREFIX)}
+        if self._swapped:
+            # Saved inside validation (`OnExceptionCheckpoint`): each holds the other's weights. Lightning saves them
+            # as they are, and the resumed run trains from the average.
+            trained, averaged = averaged, trained
+        checkpoint["current_model_state"] = trained
+        checkpoint["state_dict"] = averaged
         checkpoint["averaging_state"] = {
             name: value for name, value in average_state.items() if not name.startswith(_MODULE_PREFIX)
         }
@@ -170,6 +175,7 @@ class WeightAveraging(Callback):
             current.data.copy_(average.data)
 
     def _swap_models(self, pl_module: TrainModule) -> None:
+        self._swapped = not self._swapped
         for average, current in _weights_of(self._averaged().module, pl_module):
             held = average.data.clone()
             average.data.copy_(current.data)

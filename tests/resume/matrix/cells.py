@@ -295,6 +295,10 @@ TRAINER_CONFIGS = {
     "score by that much, so the run stops after epoch 1 (epoch 0's score must come from the checkpoint)",
     "manual": "manual optimization: two optimizers, the second stepped every other batch (its gradients held across "
     "batches), and a scheduler stepped by the module",
+    "swa": "StochasticWeightAveraging(swa_lrs=0.005, swa_epoch_start=1): averaged from epoch 1 on (its SWALR "
+    "replacing the module's scheduler), the average put into the model when training ends",
+    "ema": "EMAWeightAveraging(decay=0.9): an exponential moving average of the weights every step, validated and "
+    "ended with",
 }
 
 #: The stops of a configuration whose run differs from the defaults': early stopping ends the run in epoch 1 (so

@@ -38,9 +38,11 @@ from fabricx import seed_everything
 from fabricx.callbacks import (
     Callback,
     EarlyStopping,
+    EMAWeightAveraging,
     GradientAccumulationScheduler,
     ModelCheckpoint,
     OnExceptionCheckpoint,
+    StochasticWeightAveraging,
 )
 from fabricx.precision import MixedPrecision
 from fabricx.train import CombinedLoader, Trainer, TrainModule
@@ -132,7 +134,9 @@ class Recorded(TrainModule):
         loss = nn.functional.mse_loss(self.net(x), y)
         # keyed by the step too: a cell validating twice an epoch sees the same samples twice
         self.validation.append((self.current_epoch, self.trainer.global_step, ids.tolist(), loss.detach().clone()))
-        self.log("val_loss", loss)
+        # Reduced across processes, as a monitored metric must be: every rank's callbacks then decide alike (and a
+        # restored rank gets rank 0's callback states).
+        self.log("val_loss", loss, sync_dist=True)
 
     def configure_optimizers(self) -> Any:
         if not self.automatic_optimization:
@@ -270,6 +274,12 @@ def _config_flags(cell: Cell, callbacks: list[Callback]) -> dict[str, Any]:
         callbacks.append(EarlyStopping(monitor="val_loss", min_delta=1e6, patience=1))
         return {}
     if cell.config == "manual":
+        return {}
+    if cell.config == "swa":
+        callbacks.append(StochasticWeightAveraging(swa_lrs=0.005, swa_epoch_start=1))
+        return {}
+    if cell.config == "ema":
+        callbacks.append(EMAWeightAveraging(decay=0.9))
         return {}
     assert not cell.config, cell.config
     return {}
