@@ -13,7 +13,13 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from fabricx.callbacks import Callback, EMAWeightAveraging, OnExceptionCheckpoint, WeightAveraging
+from fabricx.callbacks import (
+    Callback,
+    EMAWeightAveraging,
+    OnExceptionCheckpoint,
+    StochasticWeightAveraging,
+    WeightAveraging,
+)
 from fabricx.train import Trainer, TrainModule
 from fabricx.utilities.exceptions import FabricxError
 
@@ -28,6 +34,9 @@ class Net(TrainModule):
         self.net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
         self.stop_at: tuple[int, int] | None = None  # (epoch, batch) after which training stops
         self.stop_in_validation: int | None = None  # the epoch whose validation raises
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # SWA recomputes the batch-norm statistics through it
+        return self.net(x)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -64,9 +73,9 @@ def _data(seed: int) -> DataLoader:
 
 
 def _fit(
-    folder: Path, averaging: WeightAveraging, *, stop_at: tuple[int, int] | None = None, stop_epoch: int | None = None,
+    folder: Path, averaging: WeightAveraging | StochasticWeightAveraging, *, stop_at: tuple[int, int] | None = None, stop_epoch: int | None = None,
     ckpt_path: str | None = None, stop_in_validation: int | None = None,
-) -> tuple[Net, WeightAveraging]:
+) -> tuple[Net, Any]:
     torch.manual_seed(0)
     module = Net()
     module.stop_at, module.stop_in_validation = stop_at, stop_in_validation
@@ -132,6 +141,23 @@ def test_a_fit_stopped_inside_validation_resumes_from_the_trained_weights_not_th
     _assert_same(_state(straight), _state(resumed))
     assert straight_ema._average_model is not None and resumed_ema._average_model is not None
     _assert_same(_state(straight_ema._average_model), _state(resumed_ema._average_model))
+
+
+@pytest.mark.parametrize("stop", [{"stop_at": (1, 4)}, {"stop_in_validation": 1}, {"stop_epoch": 1}],
+                         ids=["mid-epoch", "in-validation", "epoch-end"])
+def test_swa_resumed_after_its_schedule_began_goes_on_as_the_run_left_alone(tmp_path: Path, stop: dict) -> None:
+    # The schedule begins at epoch 1. Resumed inside that epoch, Lightning's SWA builds its SWALR only at the next
+    # epoch's start, and building it steps the optimizer's rate away from the restored one.
+    def swa() -> StochasticWeightAveraging:
+        return StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=2, annealing_epochs=2)
+
+    straight, straight_swa = _fit(tmp_path / "a", swa())
+    _fit(tmp_path / "b", swa(), **stop)
+    resumed, resumed_swa = _fit(tmp_path / "b", swa(), ckpt_path=str(tmp_path / "b" / "on_exception.ckpt"))
+    _assert_same(_state(straight), _state(resumed))
+    _assert_same(_state(straight_swa._average_model), _state(resumed_swa._average_model))
+    assert resumed_swa.n_averaged is not None and int(resumed_swa.n_averaged) == int(straight_swa.n_averaged) == 2
+    assert resumed_swa._swa_scheduler.state_dict() == straight_swa._swa_scheduler.state_dict()
 
 
 def test_the_averaged_copy_holds_neither_the_trainer_nor_the_data(tmp_path: Path) -> None:

@@ -121,6 +121,13 @@ class StochasticWeightAveraging(Callback):
         self._model_contains_batch_norm = self.pl_module_contains_batch_norm(pl_module)
         self._max_epochs = max_epochs
 
+    def on_train_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
+        if not self._initialized and self._scheduler_state is not None:
+            # Restored from a checkpoint written after the schedule began: it goes on now, not at the next epoch's
+            # start (Lightning's resume inside that epoch steps the module's own scheduler until then).
+            self._initialized = True
+            self._start_swa_schedule(trainer, pl_module)
+
     def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
@@ -146,6 +153,7 @@ class StochasticWeightAveraging(Callback):
             rates = self._swa_lrs = [rates] * len(optimizer.param_groups)
         for lr, group in zip(rates, optimizer.param_groups, strict=False):
             group["initial_lr"] = lr
+        restored_rates = [group["lr"] for group in optimizer.param_groups]
         self._swa_scheduler = SWALR(
             optimizer,
             swa_lr=rates,
@@ -155,6 +163,9 @@ class StochasticWeightAveraging(Callback):
         )
         if self._scheduler_state is not None:
             self._swa_scheduler.load_state_dict(self._scheduler_state)
+            # Building the scheduler stepped the rates; the restored optimizer's are the run's.
+            for lr, group in zip(restored_rates, optimizer.param_groups, strict=True):
+                group["lr"] = lr
         elif trainer.current_epoch != self.swa_start:
             rank_zero_warn("SWA is initializing after swa_start without any checkpoint data.")
         config = SchedulerConfig(self._swa_scheduler, interval="epoch", frequency=1)
@@ -208,6 +219,8 @@ class StochasticWeightAveraging(Callback):
         return {
             "n_averaged": 0 if self.n_averaged is None else self.n_averaged.item(),
             "latest_update_epoch": self._latest_update_epoch,
+            # Whether the Trainer stepped the schedule in the epoch saved (not in Lightning's files).
+            "scheduler_epoch_seen": self._scheduler_epoch_seen,
             "scheduler_state": None if self._swa_scheduler is None else self._swa_scheduler.state_dict(),
             "average_model_state": None if self._average_model is None else self._average_model.state_dict(),
         }
@@ -216,6 +229,7 @@ class StochasticWeightAveraging(Callback):
         self._init_n_averaged = state_dict["n_averaged"]
         self._latest_update_epoch = state_dict["latest_update_epoch"]
         self._scheduler_state = state_dict["scheduler_state"]
+        self._scheduler_epoch_seen = state_dict.get("scheduler_epoch_seen", -1)
         if self._average_model is not None and state_dict["average_model_state"] is not None:
             self._average_model.load_state_dict(state_dict["average_model_state"])
 

@@ -303,10 +303,13 @@ TRAINER_CONFIGS = {
 
 #: The stops of a configuration whose run differs from the defaults': early stopping ends the run in epoch 1 (so
 #: nothing after it is reached, and a second ``fit`` would go on where the first stopped early); manual
-#: optimization also stops after the first batch and in a step (its second optimizer's gradients pending).
+#: optimization also stops after the first batch and in a step (its second optimizer's gradients pending); SWA has
+#: no ``refit``: its schedule is built from ``max_epochs`` (Lightning's counter starts there) and a fit that reaches
+#: its ``max_epochs`` ends with the average in the model, so a first fit with fewer epochs is another run.
 CONFIG_STOPS = {
     "early_stop": ("mid", "in_validation", "in_epoch_end", "kill", "after_stop"),
     "manual": ("first", "mid", "in_step", "in_validation", "after_for", "refit", "kill"),
+    "swa": ("mid", "in_validation", "after_for", "kill"),
 }
 
 
