@@ -50,17 +50,46 @@ class BaseFinetuning(Callback):
     def __init__(self) -> None:
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
         self._restarting = False
+        # What is frozen after the last freeze or unfreeze (`setup`, each epoch start): the names of the parameters
+        # that do not train and of the batch norms that do not track statistics. Restored with the param groups:
+        # `setup` froze the module as before training again (Lightning's resumed run leaves what it had unfrozen
+        # frozen, its parameters in the optimizer without gradients).
+        self._frozen: dict[str, list[str]] | None = None
+        self._restored_frozen: dict[str, list[str]] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"internal_optimizer_metadata": self._internal_optimizer_metadata}
+        state: dict[str, Any] = {"internal_optimizer_metadata": self._internal_optimizer_metadata}
+        if self._frozen is not None:
+            state["frozen"] = self._frozen  # not in Lightning's files
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restarting = True
         # Checkpoints of old Lightning versions hold the metadata itself.
         self._internal_optimizer_metadata = state_dict.get("internal_optimizer_metadata", state_dict)
+        self._restored_frozen = state_dict.get("frozen")
+
+    def _note_frozen(self, pl_module: Module) -> None:
+        self._frozen = {
+            "parameters": [name for name, param in pl_module.named_parameters() if not param.requires_grad],
+            "batch_norms": [
+                name for name, module in pl_module.named_modules()
+                if isinstance(module, batch_norm_base()) and not module.track_running_stats
+            ],
+        }
+
+    def _restore_frozen(self, pl_module: Module, frozen: dict[str, list[str]]) -> None:
+        parameters, batch_norms = set(frozen["parameters"]), set(frozen["batch_norms"])
+        for name, param in pl_module.named_parameters():
+            param.requires_grad = name not in parameters
+        for name, module in pl_module.named_modules():
+            if isinstance(module, batch_norm_base()):
+                module.track_running_stats = name not in batch_norms
+        self._frozen = frozen
 
     def setup(self, trainer: Trainer, pl_module: TrainModule, stage: str) -> None:
         self.freeze_before_training(pl_module)
+        self._note_frozen(pl_module)
         if getattr(getattr(trainer, "strategy", None), "engine_owns_optimizer", False):
             raise NotImplementedError(
                 "The Finetuning callback does not support running with the DeepSpeed strategy."
@@ -75,6 +104,9 @@ class BaseFinetuning(Callback):
             groups = self._internal_optimizer_metadata.get(index)
             if groups:
                 optimizer.param_groups = _groups_with(groups, lambda name: by_name[name])
+        if self._restored_frozen is not None:
+            self._restore_frozen(pl_module, self._restored_frozen)
+            self._restored_frozen = None
         self._restarting = False
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: TrainModule) -> None:
@@ -82,6 +114,7 @@ class BaseFinetuning(Callback):
             groups_before = len(optimizer.param_groups)
             self.finetune_function(pl_module, trainer.current_epoch, optimizer)
             self._store(pl_module, index, groups_before, optimizer.param_groups)
+        self._note_frozen(pl_module)
 
     def finetune_function(self, pl_module: TrainModule, epoch: int, optimizer: Optimizer) -> None:
         """Unfreeze what should train from ``epoch`` on (called at every epoch start, per optimizer)."""

@@ -299,6 +299,8 @@ TRAINER_CONFIGS = {
     "replacing the module's scheduler), the average put into the model when training ends",
     "ema": "EMAWeightAveraging(decay=0.9): an exponential moving average of the weights every step, validated and "
     "ended with",
+    "finetune": "BackboneFinetuning(unfreeze_backbone_at_epoch=1): the first layer frozen in epoch 0, then added to "
+    "the optimizer as a parameter group of its own, its rate rising every epoch",
 }
 
 #: The stops of a configuration whose run differs from the defaults': early stopping ends the run in epoch 1 (so

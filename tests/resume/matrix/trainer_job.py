@@ -36,6 +36,7 @@ from toy_data import BATCH, IdDataset, iterable_batches, make_loader
 
 from fabricx import seed_everything
 from fabricx.callbacks import (
+    BackboneFinetuning,
     Callback,
     EarlyStopping,
     EMAWeightAveraging,
@@ -63,6 +64,8 @@ class Recorded(TrainModule):
         self.batches_done = 0  # training batches of the whole run, kept in the checkpoint
         self.start_step: int | None = None
         self.automatic_optimization = cell.config != "manual"
+        if cell.config == "finetune":
+            self.backbone = self.net[0]  # what BackboneFinetuning freezes, then trains
 
     def _loader(self, size: int, shuffle: bool = True) -> DataLoader:
         kwargs: dict[str, Any] = {"batch_size": BATCH, "shuffle": shuffle}
@@ -143,7 +146,8 @@ class Recorded(TrainModule):
             every_batch = torch.optim.AdamW(self.net[0].parameters(), lr=0.01)
             every_other = torch.optim.SGD(self.net[3].parameters(), lr=0.05, momentum=0.9)
             return [every_batch, every_other], [torch.optim.lr_scheduler.StepLR(every_batch, step_size=3, gamma=0.7)]
-        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        # BackboneFinetuning adds the frozen backbone to the optimizer itself when it unfreezes it.
+        optimizer = torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=0.01)
         if not self.cell.scheduler:
             return optimizer
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.8)
@@ -280,6 +284,9 @@ def _config_flags(cell: Cell, callbacks: list[Callback]) -> dict[str, Any]:
         return {}
     if cell.config == "ema":
         callbacks.append(EMAWeightAveraging(decay=0.9))
+        return {}
+    if cell.config == "finetune":
+        callbacks.append(BackboneFinetuning(unfreeze_backbone_at_epoch=1, backbone_initial_lr=0.001))
         return {}
     assert not cell.config, cell.config
     return {}
