@@ -148,7 +148,20 @@ def refusal(cell: Cell) -> tuple[str, ...]:
 
 #: Cells known to end inexact, with what was found; the test requires them to still differ (so that a fix is
 #: noticed and the entry removed), and the closing note of the round that found them names them.
-KNOWN_INEXACT: dict[str, str] = {}
+_UNSYNCED_BACKBONE = (
+    "BackboneFinetuning under DDP: DDP registers the parameters that train when it wraps the module, so the backbone "
+    "unfrozen at epoch 1 is never all-reduced and each process trains its own (the run left alone ends with other "
+    "backbones on its 2 ranks; Lightning's too); a resume hands rank 1 rank 0's backbone"
+)
+KNOWN_INEXACT: dict[str, str] = {
+    cell_id: _UNSYNCED_BACKBONE
+    for cell_id in (
+        "trainer-ddp2to2-shuffle-mid-e1-clip-sched-step-finetune",
+        "trainer-ddp2to2-shuffle-in_validation-e1-finetune",
+        "trainer-ddp2to2-shuffle-after_for-e1-finetune",
+        "trainer-ddp2to2-shuffle-refit-e1-clip-sched-step-finetune",
+    )
+}
 
 
 def known_inexact(cell: Cell) -> str | None:
