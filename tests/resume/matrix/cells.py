@@ -419,7 +419,9 @@ def by_id(cell_id: str) -> Cell:
 #: `CombinedLoader` stopped in the epoch's validation on 2 processes, resumed on 1, and the Trainer under FSDP2
 #: stopped mid-epoch on 2 processes, resumed on 1 (the last step's gradients, sharded for 2, are left behind), and
 #: the adapter's first pass of one process continued on two (its order redrawn from the global generator), and the
-#: adapter on two processes resumed mid-epoch (each process's read-ahead batch, its augmentation drawn, kept).
+#: adapter on two processes resumed mid-epoch (each process's read-ahead batch, its augmentation drawn, kept), and
+#: the Trainer's stateful callbacks on one process: a resume after EarlyStopping ended the run, SWA resumed inside
+#: its schedule, a weight average saved inside validation, a backbone unfrozen before the stop.
 ALWAYS = (
     "fabric-ddp2to2-shuffle-after_for-e0",
     "accelerate-single1to1-shuffle-mid-e1",
@@ -429,6 +431,10 @@ ALWAYS = (
     "trainer-fsdp2to1-shuffle-mid-e1-clip-sched-step",
     "accelerate-single1to2-shuffle-first-e1",
     "accelerate-ddp2to2-shuffle-mid-e1",
+    "trainer-single1to1-shuffle-after_stop-e1-early_stop",
+    "trainer-single1to1-shuffle-mid-e1-clip-sched-step-swa",
+    "trainer-single1to1-shuffle-in_validation-e1-ema",
+    "trainer-single1to1-shuffle-mid-e1-clip-sched-step-finetune",
 )
 
 
