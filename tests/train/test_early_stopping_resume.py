@@ -87,3 +87,46 @@ def test_the_stop_is_kept_only_where_early_stopping_made_it(tmp_path):
         resumed = EarlyStopping(monitor="val_loss")
         resumed.load_state_dict(saved)
         assert not resumed._restored_a_stopped_run
+
+
+class _Preempted(Exception):
+    pass
+
+
+def test_a_fit_resumed_after_early_stopping_stopped_inside_an_epoch_ends_that_epoch_and_no_more(tmp_path):
+    """Stopped by the first validation of epoch 1 (``val_check_interval=0.5``), the run left alone reads no more
+    of that epoch and runs its end hooks; the resumed fit from the ``last.ckpt`` of that validation does the same."""
+    import fabricx.train as fx
+    from fabricx.callbacks import EarlyStopping, ModelCheckpoint
+
+    Module = _module_class(fx.TrainModule)
+
+    class Counted(Module):  # type: ignore[misc, valid-type]
+        preempt = False
+
+        def on_train_epoch_end(self):
+            self.epoch_ends = getattr(self, "epoch_ends", 0) + 1
+
+        def on_train_end(self):
+            if self.preempt:
+                raise _Preempted  # after the last checkpoint, before the process ends
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    seen = []
+    for preempt, ckpt_path in ((False, None), (True, None), (False, "last")):
+        folder = tmp_path / ("alone" if not preempt and ckpt_path is None else "run")
+        stop = EarlyStopping(monitor="val_loss", min_delta=1e6, patience=2, check_on_train_epoch_end=False)
+        trainer = fx.Trainer(max_epochs=5, val_check_interval=0.5, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=folder,
+                             callbacks=[stop, ModelCheckpoint(dirpath=folder, save_last=True)])
+        module = Counted()
+        module.preempt = preempt
+        try:
+            trainer.fit(module, DataLoader(data, batch_size=4), DataLoader(data, batch_size=8), ckpt_path=ckpt_path)
+        except _Preempted:
+            pass
+        seen.append((module.batches_trained, getattr(module, "epoch_ends", 0), trainer.current_epoch))
+    alone, preempted, resumed = seen
+    assert alone == preempted == (12, 2, 2)  # 8 batches, then 4 of epoch 1 (of 8) before its first validation
+    assert resumed == (0, 1, 2)  # epoch 1's end hooks, as the run left alone ran them after the stop

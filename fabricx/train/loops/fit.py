@@ -271,6 +271,8 @@ class FitLoop:
             )
         while not self.fit_is_done():
             if trainer.should_stop and self.can_stop_early():
+                if progress.resumed_mid_epoch:  # asked inside it (EarlyStopping's restored state): it ends there
+                    self._finish_epoch()
                 break  # asked to stop before this epoch began (e.g. a Timer with no time left), as in Lightning
             self.data.maybe_reload_train_loader()
             self._run_epoch()

@@ -312,6 +312,8 @@ TRAINER_CONFIGS = {
     "replacing the module's scheduler), the average put into the model when training ends",
     "ema": "EMAWeightAveraging(decay=0.9): an exponential moving average of the weights every step, validated and "
     "ended with",
+    "early_stop_mid": "EarlyStopping(..., patience=2, check_on_train_epoch_end=False) with val_check_interval=0.5: "
+    "the run stops at epoch 1's first validation, inside the epoch",
     "finetune": "BackboneFinetuning(unfreeze_backbone_at_epoch=1): the first layer frozen in epoch 0, then added to "
     "the optimizer as a parameter group of its own, its rate rising every epoch",
 }
@@ -323,6 +325,7 @@ TRAINER_CONFIGS = {
 #: its ``max_epochs`` ends with the average in the model, so a first fit with fewer epochs is another run.
 CONFIG_STOPS = {
     "early_stop": ("mid", "in_validation", "in_epoch_end", "kill", "after_stop"),
+    "early_stop_mid": ("in_mid_validation", "after_stop"),
     "manual": ("first", "mid", "in_step", "in_validation", "after_for", "refit", "kill"),
     "swa": ("mid", "in_validation", "after_for", "kill"),
 }

@@ -201,6 +201,7 @@ class Recorded(TrainModule):
                 self.trainer.precision_plugin,
             )
             record["final"]["top_k"] = _top_k_state(self.trainer)
+            record["final"]["epoch"] = self.trainer.current_epoch  # the epochs the run counts ended
             for index, other in enumerate(other_optimizers, start=1):  # manual optimization's second
                 record["final"][f"optimizer_{index}"] = final_state({"model": self, "optimizer": other, "step": 0})[
                     "optimizer"
@@ -279,6 +280,9 @@ def _config_flags(cell: Cell, callbacks: list[Callback]) -> dict[str, Any]:
         return {}
     if cell.config == "manual":
         return {}
+    if cell.config == "early_stop_mid":
+        callbacks.append(EarlyStopping(monitor="val_loss", min_delta=1e6, patience=2, check_on_train_epoch_end=False))
+        return {"val_check_interval": 0.5}
     if cell.config == "swa":
         callbacks.append(StochasticWeightAveraging(swa_lrs=0.005, swa_epoch_start=1))
         return {}
