@@ -73,8 +73,8 @@ def _data(seed: int) -> DataLoader:
 
 
 def _fit(
-    folder: Path, averaging: WeightAveraging | StochasticWeightAveraging, *, stop_at: tuple[int, int] | None = None, stop_epoch: int | None = None,
-    ckpt_path: str | None = None, stop_in_validation: int | None = None,
+    folder: Path, averaging: WeightAveraging | StochasticWeightAveraging, *, stop_at: tuple[int, int] | None = None,
+    stop_epoch: int | None = None, ckpt_path: str | None = None, stop_in_validation: int | None = None,
 ) -> tuple[Net, Any]:
     torch.manual_seed(0)
     module = Net()
