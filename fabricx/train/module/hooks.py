@@ -85,9 +85,11 @@ class Hooks:
     def call(self, name: str, *args: Any, monitoring: bool | None = None, module: bool = True, **kwargs: Any) -> Any:
         """Call ``name`` on the callbacks (with trainer and module first), then on the module."""
         trainer, target = self.trainer, self.module
-        for method in self.callback_hooks(name, monitoring):
+        methods = self.callback_hooks(name, monitoring)
+        for method in methods:
             method(trainer, target, *args, **kwargs)
-        trainer.checkpoint_connector.run_after_hook_writes()
+        if methods:  # only a callback defers a write (`CheckpointConnector.after_this_hook`)
+            trainer.checkpoint_connector.run_after_hook_writes()
         if module:
             method = self.module_hook(name)
             if method is not None:
